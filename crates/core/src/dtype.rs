@@ -1,0 +1,152 @@
+//! Element types and borrowed host tensors, the form in which checkpoint weights reach a backend.
+
+use serde::{Deserialize, Serialize};
+
+use crate::{Error, Result};
+
+/// The floating-point element types a checkpoint tensor may have.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum DType {
+    /// IEEE 754 binary32.
+    F32,
+    /// IEEE 754 binary16.
+    F16,
+    /// bfloat16: binary32 with the low 16 mantissa bits dropped.
+    Bf16,
+}
+
+impl DType {
+    /// Bytes per element.
+    pub const fn size(self) -> usize {
+        match self {
+            DType::F32 => 4,
+            DType::F16 | DType::Bf16 => 2,
+        }
+    }
+
+    /// The lower-case name used in files and messages (`f32`, `f16`, `bf16`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "f32",
+            DType::F16 => "f16",
+            DType::Bf16 => "bf16",
+        }
+    }
+}
+
+impl std::fmt::Display for DType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for DType {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "f32" | "float32" => Ok(DType::F32),
+            "f16" | "float16" => Ok(DType::F16),
+            "bf16" | "bfloat16" => Ok(DType::Bf16),
+            _ => Err(Error::Format(format!("unknown dtype `{s}`; expected f32, f16 or bf16"))),
+        }
+    }
+}
+
+/// A tensor borrowed from host memory: little-endian elements in row-major order.
+#[derive(Clone, Copy, Debug)]
+pub struct HostTensor<'a> {
+    /// Element type of `bytes`.
+    pub dtype: DType,
+    /// Dimensions, outermost first.
+    pub shape: &'a [usize],
+    /// The raw little-endian elements; `shape.product() * dtype.size()` bytes.
+    pub bytes: &'a [u8],
+}
+
+impl<'a> HostTensor<'a> {
+    /// A tensor over `bytes`, checked to hold exactly `shape` elements of `dtype`.
+    pub fn new(dtype: DType, shape: &'a [usize], bytes: &'a [u8]) -> Result<Self> {
+        let t = HostTensor { dtype, shape, bytes };
+        t.check()?;
+        Ok(t)
+    }
+
+    /// Number of elements the shape describes.
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// Checks that the byte length matches the shape and dtype.
+    pub fn check(&self) -> Result<()> {
+        let want = self.shape.iter().try_fold(self.dtype.size(), |acc, &d| acc.checked_mul(d));
+        match want {
+            Some(n) if n == self.bytes.len() => Ok(()),
+            Some(n) => Err(Error::Format(format!(
+                "{} tensor of shape {:?} needs {n} bytes, got {}",
+                self.dtype,
+                self.shape,
+                self.bytes.len()
+            ))),
+            None => Err(Error::Format(format!("tensor shape {:?} overflows", self.shape))),
+        }
+    }
+
+    /// Iterates the elements converted exactly to `f64`.
+    pub fn iter_f64(&self) -> impl Iterator<Item = f64> + 'a {
+        let dtype = self.dtype;
+        self.bytes.chunks_exact(dtype.size()).map(move |b| match dtype {
+            DType::F32 => f64::from(f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+            DType::F16 => half::f16::from_le_bytes([b[0], b[1]]).to_f64(),
+            DType::Bf16 => half::bf16::from_le_bytes([b[0], b[1]]).to_f64(),
+        })
+    }
+
+    /// The elements converted to `f32` (exact for every supported dtype), appended to `out`.
+    pub fn extend_f32(&self, out: &mut Vec<f32>) {
+        out.reserve(self.numel());
+        // Every f16 and bf16 value is exactly representable in f32, so the cast is lossless.
+        out.extend(self.iter_f64().map(|x| x as f32));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_and_names_round_trip() {
+        for d in [DType::F32, DType::F16, DType::Bf16] {
+            assert_eq!(d.name().parse::<DType>().unwrap(), d);
+        }
+        assert_eq!(DType::F32.size(), 4);
+        assert_eq!(DType::Bf16.size(), 2);
+        assert!("int8".parse::<DType>().unwrap_err().to_string().contains("expected f32"));
+    }
+
+    #[test]
+    fn decodes_each_dtype_little_endian() {
+        let f32s: Vec<u8> = [1.5f32, -2.0].iter().flat_map(|x| x.to_le_bytes()).collect();
+        let t = HostTensor::new(DType::F32, &[2], &f32s).unwrap();
+        assert_eq!(t.iter_f64().collect::<Vec<_>>(), [1.5, -2.0]);
+
+        // 0x3C00 is 1.0 in binary16; 0xC000 is -2.0.
+        let f16s = [0x00, 0x3C, 0x00, 0xC0];
+        let t = HostTensor::new(DType::F16, &[1, 2], &f16s).unwrap();
+        assert_eq!(t.iter_f64().collect::<Vec<_>>(), [1.0, -2.0]);
+
+        // 0x3FC0 is 1.5 in bfloat16.
+        let bf16s = [0xC0, 0x3F];
+        let t = HostTensor::new(DType::Bf16, &[1], &bf16s).unwrap();
+        let mut v = Vec::new();
+        t.extend_f32(&mut v);
+        assert_eq!(v, [1.5]);
+    }
+
+    #[test]
+    fn rejects_byte_length_that_disagrees_with_shape() {
+        let e = HostTensor::new(DType::F32, &[2, 3], &[0; 20]).unwrap_err();
+        assert!(e.to_string().contains("needs 24 bytes, got 20"), "{e}");
+        assert!(HostTensor::new(DType::F16, &[usize::MAX, 4], &[]).is_err());
+    }
+}

@@ -1,0 +1,332 @@
+//! The reference backend: every op interpreted in f64, written to be obviously right.
+//!
+//! It is the oracle the other backends are tested against, so clarity wins over speed: plain
+//! loops, one op at a time, each following the numerics documented on [`Op`]. It still keeps the
+//! [`Backend`] contract: `lower` lays out one arena per bucket with [`Layout`], and `run`
+//! allocates nothing. Each op computes into a scratch buffer and is then copied to its place in
+//! the arena, so ops that [`Layout`] runs in place need no special care.
+
+use std::sync::Arc;
+
+use crate::{
+    Backend, Batch, Bucket, Caps, DeviceKind, Error, Graph, HostTensor, Layout, Op, Outputs,
+    PoolMode, Result, Val,
+};
+
+/// The f64 reference interpreter.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Reference;
+
+/// Weights converted to f64, one row-major vector per tensor.
+#[derive(Debug)]
+pub struct RefWeights {
+    tensors: Vec<Vec<f64>>,
+}
+
+/// A graph lowered for one bucket: its layout, arena and scratch buffers.
+#[derive(Debug)]
+pub struct RefPlan {
+    state: State,
+    /// Where an op writes before its result is copied into the arena: the widest value.
+    tmp: Vec<f64>,
+    /// Attention scores of one query: one per token of the bucket.
+    scores: Vec<f64>,
+}
+
+/// What ops read during a run.
+#[derive(Debug)]
+struct State {
+    weights: Arc<RefWeights>,
+    graph: Graph,
+    bucket: Bucket,
+    layout: Layout,
+    arena: Vec<f64>,
+}
+
+const F64: usize = size_of::<f64>();
+
+impl Backend for Reference {
+    type Weights = Arc<RefWeights>;
+    type Plan = RefPlan;
+
+    fn caps(&self) -> Caps {
+        Caps {
+            backend: "reference".into(),
+            device: "cpu".into(),
+            kind: DeviceKind::Cpu,
+            threads: 1,
+            dtypes: vec![],
+            fixed_shapes: false,
+            padded_attention: false,
+            unified_memory: true,
+            memory_bytes: None,
+        }
+    }
+
+    fn upload(&self, tensors: &[HostTensor<'_>], graph: &Graph) -> Result<Self::Weights> {
+        graph.check_weights(tensors)?;
+        let tensors = tensors.iter().map(|t| t.iter_f64().collect()).collect();
+        Ok(Arc::new(RefWeights { tensors }))
+    }
+
+    fn lower(&self, w: &Self::Weights, graph: &Graph, bucket: Bucket) -> Result<Self::Plan> {
+        graph.validate()?;
+        if w.tensors.len() != graph.weights.len() {
+            return Err(Error::Graph(format!(
+                "the graph expects {} weights but {} were uploaded",
+                graph.weights.len(),
+                w.tensors.len()
+            )));
+        }
+        let layout = Layout::plan(graph, bucket, F64);
+        let widest = graph.vals.iter().map(|s| bucket.rows(s.rows) * s.width).max().unwrap_or(0);
+        Ok(RefPlan {
+            state: State {
+                weights: Arc::clone(w),
+                graph: graph.clone(),
+                bucket,
+                arena: vec![0.0; layout.total / F64],
+                layout,
+            },
+            tmp: vec![0.0; widest],
+            scores: vec![0.0; bucket.tokens],
+        })
+    }
+
+    fn run(&self, plan: &mut RefPlan, batch: &Batch<'_>, out: &mut Outputs) -> Result<()> {
+        let b = plan.state.bucket;
+        if !b.holds(batch.tokens(), batch.seqs(), batch.markers()) {
+            return Err(Error::BadBatch(format!(
+                "a batch of {},{},{} does not fit the plan's bucket {b}",
+                batch.tokens(),
+                batch.seqs(),
+                batch.markers()
+            )));
+        }
+        for i in 0..plan.state.graph.ops.len() {
+            let st = &plan.state;
+            let o = st.graph.ops[i].out();
+            let n = batch.rows(st.graph.shape(o).rows) * st.graph.shape(o).width;
+            Ctx { st, batch }.eval(&st.graph.ops[i], &mut plan.tmp[..n], &mut plan.scores);
+            let start = st.layout.offsets[o.idx()] / F64;
+            plan.state.arena[start..start + n].copy_from_slice(&plan.tmp[..n]);
+        }
+        let cx = Ctx { st: &plan.state, batch };
+        for (m, o) in out.prepare(&cx.st.graph, batch).iter_mut().zip(&cx.st.graph.outputs) {
+            for (d, s) in m.data.iter_mut().zip(cx.val(o.val)) {
+                *d = *s as f32;
+            }
+        }
+        Ok(())
+    }
+
+    fn weight_bytes(&self, w: &Self::Weights) -> usize {
+        w.tensors.iter().map(|t| t.len() * F64).sum()
+    }
+
+    fn plan_bytes(&self, p: &RefPlan) -> usize {
+        (p.state.arena.len() + p.tmp.len() + p.scores.len()) * F64
+    }
+}
+
+/// What an op reads while it runs: the plan's arena and weights, and the batch.
+struct Ctx<'a> {
+    st: &'a State,
+    batch: &'a Batch<'a>,
+}
+
+impl Ctx<'_> {
+    /// The rows the batch has of a value, row-major.
+    fn val(&self, v: Val) -> &[f64] {
+        let s = self.st.graph.shape(v);
+        let start = self.st.layout.offsets[v.idx()] / F64;
+        &self.st.arena[start..start + self.batch.rows(s.rows) * s.width]
+    }
+
+    fn w(&self, w: crate::W) -> &[f64] {
+        &self.st.weights.tensors[w.idx()]
+    }
+
+    fn width(&self, v: Val) -> usize {
+        self.st.graph.shape(v).width
+    }
+
+    /// Position of token `t` within its sequence, for each token, visited in order.
+    fn positions(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+        (0..self.batch.seqs()).flat_map(|s| {
+            let r = self.batch.seq(s);
+            let start = r.start;
+            r.map(move |t| (t, t - start))
+        })
+    }
+
+    /// Evaluates `op` into `y` (exactly the output's rows), using `scores` as scratch.
+    fn eval(&self, op: &Op, y: &mut [f64], scores: &mut [f64]) {
+        let b = self.batch;
+        match *op {
+            Op::Embed { table, out } => {
+                gather_rows(y, self.w(table), self.width(out), b.ids.iter().map(|&i| i as usize));
+            }
+            Op::TypeEmbed { table, out } => {
+                gather_rows(y, self.w(table), self.width(out), b.types.iter().map(|&i| i as usize));
+            }
+            Op::PosEmbed { table, offset, out } => {
+                let idx = self.positions().map(|(_, p)| offset + p);
+                gather_rows(y, self.w(table), self.width(out), idx);
+            }
+            Op::Add { a, b: c, .. } => {
+                for ((y, a), c) in y.iter_mut().zip(self.val(a)).zip(self.val(c)) {
+                    *y = a + c;
+                }
+            }
+            Op::LayerNorm { x, gamma, beta, eps, .. } => {
+                let (g, w) = (self.w(gamma), self.width(x));
+                for (yr, xr) in y.chunks_exact_mut(w).zip(self.val(x).chunks_exact(w)) {
+                    let mean = xr.iter().sum::<f64>() / w as f64;
+                    let var = xr.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / w as f64;
+                    let inv = 1.0 / (var + f64::from(eps)).sqrt();
+                    for (j, (yv, xv)) in yr.iter_mut().zip(xr).enumerate() {
+                        *yv = (xv - mean) * inv * g[j] + beta.map_or(0.0, |bt| self.w(bt)[j]);
+                    }
+                }
+            }
+            Op::RmsNorm { x, gamma, eps, .. } => {
+                let (g, w) = (self.w(gamma), self.width(x));
+                for (yr, xr) in y.chunks_exact_mut(w).zip(self.val(x).chunks_exact(w)) {
+                    let ms = xr.iter().map(|v| v * v).sum::<f64>() / w as f64;
+                    let inv = 1.0 / (ms + f64::from(eps)).sqrt();
+                    for ((yv, xv), gv) in yr.iter_mut().zip(xr).zip(g) {
+                        *yv = xv * inv * gv;
+                    }
+                }
+            }
+            Op::Linear { x, weight, bias, act, residual, out } => {
+                let (k, n) = (self.width(x), self.width(out));
+                let wt = self.w(weight);
+                for (r, (yr, xr)) in
+                    y.chunks_exact_mut(n).zip(self.val(x).chunks_exact(k)).enumerate()
+                {
+                    for (o, yv) in yr.iter_mut().enumerate() {
+                        let dot: f64 =
+                            xr.iter().zip(&wt[o * k..(o + 1) * k]).map(|(a, b)| a * b).sum();
+                        let pre = dot + bias.map_or(0.0, |bs| self.w(bs)[o]);
+                        *yv = act.apply(pre) + residual.map_or(0.0, |res| self.val(res)[r * n + o]);
+                    }
+                }
+            }
+            Op::Glu { x, act, out } => {
+                let h = self.width(out);
+                for (yr, xr) in y.chunks_exact_mut(h).zip(self.val(x).chunks_exact(2 * h)) {
+                    for (j, yv) in yr.iter_mut().enumerate() {
+                        *yv = act.apply(xr[j]) * xr[h + j];
+                    }
+                }
+            }
+            Op::Slice { x, start, out } => {
+                let (w, n) = (self.width(x), self.width(out));
+                for (yr, xr) in y.chunks_exact_mut(n).zip(self.val(x).chunks_exact(w)) {
+                    yr.copy_from_slice(&xr[start..start + n]);
+                }
+            }
+            Op::Rope { x, heads, head_dim, theta, .. } => {
+                let (xs, w, half) = (self.val(x), heads * head_dim, head_dim / 2);
+                for (t, p) in self.positions() {
+                    for h in 0..heads {
+                        let base = t * w + h * head_dim;
+                        for i in 0..half {
+                            let freq = f64::from(theta).powf(-2.0 * i as f64 / head_dim as f64);
+                            let (sin, cos) = (p as f64 * freq).sin_cos();
+                            let (x1, x2) = (xs[base + i], xs[base + half + i]);
+                            y[base + i] = x1 * cos - x2 * sin;
+                            y[base + half + i] = x2 * cos + x1 * sin;
+                        }
+                    }
+                }
+            }
+            Op::Attention { q, k, v, heads, head_dim, scale, window, .. } => {
+                let (qs, ks, vs) = (self.val(q), self.val(k), self.val(v));
+                let w = heads * head_dim;
+                for s in 0..b.seqs() {
+                    let seq = b.seq(s);
+                    for i in seq.clone() {
+                        let keys = match window {
+                            Some(win) => {
+                                i.saturating_sub(win).max(seq.start)..(i + win + 1).min(seq.end)
+                            }
+                            None => seq.clone(),
+                        };
+                        for h in 0..heads {
+                            let col = h * head_dim..(h + 1) * head_dim;
+                            let qi = &qs[i * w..][col.clone()];
+                            let sc = &mut scores[..keys.len()];
+                            for (sv, j) in sc.iter_mut().zip(keys.clone()) {
+                                let kj = &ks[j * w..][col.clone()];
+                                *sv = f64::from(scale)
+                                    * qi.iter().zip(kj).map(|(a, b)| a * b).sum::<f64>();
+                            }
+                            let max = sc.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                            sc.iter_mut().for_each(|sv| *sv = (*sv - max).exp());
+                            let sum: f64 = sc.iter().sum();
+                            let yi = &mut y[i * w..][col.clone()];
+                            yi.fill(0.0);
+                            for (a, j) in sc.iter().zip(keys.clone()) {
+                                for (yv, vv) in yi.iter_mut().zip(&vs[j * w..][col.clone()]) {
+                                    *yv += a / sum * vv;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            Op::Activation { x, act, .. } => {
+                for (yv, xv) in y.iter_mut().zip(self.val(x)) {
+                    *yv = act.apply(*xv);
+                }
+            }
+            Op::Pool { x, mode, .. } => {
+                let (xs, w) = (self.val(x), self.width(x));
+                for (s, yr) in y.chunks_exact_mut(w).enumerate() {
+                    let r = b.seq(s);
+                    let rows = || xs[r.start * w..r.end * w].chunks_exact(w);
+                    match mode {
+                        PoolMode::Cls => yr.copy_from_slice(&xs[r.start * w..][..w]),
+                        PoolMode::Last => yr.copy_from_slice(&xs[(r.end - 1) * w..][..w]),
+                        PoolMode::Mean => {
+                            yr.fill(0.0);
+                            rows().for_each(|xr| yr.iter_mut().zip(xr).for_each(|(a, v)| *a += v));
+                            yr.iter_mut().for_each(|a| *a /= r.len() as f64);
+                        }
+                        PoolMode::Max => {
+                            yr.fill(f64::NEG_INFINITY);
+                            rows().for_each(|xr| {
+                                yr.iter_mut().zip(xr).for_each(|(a, v)| *a = a.max(*v))
+                            });
+                        }
+                    }
+                }
+            }
+            Op::Gather { x, .. } => {
+                let w = self.width(x);
+                let rows = (0..b.seqs()).flat_map(|s| {
+                    let start = b.cu[s] as usize;
+                    b.markers[b.seq_markers(s)].iter().map(move |&p| start + p as usize)
+                });
+                gather_rows(y, self.val(x), w, rows);
+            }
+            Op::L2Norm { x, eps, .. } => {
+                let w = self.width(x);
+                for (yr, xr) in y.chunks_exact_mut(w).zip(self.val(x).chunks_exact(w)) {
+                    let norm = xr.iter().map(|v| v * v).sum::<f64>().sqrt().max(f64::from(eps));
+                    yr.iter_mut().zip(xr).for_each(|(yv, xv)| *yv = xv / norm);
+                }
+            }
+        }
+    }
+}
+
+/// Copies row `idx[r]` of `table` (rows of `w` values) to row `r` of `y`.
+fn gather_rows(y: &mut [f64], table: &[f64], w: usize, idx: impl Iterator<Item = usize>) {
+    for (yr, i) in y.chunks_exact_mut(w.max(1)).zip(idx) {
+        yr.copy_from_slice(&table[i * w..(i + 1) * w]);
+    }
+}

@@ -1,0 +1,51 @@
+//! `cargo xtask`: project tasks that need more than one cargo command.
+
+use std::process::{Command, ExitCode};
+
+const HELP: &str = "\
+cargo xtask <task>
+
+tasks:
+  lint    cargo fmt --check, clippy with warnings denied, and rustdoc with warnings denied
+  help    this text
+";
+
+fn main() -> ExitCode {
+    let task = std::env::args().nth(1);
+    match task.as_deref() {
+        Some("lint") => lint(),
+        Some("help" | "-h" | "--help") | None => {
+            print!("{HELP}");
+            ExitCode::SUCCESS
+        }
+        Some(other) => {
+            eprint!("unknown task `{other}`\n\n{HELP}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Runs the checks CI on a public host runs besides the tests.
+fn lint() -> ExitCode {
+    let steps: [(&str, &[&str], &[(&str, &str)]); 3] = [
+        ("fmt", &["fmt", "--all", "--", "--check"], &[]),
+        ("clippy", &["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"], &[]),
+        ("doc", &["doc", "--workspace", "--no-deps"], &[("RUSTDOCFLAGS", "-D warnings")]),
+    ];
+    for (name, args, env) in steps {
+        eprintln!("xtask lint: {name}");
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        match Command::new(cargo).args(args).envs(env.iter().copied()).status() {
+            Ok(s) if s.success() => {}
+            Ok(s) => {
+                eprintln!("xtask lint: {name} failed ({s})");
+                return ExitCode::FAILURE;
+            }
+            Err(e) => {
+                eprintln!("xtask lint: could not start cargo for {name}: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    ExitCode::SUCCESS
+}
