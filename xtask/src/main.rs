@@ -1,5 +1,8 @@
 //! `cargo xtask`: project tasks that need more than one cargo command.
 
+// A command-line tool talks to its user on stdout and stderr.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
 use std::process::{Command, ExitCode};
 
 const HELP: &str = "\
@@ -27,7 +30,8 @@ fn main() -> ExitCode {
 
 /// Runs the checks CI on a public host runs besides the tests.
 fn lint() -> ExitCode {
-    let steps: [(&str, &[&str], &[(&str, &str)]); 3] = [
+    type Step<'a> = (&'a str, &'a [&'a str], &'a [(&'a str, &'a str)]);
+    let steps: [Step<'_>; 3] = [
         ("fmt", &["fmt", "--all", "--", "--check"], &[]),
         ("clippy", &["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"], &[]),
         ("doc", &["doc", "--workspace", "--no-deps"], &[("RUSTDOCFLAGS", "-D warnings")]),

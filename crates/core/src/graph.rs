@@ -790,3 +790,231 @@ impl GraphBuilder {
         Ok(self.graph)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A one-layer post-norm encoder block with a pooled, normalised output.
+    fn block() -> Graph {
+        let mut g = GraphBuilder::new();
+        let (d, heads) = (8, 2);
+        let emb = g.weight("emb", &[20, d]);
+        let pos = g.weight("pos", &[16, d]);
+        let ln_g = g.weight("ln.g", &[d]);
+        let ln_b = g.weight("ln.b", &[d]);
+        let wq = g.weight("q", &[d, d]);
+        let wo = g.weight("o", &[d, d]);
+        let t = Shape::tokens(d);
+        let e = g.op(t, |out| Op::Embed { table: emb, out });
+        let p = g.op(t, |out| Op::PosEmbed { table: pos, offset: 2, out });
+        let x = g.op(t, |out| Op::Add { a: e, b: p, out });
+        let x = g.op(t, |out| Op::LayerNorm { x, gamma: ln_g, beta: Some(ln_b), eps: 1e-12, out });
+        let q = g.op(t, |out| Op::Linear {
+            x,
+            weight: wq,
+            bias: None,
+            act: Act::Identity,
+            residual: None,
+            out,
+        });
+        let q = g.op(t, |out| Op::Rope { x: q, heads, head_dim: 4, theta: 1e4, out });
+        let a = g.op(t, |out| Op::Attention {
+            q,
+            k: q,
+            v: x,
+            heads,
+            head_dim: 4,
+            scale: 0.5,
+            window: Some(3),
+            out,
+        });
+        let y = g.op(t, |out| Op::Linear {
+            x: a,
+            weight: wo,
+            bias: None,
+            act: Act::Gelu,
+            residual: Some(x),
+            out,
+        });
+        let s = g.op(Shape::seqs(d), |out| Op::Pool { x: y, mode: PoolMode::Mean, out });
+        let s = g.op(Shape::seqs(d), |out| Op::L2Norm { x: s, eps: 1e-12, out });
+        g.output("embedding", s);
+        g.finish().unwrap()
+    }
+
+    fn invalid(g: &Graph) -> String {
+        match g.validate() {
+            Err(Error::Graph(m)) => m,
+            other => panic!("expected an invalid graph, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_well_formed_graph_validates_and_reports_limits() {
+        let g = block();
+        g.validate().unwrap();
+        assert_eq!(g.limits(), Limits { vocab: 20, types: 1, max_len: 14 });
+        assert_eq!(g.output("embedding"), Some(Val(9)));
+        assert_eq!(g.output("nope"), None);
+    }
+
+    #[test]
+    fn graphs_round_trip_through_serde() {
+        let g = block();
+        let json = serde_json::to_string(&g).unwrap();
+        let back: Graph = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, g);
+    }
+
+    #[test]
+    fn validate_names_the_op_and_what_it_expected() {
+        let base = block();
+        let mut cases: Vec<(Graph, &str)> = Vec::new();
+
+        let mut g = base.clone();
+        g.weights[5].shape = vec![8, 7]; // `o` feeds op 7
+        cases.push((g, "op 7 (Linear): weight 5 `o` has shape [8, 7], expected [8, 8]"));
+
+        let mut g = base.clone();
+        g.weights[2].shape = vec![9]; // LayerNorm gamma
+        cases.push((g, "op 3 (LayerNorm): weight 2 `ln.g` has shape [9], expected [8]"));
+
+        let mut g = base.clone();
+        g.vals[1].width = 6; // PosEmbed output
+        cases
+            .push((g, "op 1 (PosEmbed): weight 1 `pos` has shape [16, 8], expected [rows > 2, 6]"));
+
+        let mut g = base.clone();
+        g.ops[2] = Op::Add { a: Val(0), b: Val(9), out: Val(2) };
+        cases.push((g, "op 2 (Add): reads value 9 before any op defines it"));
+
+        let mut g = base.clone();
+        g.ops[4] = Op::Linear {
+            x: Val(3),
+            weight: W(42),
+            bias: None,
+            act: Act::Identity,
+            residual: None,
+            out: Val(4),
+        };
+        cases.push((g, "op 4 (Linear): uses weight 42 of 6"));
+
+        let mut g = base.clone();
+        g.ops[5] = Op::Rope { x: Val(4), heads: 3, head_dim: 4, theta: 1e4, out: Val(5) };
+        cases.push((g, "op 5 (Rope): 3 heads of 4 columns do not make width 8"));
+
+        let mut g = base.clone();
+        g.ops[5] = Op::Rope { x: Val(4), heads: 8, head_dim: 1, theta: 1e4, out: Val(5) };
+        cases.push((g, "op 5 (Rope): head_dim 1 must be even"));
+
+        let mut g = base.clone();
+        g.ops[3] = Op::LayerNorm { x: Val(2), gamma: W(2), beta: None, eps: 0.0, out: Val(3) };
+        cases.push((g, "op 3 (LayerNorm): eps must be positive"));
+
+        let mut g = base.clone();
+        g.vals[8].rows = Rows::Tokens; // Pool output
+        cases.push((g, "op 8 (Pool): value 8 is [tokens x 8], expected seqs rows"));
+
+        let mut g = base.clone();
+        g.ops[1] = Op::PosEmbed { table: W(1), offset: 0, out: Val(0) };
+        cases.push((g, "op 1 (PosEmbed): writes value 0, which an earlier op defined"));
+
+        let mut g = base.clone();
+        g.ops.pop();
+        cases.push((g, "value 9 is never defined by any op"));
+
+        let mut g = base.clone();
+        g.outputs.clear();
+        cases.push((g, "the graph has no outputs"));
+
+        let mut g = base.clone();
+        g.outputs.push(Output { name: "embedding".into(), val: Val(8) });
+        cases.push((g, "output name `embedding` appears twice"));
+
+        let mut g = base.clone();
+        g.ops[6] = Op::Attention {
+            q: Val(5),
+            k: Val(5),
+            v: Val(8),
+            heads: 2,
+            head_dim: 4,
+            scale: 1.0,
+            window: None,
+            out: Val(6),
+        };
+        cases.push((g, "op 6 (Attention): reads value 8 before any op defines it"));
+
+        for (g, want) in cases {
+            let msg = invalid(&g);
+            assert!(msg.contains(want), "expected `{want}` in `{msg}`");
+        }
+    }
+
+    #[test]
+    fn shape_checks_cover_every_row_changing_op() {
+        let mut g = GraphBuilder::new();
+        let emb = g.weight("emb", &[4, 6]);
+        let x = g.op(Shape::tokens(6), |out| Op::Embed { table: emb, out });
+        g.op(Shape::tokens(4), |out| Op::Glu { x, act: Act::Silu, out });
+        g.output("y", Val(1));
+        assert!(g.clone().finish().unwrap_err().to_string().contains("twice the output width 4"));
+
+        let mut g = GraphBuilder::new();
+        let emb = g.weight("emb", &[4, 6]);
+        let x = g.op(Shape::tokens(6), |out| Op::Embed { table: emb, out });
+        let y = g.op(Shape::tokens(4), |out| Op::Slice { x, start: 3, out });
+        g.output("y", y);
+        assert!(
+            g.finish()
+                .unwrap_err()
+                .to_string()
+                .contains("columns 3..3+4 exceed the input's width 6")
+        );
+
+        let mut g = GraphBuilder::new();
+        let emb = g.weight("emb", &[4, 6]);
+        let x = g.op(Shape::tokens(6), |out| Op::Embed { table: emb, out });
+        let y = g.op(Shape::markers(5), |out| Op::Gather { x, out });
+        g.output("y", y);
+        assert!(g.finish().unwrap_err().to_string().contains("widths must match"));
+    }
+
+    #[test]
+    fn check_weights_compares_count_and_shapes() {
+        let g = block();
+        let bytes: Vec<Vec<u8>> =
+            g.weights.iter().map(|w| vec![0; w.shape.iter().product::<usize>() * 4]).collect();
+        let ts: Vec<crate::HostTensor<'_>> = g
+            .weights
+            .iter()
+            .zip(&bytes)
+            .map(|(w, b)| crate::HostTensor { dtype: crate::DType::F32, shape: &w.shape, bytes: b })
+            .collect();
+        g.check_weights(&ts).unwrap();
+        let e = g.check_weights(&ts[..3]).unwrap_err();
+        assert!(e.to_string().contains("expects 6 weight tensors, got 3"), "{e}");
+        let mut bad = ts.clone();
+        bad[0] = crate::HostTensor { dtype: crate::DType::F32, shape: &[8, 8], bytes: &bytes[4] };
+        let e = g.check_weights(&bad).unwrap_err();
+        assert!(e.to_string().contains("weight 0 `emb` has shape [8, 8], expected [20, 8]"), "{e}");
+    }
+
+    #[test]
+    fn activations_match_known_values() {
+        let cases = [
+            (Act::Identity, -1.5, -1.5),
+            (Act::Gelu, 1.0, 0.841_344_746_068_542_9),
+            (Act::GeluTanh, 1.0, 0.841_191_990_608_276_8),
+            (Act::Relu, -1.0, 0.0),
+            (Act::Silu, 1.0, 0.731_058_578_630_004_9),
+            (Act::Tanh, 0.5, 0.462_117_157_260_009_8),
+            (Act::Sigmoid, 0.0, 0.5),
+            (Act::Log1pRelu, std::f64::consts::E - 1.0, 1.0),
+            (Act::Log1pRelu, -3.0, 0.0),
+        ];
+        for (act, x, want) in cases {
+            assert!((act.apply(x) - want).abs() < 1e-15, "{act:?}({x}) = {}", act.apply(x));
+        }
+    }
+}

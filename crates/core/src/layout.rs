@@ -128,20 +128,9 @@ mod tests {
     use super::*;
     use crate::{Act, GraphBuilder, Op, Shape};
 
-    /// A small deterministic generator (xorshift64*), enough for shuffling test graphs.
-    struct Rng(u64);
-    impl Rng {
-        fn below(&mut self, n: usize) -> usize {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            (self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 33) as usize % n
-        }
-    }
-
     /// A random but valid graph of `ops` ops mixing in-place, GEMM and row-kind-changing ops.
     fn random_graph(seed: u64, ops: usize) -> Graph {
-        let mut r = Rng(seed | 1);
+        let mut r = crate::testkit::Rng::new(seed);
         let mut g = GraphBuilder::new();
         let table = g.weight("emb", &[10, 8]);
         let mut vals = vec![g.op(Shape::tokens(8), |out| Op::Embed { table, out })];

@@ -7,7 +7,8 @@
 //! - [`Outputs`]: the named matrices a run produces;
 //! - [`Backend`]: the trait every device implements, and [`Executor`], generic over it;
 //! - [`layout`]: one arena per bucket, shared by values whose lifetimes do not overlap;
-//! - [`reference`]: an f64 interpreter, the oracle for every other backend.
+//! - [`reference`](mod@reference): an f64 interpreter, the oracle for every other backend;
+//! - [`testkit`]: random weights and small encoders for the tests of every crate.
 
 mod backend;
 mod batch;
@@ -20,6 +21,7 @@ pub mod graph;
 pub mod layout;
 mod outputs;
 pub mod reference;
+pub mod testkit;
 
 pub use backend::Backend;
 pub use batch::{Batch, BatchBuf};

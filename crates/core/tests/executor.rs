@@ -1,0 +1,195 @@
+//! The executor over the reference backend: bucket choice, lanes, plan reuse and isolation.
+
+use switchyard_core::testkit::{self, EncoderSpec, Rng};
+use switchyard_core::{
+    BatchBuf, Bucket, Buckets, Error, Executor, Graph, LaneId, Outputs, Reference,
+};
+
+fn buckets() -> Buckets {
+    "default 8 2 8\ndefault 32 4 32\ndefault 128 8 128\nsmall 16 2 16\n".parse().unwrap()
+}
+
+fn executor(graph: &Graph) -> Executor<Reference> {
+    let weights = testkit::random_weights(graph, 7);
+    let tensors = weights.tensors();
+    Executor::new(Reference, &tensors, graph.clone(), "default", buckets()).unwrap()
+}
+
+fn batch_of(lens: &[usize], seed: u64) -> BatchBuf {
+    typed_batch(lens, seed, true)
+}
+
+fn typed_batch(lens: &[usize], seed: u64, types: bool) -> BatchBuf {
+    let mut r = Rng::new(seed);
+    let mut buf = BatchBuf::new();
+    for &len in lens {
+        testkit::push_random_seq(&mut buf, &mut r, len, EncoderSpec::TINY.vocab, types);
+    }
+    buf
+}
+
+#[test]
+fn picks_the_smallest_bucket_and_lowers_each_once() {
+    let g = testkit::bert_like(EncoderSpec::TINY);
+    let mut ex = executor(&g);
+    let mut out = Outputs::new();
+    let small = batch_of(&[3, 2], 1);
+    // Markers are random, so size the bucket expectation by the batch itself.
+    assert!(small.batch().markers() <= 5);
+    assert_eq!(ex.run(LaneId::MAIN, &small.batch(), &mut out).unwrap(), Bucket::new(8, 2, 8));
+    assert_eq!(ex.memory().plan_count, 1);
+    let mid = batch_of(&[10, 10, 1], 2);
+    assert_eq!(ex.run(LaneId::MAIN, &mid.batch(), &mut out).unwrap(), Bucket::new(32, 4, 32));
+    ex.run(LaneId::MAIN, &small.batch(), &mut out).unwrap();
+    assert_eq!(ex.memory().plan_count, 2, "plans are reused, not rebuilt");
+    assert_eq!(out.get("embedding").unwrap().rows, 2);
+    assert_eq!(out.get("tokens").unwrap().rows, small.batch().markers());
+}
+
+#[test]
+fn a_batch_no_bucket_holds_is_an_error_naming_the_stage() {
+    let g = testkit::bert_like(EncoderSpec::TINY);
+    let mut ex = executor(&g);
+    let big = batch_of(&[40, 40, 40, 40], 3); // 160 tokens > 128
+    let e = ex.run(LaneId::MAIN, &big.batch(), &mut Outputs::new()).unwrap_err();
+    match e {
+        Error::NoBucket { stage, tokens, seqs, largest, .. } => {
+            assert_eq!(
+                (stage.as_str(), tokens, seqs, largest.as_str()),
+                ("default", 160, 4, "128,8,128")
+            );
+        }
+        other => panic!("expected NoBucket, got {other}"),
+    }
+}
+
+#[test]
+fn a_bad_batch_is_rejected_before_any_work() {
+    let g = testkit::bert_like(EncoderSpec::TINY);
+    let mut ex = executor(&g);
+    let mut buf = BatchBuf::new();
+    buf.push(&[1, 2, 50], None, &[]).unwrap();
+    let e = ex.run(LaneId::MAIN, &buf.batch(), &mut Outputs::new()).unwrap_err();
+    assert!(e.to_string().contains("token 2 has id 50, past the vocabulary of 50"), "{e}");
+    assert_eq!(ex.memory().plan_count, 0);
+
+    let mut buf = BatchBuf::new();
+    buf.push(&[1; 65], None, &[]).unwrap();
+    let e = ex.run(LaneId::MAIN, &buf.batch(), &mut Outputs::new()).unwrap_err();
+    assert!(e.to_string().contains("sequence 0 has 65 tokens; the model takes at most 64"), "{e}");
+}
+
+/// Each sequence's rows, alone and inside batches of different sizes (and so different
+/// buckets and plans), are bit-identical: nothing leaks across sequences or from padding.
+#[test]
+fn sequences_are_isolated_and_plans_reusable() {
+    for g in [testkit::bert_like(EncoderSpec::TINY), testkit::modernbert_like(EncoderSpec::TINY)] {
+        let mut ex = executor(&g);
+        let lens = [5, 1, 12, 7];
+        let all = typed_batch(&lens, 9, g.limits().types > 1);
+        let mut together = Outputs::new();
+        ex.run(LaneId::MAIN, &all.batch(), &mut together).unwrap();
+        let emb = together.get("embedding").unwrap().clone();
+
+        let mut out = Outputs::new();
+        for (s, &len) in lens.iter().enumerate() {
+            let b = all.batch();
+            let r = b.seq(s);
+            let mut one = BatchBuf::new();
+            let markers = &b.markers[b.seq_markers(s)];
+            one.push(&b.ids[r.clone()], Some(&b.types[r]), markers).unwrap();
+            ex.run(LaneId::MAIN, &one.batch(), &mut out).unwrap();
+            assert_eq!(out.get("embedding").unwrap().row(0), emb.row(s), "sequence {s} of {len}");
+            if let Some(tok) = together.get("tokens") {
+                let m = b.seq_markers(s);
+                assert_eq!(
+                    out.get("tokens").unwrap().data,
+                    tok.data[m.start * tok.width..m.end * tok.width]
+                );
+            }
+        }
+        // The big plan again: same results as the first time.
+        ex.run(LaneId::MAIN, &all.batch(), &mut out).unwrap();
+        assert_eq!(out, together);
+    }
+}
+
+#[test]
+fn lanes_share_weights_and_may_use_other_stages() {
+    let g = testkit::bert_like(EncoderSpec::TINY);
+    let mut ex = executor(&g);
+    let mut cls_only = g.clone();
+    cls_only.outputs.retain(|o| o.name == "cls");
+    let lane = ex.add_graph(cls_only, "small").unwrap();
+    assert_eq!(lane, LaneId(1));
+    assert_eq!(ex.lane_buckets(lane).unwrap(), [Bucket::new(16, 2, 16)]);
+
+    let b = batch_of(&[4, 6], 4);
+    let (mut full, mut cls) = (Outputs::new(), Outputs::new());
+    ex.run(LaneId::MAIN, &b.batch(), &mut full).unwrap();
+    assert_eq!(ex.run(lane, &b.batch(), &mut cls).unwrap(), Bucket::new(16, 2, 16));
+    assert_eq!(cls.mats().len(), 1);
+    assert_eq!(cls.get("cls"), full.get("cls"));
+
+    let other = testkit::modernbert_like(EncoderSpec::TINY);
+    let e = ex.add_graph(other, "default").unwrap_err();
+    assert!(e.to_string().contains("same weight list"), "{e}");
+    let e = ex.add_graph(g.clone(), "nope").unwrap_err();
+    assert!(
+        e.to_string().contains("stage `nope` has no buckets; the table has: default, small"),
+        "{e}"
+    );
+    let e = ex.run(LaneId(5), &b.batch(), &mut cls).unwrap_err();
+    assert!(e.to_string().contains("no lane 5; the executor has 2"), "{e}");
+}
+
+#[test]
+fn prepare_warm_and_memory() {
+    let g = testkit::bert_like(EncoderSpec::TINY);
+    let mut ex = executor(&g);
+    let numel: usize = g.weights.iter().map(|w| w.shape.iter().product::<usize>()).sum();
+    assert_eq!(ex.memory().weights, numel * 8, "the reference keeps f64 weights");
+    assert_eq!(ex.memory().plans, 0);
+
+    ex.prepare(LaneId::MAIN, Bucket::new(32, 4, 32)).unwrap();
+    assert_eq!(ex.memory().plan_count, 1);
+    let e = ex.prepare(LaneId::MAIN, Bucket::new(33, 4, 32)).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("bucket 33,4,32 is not in stage `default` (8,2,8 32,4,32 128,8,128)"),
+        "{e}"
+    );
+
+    ex.warm().unwrap();
+    let m = ex.memory();
+    assert_eq!(m.plan_count, 3);
+    assert!(m.plans > 0);
+    // A plan for a larger bucket holds a larger arena.
+    let mut small = executor(&g);
+    small.prepare(LaneId::MAIN, Bucket::new(8, 2, 8)).unwrap();
+    let mut large = executor(&g);
+    large.prepare(LaneId::MAIN, Bucket::new(128, 8, 128)).unwrap();
+    assert!(large.memory().plans > 4 * small.memory().plans);
+}
+
+#[test]
+fn new_rejects_weights_that_do_not_match_the_graph() {
+    let g = testkit::bert_like(EncoderSpec::TINY);
+    let weights = testkit::random_weights(&g, 1);
+    let tensors = weights.tensors();
+    let e = Executor::new(Reference, &tensors[1..], g.clone(), "default", buckets()).unwrap_err();
+    assert!(e.to_string().contains("expects"), "{e}");
+    let mut broken = g.clone();
+    broken.outputs.clear();
+    let e = Executor::new(Reference, &tensors, broken, "default", buckets()).unwrap_err();
+    assert!(matches!(e, Error::Graph(_)), "{e}");
+}
+
+#[test]
+fn an_empty_batch_runs_to_empty_outputs() {
+    let g = testkit::bert_like(EncoderSpec::TINY);
+    let mut ex = executor(&g);
+    let mut out = Outputs::new();
+    ex.run(LaneId::MAIN, &BatchBuf::new().batch(), &mut out).unwrap();
+    assert!(out.mats().iter().all(|m| m.rows == 0 && m.data.is_empty()));
+}
