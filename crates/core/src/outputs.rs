@@ -76,6 +76,11 @@ impl Outputs {
         self.mats.iter().find(|m| m.name == name)
     }
 
+    /// Applies `f` to every value of every output (for tests and post-processing).
+    pub fn map_values(&mut self, mut f: impl FnMut(f32) -> f32) {
+        self.mats.iter_mut().flat_map(|m| m.data.iter_mut()).for_each(|x| *x = f(*x));
+    }
+
     /// All outputs, in the graph's order.
     pub fn mats(&self) -> &[Mat] {
         &self.mats

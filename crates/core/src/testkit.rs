@@ -185,24 +185,50 @@ impl RandomWeights {
     }
 }
 
-/// Random f32 weights for `graph`. Matrices are scaled by `1 / sqrt(fan_in)` so activations stay
-/// near unit size through many layers; norm scales are near 1.
+/// Random f32 weights for `graph`, scaled by how the graph reads each tensor: embedding tables
+/// uniform in `[-2, 2]` (so single ops see inputs of unit size, where activations bend), linear
+/// weights by `1 / sqrt(fan_in)` (so activations stay near unit size through many layers), norm
+/// scales near 1, and biases and shifts small.
 pub fn random_weights(graph: &Graph, seed: u64) -> RandomWeights {
+    #[derive(Clone, Copy)]
+    enum Role {
+        Table,
+        Matrix,
+        Scale,
+        Shift,
+    }
+    let mut roles = vec![Role::Shift; graph.weights.len()];
+    for op in &graph.ops {
+        let [a, b] = op.weights();
+        let first = match op {
+            Op::Embed { .. } | Op::TypeEmbed { .. } | Op::PosEmbed { .. } => Role::Table,
+            Op::Linear { .. } => Role::Matrix,
+            _ => Role::Scale,
+        };
+        if let Some(a) = a {
+            roles[a.idx()] = first;
+        }
+        if let Some(b) = b {
+            roles[b.idx()] = Role::Shift;
+        }
+    }
     let mut r = Rng::new(seed);
     let bytes = graph
         .weights
         .iter()
-        .map(|w| {
+        .zip(&roles)
+        .map(|(w, role)| {
             let n: usize = w.shape.iter().product();
-            let scale = match w.shape.as_slice() {
-                [_, k] => 1.0 / (*k as f32).sqrt(),
-                _ => 0.1,
-            };
-            let norm_scale = w.name.contains("norm") || w.name.contains("LayerNorm");
-            let gamma = norm_scale && w.name.ends_with(".weight");
+            let fan_in = w.shape.last().copied().unwrap_or(1).max(1) as f32;
             (0..n)
                 .flat_map(|_| {
-                    let v = if gamma { 1.0 + 0.1 * r.unit() } else { scale * r.unit() };
+                    let u = r.unit();
+                    let v = match role {
+                        Role::Table => 2.0 * u,
+                        Role::Matrix => u / fan_in.sqrt(),
+                        Role::Scale => 1.0 + 0.1 * u,
+                        Role::Shift => 0.1 * u,
+                    };
                     v.to_le_bytes()
                 })
                 .collect()

@@ -1,0 +1,38 @@
+//! Moving data between the host and a Burn device.
+
+use burn_backend::tensor::{FloatTensor, IntTensor};
+use burn_backend::{Backend as BurnBackend, Shape, TensorData, get_or_init_device_settings};
+use switchyard_core::{Error, HostTensor, Result};
+
+/// Uploads f32 values of the given shape as a float tensor.
+pub fn floats<B: BurnBackend>(
+    values: Vec<f32>,
+    shape: &[usize],
+    device: &B::Device,
+) -> FloatTensor<B> {
+    B::float_from_data(TensorData::new(values, Shape::from(shape.to_vec())), device)
+}
+
+/// Uploads indices as an int tensor of the device's default int dtype.
+pub fn ints<B: BurnBackend>(values: Vec<i64>, device: &B::Device) -> IntTensor<B> {
+    let n = values.len();
+    let dtype = get_or_init_device_settings::<B>(device).int_dtype;
+    let data = TensorData::new(values, Shape::from(vec![n])).convert_dtype(dtype.into());
+    B::int_from_data(data, device)
+}
+
+/// A checkpoint tensor as f32 values (every supported dtype converts exactly).
+pub fn host_f32(t: &HostTensor<'_>) -> Vec<f32> {
+    let mut v = Vec::with_capacity(t.numel());
+    t.extend_f32(&mut v);
+    v
+}
+
+/// Reads a float tensor back to the host as f32 values.
+pub fn read_f32<B: BurnBackend>(t: FloatTensor<B>) -> Result<Vec<f32>> {
+    let data = burn_backend::try_read_sync(B::float_into_data(t))
+        .ok_or_else(|| Error::Device("the device cannot be read synchronously here".into()))?
+        .map_err(|e| Error::Device(format!("reading a result back failed: {e:?}")))?;
+    data.try_into_vec_as::<f32>()
+        .map_err(|e| Error::Device(format!("a result could not be converted to f32: {e:?}")))
+}

@@ -1,0 +1,246 @@
+//! The generic lowering: every op in terms of Burn's backend API, for any Burn backend.
+//!
+//! Each function computes one op on `[rows, width]` float tensors and follows the numerics
+//! documented on [`switchyard_core::Op`]. Backends replace single ops through
+//! [`crate::Kernels`] and may call these for the cases they do not handle.
+
+use burn_backend::ops::AttentionModuleOptions;
+use burn_backend::tensor::FloatTensor;
+use burn_backend::{Backend as BurnBackend, Shape, Slice, TensorData, TensorMetadata};
+use burn_std::IndexingUpdateOp;
+use switchyard_core::{Act, Op, PoolMode};
+
+use crate::{Bound, Inputs, RunCx};
+
+/// `[rows, width]` of a 2-D tensor.
+pub fn dims<B: BurnBackend>(t: &FloatTensor<B>) -> [usize; 2] {
+    t.shape().dims()
+}
+
+/// Columns `start .. end` of a 2-D tensor.
+pub fn cols<B: BurnBackend>(t: FloatTensor<B>, start: usize, end: usize) -> FloatTensor<B> {
+    B::float_slice(t, &[Slice::from(..), range(start, end)])
+}
+
+/// Rows `start .. end` of a 2-D tensor.
+pub fn rows<B: BurnBackend>(t: FloatTensor<B>, start: usize, end: usize) -> FloatTensor<B> {
+    B::float_slice(t, &[range(start, end), Slice::from(..)])
+}
+
+fn range(start: usize, end: usize) -> Slice {
+    Slice::new(start as isize, Some(end as isize), 1)
+}
+
+fn reshape<B: BurnBackend>(t: FloatTensor<B>, shape: &[usize]) -> FloatTensor<B> {
+    B::float_reshape(t, Shape::from(shape.to_vec()))
+}
+
+/// Applies an activation element-wise.
+pub fn activation<B: BurnBackend>(x: FloatTensor<B>, act: Act) -> FloatTensor<B> {
+    match act {
+        Act::Identity => x,
+        Act::Gelu => B::gelu(x),
+        Act::GeluTanh => {
+            // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+            let c = (2.0 / std::f64::consts::PI).sqrt();
+            let x3 = B::float_mul(B::float_mul(x.clone(), x.clone()), x.clone());
+            let inner = B::float_add(x.clone(), B::float_mul_scalar(x3, 0.044_715f64.into()));
+            let t = B::float_tanh(B::float_mul_scalar(inner, c.into()));
+            let half = B::float_mul_scalar(B::float_add_scalar(t, 1.0f64.into()), 0.5f64.into());
+            B::float_mul(x, half)
+        }
+        Act::Relu => B::relu(x),
+        Act::Silu => B::float_mul(x.clone(), B::sigmoid(x)),
+        Act::Tanh => B::float_tanh(x),
+        Act::Sigmoid => B::sigmoid(x),
+        Act::Log1pRelu => B::float_log(B::float_add_scalar(B::relu(x), 1.0f64.into())),
+    }
+}
+
+/// `act(x . wt + bias) + residual`, with `wt` stored `[in, out]` and `bias` `[1, out]`.
+pub fn linear<B: BurnBackend>(
+    x: FloatTensor<B>,
+    wt: &FloatTensor<B>,
+    bias: Option<&FloatTensor<B>>,
+    act: Act,
+    residual: Option<FloatTensor<B>>,
+) -> FloatTensor<B> {
+    let mut y = B::float_matmul(x, wt.clone());
+    if let Some(b) = bias {
+        y = B::float_add(y, b.clone());
+    }
+    y = activation::<B>(y, act);
+    match residual {
+        Some(r) => B::float_add(y, r),
+        None => y,
+    }
+}
+
+/// Self-attention of each sequence on its own, with no padding: one Burn attention call per
+/// sequence, on `[1, heads, len, head_dim]` views of its rows.
+#[allow(clippy::too_many_arguments)]
+pub fn attention<B: BurnBackend>(
+    q: FloatTensor<B>,
+    k: FloatTensor<B>,
+    v: FloatTensor<B>,
+    heads: usize,
+    head_dim: usize,
+    scale: f32,
+    window: Option<usize>,
+    cx: &RunCx<'_, B>,
+) -> FloatTensor<B> {
+    let b = cx.batch;
+    let w = heads * head_dim;
+    let options = AttentionModuleOptions { scale: Some(f64::from(scale)), ..Default::default() };
+    let split = |t: &FloatTensor<B>, s: usize, l: usize| {
+        let r = rows::<B>(t.clone(), b.cu[s] as usize, b.cu[s] as usize + l);
+        B::float_swap_dims(reshape::<B>(r, &[1, l, heads, head_dim]), 1, 2)
+    };
+    let mut outs = Vec::with_capacity(b.seqs());
+    for s in 0..b.seqs() {
+        let l = b.seq(s).len();
+        let mask = window.filter(|&win| win + 1 < l).map(|win| {
+            let m: Vec<bool> = (0..l * l).map(|ij| (ij / l).abs_diff(ij % l) > win).collect();
+            let m = B::bool_from_data(TensorData::new(m, Shape::from(vec![1, 1, l, l])), cx.device);
+            B::bool_expand(m, Shape::from(vec![1, heads, l, l]))
+        });
+        let o =
+            B::attention(split(&q, s, l), split(&k, s, l), split(&v, s, l), mask, None, options);
+        outs.push(reshape::<B>(B::float_swap_dims(o, 1, 2), &[l, w]));
+    }
+    if outs.len() == 1 { outs.pop().expect("one sequence") } else { B::float_cat(outs, 0) }
+}
+
+/// Rotary embedding with `cos` and `sin` tables of `[positions, head_dim / 2]`.
+pub fn rope<B: BurnBackend>(
+    x: FloatTensor<B>,
+    heads: usize,
+    head_dim: usize,
+    cos: &FloatTensor<B>,
+    sin: &FloatTensor<B>,
+    cx: &RunCx<'_, B>,
+) -> FloatTensor<B> {
+    let [t, w] = dims::<B>(&x);
+    let half = head_dim / 2;
+    let pick = |table: &FloatTensor<B>| {
+        reshape::<B>(B::float_select(table.clone(), 0, cx.positions()), &[t, 1, half])
+    };
+    let (c, s) = (pick(cos), pick(sin));
+    let x = reshape::<B>(x, &[t, heads, head_dim]);
+    let part = |a: usize, e: usize| {
+        B::float_slice(x.clone(), &[Slice::from(..), Slice::from(..), range(a, e)])
+    };
+    let (x1, x2) = (part(0, half), part(half, head_dim));
+    let o1 = B::float_sub(B::float_mul(x1.clone(), c.clone()), B::float_mul(x2.clone(), s.clone()));
+    let o2 = B::float_add(B::float_mul(x2, c), B::float_mul(x1, s));
+    reshape::<B>(B::float_cat(vec![o1, o2], 2), &[t, w])
+}
+
+/// The `cos` and `sin` tables for [`rope`]: `[positions, head_dim / 2]`.
+pub fn rope_tables(positions: usize, head_dim: usize, theta: f32) -> (Vec<f32>, Vec<f32>) {
+    let half = head_dim / 2;
+    let mut cos = Vec::with_capacity(positions * half);
+    let mut sin = Vec::with_capacity(positions * half);
+    for p in 0..positions {
+        for i in 0..half {
+            // Angles in f64 so long positions keep their accuracy; stored in f32.
+            let freq = f64::from(theta).powf(-2.0 * i as f64 / head_dim as f64);
+            let (s, c) = (p as f64 * freq).sin_cos();
+            cos.push(c as f32);
+            sin.push(s as f32);
+        }
+    }
+    (cos, sin)
+}
+
+/// Pools each sequence's token rows into one row.
+pub fn pool<B: BurnBackend>(
+    x: FloatTensor<B>,
+    mode: PoolMode,
+    cx: &RunCx<'_, B>,
+) -> FloatTensor<B> {
+    let b = cx.batch;
+    match mode {
+        PoolMode::Cls => B::float_select(x, 0, cx.firsts()),
+        PoolMode::Last => B::float_select(x, 0, cx.lasts()),
+        PoolMode::Mean => {
+            let [_, w] = dims::<B>(&x);
+            let zeros = B::float_zeros(Shape::from(vec![b.seqs(), w]), cx.device, x.dtype().into());
+            let sums = B::float_select_assign(zeros, 0, cx.segments(), x, IndexingUpdateOp::Add);
+            let inv: Vec<f32> = (0..b.seqs()).map(|s| 1.0 / b.seq(s).len() as f32).collect();
+            B::float_mul(sums, crate::convert::floats::<B>(inv, &[b.seqs(), 1], cx.device))
+        }
+        PoolMode::Max => {
+            let per_seq: Vec<FloatTensor<B>> = (0..b.seqs())
+                .map(|s| B::float_max_dim(rows::<B>(x.clone(), b.seq(s).start, b.seq(s).end), 0))
+                .collect();
+            B::float_cat(per_seq, 0)
+        }
+    }
+}
+
+/// Row-wise `x / sqrt(mean(x^2) + eps) * gamma`, `gamma` stored `[1, width]`.
+pub fn rms_norm<B: BurnBackend>(
+    x: FloatTensor<B>,
+    gamma: &FloatTensor<B>,
+    eps: f32,
+) -> FloatTensor<B> {
+    let ms = B::float_mean_dim(B::float_mul(x.clone(), x.clone()), 1);
+    let inv = B::float_recip(B::float_sqrt(B::float_add_scalar(ms, f64::from(eps).into())));
+    B::float_mul(B::float_mul(x, inv), gamma.clone())
+}
+
+/// Row-wise `x / max(||x||, eps)`.
+pub fn l2_norm<B: BurnBackend>(x: FloatTensor<B>, eps: f32) -> FloatTensor<B> {
+    let norm = B::float_sqrt(B::float_sum_dim(B::float_mul(x.clone(), x.clone()), 1));
+    B::float_div(x, B::float_clamp_min(norm, f64::from(eps).into()))
+}
+
+/// Runs one op the generic way. `ins` holds the op's inputs in [`Op::inputs`] order; `w` the
+/// weights bound at lower time.
+pub fn run_op<B: BurnBackend>(
+    op: &Op,
+    ins: Inputs<B>,
+    w: &Bound<B>,
+    cx: &RunCx<'_, B>,
+) -> FloatTensor<B> {
+    let [a, b, c] = ins;
+    let need = |t: Option<FloatTensor<B>>| t.expect("the plan passes every input an op reads");
+    match (op, w) {
+        (Op::Embed { .. }, Bound::Table(t)) => B::float_select(t.clone(), 0, cx.ids()),
+        (Op::TypeEmbed { .. }, Bound::Table(t)) => B::float_select(t.clone(), 0, cx.types()),
+        (Op::PosEmbed { offset, .. }, Bound::Table(t)) => {
+            let idx = crate::convert::ints::<B>(cx.host_positions(*offset), cx.device);
+            B::float_select(t.clone(), 0, idx)
+        }
+        (Op::Add { .. }, _) => B::float_add(need(a), need(b)),
+        (Op::LayerNorm { eps, .. }, Bound::Norm { gamma, beta }) => {
+            B::layer_norm(need(a), gamma.clone(), beta.clone(), f64::from(*eps))
+        }
+        (Op::RmsNorm { eps, .. }, Bound::Norm { gamma, .. }) => rms_norm::<B>(need(a), gamma, *eps),
+        (Op::Linear { act, .. }, Bound::Linear { wt, bias }) => {
+            linear::<B>(need(a), wt, bias.as_ref(), *act, b)
+        }
+        (Op::Glu { act, .. }, _) => {
+            let x = need(a);
+            let [_, w2] = dims::<B>(&x);
+            let h = w2 / 2;
+            let gate = activation::<B>(cols::<B>(x.clone(), 0, h), *act);
+            B::float_mul(gate, cols::<B>(x, h, w2))
+        }
+        (Op::Slice { start, out, .. }, _) => {
+            cols::<B>(need(a), *start, start + cx.graph.shape(*out).width)
+        }
+        (Op::Rope { heads, head_dim, .. }, Bound::Rope { cos, sin }) => {
+            rope::<B>(need(a), *heads, *head_dim, cos, sin, cx)
+        }
+        (Op::Attention { heads, head_dim, scale, window, .. }, _) => {
+            attention::<B>(need(a), need(b), need(c), *heads, *head_dim, *scale, *window, cx)
+        }
+        (Op::Activation { act, .. }, _) => activation::<B>(need(a), *act),
+        (Op::Pool { mode, .. }, _) => pool::<B>(need(a), *mode, cx),
+        (Op::Gather { .. }, _) => B::float_select(need(a), 0, cx.markers()),
+        (Op::L2Norm { eps, .. }, _) => l2_norm::<B>(need(a), *eps),
+        (op, _) => unreachable!("lower binds the weights {} needs", op.name()),
+    }
+}

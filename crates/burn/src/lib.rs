@@ -1,0 +1,375 @@
+//! switchyard-burn: one lowering of a Switchyard [`Graph`] onto any Burn backend.
+//!
+//! [`Burn<B, K>`] implements [`switchyard_core::Backend`] for every `B: burn_backend::Backend`.
+//! The flex, ndarray, cube, tch and remote crates are thin: they pick `B`, a device and their
+//! [`Caps`], and may replace the kernel of any single op through [`Kernels`] — a fused GEMM
+//! epilogue, a ragged attention — without copying the rest of the lowering.
+//!
+//! How a graph runs here:
+//! - `upload` converts checkpoint tensors to f32 device tensors once, storing each in the form
+//!   its ops read it (linear weights transposed to `[in, out]`), and skipping unused tensors;
+//! - `lower` validates the graph, asks the kernels whether they can run each op
+//!   ([`Kernels::check`]), binds each op's weights, and precomputes rotary tables for the bucket;
+//! - `run` executes the ops in order on the batch's real rows only: no padding anywhere, and
+//!   attention runs per sequence at its own length. Each value is dropped after its last reader
+//!   (the live ranges of [`switchyard_core::layout`]), so peak activation memory follows the
+//!   layout; Burn itself allocates each op's result, so unlike the reference backend a run does
+//!   allocate.
+
+mod convert;
+pub mod generic;
+mod runcx;
+
+use std::collections::HashMap;
+
+use burn_backend::Backend as BurnBackend;
+use burn_backend::tensor::FloatTensor;
+use switchyard_core::{
+    Backend, Batch, Bucket, Caps, Error, Graph, HostTensor, Layout, Op, Outputs, Result, W,
+};
+
+pub use convert::{floats, ints, read_f32};
+pub use runcx::RunCx;
+
+/// An op's inputs, in [`Op::inputs`] order; slots the op does not use are `None`.
+pub type Inputs<B> = [Option<FloatTensor<B>>; 3];
+
+/// The weights bound to one op at lower time, in the form the generic lowering reads them.
+#[derive(Clone, Debug)]
+pub enum Bound<B: BurnBackend> {
+    /// The op reads no weights.
+    None,
+    /// An embedding table, `[rows, width]`.
+    Table(FloatTensor<B>),
+    /// A norm's scale and shift: `[width]` for LayerNorm, `[1, width]` for RmsNorm.
+    Norm {
+        /// The scale.
+        gamma: FloatTensor<B>,
+        /// The shift, if any.
+        beta: Option<FloatTensor<B>>,
+    },
+    /// A linear layer: the weight transposed to `[in, out]` and the bias as `[1, out]`.
+    Linear {
+        /// `[in, out]`.
+        wt: FloatTensor<B>,
+        /// `[1, out]`.
+        bias: Option<FloatTensor<B>>,
+    },
+    /// Rotary tables for every position of the bucket, `[positions, head_dim / 2]` each.
+    Rope {
+        /// Cosines.
+        cos: FloatTensor<B>,
+        /// Sines.
+        sin: FloatTensor<B>,
+    },
+}
+
+/// What a backend's own kernel did with an op.
+pub enum Ran<B: BurnBackend> {
+    /// It computed the op's output.
+    Done(FloatTensor<B>),
+    /// It does not handle this op (or these shapes); the inputs go to the generic lowering.
+    Declined(Inputs<B>),
+}
+
+/// The seam through which a backend replaces the kernel of any single op.
+///
+/// Every method has a default, so `impl Kernels<B> for MyKernels {}` is the generic lowering.
+pub trait Kernels<B: BurnBackend>: Send + Sync + 'static {
+    /// Called at lower time for each op: [`Error::Unsupported`] refuses the graph.
+    fn check(&self, _op: &Op, _graph: &Graph, _bucket: Bucket) -> Result<()> {
+        Ok(())
+    }
+
+    /// Runs `op` with a kernel of the backend's own, or declines and hands back the inputs.
+    fn run_op(&self, _op: &Op, ins: Inputs<B>, _w: &Bound<B>, _cx: &RunCx<'_, B>) -> Ran<B> {
+        Ran::Declined(ins)
+    }
+}
+
+/// The generic lowering alone: Burn's own ops for everything.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Generic;
+
+impl<B: BurnBackend> Kernels<B> for Generic {}
+
+/// A Switchyard backend on the Burn backend `B`, with kernels `K` replacing some ops.
+#[derive(Debug)]
+pub struct Burn<B: BurnBackend, K = Generic> {
+    device: B::Device,
+    kernels: K,
+    caps: Caps,
+}
+
+impl<B: BurnBackend, K: Kernels<B>> Burn<B, K> {
+    /// A backend on `device`, describing itself with `caps`.
+    pub fn new(device: B::Device, kernels: K, caps: Caps) -> Self {
+        Burn { device, kernels, caps }
+    }
+
+    /// The Burn device.
+    pub fn device(&self) -> &B::Device {
+        &self.device
+    }
+}
+
+/// Checkpoint weights on a Burn device, each in the form its ops read it.
+#[derive(Debug)]
+pub struct BurnWeights<B: BurnBackend> {
+    /// As in the checkpoint (tables, norm parameters, biases), where some op reads it so.
+    plain: Vec<Option<FloatTensor<B>>>,
+    /// Transposed to `[in, out]`, for the linear layers.
+    transposed: Vec<Option<FloatTensor<B>>>,
+    bytes: usize,
+}
+
+impl<B: BurnBackend> BurnWeights<B> {
+    fn plain(&self, w: W) -> Result<FloatTensor<B>> {
+        match (&self.plain[w.idx()], &self.transposed[w.idx()]) {
+            (Some(t), _) => Ok(t.clone()),
+            (None, Some(t)) => Ok(B::float_transpose(t.clone())),
+            (None, None) => Err(missing(w)),
+        }
+    }
+
+    fn transposed(&self, w: W) -> Result<FloatTensor<B>> {
+        match (&self.transposed[w.idx()], &self.plain[w.idx()]) {
+            (Some(t), _) => Ok(t.clone()),
+            (None, Some(t)) => Ok(B::float_transpose(t.clone())),
+            (None, None) => Err(missing(w)),
+        }
+    }
+
+    fn row(&self, w: W) -> Result<FloatTensor<B>> {
+        let t = self.plain(w)?;
+        let n = burn_backend::TensorMetadata::shape(&t).num_elements();
+        Ok(B::float_reshape(t, burn_backend::Shape::from(vec![1, n])))
+    }
+}
+
+fn missing(w: W) -> Error {
+    Error::Graph(format!(
+        "weight {} was not uploaded: no op of the uploading graph reads it; \
+         upload with a graph that uses every weight its lanes need",
+        w.0
+    ))
+}
+
+/// A graph lowered for one bucket: its ops with weights bound, and slots for its values.
+#[derive(Debug)]
+pub struct BurnPlan<B: BurnBackend> {
+    graph: Graph,
+    bucket: Bucket,
+    bound: Vec<Bound<B>>,
+    /// For each value, the last op that reads it (`ops.len()` for outputs, `None` if unread).
+    last_use: Vec<Option<usize>>,
+    vals: Vec<Option<FloatTensor<B>>>,
+    bytes: usize,
+}
+
+/// For each weight, whether some op reads it as it is and whether a linear layer reads it
+/// (transposed).
+fn weight_forms(graph: &Graph) -> Vec<(bool, bool)> {
+    let mut forms = vec![(false, false); graph.weights.len()];
+    for op in &graph.ops {
+        for (i, w) in op.weights().into_iter().enumerate() {
+            let Some(w) = w else { continue };
+            let f = &mut forms[w.idx()];
+            if matches!(op, Op::Linear { .. }) && i == 0 {
+                f.1 = true;
+            } else {
+                f.0 = true;
+            }
+        }
+    }
+    forms
+}
+
+impl<B: BurnBackend, K: Kernels<B>> Backend for Burn<B, K> {
+    type Weights = BurnWeights<B>;
+    type Plan = BurnPlan<B>;
+
+    fn caps(&self) -> Caps {
+        self.caps.clone()
+    }
+
+    fn upload(&self, tensors: &[HostTensor<'_>], graph: &Graph) -> Result<Self::Weights> {
+        let _span =
+            tracing::info_span!("upload", backend = %self.caps.backend, tensors = tensors.len())
+                .entered();
+        graph.check_weights(tensors)?;
+        let forms = weight_forms(graph);
+        let mut w = BurnWeights {
+            plain: Vec::with_capacity(tensors.len()),
+            transposed: Vec::with_capacity(tensors.len()),
+            bytes: 0,
+        };
+        for (t, &(plain, transposed)) in tensors.iter().zip(&forms) {
+            let values = convert::host_f32(t);
+            let n = values.len();
+            w.transposed.push(transposed.then(|| {
+                let (rows, cols) = (t.shape[0], t.shape[1]);
+                let mut tv = vec![0.0f32; n];
+                for (r, row) in values.chunks_exact(cols).enumerate() {
+                    for (c, &x) in row.iter().enumerate() {
+                        tv[c * rows + r] = x;
+                    }
+                }
+                floats::<B>(tv, &[cols, rows], &self.device)
+            }));
+            w.plain.push(plain.then(|| floats::<B>(values, t.shape, &self.device)));
+            w.bytes += n * 4 * (usize::from(plain) + usize::from(transposed));
+        }
+        Ok(w)
+    }
+
+    fn lower(&self, w: &Self::Weights, graph: &Graph, bucket: Bucket) -> Result<Self::Plan> {
+        let _span = tracing::debug_span!("lower", backend = %self.caps.backend, %bucket).entered();
+        graph.validate()?;
+        if w.plain.len() != graph.weights.len() {
+            return Err(Error::Graph(format!(
+                "the graph expects {} weights but {} were uploaded",
+                graph.weights.len(),
+                w.plain.len()
+            )));
+        }
+        let layout = Layout::plan(graph, bucket, 4);
+        let mut bytes = layout.total;
+        let mut rope_cache: HashMap<(usize, u32), (FloatTensor<B>, FloatTensor<B>)> =
+            HashMap::new();
+        let mut bound = Vec::with_capacity(graph.ops.len());
+        for (i, op) in graph.ops.iter().enumerate() {
+            self.kernels.check(op, graph, bucket).map_err(|e| annotate(e, i, op))?;
+            bound.push(match *op {
+                Op::Embed { table, .. }
+                | Op::TypeEmbed { table, .. }
+                | Op::PosEmbed { table, .. } => Bound::Table(w.plain(table)?),
+                Op::LayerNorm { gamma, beta, .. } => Bound::Norm {
+                    gamma: w.plain(gamma)?,
+                    beta: beta.map(|b| w.plain(b)).transpose()?,
+                },
+                Op::RmsNorm { gamma, .. } => Bound::Norm { gamma: w.row(gamma)?, beta: None },
+                Op::Linear { weight, bias, .. } => Bound::Linear {
+                    wt: w.transposed(weight)?,
+                    bias: bias.map(|b| w.row(b)).transpose()?,
+                },
+                Op::Rope { head_dim, theta, .. } => {
+                    let (cos, sin) = rope_cache
+                        .entry((head_dim, theta.to_bits()))
+                        .or_insert_with(|| {
+                            let (c, s) = generic::rope_tables(bucket.tokens, head_dim, theta);
+                            bytes += (c.len() + s.len()) * 4;
+                            let shape = [bucket.tokens, head_dim / 2];
+                            (
+                                floats::<B>(c, &shape, &self.device),
+                                floats::<B>(s, &shape, &self.device),
+                            )
+                        })
+                        .clone();
+                    Bound::Rope { cos, sin }
+                }
+                _ => Bound::None,
+            });
+        }
+        let mut last_use = graph.last_uses();
+        for o in &graph.outputs {
+            last_use[o.val.idx()] = Some(graph.ops.len());
+        }
+        Ok(BurnPlan {
+            graph: graph.clone(),
+            bucket,
+            bound,
+            last_use,
+            vals: vec![None; graph.vals.len()],
+            bytes,
+        })
+    }
+
+    fn run(&self, plan: &mut Self::Plan, batch: &Batch<'_>, out: &mut Outputs) -> Result<()> {
+        let _span =
+            tracing::trace_span!("run", backend = %self.caps.backend, tokens = batch.tokens())
+                .entered();
+        let b = plan.bucket;
+        if !b.holds(batch.tokens(), batch.seqs(), batch.markers()) {
+            return Err(Error::BadBatch(format!(
+                "a batch of {},{},{} does not fit the plan's bucket {b}",
+                batch.tokens(),
+                batch.seqs(),
+                batch.markers()
+            )));
+        }
+        let mats = out.prepare(&plan.graph, batch);
+        if batch.seqs() == 0 {
+            return Ok(());
+        }
+        let graph = &plan.graph;
+        let cx = RunCx::<B>::new(graph, batch, &self.device);
+        for (i, op) in graph.ops.iter().enumerate() {
+            let o = op.out();
+            // Only marker rows can be absent from a non-empty batch; ops on them are skipped.
+            if batch.rows(graph.shape(o).rows) == 0 {
+                continue;
+            }
+            let ins = take_inputs::<B>(op, i, &plan.last_use, &mut plan.vals);
+            let y = match self.kernels.run_op(op, ins, &plan.bound[i], &cx) {
+                Ran::Done(y) => y,
+                Ran::Declined(ins) => generic::run_op::<B>(op, ins, &plan.bound[i], &cx),
+            };
+            if plan.last_use[o.idx()].is_some() {
+                plan.vals[o.idx()] = Some(y);
+            }
+        }
+        for (m, o) in mats.iter_mut().zip(&graph.outputs) {
+            if m.rows == 0 {
+                continue;
+            }
+            let t = plan.vals[o.val.idx()].take().expect("outputs live to the end of the run");
+            let v = read_f32::<B>(t)?;
+            if v.len() != m.data.len() {
+                return Err(Error::Device(format!(
+                    "output `{}` came back with {} values, expected {}",
+                    m.name,
+                    v.len(),
+                    m.data.len()
+                )));
+            }
+            m.data.copy_from_slice(&v);
+        }
+        plan.vals.iter_mut().for_each(|v| *v = None);
+        Ok(())
+    }
+
+    fn weight_bytes(&self, w: &Self::Weights) -> usize {
+        w.bytes
+    }
+
+    fn plan_bytes(&self, p: &Self::Plan) -> usize {
+        p.bytes
+    }
+}
+
+/// The op's inputs: moved out of their slots at their last use, cloned otherwise (a value read
+/// twice by one op is cloned for all but its last slot).
+fn take_inputs<B: BurnBackend>(
+    op: &Op,
+    i: usize,
+    last_use: &[Option<usize>],
+    vals: &mut [Option<FloatTensor<B>>],
+) -> Inputs<B> {
+    let names = op.inputs();
+    let mut ins: Inputs<B> = [None, None, None];
+    for (j, v) in names.iter().enumerate() {
+        let Some(v) = *v else { continue };
+        let again = names[j + 1..].contains(&Some(v));
+        let slot = &mut vals[v.idx()];
+        ins[j] = if last_use[v.idx()] == Some(i) && !again { slot.take() } else { slot.clone() };
+    }
+    ins
+}
+
+fn annotate(e: Error, i: usize, op: &Op) -> Error {
+    match e {
+        Error::Unsupported(m) => Error::Unsupported(format!("op {i} ({}): {m}", op.name())),
+        other => other,
+    }
+}

@@ -1,0 +1,109 @@
+//! What ops see during a run: the graph, the batch, and index tensors built on first use.
+
+use std::cell::OnceCell;
+
+use burn_backend::Backend as BurnBackend;
+use burn_backend::tensor::IntTensor;
+use switchyard_core::{Batch, Graph};
+
+use crate::convert::ints;
+
+/// What a run's ops need to know: the graph, and the batch on the host and on the device.
+///
+/// Index tensors are uploaded lazily, once per run, and only if some op reads them.
+pub struct RunCx<'a, B: BurnBackend> {
+    /// The graph being run.
+    pub graph: &'a Graph,
+    /// The checked batch.
+    pub batch: &'a Batch<'a>,
+    /// The device the plan runs on.
+    pub device: &'a B::Device,
+    ids: OnceCell<IntTensor<B>>,
+    types: OnceCell<IntTensor<B>>,
+    positions: OnceCell<IntTensor<B>>,
+    segments: OnceCell<IntTensor<B>>,
+    firsts: OnceCell<IntTensor<B>>,
+    lasts: OnceCell<IntTensor<B>>,
+    markers: OnceCell<IntTensor<B>>,
+}
+
+impl<'a, B: BurnBackend> RunCx<'a, B> {
+    /// The context for running `graph` on `batch` on `device`.
+    pub fn new(graph: &'a Graph, batch: &'a Batch<'a>, device: &'a B::Device) -> Self {
+        RunCx {
+            graph,
+            batch,
+            device,
+            ids: OnceCell::new(),
+            types: OnceCell::new(),
+            positions: OnceCell::new(),
+            segments: OnceCell::new(),
+            firsts: OnceCell::new(),
+            lasts: OnceCell::new(),
+            markers: OnceCell::new(),
+        }
+    }
+
+    fn cached(
+        &self,
+        cell: &OnceCell<IntTensor<B>>,
+        make: impl FnOnce() -> Vec<i64>,
+    ) -> IntTensor<B> {
+        cell.get_or_init(|| ints::<B>(make(), self.device)).clone()
+    }
+
+    /// Token ids, `[tokens]`.
+    pub fn ids(&self) -> IntTensor<B> {
+        self.cached(&self.ids, || self.batch.ids.iter().map(|&i| i64::from(i)).collect())
+    }
+
+    /// Token types, `[tokens]`.
+    pub fn types(&self) -> IntTensor<B> {
+        self.cached(&self.types, || self.batch.types.iter().map(|&i| i64::from(i)).collect())
+    }
+
+    /// Each token's position within its sequence, `[tokens]`.
+    pub fn positions(&self) -> IntTensor<B> {
+        self.cached(&self.positions, || self.host_positions(0))
+    }
+
+    /// Each token's position within its sequence plus `offset`, on the host.
+    pub fn host_positions(&self, offset: usize) -> Vec<i64> {
+        let b = self.batch;
+        (0..b.seqs())
+            .flat_map(|s| b.seq(s).map(move |t| (t - b.cu[s] as usize + offset) as i64))
+            .collect()
+    }
+
+    /// Each token's sequence index, `[tokens]`.
+    pub fn segments(&self) -> IntTensor<B> {
+        let b = self.batch;
+        self.cached(&self.segments, || {
+            (0..b.seqs()).flat_map(|s| b.seq(s).map(move |_| s as i64)).collect()
+        })
+    }
+
+    /// Each sequence's first token row, `[seqs]`.
+    pub fn firsts(&self) -> IntTensor<B> {
+        let b = self.batch;
+        self.cached(&self.firsts, || (0..b.seqs()).map(|s| i64::from(b.cu[s])).collect())
+    }
+
+    /// Each sequence's last token row, `[seqs]`.
+    pub fn lasts(&self) -> IntTensor<B> {
+        let b = self.batch;
+        self.cached(&self.lasts, || (0..b.seqs()).map(|s| i64::from(b.cu[s + 1]) - 1).collect())
+    }
+
+    /// Each marker's token row, `[markers]`.
+    pub fn markers(&self) -> IntTensor<B> {
+        let b = self.batch;
+        self.cached(&self.markers, || {
+            (0..b.seqs())
+                .flat_map(|s| {
+                    b.markers[b.seq_markers(s)].iter().map(move |&p| i64::from(b.cu[s] + p))
+                })
+                .collect()
+        })
+    }
+}

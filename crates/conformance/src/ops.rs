@@ -1,0 +1,197 @@
+//! Every op alone, on random widths (1 to 300, most not a multiple of any SIMD width) and on
+//! batches of no rows, one row and many rows.
+
+use switchyard_core::testkit::Rng;
+use switchyard_core::{
+    Act, Backend, BatchBuf, Buckets, Graph, GraphBuilder, Op, PoolMode, Shape, Val,
+};
+
+use crate::{Harness, batch, random_lens};
+
+const WIDTHS: [usize; 11] = [1, 3, 7, 8, 16, 17, 33, 64, 100, 255, 300];
+const ACTS: [Act; 8] = [
+    Act::Identity,
+    Act::Gelu,
+    Act::GeluTanh,
+    Act::Relu,
+    Act::Silu,
+    Act::Tanh,
+    Act::Sigmoid,
+    Act::Log1pRelu,
+];
+const VOCAB: usize = 40;
+
+/// A graph reading one or two random `[tokens x w_in]` inputs and computing `y`.
+fn single(w_in: usize, build: impl FnOnce(&mut GraphBuilder, Val, Val) -> Val) -> Graph {
+    let mut g = GraphBuilder::new();
+    let t1 = g.weight("input.a", &[VOCAB, w_in]);
+    let t2 = g.weight("input.b", &[VOCAB, w_in]);
+    let a = g.op(Shape::tokens(w_in), |out| Op::Embed { table: t1, out });
+    // A second input: the same ids through another table.
+    let b = g.op(Shape::tokens(w_in), |out| Op::Embed { table: t2, out });
+    let y = build(&mut g, a, b);
+    g.output("y", y);
+    g.finish().expect("the op cases are valid graphs")
+}
+
+fn linear(k: usize, n: usize, bias: bool, act: Act, residual: bool, rows: &str) -> Graph {
+    single(k, |g, a, _| {
+        let x = match rows {
+            "seqs" => g.op(Shape::seqs(k), |out| Op::Pool { x: a, mode: PoolMode::Mean, out }),
+            "markers" => g.op(Shape::markers(k), |out| Op::Gather { x: a, out }),
+            _ => a,
+        };
+        let shape = Shape { rows: g.shape(x).rows, width: n };
+        let weight = g.weight("linear.weight", &[n, k]);
+        let bias = bias.then(|| g.weight("linear.bias", &[n]));
+        let residual = residual.then(|| {
+            let t = g.weight("residual", &[VOCAB, n]);
+            let r = g.op(Shape::tokens(n), |out| Op::Embed { table: t, out });
+            match rows {
+                "seqs" => g.op(Shape::seqs(n), |out| Op::Pool { x: r, mode: PoolMode::Cls, out }),
+                "markers" => g.op(Shape::markers(n), |out| Op::Gather { x: r, out }),
+                _ => r,
+            }
+        });
+        g.op(shape, |out| Op::Linear { x, weight, bias, act, residual, out })
+    })
+}
+
+fn cases() -> Vec<(String, Graph)> {
+    let mut c: Vec<(String, Graph)> = Vec::new();
+    for w in WIDTHS {
+        let t = Shape::tokens(w);
+        c.push((format!("Embed {w}"), single(w, |_, a, _| a)));
+        c.push((
+            format!("TypeEmbed {w}"),
+            single(w, |g, _, _| {
+                let table = g.weight("types", &[2, w]);
+                g.op(t, |out| Op::TypeEmbed { table, out })
+            }),
+        ));
+        c.push((
+            format!("PosEmbed {w}"),
+            single(w, |g, _, _| {
+                let table = g.weight("positions", &[66, w]);
+                g.op(t, |out| Op::PosEmbed { table, offset: 2, out })
+            }),
+        ));
+        c.push((format!("Add {w}"), single(w, |g, a, b| g.op(t, |out| Op::Add { a, b, out }))));
+        for beta in [true, false] {
+            c.push((
+                format!("LayerNorm {w} beta {beta}"),
+                single(w, |g, x, _| {
+                    let gamma = g.weight("norm.weight", &[w]);
+                    let beta = beta.then(|| g.weight("norm.bias", &[w]));
+                    g.op(t, |out| Op::LayerNorm { x, gamma, beta, eps: 1e-5, out })
+                }),
+            ));
+        }
+        c.push((
+            format!("RmsNorm {w}"),
+            single(w, |g, x, _| {
+                let gamma = g.weight("norm.weight", &[w]);
+                g.op(t, |out| Op::RmsNorm { x, gamma, eps: 1e-6, out })
+            }),
+        ));
+        c.push((
+            format!("L2Norm {w}"),
+            single(w, |g, x, _| g.op(t, |out| Op::L2Norm { x, eps: 1e-12, out })),
+        ));
+        for mode in [PoolMode::Cls, PoolMode::Last, PoolMode::Mean, PoolMode::Max] {
+            c.push((
+                format!("Pool {mode:?} {w}"),
+                single(w, |g, x, _| g.op(Shape::seqs(w), |out| Op::Pool { x, mode, out })),
+            ));
+        }
+        c.push((
+            format!("Gather {w}"),
+            single(w, |g, x, _| g.op(Shape::markers(w), |out| Op::Gather { x, out })),
+        ));
+        c.push((
+            format!("Slice {w} of {}", 2 * w + 1),
+            single(2 * w + 1, |g, x, _| g.op(t, |out| Op::Slice { x, start: w / 2 + 1, out })),
+        ));
+    }
+    for (i, act) in ACTS.into_iter().enumerate() {
+        let w = WIDTHS[(i * 3) % WIDTHS.len()];
+        c.push((
+            format!("Activation {act:?} {w}"),
+            single(w, |g, x, _| g.op(Shape::tokens(w), |out| Op::Activation { x, act, out })),
+        ));
+        let h = [1, 7, 64, 150][i % 4];
+        c.push((
+            format!("Glu {act:?} {h}"),
+            single(2 * h, |g, x, _| g.op(Shape::tokens(h), |out| Op::Glu { x, act, out })),
+        ));
+        c.push((
+            format!("Linear 17->33 {act:?}, bias, residual"),
+            linear(17, 33, true, act, true, "tokens"),
+        ));
+    }
+    for (k, n) in [(1, 1), (3, 7), (64, 100), (300, 255), (100, 300)] {
+        c.push((format!("Linear {k}->{n}"), linear(k, n, false, Act::Identity, false, "tokens")));
+        c.push((
+            format!("Linear {k}->{n}, bias, GELU"),
+            linear(k, n, true, Act::Gelu, false, "tokens"),
+        ));
+    }
+    c.push(("Linear on sequence rows".into(), linear(33, 7, true, Act::Tanh, true, "seqs")));
+    c.push(("Linear on marker rows".into(), linear(33, 7, true, Act::Identity, true, "markers")));
+    for (heads, head_dim) in [(1, 2), (3, 8), (2, 64), (4, 6)] {
+        for theta in [10_000.0, 160_000.0] {
+            let w = heads * head_dim;
+            c.push((
+                format!("Rope {heads}x{head_dim} theta {theta}"),
+                single(w, |g, x, _| {
+                    g.op(Shape::tokens(w), |out| Op::Rope { x, heads, head_dim, theta, out })
+                }),
+            ));
+        }
+    }
+    for (heads, head_dim) in [(1, 1), (2, 3), (4, 16), (3, 32), (12, 25)] {
+        for window in [None, Some(2)] {
+            let w = heads * head_dim;
+            c.push((
+                format!("Attention {heads}x{head_dim} window {window:?}"),
+                single(w, |g, q, k| {
+                    let table = g.weight("input.v", &[VOCAB, w]);
+                    let v = g.op(Shape::tokens(w), |out| Op::Embed { table, out });
+                    let scale = 1.0 / (head_dim as f32).sqrt();
+                    g.op(Shape::tokens(w), |out| Op::Attention {
+                        q,
+                        k,
+                        v,
+                        heads,
+                        head_dim,
+                        scale,
+                        window,
+                        out,
+                    })
+                }),
+            ));
+        }
+    }
+    c
+}
+
+/// Runs every op case on an empty batch, a single token, and random ragged batches.
+pub(crate) fn every_op_alone<B: Backend>(h: &Harness<'_, B>) -> Result<(), String> {
+    let buckets: Buckets = "default 128 16 128\n".parse().expect("a valid table");
+    let mut r = Rng::new(17);
+    for (seed, (name, g)) in cases().into_iter().enumerate() {
+        let mut pair = h.pair(&g, seed as u64, &buckets)?;
+        let types = g.limits().types > 1;
+        h.compare(&mut pair, &BatchBuf::new(), &format!("{name}, no rows"))?;
+        h.compare(&mut pair, &batch(&[1], VOCAB, types, 1), &format!("{name}, one row"))?;
+        for round in 0..2 {
+            let lens = random_lens(&mut r, 6, 20);
+            h.compare(
+                &mut pair,
+                &batch(&lens, VOCAB, types, round),
+                &format!("{name}, lengths {lens:?}"),
+            )?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,21 @@
+//! The flex backend passes the shared conformance suite.
+
+#[test]
+fn conformance() {
+    switchyard_conformance::suite(switchyard_flex::flex);
+}
+
+#[test]
+fn caps_report_the_thread_pool() {
+    let caps = switchyard_core::Backend::caps(&switchyard_flex::flex());
+    assert_eq!(caps.backend, "flex");
+    assert_eq!(caps.threads, rayon::current_num_threads());
+    assert!(!caps.padded_attention, "flex runs attention per sequence, unpadded");
+}
+
+#[test]
+fn worst_error_is_reported() {
+    let w = switchyard_conformance::worst_error_ratio(switchyard_flex::flex, Default::default());
+    eprintln!("worst error ratio on flex: {w}");
+    assert!(w > 0.0 && w <= 1.0, "{w}");
+}
