@@ -9,14 +9,16 @@ const HELP: &str = "\
 cargo xtask <task>
 
 tasks:
-  lint    cargo fmt --check, clippy with warnings denied, and rustdoc with warnings denied
-  help    this text
+  lint         cargo fmt --check, clippy with warnings denied, and rustdoc with warnings denied
+  bench [N]    the benchmarks, in release mode, each beside a peer (N repetitions, default 15)
+  help         this text
 ";
 
 fn main() -> ExitCode {
     let task = std::env::args().nth(1);
     match task.as_deref() {
         Some("lint") => lint(),
+        Some("bench") => bench(std::env::args().nth(2)),
         Some("help" | "-h" | "--help") | None => {
             print!("{HELP}");
             ExitCode::SUCCESS
@@ -52,4 +54,23 @@ fn lint() -> ExitCode {
         }
     }
     ExitCode::SUCCESS
+}
+
+/// Builds and runs the benchmarks in release mode.
+fn bench(reps: Option<String>) -> ExitCode {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.args(["run", "--release", "--quiet", "--package", "switchyard-bench", "--"]);
+    cmd.args(reps);
+    match cmd.status() {
+        Ok(s) if s.success() => ExitCode::SUCCESS,
+        Ok(s) => {
+            eprintln!("xtask bench: the benchmarks failed ({s})");
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("xtask bench: could not start cargo: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }

@@ -1,0 +1,197 @@
+//! `switchyard-bench`: Switchyard's benchmarks, each beside a peer in the same run, as ratios.
+//!
+//! Run it through `cargo xtask bench` (which builds it in release mode). Each figure is the
+//! median of several timed repetitions after a warm-up; the machine's load moves absolute
+//! numbers, so compare the ratios, which are measured side by side.
+
+// A benchmark reports to its user on stdout.
+#![allow(clippy::print_stdout)]
+
+use std::time::{Duration, Instant};
+
+use switchyard_core::testkit::{self, EncoderSpec, Rng};
+use switchyard_core::{
+    Act, Backend, BatchBuf, Bucket, Buckets, Executor, Graph, GraphBuilder, LaneId, Op, Outputs,
+    Shape,
+};
+
+/// Median wall time of `reps` calls of `f`, after `warm` untimed calls.
+fn median(warm: usize, reps: usize, mut f: impl FnMut()) -> Duration {
+    for _ in 0..warm {
+        f();
+    }
+    let mut times: Vec<Duration> = (0..reps)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed()
+        })
+        .collect();
+    times.sort();
+    times[reps / 2]
+}
+
+fn executor<B: Backend>(be: B, g: &Graph, bucket: Bucket) -> Executor<B> {
+    let weights = testkit::random_weights(g, 1);
+    let buckets = Buckets::single("bench", &[bucket]).expect("a valid bucket");
+    Executor::new(be, &weights.tensors(), g.clone(), "bench", buckets)
+        .expect("the bench graph uploads")
+}
+
+fn time_plan<B: Backend>(be: B, g: &Graph, batch: &BatchBuf, reps: usize) -> Duration {
+    let bucket = Bucket::new(batch.tokens(), batch.seqs(), batch.batch().markers().max(1));
+    let mut ex = executor(be, g, bucket);
+    let mut out = Outputs::new();
+    median(2, reps, || {
+        ex.run(LaneId::MAIN, &batch.batch(), &mut out).expect("the bench batch runs");
+    })
+}
+
+/// `[m, k] x [k, n]` inside a plan: an embedding lookup of `m` rows feeding one linear layer.
+/// The same plan without the linear layer is timed too and subtracted.
+fn gemm_graphs(m: usize, k: usize, n: usize) -> (Graph, Graph) {
+    let mut g = GraphBuilder::new();
+    let table = g.weight("emb", &[m, k]);
+    let w = g.weight("w", &[n, k]);
+    let x = g.op(Shape::tokens(k), |out| Op::Embed { table, out });
+    let mut base = g.clone();
+    base.output("x", x);
+    let y = g.op(Shape::tokens(n), |out| Op::Linear {
+        x,
+        weight: w,
+        bias: None,
+        act: Act::Identity,
+        residual: None,
+        out,
+    });
+    g.output("y", y);
+    (g.finish().expect("valid"), base.finish().expect("valid"))
+}
+
+fn gemm_direct(m: usize, k: usize, n: usize, reps: usize) -> Duration {
+    let mut r = Rng::new(3);
+    let a: Vec<f32> = (0..m * k).map(|_| r.unit()).collect();
+    let b: Vec<f32> = (0..k * n).map(|_| r.unit()).collect();
+    let mut c = vec![0.0f32; m * n];
+    let threads = rayon::current_num_threads();
+    median(2, reps, || {
+        // SAFETY: `a` is m x k, `b` is k x n and `c` is m x n, all row-major and alive for the
+        // call; the strides below describe exactly those layouts.
+        unsafe {
+            gemm::gemm(
+                m,
+                n,
+                k,
+                c.as_mut_ptr(),
+                1,
+                n as isize,
+                false,
+                a.as_ptr(),
+                1,
+                k as isize,
+                b.as_ptr(),
+                1,
+                n as isize,
+                0.0,
+                1.0,
+                false,
+                false,
+                false,
+                gemm::Parallelism::Rayon(threads),
+            );
+        }
+        std::hint::black_box(&mut c);
+    })
+}
+
+fn gflops(flops: f64, t: Duration) -> f64 {
+    flops / t.as_secs_f64() / 1e9
+}
+
+fn bench_gemm(reps: usize) {
+    let (m, k, n) = (512, 384, 1536);
+    let flops = 2.0 * (m * k * n) as f64;
+    let (g, base) = gemm_graphs(m, k, n);
+    let mut batch = BatchBuf::new();
+    for s in 0..4 {
+        let ids: Vec<u32> = (s * 128..(s + 1) * 128).map(|i| i as u32).collect();
+        batch.push(&ids, None, &[]).expect("a valid batch");
+    }
+    let direct = gemm_direct(m, k, n, reps);
+    println!(
+        "GEMM [{m}, {k}] x [{k}, {n}], {} threads, median of {reps}",
+        rayon::current_num_threads()
+    );
+    println!("  {:<34} {:>9} {:>10} {:>8}", "", "time", "GFLOP/s", "ratio");
+    println!(
+        "  {:<34} {:>7.2}ms {:>10.1} {:>8.2}",
+        "gemm 0.19 called directly",
+        ms(direct),
+        gflops(flops, direct),
+        1.0
+    );
+    let row = |name: &str, plan: Duration, base: Duration| {
+        let net = plan.saturating_sub(base).max(Duration::from_nanos(1));
+        println!(
+            "  {:<34} {:>7.2}ms {:>10.1} {:>8.2}   (whole plan {:.2}ms, of which lookup + read-back {:.2}ms)",
+            format!("{name} plan, GEMM alone"),
+            ms(net),
+            gflops(flops, net),
+            gflops(flops, net) / gflops(flops, direct),
+            ms(plan),
+            ms(base),
+        );
+    };
+    row(
+        "flex",
+        time_plan(switchyard_flex::flex(), &g, &batch, reps),
+        time_plan(switchyard_flex::flex(), &base, &batch, reps),
+    );
+    row(
+        "ndarray",
+        time_plan(switchyard_ndarray::ndarray(), &g, &batch, reps),
+        time_plan(switchyard_ndarray::ndarray(), &base, &batch, reps),
+    );
+}
+
+fn ms(t: Duration) -> f64 {
+    t.as_secs_f64() * 1e3
+}
+
+fn bench_encoder(reps: usize) {
+    let spec =
+        EncoderSpec { vocab: 30522, width: 384, heads: 12, ffn: 1536, layers: 6, max_pos: 512 };
+    let g = testkit::bert_like(spec);
+    // A fixed ragged batch: 32 sequences of 11 to 120 tokens, as sentence embedding sees them.
+    let mut r = Rng::new(7);
+    let mut batch = BatchBuf::new();
+    for _ in 0..32 {
+        let len = 11 + r.below(110);
+        testkit::push_random_seq(&mut batch, &mut r, len, spec.vocab, false);
+    }
+    let tokens = batch.tokens() as f64;
+    println!();
+    println!(
+        "Encoder: 6 layers, 384 wide, 12 heads, FFN 1536 (all-MiniLM-L6-v2's shape), random weights;"
+    );
+    println!("  one batch of 32 sequences, {} tokens; median of {reps}", batch.tokens());
+    println!("  {:<34} {:>9} {:>12} {:>8}", "", "time", "tokens/s", "ratio");
+    let flex = time_plan(switchyard_flex::flex(), &g, &batch, reps);
+    let nd = time_plan(switchyard_ndarray::ndarray(), &g, &batch, reps);
+    for (name, t) in [("flex", flex), ("ndarray (peer)", nd)] {
+        println!(
+            "  {:<34} {:>7.1}ms {:>12.0} {:>8.2}",
+            name,
+            ms(t),
+            tokens / t.as_secs_f64(),
+            nd.as_secs_f64() / t.as_secs_f64()
+        );
+    }
+    println!("  (ratio: speed relative to ndarray; above 1 is faster)");
+}
+
+fn main() {
+    let reps = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(15);
+    bench_gemm(reps);
+    bench_encoder(reps.div_ceil(3).max(3));
+}

@@ -1,0 +1,209 @@
+//! The per-op seam, weight forms and sizes of the Burn lowering, on burn-flex.
+
+use burn_backend::ops::FloatTensorOps;
+use burn_flex::{Flex, FlexDevice};
+use switchyard_burn::{Bound, Burn, Generic, Inputs, Kernels, Ran, RunCx, generic};
+use switchyard_core::testkit::{self, EncoderSpec};
+use switchyard_core::{
+    Act, Backend, BatchBuf, Bucket, Caps, DType, DeviceKind, Error, Graph, GraphBuilder, Op,
+    Outputs, Reference, Result, Shape,
+};
+
+fn caps() -> Caps {
+    Caps {
+        backend: "test".into(),
+        device: "cpu".into(),
+        kind: DeviceKind::Cpu,
+        threads: 1,
+        dtypes: vec![DType::F32],
+        fixed_shapes: false,
+        padded_attention: false,
+        unified_memory: true,
+        memory_bytes: None,
+    }
+}
+
+/// The seed of every test's random weights, so that runs on two backends compare.
+const SEED: u64 = 4;
+
+fn run<B: Backend>(be: &B, g: &Graph, batch: &BatchBuf) -> Result<Outputs> {
+    let weights = testkit::random_weights(g, SEED);
+    let w = be.upload(&weights.tensors(), g)?;
+    let mut plan = be.lower(&w, g, Bucket::new(64, 8, 64))?;
+    let mut out = Outputs::new();
+    be.run(&mut plan, &batch.batch(), &mut out)?;
+    Ok(out)
+}
+
+fn sample() -> BatchBuf {
+    let mut b = BatchBuf::new();
+    b.push(&[1, 2, 3, 4], Some(&[0, 0, 1, 1]), &[0, 3]).unwrap();
+    b.push(&[5, 6], None, &[1]).unwrap();
+    b
+}
+
+/// Replaces every Linear with `2 * generic` and declines everything else.
+struct Doubling;
+
+impl Kernels<Flex> for Doubling {
+    fn run_op(
+        &self,
+        op: &Op,
+        ins: Inputs<Flex>,
+        w: &Bound<Flex>,
+        cx: &RunCx<'_, Flex>,
+    ) -> Ran<Flex> {
+        match op {
+            Op::Linear { .. } => {
+                let y = generic::run_op::<Flex>(op, ins, w, cx);
+                Ran::Done(<Flex as FloatTensorOps<Flex>>::float_mul_scalar(y, 2.0f64.into()))
+            }
+            _ => Ran::Declined(ins),
+        }
+    }
+}
+
+fn one_linear() -> Graph {
+    let mut g = GraphBuilder::new();
+    let t = g.weight("emb", &[10, 4]);
+    let w = g.weight("w", &[3, 4]);
+    let x = g.op(Shape::tokens(4), |out| Op::Embed { table: t, out });
+    let y = g.op(Shape::tokens(3), |out| Op::Linear {
+        x,
+        weight: w,
+        bias: None,
+        act: Act::Identity,
+        residual: None,
+        out,
+    });
+    let z = g.op(Shape::tokens(3), |out| Op::Activation { x: y, act: Act::Identity, out });
+    g.output("y", z);
+    g.finish().unwrap()
+}
+
+#[test]
+fn a_kernel_replaces_one_op_and_declines_the_rest() {
+    let g = one_linear();
+    let plain = run(&Burn::<Flex>::new(FlexDevice, Generic, caps()), &g, &sample()).unwrap();
+    let doubled = run(&Burn::<Flex, _>::new(FlexDevice, Doubling, caps()), &g, &sample()).unwrap();
+    let (p, d) = (&plain.get("y").unwrap().data, &doubled.get("y").unwrap().data);
+    assert!(p.iter().any(|x| x.abs() > 1e-3));
+    for (a, b) in p.iter().zip(d) {
+        assert!((2.0 * a - b).abs() <= 1e-6, "{a} doubled is not {b}");
+    }
+}
+
+/// Refuses attention with a window.
+struct NoWindows;
+
+impl Kernels<Flex> for NoWindows {
+    fn check(&self, op: &Op, _: &Graph, _: Bucket) -> Result<()> {
+        match op {
+            Op::Attention { window: Some(_), .. } => {
+                Err(Error::Unsupported("sliding windows".into()))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+#[test]
+fn a_kernel_can_refuse_an_op_at_lower() {
+    let be = Burn::<Flex, _>::new(FlexDevice, NoWindows, caps());
+    let bert = testkit::bert_like(EncoderSpec::TINY);
+    run(&be, &bert, &sample()).unwrap();
+    let modern = testkit::modernbert_like(EncoderSpec::TINY);
+    match run(&be, &modern, &sample()) {
+        Err(Error::Unsupported(m)) => assert!(m.contains("(Attention): sliding windows"), "{m}"),
+        other => panic!("expected Unsupported, got {:?}", other.map(|_| "outputs")),
+    }
+}
+
+#[test]
+fn weight_and_plan_bytes_are_real_sizes() {
+    let be = Burn::<Flex>::new(FlexDevice, Generic, caps());
+    let g = testkit::bert_like(EncoderSpec::TINY);
+    let weights = testkit::random_weights(&g, 1);
+    let w = be.upload(&weights.tensors(), &g).unwrap();
+    let numel: usize = g.weights.iter().map(|w| w.shape.iter().product::<usize>()).sum();
+    assert_eq!(be.weight_bytes(&w), numel * 4, "each weight once, in f32");
+
+    let small = be.lower(&w, &g, Bucket::new(16, 2, 16)).unwrap();
+    let large = be.lower(&w, &g, Bucket::new(1024, 64, 1024)).unwrap();
+    let layout = switchyard_core::Layout::plan(&g, Bucket::new(1024, 64, 1024), 4);
+    assert_eq!(
+        be.plan_bytes(&large),
+        layout.total,
+        "no rotary tables in BERT: just the activations"
+    );
+    assert!(be.plan_bytes(&large) > 32 * be.plan_bytes(&small));
+
+    // ModernBERT's rotary tables are shared by every op with the same head size and base.
+    let m = testkit::modernbert_like(EncoderSpec::TINY);
+    let mw = be.upload(&testkit::random_weights(&m, 1).tensors(), &m).unwrap();
+    let plan = be.lower(&mw, &m, Bucket::new(100, 4, 0)).unwrap();
+    let tables = 2 * (2 * 100 * (EncoderSpec::TINY.width / EncoderSpec::TINY.heads / 2) * 4);
+    let act = switchyard_core::Layout::plan(&m, Bucket::new(100, 4, 0), 4).total;
+    assert_eq!(be.plan_bytes(&plan), act + tables, "two bases (global, local), cos and sin each");
+}
+
+#[test]
+fn unread_weights_are_not_uploaded_and_tied_weights_serve_both_ops() {
+    let mut g = GraphBuilder::new();
+    let emb = g.weight("emb", &[12, 6]);
+    let _unused = g.weight("unused", &[1000, 6]);
+    let x = g.op(Shape::tokens(6), |out| Op::Embed { table: emb, out });
+    // The embedding matrix again as an output projection onto the vocabulary (tied, as MLM heads do).
+    let y = g.op(Shape::tokens(12), |out| Op::Linear {
+        x,
+        weight: emb,
+        bias: None,
+        act: Act::Identity,
+        residual: None,
+        out,
+    });
+    g.output("logits", y);
+    let g = g.finish().unwrap();
+
+    let be = Burn::<Flex>::new(FlexDevice, Generic, caps());
+    let weights = testkit::random_weights(&g, 2);
+    let w = be.upload(&weights.tensors(), &g).unwrap();
+    assert_eq!(be.weight_bytes(&w), 2 * 12 * 6 * 4, "the tied matrix in both forms, nothing else");
+
+    let got = run(&be, &g, &sample()).unwrap();
+    let want = run(&Reference, &g, &sample()).unwrap();
+    for (a, b) in got.get("logits").unwrap().data.iter().zip(&want.get("logits").unwrap().data) {
+        assert!((a - b).abs() <= 2e-5 + 2e-5 * b.abs(), "{a} vs {b}");
+    }
+}
+
+#[test]
+fn a_lane_may_read_a_weight_in_another_form_than_the_upload_graph() {
+    // Uploaded for a graph that reads `emb` as a table; lowered for one that also multiplies by it.
+    let mut g = GraphBuilder::new();
+    let emb = g.weight("emb", &[12, 6]);
+    let x = g.op(Shape::tokens(6), |out| Op::Embed { table: emb, out });
+    g.output("x", x);
+    let upload_graph = g.clone().finish().unwrap();
+    let y = g.op(Shape::tokens(12), |out| Op::Linear {
+        x,
+        weight: emb,
+        bias: None,
+        act: Act::Identity,
+        residual: None,
+        out,
+    });
+    g.output("logits", y);
+    let lane = g.finish().unwrap();
+
+    let be = Burn::<Flex>::new(FlexDevice, Generic, caps());
+    let weights = testkit::random_weights(&lane, SEED);
+    let w = be.upload(&weights.tensors(), &upload_graph).unwrap();
+    let mut plan = be.lower(&w, &lane, Bucket::new(64, 8, 64)).unwrap();
+    let mut out = Outputs::new();
+    be.run(&mut plan, &sample().batch(), &mut out).unwrap();
+    let want = run(&Reference, &lane, &sample()).unwrap();
+    for (a, b) in out.get("logits").unwrap().data.iter().zip(&want.get("logits").unwrap().data) {
+        assert!((a - b).abs() <= 2e-5 + 2e-5 * b.abs(), "{a} vs {b}");
+    }
+}
