@@ -3,12 +3,17 @@
 // A command-line tool talks to its user on stdout and stderr.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+mod backends;
+
 use std::process::{Command, ExitCode};
 
 const HELP: &str = "\
 cargo xtask <task>
 
 tasks:
+  test-all-backends
+               every test of the workspace, then the conformance suite on each backend this
+               machine can run, with a table of what passed, failed or was skipped and why
   lint         cargo fmt --check, clippy with warnings denied, and rustdoc with warnings denied
   bench [N]    the benchmarks, in release mode, each beside a peer (N repetitions, default 15)
   help         this text
@@ -18,6 +23,7 @@ fn main() -> ExitCode {
     let task = std::env::args().nth(1);
     match task.as_deref() {
         Some("lint") => lint(),
+        Some("test-all-backends") => backends::test_all(),
         Some("bench") => bench(std::env::args().nth(2)),
         Some("help" | "-h" | "--help") | None => {
             print!("{HELP}");

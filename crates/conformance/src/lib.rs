@@ -2,11 +2,9 @@
 //!
 //! A backend crate runs it from one test:
 //!
-//! ```ignore
-//! #[test]
-//! fn conformance() {
-//!     switchyard_conformance::suite(my_backend);
-//! }
+//! ```no_run
+//! // In a backend crate's tests/conformance.rs, under #[test]:
+//! switchyard_conformance::suite(|| switchyard_core::Reference);
 //! ```
 //!
 //! Every check builds graphs and batches from a fixed seed, runs them on the backend under test

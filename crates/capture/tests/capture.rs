@@ -1,0 +1,93 @@
+//! The capture backend records uploads, plans and runs, and executes nothing.
+
+use switchyard_capture::{Capture, Event};
+use switchyard_conformance::{Options, suite_with};
+use switchyard_core::testkit::{self, EncoderSpec};
+use switchyard_core::{Act, Backend, BatchBuf, Bucket, GraphBuilder, Layout, Op, Outputs, Shape};
+
+#[test]
+fn passes_the_shape_and_error_parts_of_the_conformance_suite() {
+    suite_with(Capture::new, Options { compare_values: false, ..Options::default() });
+}
+
+#[test]
+fn records_upload_lower_and_run() {
+    let mut g = GraphBuilder::new();
+    let t = g.weight("emb", &[10, 8]);
+    let w = g.weight("w", &[32, 8]);
+    let x = g.op(Shape::tokens(8), |out| Op::Embed { table: t, out });
+    let y = g.op(Shape::tokens(32), |out| Op::Linear {
+        x,
+        weight: w,
+        bias: None,
+        act: Act::Identity,
+        residual: None,
+        out,
+    });
+    let a = g.op(Shape::tokens(32), |out| Op::Attention {
+        q: y,
+        k: y,
+        v: y,
+        heads: 4,
+        head_dim: 8,
+        scale: 0.3,
+        window: None,
+        out,
+    });
+    let p =
+        g.op(Shape::seqs(32), |out| Op::Pool { x: a, mode: switchyard_core::PoolMode::Cls, out });
+    g.output("p", p);
+    let g = g.finish().unwrap();
+
+    let cap = Capture::new();
+    let weights = testkit::random_weights(&g, 1);
+    let w = cap.upload(&weights.tensors(), &g).unwrap();
+    assert_eq!(cap.weight_bytes(&w), (10 * 8 + 32 * 8) * 4);
+    let bucket = Bucket::new(16, 4, 0);
+    let mut plan = cap.lower(&w, &g, bucket).unwrap();
+    assert_eq!(cap.plan_bytes(&plan), Layout::plan(&g, bucket, 4).total);
+
+    let rec = plan.record().clone();
+    assert_eq!(rec.ops.len(), 4);
+    assert_eq!(rec.ops[1].flops, 2 * 16 * 8 * 32, "a GEMM is 2 n k m");
+    assert_eq!(rec.ops[1].inputs, vec![[16, 8]]);
+    assert_eq!(rec.ops[1].output, [16, 32]);
+    // Four sequences of 4 tokens: 4 heads x 4 x 16 query-key pairs x (4 x 8 + 3).
+    assert_eq!(rec.ops[2].flops, 4 * 4 * 16 * (4 * 8 + 3));
+
+    let mut b = BatchBuf::new();
+    b.push(&[1, 2, 3], None, &[]).unwrap();
+    b.push(&[4], None, &[]).unwrap();
+    let mut out = Outputs::new();
+    out.prepare(&g, &b.batch());
+    out.map_values(|_| 7.0);
+    cap.run(&mut plan, &b.batch(), &mut out).unwrap();
+    let m = out.get("p").unwrap();
+    assert_eq!((m.rows, m.width), (2, 32));
+    assert!(m.data.iter().all(|&x| x == 0.0), "outputs are zeros of the right shape");
+
+    let events = cap.events();
+    assert_eq!(events.len(), 3);
+    let Event::Run(run) = &events[2] else { panic!("expected a run, got {:?}", events[2]) };
+    assert_eq!((run.tokens, run.seqs, run.markers), (4, 2, 0));
+    // Real lengths 3 and 1: 9 + 1 query-key pairs.
+    let gemm = 2 * 4 * 8 * 32;
+    let att = 4 * 10 * (4 * 8 + 3);
+    let pool = 4 * 32;
+    assert_eq!(run.flops, gemm + att + pool);
+}
+
+#[test]
+fn plans_print_as_a_table_and_serialise() {
+    let g = testkit::modernbert_like(EncoderSpec::TINY);
+    let cap = Capture::new();
+    let w = cap.upload(&testkit::random_weights(&g, 1).tensors(), &g).unwrap();
+    let plan = cap.lower(&w, &g, Bucket::new(64, 4, 0)).unwrap();
+    let table = plan.record().table();
+    assert!(table.contains("plan for bucket 64 tokens, 4 sequences, 0 markers"), "{table}");
+    assert!(table.contains("Attention") && table.contains("window 2"), "{table}");
+    assert!(table.contains(&format!("total: {} ops", g.ops.len())), "{table}");
+    let json = serde_json::to_value(plan.record()).unwrap();
+    assert_eq!(json["ops"].as_array().unwrap().len(), g.ops.len());
+    assert!(json["flops"].as_u64().unwrap() > 0);
+}

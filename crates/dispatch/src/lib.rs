@@ -1,0 +1,213 @@
+//! switchyard-dispatch: devices picked at runtime, and one [`Backend`] over every backend this
+//! build has.
+//!
+//! [`Device`] names a device (`flex`, `cuda:1`, `remote:HOST:PORT`, ...). [`Dispatch`] is an enum
+//! with one variant per backend compiled in (cargo features `flex` (default), `ndarray`,
+//! `capture`); it implements [`Backend`] with enums of weights and plans that remember their
+//! device, so one process can hold models on several devices and every call goes to the backend
+//! that owns its weights and plan. Handing weights or a plan to another device is an error
+//! naming both, never a silent copy; asking for a device this build lacks is an error naming the
+//! feature to enable, never a fallback.
+
+#[cfg(not(any(feature = "flex", feature = "ndarray", feature = "capture")))]
+compile_error!("switchyard-dispatch needs at least one backend feature: flex, ndarray or capture");
+
+mod device;
+
+pub use device::{DEVICE_ENV, Device, FEATURES, FORMS};
+use switchyard_core::{Backend, Batch, Bucket, Caps, Error, Graph, HostTensor, Outputs, Result};
+
+/// Declares the backends: adding one is one line here (plus its feature in Cargo.toml and its
+/// name in [`Device::compiled`]).
+macro_rules! backends {
+    ($($feature:literal => $variant:ident($ty:ty) for $pat:pat => $make:expr;)*) => {
+        /// A backend of this build, on one device.
+        pub enum Dispatch {
+            $(
+                #[cfg(feature = $feature)]
+                #[doc = concat!("The `", $feature, "` backend.")]
+                $variant {
+                    /// The device it runs on.
+                    device: Device,
+                    /// The backend itself.
+                    backend: $ty,
+                },
+            )*
+        }
+
+        /// Weights on one device, in the layout of its backend.
+        pub enum DispatchWeights {
+            $(
+                #[cfg(feature = $feature)]
+                #[doc = concat!("Weights of the `", $feature, "` backend.")]
+                $variant(Device, <$ty as Backend>::Weights),
+            )*
+        }
+
+        /// A plan on one device.
+        pub enum DispatchPlan {
+            $(
+                #[cfg(feature = $feature)]
+                #[doc = concat!("A plan of the `", $feature, "` backend.")]
+                $variant(Device, <$ty as Backend>::Plan),
+            )*
+        }
+
+        impl Dispatch {
+            /// The backend for `device`: an error if this build does not have it.
+            pub fn new(device: &Device) -> Result<Dispatch> {
+                device.check_compiled()?;
+                #[allow(unreachable_patterns)]
+                match device {
+                    $(
+                        #[cfg(feature = $feature)]
+                        $pat => Ok(Dispatch::$variant { device: device.clone(), backend: $make }),
+                    )*
+                    _ => Err(Error::Device(format!("device `{device}` has no backend in this build"))),
+                }
+            }
+
+            /// The device this backend runs on.
+            pub fn device(&self) -> &Device {
+                match self {
+                    $(
+                        #[cfg(feature = $feature)]
+                        Dispatch::$variant { device, .. } => device,
+                    )*
+                }
+            }
+        }
+
+        impl DispatchWeights {
+            /// The device holding these weights.
+            pub fn device(&self) -> &Device {
+                match self {
+                    $(
+                        #[cfg(feature = $feature)]
+                        DispatchWeights::$variant(d, _) => d,
+                    )*
+                }
+            }
+        }
+
+        impl DispatchPlan {
+            /// The device this plan runs on.
+            pub fn device(&self) -> &Device {
+                match self {
+                    $(
+                        #[cfg(feature = $feature)]
+                        DispatchPlan::$variant(d, _) => d,
+                    )*
+                }
+            }
+        }
+
+        impl Backend for Dispatch {
+            type Weights = DispatchWeights;
+            type Plan = DispatchPlan;
+
+            fn caps(&self) -> Caps {
+                match self {
+                    $(
+                        #[cfg(feature = $feature)]
+                        Dispatch::$variant { backend, .. } => backend.caps(),
+                    )*
+                }
+            }
+
+            fn upload(&self, tensors: &[HostTensor<'_>], graph: &Graph) -> Result<DispatchWeights> {
+                match self {
+                    $(
+                        #[cfg(feature = $feature)]
+                        Dispatch::$variant { device, backend } => {
+                            Ok(DispatchWeights::$variant(device.clone(), backend.upload(tensors, graph)?))
+                        }
+                    )*
+                }
+            }
+
+            fn lower(&self, w: &DispatchWeights, graph: &Graph, bucket: Bucket) -> Result<DispatchPlan> {
+                owned(self.device(), w.device(), "weights")?;
+                #[allow(unreachable_patterns)]
+                match (self, w) {
+                    $(
+                        #[cfg(feature = $feature)]
+                        (Dispatch::$variant { device, backend }, DispatchWeights::$variant(_, w)) => {
+                            Ok(DispatchPlan::$variant(device.clone(), backend.lower(w, graph, bucket)?))
+                        }
+                    )*
+                    _ => Err(mismatch(self.device(), w.device(), "weights")),
+                }
+            }
+
+            fn run(&self, plan: &mut DispatchPlan, batch: &Batch<'_>, out: &mut Outputs) -> Result<()> {
+                owned(self.device(), plan.device(), "a plan")?;
+                #[allow(unreachable_patterns)]
+                match (self, plan) {
+                    $(
+                        #[cfg(feature = $feature)]
+                        (Dispatch::$variant { backend, .. }, DispatchPlan::$variant(_, p)) => backend.run(p, batch, out),
+                    )*
+                    (this, plan) => Err(mismatch(this.device(), plan.device(), "a plan")),
+                }
+            }
+
+            fn weight_bytes(&self, w: &DispatchWeights) -> usize {
+                #[allow(unreachable_patterns)]
+                match (self, w) {
+                    $(
+                        #[cfg(feature = $feature)]
+                        (Dispatch::$variant { backend, .. }, DispatchWeights::$variant(_, w)) => backend.weight_bytes(w),
+                    )*
+                    _ => 0,
+                }
+            }
+
+            fn plan_bytes(&self, p: &DispatchPlan) -> usize {
+                #[allow(unreachable_patterns)]
+                match (self, p) {
+                    $(
+                        #[cfg(feature = $feature)]
+                        (Dispatch::$variant { backend, .. }, DispatchPlan::$variant(_, p)) => backend.plan_bytes(p),
+                    )*
+                    _ => 0,
+                }
+            }
+        }
+    };
+}
+
+backends! {
+    "flex" => Flex(switchyard_flex::FlexBackend) for Device::Flex => switchyard_flex::flex();
+    "ndarray" => NdArray(switchyard_ndarray::NdArrayBackend) for Device::NdArray => switchyard_ndarray::ndarray();
+    "capture" => Capture(switchyard_capture::Capture) for Device::Capture => switchyard_capture::Capture::new();
+}
+
+impl std::fmt::Debug for Dispatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Dispatch({})", self.device())
+    }
+}
+
+impl std::fmt::Debug for DispatchWeights {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DispatchWeights({})", self.device())
+    }
+}
+
+impl std::fmt::Debug for DispatchPlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DispatchPlan({})", self.device())
+    }
+}
+
+fn owned(this: &Device, other: &Device, what: &str) -> Result<()> {
+    if this == other { Ok(()) } else { Err(mismatch(this, other, what)) }
+}
+
+fn mismatch(this: &Device, other: &Device, what: &str) -> Error {
+    Error::Device(format!(
+        "{what} on device `{other}` handed to device `{this}`; a device only runs what it holds \
+         (upload the weights to `{this}` instead)"
+    ))
+}

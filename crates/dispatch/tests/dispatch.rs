@@ -1,0 +1,83 @@
+//! Several devices in one process, each call routed to the backend that owns its data.
+
+use switchyard_core::testkit::{self, EncoderSpec};
+use switchyard_core::{Backend, BatchBuf, Bucket, Buckets, Error, Executor, LaneId, Outputs};
+use switchyard_dispatch::{Device, Dispatch};
+
+#[test]
+fn a_device_this_build_lacks_is_an_error_not_a_fallback() {
+    let e = Dispatch::new(&Device::Cuda(0)).unwrap_err();
+    assert!(matches!(e, Error::Device(_)), "{e}");
+    assert!(e.to_string().contains("cuda:0"), "{e}");
+}
+
+#[cfg(feature = "flex")]
+#[test]
+fn dispatch_reports_its_device_and_caps() {
+    let d = Dispatch::new(&Device::Flex).unwrap();
+    assert_eq!(d.device(), &Device::Flex);
+    assert_eq!(d.caps().backend, "flex");
+}
+
+#[cfg(all(feature = "flex", feature = "ndarray"))]
+mod two_devices {
+    use super::*;
+
+    fn sample() -> BatchBuf {
+        let mut b = BatchBuf::new();
+        b.push(&[1, 5, 9, 2], Some(&[0, 0, 1, 1]), &[1, 2]).unwrap();
+        b.push(&[3, 3], None, &[0]).unwrap();
+        b
+    }
+
+    #[test]
+    fn the_same_model_on_flex_and_ndarray_side_by_side() {
+        let g = testkit::bert_like(EncoderSpec::TINY);
+        let weights = testkit::random_weights(&g, 9);
+        let make = |d: Device| {
+            Executor::new(
+                Dispatch::new(&d).unwrap(),
+                &weights.tensors(),
+                g.clone(),
+                "default",
+                Buckets::default(),
+            )
+            .unwrap()
+        };
+        let (mut flex, mut nd) = (make(Device::Flex), make(Device::NdArray));
+        let (mut a, mut b) = (Outputs::new(), Outputs::new());
+        for _ in 0..2 {
+            flex.run(LaneId::MAIN, &sample().batch(), &mut a).unwrap();
+            nd.run(LaneId::MAIN, &sample().batch(), &mut b).unwrap();
+        }
+        assert_eq!(flex.caps().backend, "flex");
+        assert_eq!(nd.caps().backend, "ndarray");
+        for (x, y) in a.mats().iter().zip(b.mats()) {
+            assert_eq!((x.rows, x.width), (y.rows, y.width));
+            for (p, q) in x.data.iter().zip(&y.data) {
+                // Both are f32 within 2e-5 of the f64 reference (the conformance tolerance).
+                assert!((p - q).abs() <= 4e-5 + 4e-5 * q.abs(), "{}: {p} vs {q}", x.name);
+            }
+        }
+    }
+
+    #[test]
+    fn weights_and_plans_stay_with_their_device() {
+        let g = testkit::bert_like(EncoderSpec::TINY);
+        let weights = testkit::random_weights(&g, 9);
+        let (flex, nd) =
+            (Dispatch::new(&Device::Flex).unwrap(), Dispatch::new(&Device::NdArray).unwrap());
+        let fw = flex.upload(&weights.tensors(), &g).unwrap();
+        let e = nd.lower(&fw, &g, Bucket::new(16, 2, 16)).unwrap_err().to_string();
+        assert!(e.contains("weights on device `flex` handed to device `ndarray`"), "{e}");
+
+        let mut plan = flex.lower(&fw, &g, Bucket::new(16, 2, 16)).unwrap();
+        let e = nd.run(&mut plan, &sample().batch(), &mut Outputs::new()).unwrap_err().to_string();
+        assert!(e.contains("a plan on device `flex` handed to device `ndarray`"), "{e}");
+        // The owner still runs it.
+        flex.run(&mut plan, &sample().batch(), &mut Outputs::new()).unwrap();
+        // Another flex backend is the same device and may use these weights.
+        let again = Dispatch::new(&Device::Flex).unwrap();
+        again.lower(&fw, &g, Bucket::new(16, 2, 16)).unwrap();
+    }
+}

@@ -1,0 +1,165 @@
+//! `cargo xtask test-all-backends`: the workspace's tests, then the conformance suite on each
+//! backend, one process per backend so a failure is attributed to its backend.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, ExitCode, Stdio};
+
+/// The dispatch features that `test-all-backends` compiles in together.
+const FEATURES: &str = "switchyard-dispatch/ndarray,switchyard-dispatch/capture";
+
+/// A backend of the design and whether this workspace can run it here.
+struct Row {
+    backend: &'static str,
+    device: &'static str,
+    /// `Err(reason)` when it is skipped.
+    runnable: Result<(), &'static str>,
+}
+
+const ROWS: [Row; 6] = [
+    Row { backend: "flex", device: "flex", runnable: Ok(()) },
+    Row { backend: "ndarray", device: "ndarray", runnable: Ok(()) },
+    Row { backend: "capture", device: "capture", runnable: Ok(()) },
+    Row {
+        backend: "cube",
+        device: "cuda, rocm, wgpu, vulkan, metal, webgpu, cpu",
+        runnable: Err("not built yet: switchyard-cube does not exist in this version"),
+    },
+    Row {
+        backend: "tch",
+        device: "tch:cpu, tch:cuda:N",
+        runnable: Err("not built yet: switchyard-tch does not exist in this version"),
+    },
+    Row {
+        backend: "remote",
+        device: "remote:HOST:PORT",
+        runnable: Err("not built yet: switchyard-remote does not exist in this version"),
+    },
+];
+
+/// Test counts from cargo's `test result:` lines.
+#[derive(Default, Clone, Copy)]
+struct Counts {
+    passed: u64,
+    failed: u64,
+    ignored: u64,
+}
+
+impl Counts {
+    fn add(&mut self, o: Counts) {
+        self.passed += o.passed;
+        self.failed += o.failed;
+        self.ignored += o.ignored;
+    }
+}
+
+/// Runs `cargo ARGS`, passing its output through, and counts the tests it reports.
+fn cargo_test(args: &[&str], env: &[(&str, &str)]) -> (bool, Counts) {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let child =
+        Command::new(cargo).args(args).envs(env.iter().copied()).stdout(Stdio::piped()).spawn();
+    let mut child = match child {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("xtask: could not start cargo: {e}");
+            return (false, Counts::default());
+        }
+    };
+    let mut counts = Counts::default();
+    if let Some(out) = child.stdout.take() {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            println!("{line}");
+            if let Some(c) = parse_result(&line) {
+                counts.add(c);
+            }
+        }
+    }
+    let ok = child.wait().map(|s| s.success()).unwrap_or(false);
+    (ok, counts)
+}
+
+/// Parses `test result: ok. 3 passed; 0 failed; 1 ignored; ...`.
+fn parse_result(line: &str) -> Option<Counts> {
+    let rest = line.trim().strip_prefix("test result: ")?;
+    let mut c = Counts::default();
+    for part in rest.split([';', '.']) {
+        let mut words = part.split_whitespace();
+        let (Some(n), Some(what)) = (words.next(), words.next()) else { continue };
+        let Ok(n) = n.parse::<u64>() else { continue };
+        match what {
+            "passed" => c.passed = n,
+            "failed" => c.failed = n,
+            "ignored" => c.ignored = n,
+            _ => {}
+        }
+    }
+    Some(c)
+}
+
+/// The task: exits non-zero if any test or any runnable backend failed.
+pub fn test_all() -> ExitCode {
+    let mut total = Counts::default();
+    eprintln!("xtask: the workspace's tests, dispatch with every CPU backend compiled in");
+    let (workspace_ok, c) = cargo_test(&["test", "--workspace", "--features", FEATURES], &[]);
+    total.add(c);
+
+    let mut table = Vec::new();
+    let mut all_ok = workspace_ok;
+    for row in ROWS {
+        let result = match row.runnable {
+            Err(why) => format!("skipped: {why}"),
+            Ok(()) => {
+                eprintln!("xtask: conformance on `{}`", row.device);
+                let (ok, c) = cargo_test(
+                    &[
+                        "test",
+                        "-p",
+                        "switchyard-dispatch",
+                        "--features",
+                        "ndarray,capture",
+                        "--test",
+                        "conformance",
+                    ],
+                    &[("SWITCHYARD_CONFORMANCE_DEVICE", row.device)],
+                );
+                total.add(c);
+                all_ok &= ok;
+                if ok {
+                    format!("passed ({} tests)", c.passed)
+                } else {
+                    format!("FAILED ({} failed)", c.failed.max(1))
+                }
+            }
+        };
+        table.push((row.backend, row.device, result));
+    }
+
+    println!();
+    println!("{:<9} {:<45} result", "backend", "device");
+    for (b, d, r) in &table {
+        println!("{b:<9} {d:<45} {r}");
+    }
+    println!(
+        "{:<9} {:<45} {}",
+        "workspace",
+        "(every crate's tests)",
+        if workspace_ok { "passed" } else { "FAILED" }
+    );
+    println!();
+    println!(
+        "test-all-backends: {} passed, {} failed, {} skipped",
+        total.passed, total.failed, total.ignored
+    );
+    if all_ok { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_cargo_test_summaries() {
+        let c = parse_result("test result: ok. 12 passed; 1 failed; 3 ignored; 0 measured; 0 filtered out; finished in 0.21s").unwrap();
+        assert_eq!((c.passed, c.failed, c.ignored), (12, 1, 3));
+        assert!(parse_result("running 3 tests").is_none());
+    }
+}
