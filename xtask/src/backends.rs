@@ -97,6 +97,10 @@ fn parse_result(line: &str) -> Option<Counts> {
 
 /// The task: exits non-zero if any test or any runnable backend failed.
 pub fn test_all() -> ExitCode {
+    if crate::models::fetch_models() != ExitCode::SUCCESS {
+        eprintln!("xtask: the real models could not be fetched; the model tests need them");
+        return ExitCode::FAILURE;
+    }
     let mut total = Counts::default();
     eprintln!("xtask: the workspace's tests, dispatch with every CPU backend compiled in");
     let (workspace_ok, c) = cargo_test(&["test", "--workspace", "--features", FEATURES], &[]);

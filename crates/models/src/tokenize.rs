@@ -1,0 +1,75 @@
+//! Tokenization as sentence-transformers does it: truncation at the model's maximum length,
+//! never padding (batches are ragged).
+
+use std::path::Path;
+
+use tokenizers::{PaddingParams, Tokenizer, TruncationParams};
+
+use crate::{Error, Result};
+
+/// A `tokenizer.json` with its own padding removed and truncation set to our maximum length.
+pub struct Tokens {
+    inner: Tokenizer,
+    max_len: usize,
+}
+
+/// One tokenized input.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Encoded {
+    /// Token ids, special tokens included.
+    pub ids: Vec<u32>,
+    /// Token types (segment ids).
+    pub types: Vec<u32>,
+    /// Each token's text, for display.
+    pub tokens: Vec<String>,
+    /// For each token, the index of the word it belongs to (`None` for special tokens).
+    pub words: Vec<Option<u32>>,
+}
+
+impl Tokens {
+    /// Loads `tokenizer.json` from `dir`, truncating at `max_len` tokens and never padding.
+    pub fn load(dir: &Path, max_len: usize) -> Result<Tokens> {
+        let path = dir.join("tokenizer.json");
+        if !path.is_file() {
+            return Err(Error::Format(format!(
+                "{} has no tokenizer.json; Switchyard needs the fast tokenizer file",
+                dir.display()
+            )));
+        }
+        let mut inner = Tokenizer::from_file(&path)
+            .map_err(|e| Error::Tokenizer(format!("{}: {e}", path.display())))?;
+        // Some shipped files pad to a fixed length or truncate shorter than the model allows;
+        // sentence-transformers overrides both, and so do we.
+        inner.with_padding(None::<PaddingParams>);
+        inner
+            .with_truncation(Some(TruncationParams { max_length: max_len, ..Default::default() }))
+            .map_err(|e| Error::Tokenizer(format!("{}: {e}", path.display())))?;
+        Ok(Tokens { inner, max_len })
+    }
+
+    /// The maximum sequence length, special tokens included.
+    pub fn max_len(&self) -> usize {
+        self.max_len
+    }
+
+    /// Tokenizes one text.
+    pub fn encode(&self, text: &str) -> Result<Encoded> {
+        let e = self.inner.encode(text, true).map_err(|e| Error::Tokenizer(e.to_string()))?;
+        Ok(convert(&e))
+    }
+
+    /// Tokenizes a pair (a query and a document for a cross-encoder), with its token types.
+    pub fn encode_pair(&self, a: &str, b: &str) -> Result<Encoded> {
+        let e = self.inner.encode((a, b), true).map_err(|e| Error::Tokenizer(e.to_string()))?;
+        Ok(convert(&e))
+    }
+}
+
+fn convert(e: &tokenizers::Encoding) -> Encoded {
+    Encoded {
+        ids: e.get_ids().to_vec(),
+        types: e.get_type_ids().to_vec(),
+        tokens: e.get_tokens().to_vec(),
+        words: e.get_word_ids().to_vec(),
+    }
+}
