@@ -126,7 +126,7 @@ impl EncoderConfig {
 
     /// Columns per attention head; an error if the heads do not divide the width.
     pub fn head_dim(&self) -> Result<usize> {
-        if self.heads == 0 || self.hidden % self.heads != 0 {
+        if self.heads == 0 || !self.hidden.is_multiple_of(self.heads) {
             return Err(Error::Format(format!(
                 "config.json: {} heads do not divide the hidden size {}",
                 self.heads, self.hidden

@@ -1,0 +1,160 @@
+//! The `switchyard` binary, end to end, on the real all-MiniLM-L6-v2.
+
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+
+fn model_dir() -> PathBuf {
+    let root = std::env::var_os("SWITCHYARD_MODELS_DIR").map_or_else(
+        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.cache/models"),
+        PathBuf::from,
+    );
+    let dir = root.join("all-MiniLM-L6-v2");
+    assert!(dir.is_dir(), "{} is missing: run `cargo xtask fetch-models` first", dir.display());
+    dir
+}
+
+fn switchyard(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .args(args)
+        .env_remove("SWITCHYARD_DEVICE")
+        .stdin(Stdio::null())
+        .output()
+        .expect("the binary runs")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn lines(o: &Output) -> Vec<serde_json::Value> {
+    text(&o.stdout).lines().map(|l| serde_json::from_str(l).expect("a JSON line")).collect()
+}
+
+fn cosine(a: &[serde_json::Value], b: &[serde_json::Value]) -> f64 {
+    let f = |v: &[serde_json::Value]| v.iter().map(|x| x.as_f64().unwrap()).collect::<Vec<_>>();
+    let (a, b) = (f(a), f(b));
+    a.iter().zip(&b).map(|(x, y)| x * y).sum::<f64>()
+}
+
+#[test]
+fn embed_prints_one_normalised_embedding_per_input_in_order() {
+    let m = model_dir();
+    let o = switchyard(&[
+        "embed",
+        "--model",
+        m.to_str().unwrap(),
+        "A man is eating food.",
+        "A man eats a meal.",
+        "The stock market fell.",
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let rows = lines(&o);
+    assert_eq!(rows.len(), 3);
+    assert_eq!(rows[1]["text"], "A man eats a meal.");
+    let e: Vec<&Vec<serde_json::Value>> =
+        rows.iter().map(|r| r["embedding"].as_array().unwrap()).collect();
+    assert_eq!(e[0].len(), 384);
+    let (close, far) = (cosine(e[0], e[1]), cosine(e[0], e[2]));
+    assert!((cosine(e[0], e[0]) - 1.0).abs() < 1e-5, "normalised");
+    assert!(close > 0.7 && far < 0.3 && close > far, "paraphrase {close}, unrelated {far}");
+}
+
+#[test]
+fn embed_reads_plain_and_json_lines_from_a_file_and_runs_on_other_devices() {
+    let m = model_dir();
+    let dir = std::env::temp_dir().join(format!("switchyard-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("in.jsonl");
+    std::fs::write(&file, "first line\n{\"text\": \"second\"}\n\n").unwrap();
+    let flex =
+        switchyard(&["embed", "--model", m.to_str().unwrap(), "--input", file.to_str().unwrap()]);
+    assert!(flex.status.success(), "{}", text(&flex.stderr));
+    let nd = switchyard(&[
+        "embed",
+        "--model",
+        m.to_str().unwrap(),
+        "--device",
+        "ndarray",
+        "--input",
+        file.to_str().unwrap(),
+    ]);
+    assert!(nd.status.success(), "{}", text(&nd.stderr));
+    let (a, b) = (lines(&flex), lines(&nd));
+    assert_eq!(a.len(), 2);
+    assert_eq!(a[1]["text"], "second");
+    for (x, y) in a.iter().zip(&b) {
+        let c = cosine(x["embedding"].as_array().unwrap(), y["embedding"].as_array().unwrap());
+        assert!(c > 0.99999, "flex and ndarray agree: {c}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn errors_are_one_line_and_name_the_fix() {
+    let o = switchyard(&["embed", "--model", "/nonexistent/model", "hi"]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = text(&o.stderr);
+    assert!(err.contains("/nonexistent/model is not a directory"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+
+    let m = model_dir();
+    let o = switchyard(&["embed", "--model", m.to_str().unwrap(), "--device", "tpu", "hi"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        text(&o.stderr).contains("unknown device `tpu`; expected one of: flex"),
+        "{}",
+        text(&o.stderr)
+    );
+
+    let o = switchyard(&["embed", "--model", m.to_str().unwrap(), "--device", "cuda:0", "hi"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o.stderr).contains("needs the `cuda` backend"), "{}", text(&o.stderr));
+
+    let o = switchyard(&["embed", "--model", m.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o.stderr).contains("no input"), "{}", text(&o.stderr));
+
+    let o = switchyard(&["embed"]);
+    assert_eq!(o.status.code(), Some(2), "usage errors exit 2");
+}
+
+#[test]
+fn tokenize_shows_ids_and_tokens() {
+    let m = model_dir();
+    let o = switchyard(&["tokenize", "--model", m.to_str().unwrap(), "Hello world"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let row = &lines(&o)[0];
+    assert_eq!(row["tokens"], serde_json::json!(["[CLS]", "hello", "world", "[SEP]"]));
+    assert_eq!(row["ids"], serde_json::json!([101, 7592, 2088, 102]));
+}
+
+#[test]
+fn devices_lists_what_this_build_has() {
+    let o = switchyard(&["devices"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    assert!(out.contains("available (flex backend on cpu"), "{out}");
+    assert!(out.contains("available (records plans, executes nothing)"), "{out}");
+    assert!(
+        out.contains("cuda:N") && out.contains("not built yet: this version has no `cuda` backend"),
+        "{out}"
+    );
+    assert!(out.contains("default: flex"), "{out}");
+}
+
+#[test]
+fn inspect_prints_the_plan_with_totals_and_as_json() {
+    let m = model_dir();
+    let o = switchyard(&["inspect", "--model", m.to_str().unwrap(), "--bucket", "512,8,0"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    assert!(out.contains("plan for bucket 512 tokens, 8 sequences, 0 markers"), "{out}");
+    assert!(out.contains("Attention") && out.contains("12x32"), "{out}");
+    assert!(out.contains("total: "), "{out}");
+
+    let o = switchyard(&["inspect", "--model", m.to_str().unwrap(), "--json"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["bucket"], serde_json::json!([256, 1, 0]));
+    assert!(v["flops"].as_u64().unwrap() > 1_000_000_000);
+}
