@@ -35,6 +35,13 @@ enum Command {
         #[arg(long)]
         buckets: Option<PathBuf>,
     },
+    /// Embed texts and print the cosine similarity of every pair, most similar first.
+    Similarity {
+        #[command(flatten)]
+        model: ModelArgs,
+        #[command(flatten)]
+        input: InputArgs,
+    },
     /// Show how texts tokenize: ids and tokens, one JSON line per input.
     Tokenize {
         #[command(flatten)]
@@ -116,13 +123,19 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Embed { model, input, buckets } => embed(&model, &input, buckets.as_deref()),
+        Command::Similarity { model, input } => similarity(&model, &input),
         Command::Tokenize { model, input } => tokenize(&model, &input),
         Command::Devices => devices(),
         Command::Inspect { model, bucket, json } => inspect(&model, bucket.as_deref(), json),
     }
 }
 
-fn embed(args: &ModelArgs, input: &InputArgs, buckets: Option<&Path>) -> Result<()> {
+/// The embeddings of the inputs, in order, with a progress line for file input on a terminal.
+fn embeddings(
+    args: &ModelArgs,
+    input: &InputArgs,
+    buckets: Option<&Path>,
+) -> Result<(Vec<String>, Vec<Vec<f32>>)> {
     let texts = input.read()?;
     let device = device(args.device.as_deref())?;
     let backend = Dispatch::new(&device)?;
@@ -136,10 +149,36 @@ fn embed(args: &ModelArgs, input: &InputArgs, buckets: Option<&Path>) -> Result<
     let bar = Progress::new(texts.len(), input.input.is_some());
     let rows = embedder.embed(&refs, |done| bar.show(done))?;
     bar.finish();
+    Ok((texts, rows))
+}
+
+fn embed(args: &ModelArgs, input: &InputArgs, buckets: Option<&Path>) -> Result<()> {
+    let (texts, rows) = embeddings(args, input, buckets)?;
     let mut out = std::io::stdout().lock();
     for (text, row) in texts.iter().zip(rows) {
         let line = serde_json::json!({ "text": text, "embedding": row });
         writeln!(out, "{line}")?;
+    }
+    Ok(())
+}
+
+fn similarity(args: &ModelArgs, input: &InputArgs) -> Result<()> {
+    let (texts, rows) = embeddings(args, input, None)?;
+    if texts.len() < 2 {
+        bail!("similarity needs at least two texts");
+    }
+    let norm = |v: &[f32]| v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
+    let mut pairs = Vec::new();
+    for i in 0..rows.len() {
+        for j in i + 1..rows.len() {
+            let dot: f32 = rows[i].iter().zip(&rows[j]).map(|(a, b)| a * b).sum();
+            pairs.push((dot / (norm(&rows[i]) * norm(&rows[j])), i, j));
+        }
+    }
+    pairs.sort_by(|a, b| b.0.total_cmp(&a.0));
+    let mut out = std::io::stdout().lock();
+    for (c, i, j) in pairs {
+        writeln!(out, "{c:.4}  {:?}  {:?}", texts[i], texts[j])?;
     }
     Ok(())
 }

@@ -158,3 +158,23 @@ fn inspect_prints_the_plan_with_totals_and_as_json() {
     assert_eq!(v["bucket"], serde_json::json!([256, 1, 0]));
     assert!(v["flops"].as_u64().unwrap() > 1_000_000_000);
 }
+
+#[test]
+fn similarity_ranks_pairs_by_cosine() {
+    let m = model_dir();
+    let o = switchyard(&[
+        "similarity",
+        "--model",
+        m.to_str().unwrap(),
+        "A man is eating food.",
+        "A man eats a meal.",
+        "The stock market fell.",
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    let first = out.lines().next().unwrap();
+    assert!(first.contains("\"A man is eating food.\"  \"A man eats a meal.\""), "{out}");
+    assert_eq!(out.lines().count(), 3);
+    let o = switchyard(&["similarity", "--model", m.to_str().unwrap(), "alone"]);
+    assert_eq!(o.status.code(), Some(1));
+}
