@@ -1,5 +1,5 @@
-//! `cargo xtask test-all-backends`: the workspace's tests, then the conformance suite on each
-//! backend, one process per backend so a failure is attributed to its backend.
+//! `cargo xtask test-all-backends`: the workspace's tests, then the conformance suite and the
+//! real-model test on each backend, one process per backend so a failure is attributed to it.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, ExitCode, Stdio};

@@ -1,0 +1,173 @@
+//! Tiny random BERT, RoBERTa and DistilBERT checkpoints against transformers.
+//!
+//! `fixtures/make_fixtures.py` made each checkpoint (fixed seeds, every weight random, LayerNorm
+//! shifts and biases non-zero) and recorded transformers' token ids and mean-pooled last hidden
+//! states (f32, computed without padding).
+
+use std::path::{Path, PathBuf};
+
+use switchyard_core::{Backend, Buckets, Reference};
+use switchyard_models::{Arch, Embedder, Model};
+
+fn tiny(arch: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny").join(arch)
+}
+
+struct Expected {
+    sentences: Vec<String>,
+    ids: Vec<Vec<u32>>,
+    mean: Vec<Vec<f64>>,
+}
+
+fn expected(arch: &str) -> Expected {
+    let text = std::fs::read_to_string(tiny(arch).join("expected.json")).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let nums = |r: &serde_json::Value| {
+        r.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect::<Vec<_>>()
+    };
+    Expected {
+        sentences: v["sentences"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s.as_str().unwrap().to_owned())
+            .collect(),
+        ids: v["ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| nums(r).into_iter().map(|x| x as u32).collect())
+            .collect(),
+        mean: v["mean_pooled"].as_array().unwrap().iter().map(nums).collect(),
+    }
+}
+
+/// Every value within 1e-5 of transformers' (values of about 1; the worst seen is about 1e-6).
+fn check<B: Backend>(arch: &str, backend: B) {
+    let e = expected(arch);
+    let model = Model::load(&tiny(arch)).unwrap();
+    for (s, want) in e.sentences.iter().zip(&e.ids) {
+        assert_eq!(&model.tokens().encode(s).unwrap().ids, want, "{arch}: {s:?}");
+    }
+    let mut emb = Embedder::new(model, backend, Buckets::default()).unwrap();
+    let texts: Vec<&str> = e.sentences.iter().map(String::as_str).collect();
+    let got = emb.embed(&texts, |_| {}).unwrap();
+    for ((s, a), b) in e.sentences.iter().zip(&got).zip(&e.mean) {
+        let worst = a.iter().zip(b).map(|(x, y)| (f64::from(*x) - y).abs()).fold(0.0, f64::max);
+        assert!(worst <= 1e-5, "{arch}: {s:?}: max difference {worst}");
+    }
+}
+
+#[test]
+fn bert_matches_transformers() {
+    check("bert", switchyard_flex::flex());
+    check("bert", Reference);
+}
+
+#[test]
+fn roberta_matches_transformers_with_positions_past_the_padding_index() {
+    let m = Model::load(&tiny("roberta")).unwrap();
+    assert_eq!((m.config().arch, m.config().position_offset), (Arch::Roberta, 1));
+    check("roberta", switchyard_flex::flex());
+    check("roberta", Reference);
+}
+
+#[test]
+fn distilbert_matches_transformers() {
+    assert_eq!(Model::load(&tiny("distilbert")).unwrap().config().arch, Arch::DistilBert);
+    check("distilbert", switchyard_flex::flex());
+    check("distilbert", Reference);
+}
+
+/// A scratch copy of a tiny checkpoint, removed on drop.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn of(arch: &str, tag: &str) -> Scratch {
+        let dir =
+            std::env::temp_dir().join(format!("switchyard-models-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        for f in ["config.json", "model.safetensors", "tokenizer.json"] {
+            std::fs::copy(tiny(arch).join(f), dir.join(f)).unwrap();
+        }
+        Scratch(dir)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn load_err(dir: &Path) -> String {
+    Model::load(dir).err().expect("an error").to_string()
+}
+
+#[test]
+fn broken_checkpoints_are_clear_errors() {
+    assert!(load_err(Path::new("/nonexistent/dir")).contains("is not a directory"));
+
+    let s = Scratch::of("bert", "noconfig");
+    std::fs::remove_file(s.0.join("config.json")).unwrap();
+    assert!(load_err(&s.0).contains("has no config.json"));
+
+    let s = Scratch::of("bert", "bin");
+    std::fs::rename(s.0.join("model.safetensors"), s.0.join("pytorch_model.bin")).unwrap();
+    let e = load_err(&s.0);
+    assert!(
+        e.contains("has pytorch_model.bin but no model.safetensors") && e.contains("convert"),
+        "{e}"
+    );
+
+    let s = Scratch::of("bert", "type");
+    std::fs::write(s.0.join("config.json"), r#"{"model_type": "gpt2"}"#).unwrap();
+    assert!(load_err(&s.0).contains("model type `gpt2`; supported model types: bert"));
+
+    let s = Scratch::of("bert", "json");
+    std::fs::write(s.0.join("config.json"), "{ not json").unwrap();
+    assert!(load_err(&s.0).contains("not valid JSON"));
+
+    let s = Scratch::of("bert", "shape");
+    let cfg = std::fs::read_to_string(s.0.join("config.json"))
+        .unwrap()
+        .replace("\"intermediate_size\": 48", "\"intermediate_size\": 50");
+    std::fs::write(s.0.join("config.json"), cfg).unwrap();
+    let e = load_err(&s.0);
+    assert!(e.contains("has shape [48, 32]; config.json implies [50, 32]"), "{e}");
+
+    let s = Scratch::of("bert", "trunc");
+    let bytes = std::fs::read(s.0.join("model.safetensors")).unwrap();
+    std::fs::write(s.0.join("model.safetensors"), &bytes[..bytes.len() / 2]).unwrap();
+    let e = load_err(&s.0);
+    assert!(e.contains("model.safetensors"), "{e}");
+
+    let s = Scratch::of("bert", "notok");
+    std::fs::remove_file(s.0.join("tokenizer.json")).unwrap();
+    assert!(load_err(&s.0).contains("has no tokenizer.json"));
+}
+
+#[test]
+fn sharded_checkpoints_load_from_their_index() {
+    // One shard listed in an index is still the sharded path.
+    let s = Scratch::of("bert", "shard");
+    std::fs::rename(s.0.join("model.safetensors"), s.0.join("model-00001-of-00001.safetensors"))
+        .unwrap();
+    let names: Vec<String> = Model::load(&tiny("bert"))
+        .unwrap()
+        .graph()
+        .weights
+        .iter()
+        .map(|w| w.name.clone())
+        .collect();
+    let map: serde_json::Map<String, serde_json::Value> =
+        names.iter().map(|n| (n.clone(), "model-00001-of-00001.safetensors".into())).collect();
+    std::fs::write(
+        s.0.join("model.safetensors.index.json"),
+        serde_json::json!({ "weight_map": map }).to_string(),
+    )
+    .unwrap();
+    let m = Model::load(&s.0).unwrap();
+    assert_eq!(m.tensors().unwrap().len(), names.len());
+}
