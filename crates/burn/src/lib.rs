@@ -225,14 +225,7 @@ impl<B: BurnBackend, K: Kernels<B>> Backend for Burn<B, K> {
 
     fn lower(&self, w: &Self::Weights, graph: &Graph, bucket: Bucket) -> Result<Self::Plan> {
         let _span = tracing::debug_span!("lower", backend = %self.caps.backend, %bucket).entered();
-        graph.validate()?;
-        if w.plain.len() != graph.weights.len() {
-            return Err(Error::Graph(format!(
-                "the graph expects {} weights but {} were uploaded",
-                graph.weights.len(),
-                w.plain.len()
-            )));
-        }
+        graph.check_lowerable(w.plain.len())?;
         let layout = Layout::plan(graph, bucket, 4);
         let mut bytes = layout.total;
         let mut rope_cache: HashMap<(usize, u32), (FloatTensor<B>, FloatTensor<B>)> =
@@ -289,15 +282,7 @@ impl<B: BurnBackend, K: Kernels<B>> Backend for Burn<B, K> {
         let _span =
             tracing::trace_span!("run", backend = %self.caps.backend, tokens = batch.tokens())
                 .entered();
-        let b = plan.bucket;
-        if !b.holds(batch.tokens(), batch.seqs(), batch.markers()) {
-            return Err(Error::BadBatch(format!(
-                "a batch of {},{},{} does not fit the plan's bucket {b}",
-                batch.tokens(),
-                batch.seqs(),
-                batch.markers()
-            )));
-        }
+        plan.bucket.admit(batch)?;
         let mats = out.prepare(&plan.graph, batch);
         if batch.seqs() == 0 {
             return Ok(());

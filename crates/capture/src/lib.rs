@@ -16,8 +16,7 @@ use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 use switchyard_core::{
-    Backend, Batch, Bucket, Caps, DeviceKind, Error, Graph, HostTensor, Layout, Op, Outputs,
-    Result, Rows,
+    Backend, Batch, Bucket, Caps, DeviceKind, Graph, HostTensor, Layout, Op, Outputs, Result, Rows,
 };
 
 /// The capture backend. Clones share one event log.
@@ -296,14 +295,7 @@ impl Backend for Capture {
     }
 
     fn lower(&self, w: &CaptureWeights, graph: &Graph, bucket: Bucket) -> Result<CapturePlan> {
-        graph.validate()?;
-        if w.count != graph.weights.len() {
-            return Err(Error::Graph(format!(
-                "the graph expects {} weights but {} were uploaded",
-                graph.weights.len(),
-                w.count
-            )));
-        }
+        graph.check_lowerable(w.count)?;
         let per_seq = bucket.tokens / bucket.seqs.max(1);
         let even = move || {
             Box::new(std::iter::repeat_n(per_seq, bucket.seqs)) as Box<dyn Iterator<Item = usize>>
@@ -330,14 +322,7 @@ impl Backend for Capture {
 
     fn run(&self, plan: &mut CapturePlan, batch: &Batch<'_>, out: &mut Outputs) -> Result<()> {
         let b = plan.bucket;
-        if !b.holds(batch.tokens(), batch.seqs(), batch.markers()) {
-            return Err(Error::BadBatch(format!(
-                "a batch of {},{},{} does not fit the plan's bucket {b}",
-                batch.tokens(),
-                batch.seqs(),
-                batch.markers()
-            )));
-        }
+        b.admit(batch)?;
         let lens = || {
             Box::new((0..batch.seqs()).map(|s| batch.seq(s).len()))
                 as Box<dyn Iterator<Item = usize> + '_>

@@ -55,6 +55,19 @@ impl Bucket {
         }
     }
 
+    /// Checks that a batch fits: what every backend's `run` checks before touching its plan.
+    pub fn admit(&self, batch: &crate::Batch<'_>) -> Result<()> {
+        if self.holds(batch.tokens(), batch.seqs(), batch.markers()) {
+            return Ok(());
+        }
+        Err(Error::BadBatch(format!(
+            "a batch of {},{},{} does not fit the plan's bucket {self}",
+            batch.tokens(),
+            batch.seqs(),
+            batch.markers()
+        )))
+    }
+
     /// Whether `self` is at least `other` in every dimension.
     const fn covers(&self, other: &Bucket) -> bool {
         self.holds(other.tokens, other.seqs, other.markers)

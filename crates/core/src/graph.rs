@@ -689,6 +689,20 @@ impl Graph {
         Ok(())
     }
 
+    /// Validates the graph and checks that `uploaded` weights (a count) are the ones it reads:
+    /// what every backend's `lower` starts with.
+    pub fn check_lowerable(&self, uploaded: usize) -> Result<()> {
+        self.validate()?;
+        if uploaded != self.weights.len() {
+            return Err(Error::Graph(format!(
+                "the graph expects {} weights but {} were uploaded",
+                self.weights.len(),
+                uploaded
+            )));
+        }
+        Ok(())
+    }
+
     /// The limits a batch must respect for this graph: vocabulary, token types, sequence length.
     pub fn limits(&self) -> Limits {
         let mut l = Limits { vocab: u32::MAX, types: 1, max_len: u32::MAX };

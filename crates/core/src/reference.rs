@@ -9,8 +9,8 @@
 use std::sync::Arc;
 
 use crate::{
-    Backend, Batch, Bucket, Caps, DeviceKind, Error, Graph, HostTensor, Layout, Op, Outputs,
-    PoolMode, Result, Val,
+    Backend, Batch, Bucket, Caps, DeviceKind, Graph, HostTensor, Layout, Op, Outputs, PoolMode,
+    Result, Val,
 };
 
 /// The f64 reference interpreter.
@@ -70,14 +70,7 @@ impl Backend for Reference {
     }
 
     fn lower(&self, w: &Self::Weights, graph: &Graph, bucket: Bucket) -> Result<Self::Plan> {
-        graph.validate()?;
-        if w.tensors.len() != graph.weights.len() {
-            return Err(Error::Graph(format!(
-                "the graph expects {} weights but {} were uploaded",
-                graph.weights.len(),
-                w.tensors.len()
-            )));
-        }
+        graph.check_lowerable(w.tensors.len())?;
         let layout = Layout::plan(graph, bucket, F64);
         let widest = graph.vals.iter().map(|s| bucket.rows(s.rows) * s.width).max().unwrap_or(0);
         Ok(RefPlan {
@@ -94,15 +87,7 @@ impl Backend for Reference {
     }
 
     fn run(&self, plan: &mut RefPlan, batch: &Batch<'_>, out: &mut Outputs) -> Result<()> {
-        let b = plan.state.bucket;
-        if !b.holds(batch.tokens(), batch.seqs(), batch.markers()) {
-            return Err(Error::BadBatch(format!(
-                "a batch of {},{},{} does not fit the plan's bucket {b}",
-                batch.tokens(),
-                batch.seqs(),
-                batch.markers()
-            )));
-        }
+        plan.state.bucket.admit(batch)?;
         for i in 0..plan.state.graph.ops.len() {
             let st = &plan.state;
             let o = st.graph.ops[i].out();

@@ -8,12 +8,12 @@ use switchyard_dispatch::{Device, Dispatch};
 use switchyard_models::{Embedder, Model};
 
 fn model_dir() -> PathBuf {
-    let root = std::env::var_os("SWITCHYARD_MODELS_DIR").map_or_else(
-        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.cache/models"),
-        PathBuf::from,
+    let dir = switchyard_models::fetched_model_dir("all-MiniLM-L6-v2");
+    assert!(
+        dir.join("model.safetensors").is_file(),
+        "{} is missing: run `cargo xtask fetch-models` first",
+        dir.display()
     );
-    let dir = root.join("all-MiniLM-L6-v2");
-    assert!(dir.is_dir(), "{} is missing: run `cargo xtask fetch-models` first", dir.display());
     dir
 }
 

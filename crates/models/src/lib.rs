@@ -27,6 +27,23 @@ pub use config::{Arch, EncoderConfig};
 pub use st::{Pooling, SentenceConfig};
 pub use tokenize::{Encoded, Tokens};
 
+/// Where `cargo xtask fetch-models` puts the real model `name` in this workspace
+/// (`.cache/models/NAME`; the environment variable `SWITCHYARD_MODELS_DIR` overrides the
+/// folder). For tests and examples.
+pub fn fetched_model_dir(name: &str) -> PathBuf {
+    let root = std::env::var_os("SWITCHYARD_MODELS_DIR").map_or_else(
+        || {
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("..")
+                .join("..")
+                .join(".cache")
+                .join("models")
+        },
+        PathBuf::from,
+    );
+    root.join(name)
+}
+
 /// Everything that can go wrong loading or running a model.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

@@ -9,11 +9,7 @@ use switchyard_core::Buckets;
 use switchyard_models::{Embedder, Model, Task};
 
 fn model_dir() -> PathBuf {
-    let root = std::env::var_os("SWITCHYARD_MODELS_DIR").map_or_else(
-        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.cache/models"),
-        PathBuf::from,
-    );
-    let dir = root.join("all-MiniLM-L6-v2");
+    let dir = switchyard_models::fetched_model_dir("all-MiniLM-L6-v2");
     assert!(
         dir.join("model.safetensors").is_file(),
         "{} is missing: run `cargo xtask fetch-models` first",

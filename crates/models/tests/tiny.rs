@@ -102,7 +102,7 @@ impl Drop for Scratch {
 }
 
 fn load_err(dir: &Path) -> String {
-    Model::load(dir).err().expect("an error").to_string()
+    Model::load(dir).expect_err("an error").to_string()
 }
 
 #[test]
