@@ -137,11 +137,14 @@ impl Encoder<'_> {
         act: Act,
         residual: Option<Val>,
     ) -> Result<Val> {
-        let k = self.g.shape(x).width;
-        let weight = self.names.weight(&mut self.g, &format!("{name}.weight"), &[out, k])?;
-        let bias = self.names.optional(&mut self.g, &format!("{name}.bias"), &[out])?;
-        let shape = Shape { rows: self.g.shape(x).rows, width: out };
-        Ok(self.g.op(shape, |o| Op::Linear { x, weight, bias, act, residual, out: o }))
+        linear_in(&mut self.g, &self.names, name, x, out, act, residual)
+    }
+
+    /// Like [`Encoder::linear`], for a head's layer named from the checkpoint's root (heads sit
+    /// beside the `bert.` / `roberta.` prefix, not under it).
+    pub(crate) fn head_linear(&mut self, name: &str, x: Val, out: usize, act: Act) -> Result<Val> {
+        let root = Names { ck: self.names.ck, prefix: String::new() };
+        linear_in(&mut self.g, &root, name, x, out, act, None)
     }
 
     /// LayerNorm with the layer `name`'s weight and (optional) bias.
@@ -151,6 +154,23 @@ impl Encoder<'_> {
         let beta = self.names.optional(&mut self.g, &format!("{name}.bias"), &[d])?;
         Ok(self.g.op(self.g.shape(x), |o| Op::LayerNorm { x, gamma, beta, eps, out: o }))
     }
+}
+
+/// `act(x . W^T + b) + residual` with `names`' layer `name`.
+fn linear_in(
+    g: &mut GraphBuilder,
+    names: &Names<'_>,
+    name: &str,
+    x: Val,
+    out: usize,
+    act: Act,
+    residual: Option<Val>,
+) -> Result<Val> {
+    let k = g.shape(x).width;
+    let weight = names.weight(g, &format!("{name}.weight"), &[out, k])?;
+    let bias = names.optional(g, &format!("{name}.bias"), &[out])?;
+    let shape = Shape { rows: g.shape(x).rows, width: out };
+    Ok(g.op(shape, |o| Op::Linear { x, weight, bias, act, residual, out: o }))
 }
 
 /// Builds the encoder body; returns it with the final token rows.

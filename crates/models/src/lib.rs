@@ -8,7 +8,8 @@
 //!
 //! Supported today: BERT-shaped encoders (BERT and its descendants such as MiniLM, BGE, E5 and
 //! GTE; RoBERTa and XLM-RoBERTa; DistilBERT) with a pooled-embedding head (CLS, mean, max or last
-//! token, optionally L2-normalised).
+//! token, optionally L2-normalised) or, for `*ForSequenceClassification` checkpoints, a sequence
+//! classification head (classifiers, and cross-encoder rerankers on text pairs).
 
 mod bert;
 mod checkpoint;
@@ -19,7 +20,8 @@ mod tokenize;
 use std::path::{Path, PathBuf};
 
 use switchyard_core::{
-    Backend, BatchBuf, Buckets, Executor, Graph, HostTensor, LaneId, Op, Outputs, Shape,
+    Act, Backend, BatchBuf, Buckets, Executor, Graph, HostTensor, LaneId, Op, Outputs, PoolMode,
+    Shape,
 };
 
 pub use checkpoint::Checkpoint;
@@ -78,6 +80,12 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub enum Task {
     /// One embedding per sequence (output `embedding`).
     Embed(Pooling),
+    /// Class logits per sequence (output `logits`): classifiers, and cross-encoder rerankers
+    /// (one label) on text pairs.
+    Classify {
+        /// The label of each logit, from `id2label` (else `LABEL_i`).
+        labels: Vec<String>,
+    },
 }
 
 /// A loaded checkpoint: its graph, tokenizer and weights (memory-mapped).
@@ -112,22 +120,46 @@ impl Model {
                 "max_seq_length {max_len} exceeds the model's {position_limit} positions"
             )));
         }
-        let pooling = sentence
-            .map_or(Pooling { mode: switchyard_core::PoolMode::Mean, normalize: false }, |s| {
-                s.pooling
-            });
         let (mut enc, x) = bert::build(&checkpoint, config.clone())?;
         let d = config.hidden;
-        let pooled = enc.g.op(Shape::seqs(d), |out| Op::Pool { x, mode: pooling.mode, out });
-        let emb = if pooling.normalize {
-            enc.g.op(Shape::seqs(d), |out| Op::L2Norm { x: pooled, eps: 1e-12, out })
+        let classifier = architectures(checkpoint.config())
+            .iter()
+            .any(|a| a.ends_with("ForSequenceClassification"));
+        let task = if classifier {
+            let labels = labels(&checkpoint)?;
+            let n = labels.len();
+            let cls = enc.g.op(Shape::seqs(d), |out| Op::Pool { x, mode: PoolMode::Cls, out });
+            let logits = match config.arch {
+                Arch::Bert => {
+                    let h = enc.linear("pooler.dense", cls, d, Act::Tanh, None)?;
+                    enc.head_linear("classifier", h, n, Act::Identity)?
+                }
+                Arch::Roberta => {
+                    let h = enc.head_linear("classifier.dense", cls, d, Act::Tanh)?;
+                    enc.head_linear("classifier.out_proj", h, n, Act::Identity)?
+                }
+                Arch::DistilBert => {
+                    let h = enc.head_linear("pre_classifier", cls, d, Act::Relu)?;
+                    enc.head_linear("classifier", h, n, Act::Identity)?
+                }
+            };
+            enc.g.output("logits", logits);
+            Task::Classify { labels }
         } else {
-            pooled
+            let pooling =
+                sentence.map_or(Pooling { mode: PoolMode::Mean, normalize: false }, |s| s.pooling);
+            let pooled = enc.g.op(Shape::seqs(d), |out| Op::Pool { x, mode: pooling.mode, out });
+            let emb = if pooling.normalize {
+                enc.g.op(Shape::seqs(d), |out| Op::L2Norm { x: pooled, eps: 1e-12, out })
+            } else {
+                pooled
+            };
+            enc.g.output("embedding", emb);
+            Task::Embed(pooling)
         };
-        enc.g.output("embedding", emb);
         let graph = enc.g.finish()?;
         let tokens = Tokens::load(dir, max_len)?;
-        Ok(Model { checkpoint, graph, task: Task::Embed(pooling), tokens, config })
+        Ok(Model { checkpoint, graph, task, tokens, config })
     }
 
     /// The graph.
@@ -178,6 +210,37 @@ impl Model {
     }
 }
 
+/// `config.json`'s `architectures`.
+fn architectures(c: &serde_json::Value) -> Vec<String> {
+    c.get("architectures")
+        .and_then(serde_json::Value::as_array)
+        .map(|a| a.iter().filter_map(|s| s.as_str().map(str::to_owned)).collect())
+        .unwrap_or_default()
+}
+
+/// The classifier's labels: as many as its output rows, named by `id2label` where it has them.
+fn labels(ck: &Checkpoint) -> Result<Vec<String>> {
+    let rows = ["classifier.weight", "classifier.out_proj.weight"]
+        .iter()
+        .find_map(|n| ck.shape(n))
+        .and_then(|s| s.first().copied())
+        .ok_or_else(|| {
+            Error::Format(
+                "a sequence classifier without `classifier.weight` or `classifier.out_proj.weight`"
+                    .into(),
+            )
+        })?;
+    let names = ck.config().get("id2label").and_then(serde_json::Value::as_object);
+    Ok((0..rows)
+        .map(|i| {
+            names
+                .and_then(|m| m.get(&i.to_string()))
+                .and_then(serde_json::Value::as_str)
+                .map_or_else(|| format!("LABEL_{i}"), str::to_owned)
+        })
+        .collect())
+}
+
 /// Embeds texts with a model on a backend, batching them to fit the largest bucket.
 pub struct Embedder<B: Backend> {
     model: Model,
@@ -205,48 +268,106 @@ impl<B: Backend> Embedder<B> {
 
     /// One embedding per text, in order. `progress` is called with the number of texts done
     /// after each batch.
-    pub fn embed(
+    pub fn embed(&mut self, texts: &[&str], progress: impl FnMut(usize)) -> Result<Vec<Vec<f32>>> {
+        self.expect(|t| matches!(t, Task::Embed(_)), "an embedding model")?;
+        let tokens = &self.model.tokens;
+        let encoded = texts.iter().map(|t| tokens.encode(t));
+        Self::rows(&mut self.exec, &mut self.buf, &mut self.out, encoded, "embedding", progress)
+    }
+
+    /// Class logits per text, in order (for a sequence classifier).
+    pub fn classify(
         &mut self,
         texts: &[&str],
+        progress: impl FnMut(usize),
+    ) -> Result<Vec<Vec<f32>>> {
+        self.expect(|t| matches!(t, Task::Classify { .. }), "a sequence classifier")?;
+        let tokens = &self.model.tokens;
+        let encoded = texts.iter().map(|t| tokens.encode(t));
+        Self::rows(&mut self.exec, &mut self.buf, &mut self.out, encoded, "logits", progress)
+    }
+
+    /// Class logits for each `(query, document)` pair, in document order (for a cross-encoder).
+    pub fn classify_pairs(
+        &mut self,
+        query: &str,
+        docs: &[&str],
+        progress: impl FnMut(usize),
+    ) -> Result<Vec<Vec<f32>>> {
+        self.expect(
+            |t| matches!(t, Task::Classify { .. }),
+            "a cross-encoder (a sequence classifier)",
+        )?;
+        let tokens = &self.model.tokens;
+        let encoded = docs.iter().map(|d| tokens.encode_pair(query, d));
+        Self::rows(&mut self.exec, &mut self.buf, &mut self.out, encoded, "logits", progress)
+    }
+
+    fn expect(&self, ok: impl Fn(&Task) -> bool, what: &str) -> Result<()> {
+        if ok(&self.model.task) {
+            Ok(())
+        } else {
+            Err(Error::Unsupported(format!(
+                "this model is {}, not {what}",
+                match self.model.task {
+                    Task::Embed(_) => "an embedding model",
+                    Task::Classify { .. } => "a sequence classifier",
+                }
+            )))
+        }
+    }
+
+    /// Runs encoded inputs in batches that fit the largest bucket; returns `output`'s rows.
+    fn rows(
+        exec: &mut Executor<B>,
+        buf: &mut BatchBuf,
+        out: &mut Outputs,
+        encoded: impl Iterator<Item = Result<Encoded>>,
+        output: &str,
         mut progress: impl FnMut(usize),
     ) -> Result<Vec<Vec<f32>>> {
-        let largest = *self
-            .exec
+        let largest = *exec
             .lane_buckets(LaneId::MAIN)?
             .last()
             .ok_or_else(|| Error::Format("the executor has no buckets".into()))?;
-        let mut result = Vec::with_capacity(texts.len());
+        let mut result = Vec::new();
         let mut pending: Vec<Encoded> = Vec::new();
         let mut tokens = 0;
-        for (i, text) in texts.iter().enumerate() {
-            let e = self.model.tokens.encode(text)?;
+        for e in encoded {
+            let e = e?;
             if !pending.is_empty()
                 && (tokens + e.ids.len() > largest.tokens || pending.len() == largest.seqs)
             {
-                self.flush(&mut pending, &mut result)?;
+                Self::flush(exec, buf, out, &mut pending, output, &mut result)?;
                 tokens = 0;
-                progress(i);
+                progress(result.len());
             }
             tokens += e.ids.len();
             pending.push(e);
         }
         if !pending.is_empty() {
-            self.flush(&mut pending, &mut result)?;
+            Self::flush(exec, buf, out, &mut pending, output, &mut result)?;
         }
-        progress(texts.len());
+        progress(result.len());
         Ok(result)
     }
 
-    fn flush(&mut self, pending: &mut Vec<Encoded>, result: &mut Vec<Vec<f32>>) -> Result<()> {
-        self.buf.clear();
+    fn flush(
+        exec: &mut Executor<B>,
+        buf: &mut BatchBuf,
+        out: &mut Outputs,
+        pending: &mut Vec<Encoded>,
+        output: &str,
+        result: &mut Vec<Vec<f32>>,
+    ) -> Result<()> {
+        buf.clear();
         for e in pending.drain(..) {
-            self.buf.push(&e.ids, Some(&e.types), &[])?;
+            buf.push(&e.ids, Some(&e.types), &[])?;
         }
-        self.exec.run(LaneId::MAIN, &self.buf.batch(), &mut self.out)?;
-        let m = self
-            .out
-            .get("embedding")
-            .ok_or_else(|| Error::Format("the graph has no `embedding` output".into()))?;
+        exec.run(LaneId::MAIN, &buf.batch(), out)?;
+        let m = out
+            .get(output)
+            .ok_or_else(|| Error::Format(format!("the graph has no `{output}` output")))?;
         result.extend(m.iter_rows().map(<[f32]>::to_vec));
         Ok(())
     }

@@ -53,7 +53,9 @@ fn loads_as_a_normalised_mean_pooled_bert() {
     let c = m.config();
     assert_eq!((c.hidden, c.layers, c.heads, c.ffn, c.vocab), (384, 6, 12, 1536, 30522));
     assert_eq!(m.tokens().max_len(), 256, "sentence_bert_config.json, not the tokenizer's 128");
-    let Task::Embed(p) = m.task();
+    let Task::Embed(p) = m.task() else {
+        panic!("expected an embedding model, got {:?}", m.task())
+    };
     assert_eq!((p.mode, p.normalize), (switchyard_core::PoolMode::Mean, true));
 }
 

@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use switchyard_core::{Backend, Buckets, Reference};
-use switchyard_models::{Arch, Embedder, Model};
+use switchyard_models::{Arch, Embedder, Model, Task};
 
 fn tiny(arch: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny").join(arch)
@@ -170,4 +170,75 @@ fn sharded_checkpoints_load_from_their_index() {
     .unwrap();
     let m = Model::load(&s.0).unwrap();
     assert_eq!(m.tensors().unwrap().len(), names.len());
+}
+
+struct Logits {
+    inputs: Vec<(String, Option<String>)>,
+    logits: Vec<Vec<f64>>,
+}
+
+fn logits(name: &str) -> Logits {
+    let text = std::fs::read_to_string(tiny(name).join("expected.json")).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    Logits {
+        inputs: v["inputs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| (p[0].as_str().unwrap().to_owned(), p[1].as_str().map(str::to_owned)))
+            .collect(),
+        logits: v["logits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect())
+            .collect(),
+    }
+}
+
+fn close_rows(name: &str, got: &[Vec<f32>], want: &[Vec<f64>]) {
+    assert_eq!(got.len(), want.len(), "{name}");
+    for (a, b) in got.iter().zip(want) {
+        assert_eq!(a.len(), b.len(), "{name}");
+        let worst = a.iter().zip(b).map(|(x, y)| (f64::from(*x) - y).abs()).fold(0.0, f64::max);
+        assert!(worst <= 1e-5, "{name}: logits {a:?} vs {b:?}");
+    }
+}
+
+/// BERT (pooler + classifier), RoBERTa (classifier.dense + out_proj) and DistilBERT
+/// (pre_classifier + ReLU + classifier) heads: logits within 1e-5 of transformers', labels from
+/// `id2label`.
+#[test]
+fn sequence_classifiers_match_transformers() {
+    for name in ["bert-classifier", "roberta-classifier", "distilbert-classifier"] {
+        let e = logits(name);
+        let model = Model::load(&tiny(name)).unwrap();
+        let Task::Classify { labels } = model.task() else { panic!("{name}: {:?}", model.task()) };
+        assert_eq!(labels, &["negative", "neutral", "positive"], "{name}");
+        let texts: Vec<&str> = e.inputs.iter().map(|(a, _)| a.as_str()).collect();
+        let mut run = Embedder::new(model, switchyard_flex::flex(), Buckets::default()).unwrap();
+        close_rows(name, &run.classify(&texts, |_| {}).unwrap(), &e.logits);
+        let err = run.embed(&texts, |_| {}).unwrap_err().to_string();
+        assert!(err.contains("is a sequence classifier, not an embedding model"), "{err}");
+    }
+}
+
+/// A one-label cross-encoder scores `(query, document)` pairs with token types 0 then 1.
+#[test]
+fn cross_encoders_score_pairs_like_transformers() {
+    let e = logits("bert-cross-encoder");
+    let model = Model::load(&tiny("bert-cross-encoder")).unwrap();
+    let Task::Classify { labels } = model.task() else { panic!("{:?}", model.task()) };
+    assert_eq!(labels.len(), 1);
+    let mut run = Embedder::new(model, Reference, Buckets::default()).unwrap();
+    for ((q, d), want) in e.inputs.iter().zip(&e.logits) {
+        let got = run.classify_pairs(q, &[d.as_deref().unwrap()], |_| {}).unwrap();
+        close_rows("cross-encoder", &got, std::slice::from_ref(want));
+    }
+    let err = Embedder::new(Model::load(&tiny("bert")).unwrap(), Reference, Buckets::default())
+        .unwrap()
+        .classify_pairs("q", &["d"], |_| {})
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("is an embedding model, not a cross-encoder"), "{err}");
 }
