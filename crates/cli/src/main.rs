@@ -13,7 +13,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use switchyard_core::{Backend, Bucket, Buckets};
 use switchyard_dispatch::{Device, Dispatch, FORMS};
-use switchyard_models::{Embedder, Model};
+use switchyard_models::{Embedder, Model, Task};
 
 /// Run transformer encoders (sentence embedders and more) from Hugging Face checkpoints.
 #[derive(Parser)]
@@ -39,6 +39,24 @@ enum Command {
     Similarity {
         #[command(flatten)]
         model: ModelArgs,
+        #[command(flatten)]
+        input: InputArgs,
+    },
+    /// Classify texts with a sequence classifier: one JSON line per input, in input order.
+    Classify {
+        #[command(flatten)]
+        model: ModelArgs,
+        #[command(flatten)]
+        input: InputArgs,
+    },
+    /// Rank documents against a query with a cross-encoder: JSON lines, best first.
+    Rerank {
+        #[command(flatten)]
+        model: ModelArgs,
+        /// The query.
+        #[arg(long)]
+        query: String,
+        /// The documents (arguments, or --input).
         #[command(flatten)]
         input: InputArgs,
     },
@@ -124,6 +142,8 @@ fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Embed { model, input, buckets } => embed(&model, &input, buckets.as_deref()),
         Command::Similarity { model, input } => similarity(&model, &input),
+        Command::Classify { model, input } => classify(&model, &input),
+        Command::Rerank { model, query, input } => rerank(&model, &query, &input),
         Command::Tokenize { model, input } => tokenize(&model, &input),
         Command::Devices => devices(),
         Command::Inspect { model, bucket, json } => inspect(&model, bucket.as_deref(), json),
@@ -179,6 +199,74 @@ fn similarity(args: &ModelArgs, input: &InputArgs) -> Result<()> {
     let mut out = std::io::stdout().lock();
     for (c, i, j) in pairs {
         writeln!(out, "{c:.4}  {:?}  {:?}", texts[i], texts[j])?;
+    }
+    Ok(())
+}
+
+/// A runner for `args`' model on its device, with the built-in buckets.
+fn runner(args: &ModelArgs) -> Result<Embedder<Dispatch>> {
+    let backend = Dispatch::new(&device(args.device.as_deref())?)?;
+    Ok(Embedder::new(load(&args.model)?, backend, Buckets::default())?)
+}
+
+fn labels(e: &Embedder<Dispatch>) -> Vec<String> {
+    match e.model().task() {
+        Task::Classify { labels } => labels.clone(),
+        Task::Embed(_) => Vec::new(),
+    }
+}
+
+fn softmax(x: &[f32]) -> Vec<f32> {
+    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let e: Vec<f32> = x.iter().map(|v| (v - max).exp()).collect();
+    let sum: f32 = e.iter().sum();
+    e.iter().map(|v| v / sum).collect()
+}
+
+fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+fn classify(args: &ModelArgs, input: &InputArgs) -> Result<()> {
+    let texts = input.read()?;
+    let mut run = runner(args)?;
+    let labels = labels(&run);
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let bar = Progress::new(texts.len(), input.input.is_some());
+    let rows = run.classify(&refs, |done| bar.show(done))?;
+    bar.finish();
+    let mut out = std::io::stdout().lock();
+    for (text, logits) in texts.iter().zip(rows) {
+        // One label: a sigmoid score, as sentence-transformers reports it; several: softmax.
+        let probs = if logits.len() == 1 { vec![sigmoid(logits[0])] } else { softmax(&logits) };
+        let best = probs.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).map_or(0, |(i, _)| i);
+        let line = serde_json::json!({
+            "text": text, "label": labels[best], "score": probs[best], "logits": logits, "labels": labels,
+        });
+        writeln!(out, "{line}")?;
+    }
+    Ok(())
+}
+
+fn rerank(args: &ModelArgs, query: &str, input: &InputArgs) -> Result<()> {
+    let docs = input.read()?;
+    let mut run = runner(args)?;
+    if labels(&run).len() != 1 {
+        bail!(
+            "rerank needs a cross-encoder with one output label; this model has {:?}",
+            labels(&run)
+        );
+    }
+    let refs: Vec<&str> = docs.iter().map(String::as_str).collect();
+    let bar = Progress::new(docs.len(), input.input.is_some());
+    let rows = run.classify_pairs(query, &refs, |done| bar.show(done))?;
+    bar.finish();
+    let mut ranked: Vec<(usize, f32)> = rows.iter().map(|r| r[0]).enumerate().collect();
+    ranked.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let mut out = std::io::stdout().lock();
+    for (index, logit) in ranked {
+        let line = serde_json::json!({ "index": index, "document": docs[index], "score": sigmoid(logit), "logit": logit });
+        writeln!(out, "{line}")?;
     }
     Ok(())
 }

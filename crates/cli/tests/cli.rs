@@ -178,3 +178,72 @@ fn similarity_ranks_pairs_by_cosine() {
     let o = switchyard(&["similarity", "--model", m.to_str().unwrap(), "alone"]);
     assert_eq!(o.status.code(), Some(1));
 }
+
+fn tiny(name: &str) -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../models/tests/fixtures/tiny")
+        .join(name)
+        .to_str()
+        .unwrap()
+        .to_owned()
+}
+
+#[test]
+fn classify_prints_the_best_label_and_its_probability() {
+    let o = switchyard(&[
+        "classify",
+        "--model",
+        &tiny("bert-classifier"),
+        "the quick fox",
+        "a lazy dog",
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let rows = lines(&o);
+    assert_eq!(rows.len(), 2);
+    for r in &rows {
+        let logits: Vec<f64> =
+            r["logits"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
+        let best = logits.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).unwrap().0;
+        assert_eq!(r["label"], r["labels"][best]);
+        let z: f64 = logits.iter().map(|l| (l - logits[best]).exp()).sum();
+        assert!(
+            (r["score"].as_f64().unwrap() - 1.0 / z).abs() < 1e-5,
+            "softmax probability of the best label"
+        );
+    }
+    let o = switchyard(&["classify", "--model", &tiny("bert"), "x"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o.stderr).contains("not a sequence classifier"), "{}", text(&o.stderr));
+}
+
+#[test]
+fn rerank_sorts_documents_by_cross_encoder_score() {
+    let docs = [
+        "a brown fox jumps over the dog",
+        "man eating food",
+        "transformers are built around attention",
+    ];
+    let mut args = vec!["rerank", "--model", "", "--query", "the quick fox"];
+    let model = tiny("bert-cross-encoder");
+    args[2] = &model;
+    args.extend(docs);
+    let o = switchyard(&args);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let rows = lines(&o);
+    assert_eq!(rows.len(), 3);
+    let scores: Vec<f64> = rows.iter().map(|r| r["score"].as_f64().unwrap()).collect();
+    assert!(scores.windows(2).all(|w| w[0] >= w[1]), "best first: {scores:?}");
+    for r in &rows {
+        let i = r["index"].as_u64().unwrap() as usize;
+        assert_eq!(r["document"], docs[i]);
+        let logit = r["logit"].as_f64().unwrap();
+        assert!((r["score"].as_f64().unwrap() - 1.0 / (1.0 + (-logit).exp())).abs() < 1e-6);
+    }
+    let o = switchyard(&["rerank", "--model", &tiny("bert-classifier"), "--query", "q", "d"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        text(&o.stderr).contains("needs a cross-encoder with one output label"),
+        "{}",
+        text(&o.stderr)
+    );
+}
