@@ -113,15 +113,21 @@ pub fn test_all() -> ExitCode {
             Err(why) => format!("skipped: {why}"),
             Ok(()) => {
                 eprintln!("xtask: conformance on `{}`", row.device);
+                // The same packages and features as the workspace run, so nothing rebuilds; the
+                // name filters pick dispatch's two per-device tests out of those binaries.
                 let (ok, c) = cargo_test(
                     &[
                         "test",
-                        "-p",
-                        "switchyard-dispatch",
+                        "--workspace",
                         "--features",
-                        "ndarray,capture",
+                        FEATURES,
                         "--test",
                         "conformance",
+                        "--test",
+                        "models",
+                        "--",
+                        "conformance_through_dispatch",
+                        "minilm_matches_sentence_transformers_on_each_device",
                     ],
                     &[("SWITCHYARD_CONFORMANCE_DEVICE", row.device)],
                 );
