@@ -112,7 +112,7 @@ pub fn test_all() -> ExitCode {
         let result = match row.runnable {
             Err(why) => format!("skipped: {why}"),
             Ok(()) => {
-                eprintln!("xtask: conformance on `{}`", row.device);
+                eprintln!("xtask: conformance and model tests on `{}`", row.device);
                 // The same packages and features as the workspace run, so nothing rebuilds; the
                 // name filters pick dispatch's two per-device tests out of those binaries.
                 let (ok, c) = cargo_test(
@@ -132,11 +132,13 @@ pub fn test_all() -> ExitCode {
                     &[("SWITCHYARD_CONFORMANCE_DEVICE", row.device)],
                 );
                 total.add(c);
-                all_ok &= ok;
-                if ok {
-                    format!("passed ({} tests)", c.passed)
-                } else {
-                    format!("FAILED ({} failed)", c.failed.max(1))
+                // A filter that matches nothing would pass vacuously: that is a failure too.
+                let ran = c.passed > 0;
+                all_ok &= ok && ran;
+                match (ok, ran) {
+                    (true, true) => format!("passed ({} tests)", c.passed),
+                    (true, false) => "FAILED (no test ran)".to_owned(),
+                    (false, _) => format!("FAILED ({} failed)", c.failed.max(1)),
                 }
             }
         };
