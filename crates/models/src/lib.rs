@@ -29,21 +29,23 @@ pub use config::{Arch, EncoderConfig};
 pub use st::{Pooling, SentenceConfig};
 pub use tokenize::{Encoded, Tokens};
 
-/// Where `cargo xtask fetch-models` puts the real model `name` in this workspace
+/// The real model `name` as `cargo xtask fetch-models` puts it in this workspace
 /// (`.cache/models/NAME`; the environment variable `SWITCHYARD_MODELS_DIR` overrides the
-/// folder). For tests and examples.
-pub fn fetched_model_dir(name: &str) -> PathBuf {
+/// folder), or an error saying to fetch it. For tests and examples.
+pub fn fetched_model_dir(name: &str) -> Result<PathBuf> {
     let root = std::env::var_os("SWITCHYARD_MODELS_DIR").map_or_else(
-        || {
-            Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("..")
-                .join("..")
-                .join(".cache")
-                .join("models")
-        },
+        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.cache/models"),
         PathBuf::from,
     );
-    root.join(name)
+    let dir = root.join(name);
+    if dir.join("model.safetensors").is_file() {
+        Ok(dir)
+    } else {
+        Err(Error::Format(format!(
+            "{} is missing: run `cargo xtask fetch-models` first",
+            dir.display()
+        )))
+    }
 }
 
 /// Everything that can go wrong loading or running a model.
