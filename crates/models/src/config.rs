@@ -78,7 +78,7 @@ impl EncoderConfig {
     pub fn from_json(c: &Value) -> Result<EncoderConfig> {
         let model_type = c.get("model_type").and_then(Value::as_str).unwrap_or("");
         match model_type {
-            "bert" | "roberta" | "xlm-roberta" | "camembert" => {
+            "bert" | "roberta" | "xlm-roberta" => {
                 let arch = if model_type == "bert" { Arch::Bert } else { Arch::Roberta };
                 let act =
                     activation(c.get("hidden_act").and_then(Value::as_str).unwrap_or("gelu"))?;
