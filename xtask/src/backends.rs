@@ -113,18 +113,15 @@ pub fn test_all() -> ExitCode {
             Err(why) => format!("skipped: {why}"),
             Ok(()) => {
                 eprintln!("xtask: conformance and model tests on `{}`", row.device);
-                // The same packages and features as the workspace run, so nothing rebuilds; the
-                // name filters pick dispatch's two per-device tests out of those binaries.
+                // Exactly the workspace run's cargo arguments, so nothing rebuilds (any other
+                // selection of packages or targets may resolve features differently); the name
+                // filters pick dispatch's two per-device tests.
                 let (ok, c) = cargo_test(
                     &[
                         "test",
                         "--workspace",
                         "--features",
                         FEATURES,
-                        "--test",
-                        "conformance",
-                        "--test",
-                        "models",
                         "--",
                         "conformance_through_dispatch",
                         "minilm_matches_sentence_transformers_on_each_device",
