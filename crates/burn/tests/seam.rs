@@ -147,21 +147,38 @@ fn weight_and_plan_bytes_are_real_sizes() {
     assert_eq!(be.plan_bytes(&plan), act + tables, "two bases (global, local), cos and sin each");
 }
 
-#[test]
-fn unread_weights_are_not_uploaded_and_tied_weights_serve_both_ops() {
-    let mut g = GraphBuilder::new();
-    let emb = g.weight("emb", &[12, 6]);
-    let _unused = g.weight("unused", &[1000, 6]);
-    let x = g.op(Shape::tokens(6), |out| Op::Embed { table: emb, out });
-    // The embedding matrix again as an output projection onto the vocabulary (tied, as MLM heads do).
-    let y = g.op(Shape::tokens(12), |out| Op::Linear {
+/// The embedding matrix again as an output projection onto the vocabulary (tied, as MLM heads
+/// do): the same weight read as a table and as a linear layer.
+fn tied_projection(
+    g: &mut GraphBuilder,
+    x: switchyard_core::Val,
+    emb: switchyard_core::W,
+) -> switchyard_core::Val {
+    g.op(Shape::tokens(12), |out| Op::Linear {
         x,
         weight: emb,
         bias: None,
         act: Act::Identity,
         residual: None,
         out,
-    });
+    })
+}
+
+/// `logits` within the conformance suite's f32 tolerance of the reference backend's.
+fn assert_matches_reference(got: &Outputs, g: &Graph) {
+    let want = run(&Reference, g, &sample()).unwrap();
+    for (a, b) in got.get("logits").unwrap().data.iter().zip(&want.get("logits").unwrap().data) {
+        assert!((a - b).abs() <= 2e-5 + 2e-5 * b.abs(), "{a} vs {b}");
+    }
+}
+
+#[test]
+fn unread_weights_are_not_uploaded_and_tied_weights_serve_both_ops() {
+    let mut g = GraphBuilder::new();
+    let emb = g.weight("emb", &[12, 6]);
+    let _unused = g.weight("unused", &[1000, 6]);
+    let x = g.op(Shape::tokens(6), |out| Op::Embed { table: emb, out });
+    let y = tied_projection(&mut g, x, emb);
     g.output("logits", y);
     let g = g.finish().unwrap();
 
@@ -170,11 +187,7 @@ fn unread_weights_are_not_uploaded_and_tied_weights_serve_both_ops() {
     let w = be.upload(&weights.tensors(), &g).unwrap();
     assert_eq!(be.weight_bytes(&w), 2 * 12 * 6 * 4, "the tied matrix in both forms, nothing else");
 
-    let got = run(&be, &g, &sample()).unwrap();
-    let want = run(&Reference, &g, &sample()).unwrap();
-    for (a, b) in got.get("logits").unwrap().data.iter().zip(&want.get("logits").unwrap().data) {
-        assert!((a - b).abs() <= 2e-5 + 2e-5 * b.abs(), "{a} vs {b}");
-    }
+    assert_matches_reference(&run(&be, &g, &sample()).unwrap(), &g);
 }
 
 #[test]
@@ -185,14 +198,7 @@ fn a_lane_may_read_a_weight_in_another_form_than_the_upload_graph() {
     let x = g.op(Shape::tokens(6), |out| Op::Embed { table: emb, out });
     g.output("x", x);
     let upload_graph = g.clone().finish().unwrap();
-    let y = g.op(Shape::tokens(12), |out| Op::Linear {
-        x,
-        weight: emb,
-        bias: None,
-        act: Act::Identity,
-        residual: None,
-        out,
-    });
+    let y = tied_projection(&mut g, x, emb);
     g.output("logits", y);
     let lane = g.finish().unwrap();
 
@@ -202,8 +208,5 @@ fn a_lane_may_read_a_weight_in_another_form_than_the_upload_graph() {
     let mut plan = be.lower(&w, &lane, Bucket::new(64, 8, 64)).unwrap();
     let mut out = Outputs::new();
     be.run(&mut plan, &sample().batch(), &mut out).unwrap();
-    let want = run(&Reference, &lane, &sample()).unwrap();
-    for (a, b) in out.get("logits").unwrap().data.iter().zip(&want.get("logits").unwrap().data) {
-        assert!((a - b).abs() <= 2e-5 + 2e-5 * b.abs(), "{a} vs {b}");
-    }
+    assert_matches_reference(&out, &lane);
 }

@@ -16,6 +16,16 @@ fn switchyard(args: &[&str]) -> Output {
         .expect("the binary runs")
 }
 
+/// A sentence, its paraphrase, and an unrelated one.
+const THREE: [&str; 3] = ["A man is eating food.", "A man eats a meal.", "The stock market fell."];
+
+/// `switchyard COMMAND --model DIR` followed by [`THREE`].
+fn on_three(command: &str, model: &std::path::Path) -> Output {
+    let mut args = vec![command, "--model", model.to_str().unwrap()];
+    args.extend(THREE);
+    switchyard(&args)
+}
+
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
@@ -33,14 +43,7 @@ fn cosine(a: &[serde_json::Value], b: &[serde_json::Value]) -> f64 {
 #[test]
 fn embed_prints_one_normalised_embedding_per_input_in_order() {
     let m = model_dir();
-    let o = switchyard(&[
-        "embed",
-        "--model",
-        m.to_str().unwrap(),
-        "A man is eating food.",
-        "A man eats a meal.",
-        "The stock market fell.",
-    ]);
+    let o = on_three("embed", &m);
     assert!(o.status.success(), "{}", text(&o.stderr));
     let rows = lines(&o);
     assert_eq!(rows.len(), 3);
@@ -156,14 +159,7 @@ fn inspect_prints_the_plan_with_totals_and_as_json() {
 #[test]
 fn similarity_ranks_pairs_by_cosine() {
     let m = model_dir();
-    let o = switchyard(&[
-        "similarity",
-        "--model",
-        m.to_str().unwrap(),
-        "A man is eating food.",
-        "A man eats a meal.",
-        "The stock market fell.",
-    ]);
+    let o = on_three("similarity", &m);
     assert!(o.status.success(), "{}", text(&o.stderr));
     let out = text(&o.stdout);
     let first = out.lines().next().unwrap();
