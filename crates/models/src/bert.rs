@@ -4,73 +4,12 @@
 //! `x = LN(x + attn(x))`, `x = LN(x + ffn(x))`. They differ in weight names, in RoBERTa's
 //! position offset and in DistilBERT's lack of token types.
 
-use switchyard_core::{Act, GraphBuilder, Op, Shape, Val, W};
+use switchyard_core::{Act, Op, Shape, Val};
 
+use crate::Result;
 use crate::checkpoint::Checkpoint;
 use crate::config::{Arch, EncoderConfig};
-use crate::{Error, Result};
-
-/// Resolves checkpoint names under a prefix, accepting old LayerNorm names (`gamma`, `beta`).
-pub(crate) struct Names<'a> {
-    ck: &'a Checkpoint,
-    prefix: String,
-}
-
-impl<'a> Names<'a> {
-    /// Finds the prefix (``, `bert.`, `roberta.`, ...) under which `probe` exists.
-    pub(crate) fn detect(ck: &'a Checkpoint, probe: &str) -> Result<Names<'a>> {
-        for prefix in ["", "bert.", "roberta.", "distilbert.", "model.", "encoder."] {
-            let n = Names { ck, prefix: prefix.to_owned() };
-            if n.find(probe).is_some() {
-                return Ok(n);
-            }
-        }
-        Err(Error::Format(format!(
-            "the checkpoint has no `{probe}` (under any of the prefixes bert., roberta., \
-             distilbert., model.); is it the architecture its config.json names?"
-        )))
-    }
-
-    /// The checkpoint name of `name`, if present (also as `gamma` / `beta` for a LayerNorm).
-    pub(crate) fn find(&self, name: &str) -> Option<String> {
-        let full = format!("{}{name}", self.prefix);
-        if self.ck.has(&full) {
-            return Some(full);
-        }
-        let legacy = full
-            .strip_suffix(".weight")
-            .map(|s| format!("{s}.gamma"))
-            .or_else(|| full.strip_suffix(".bias").map(|s| format!("{s}.beta")))?;
-        self.ck.has(&legacy).then_some(legacy)
-    }
-
-    /// Declares the weight `name` in `g` with its checkpoint shape, checked against `want`.
-    pub(crate) fn weight(&self, g: &mut GraphBuilder, name: &str, want: &[usize]) -> Result<W> {
-        let full = self.find(name).ok_or_else(|| {
-            Error::Format(format!("the checkpoint has no tensor `{}{name}`", self.prefix))
-        })?;
-        let shape = self.ck.shape(&full).unwrap_or_default();
-        if shape != want {
-            return Err(Error::Format(format!(
-                "tensor `{full}` has shape {shape:?}; config.json implies {want:?}"
-            )));
-        }
-        Ok(g.weight(full, want))
-    }
-
-    /// Like [`Names::weight`], or `None` if the tensor is absent.
-    pub(crate) fn optional(
-        &self,
-        g: &mut GraphBuilder,
-        name: &str,
-        want: &[usize],
-    ) -> Result<Option<W>> {
-        match self.find(name) {
-            Some(_) => self.weight(g, name, want).map(Some),
-            None => Ok(None),
-        }
-    }
-}
+use crate::encoder::{Encoder, Names};
 
 /// Per-family weight names, relative to the prefix.
 struct Scheme {
@@ -121,68 +60,15 @@ const DISTILBERT: Scheme = Scheme {
     out_norm: "output_layer_norm",
 };
 
-/// The encoder under construction: the builder, the resolved names, and the config.
-pub(crate) struct Encoder<'a> {
-    pub(crate) g: GraphBuilder,
-    pub(crate) names: Names<'a>,
-}
-
-impl Encoder<'_> {
-    /// `act(x . W^T + b) + residual` with the layer `name`'s weight and (optional) bias.
-    pub(crate) fn linear(
-        &mut self,
-        name: &str,
-        x: Val,
-        out: usize,
-        act: Act,
-        residual: Option<Val>,
-    ) -> Result<Val> {
-        linear_in(&mut self.g, &self.names, name, x, out, act, residual)
-    }
-
-    /// Like [`Encoder::linear`], for a head's layer named from the checkpoint's root (heads sit
-    /// beside the `bert.` / `roberta.` prefix, not under it).
-    pub(crate) fn head_linear(&mut self, name: &str, x: Val, out: usize, act: Act) -> Result<Val> {
-        let root = Names { ck: self.names.ck, prefix: String::new() };
-        linear_in(&mut self.g, &root, name, x, out, act, None)
-    }
-
-    /// LayerNorm with the layer `name`'s weight and (optional) bias.
-    pub(crate) fn layer_norm(&mut self, name: &str, x: Val, eps: f32) -> Result<Val> {
-        let d = self.g.shape(x).width;
-        let gamma = self.names.weight(&mut self.g, &format!("{name}.weight"), &[d])?;
-        let beta = self.names.optional(&mut self.g, &format!("{name}.bias"), &[d])?;
-        Ok(self.g.op(self.g.shape(x), |o| Op::LayerNorm { x, gamma, beta, eps, out: o }))
-    }
-}
-
-/// `act(x . W^T + b) + residual` with `names`' layer `name`.
-fn linear_in(
-    g: &mut GraphBuilder,
-    names: &Names<'_>,
-    name: &str,
-    x: Val,
-    out: usize,
-    act: Act,
-    residual: Option<Val>,
-) -> Result<Val> {
-    let k = g.shape(x).width;
-    let weight = names.weight(g, &format!("{name}.weight"), &[out, k])?;
-    let bias = names.optional(g, &format!("{name}.bias"), &[out])?;
-    let shape = Shape { rows: g.shape(x).rows, width: out };
-    Ok(g.op(shape, |o| Op::Linear { x, weight, bias, act, residual, out: o }))
-}
-
 /// Builds the encoder body; returns it with the final token rows.
-pub(crate) fn build(ck: &Checkpoint, cfg: EncoderConfig) -> Result<(Encoder<'_>, Val)> {
+pub(crate) fn build<'a>(ck: &'a Checkpoint, cfg: &EncoderConfig) -> Result<(Encoder<'a>, Val)> {
     let s = if cfg.arch == Arch::DistilBert { &DISTILBERT } else { &BERT };
     let names = Names::detect(ck, &format!("{}.weight", s.word))?;
     let d = cfg.hidden;
     let hd = cfg.head_dim()?;
-    let mut e = Encoder { g: GraphBuilder::new(), names };
+    let mut e = Encoder::start(names, &format!("{}.weight", s.word), cfg.vocab, d)?;
     let t = Shape::tokens(d);
-
-    let word = e.names.weight(&mut e.g, &format!("{}.weight", s.word), &[cfg.vocab, d])?;
+    let word = e.word;
     let pos =
         e.names.weight(&mut e.g, &format!("{}.weight", s.position), &[cfg.max_positions, d])?;
     let mut x = e.g.op(t, |out| Op::Embed { table: word, out });

@@ -1,7 +1,7 @@
 //! `config.json`: the architecture and its sizes.
 
 use serde_json::Value;
-use switchyard_core::Act;
+use switchyard_core::{Act, PoolMode};
 
 use crate::{Error, Result};
 
@@ -14,6 +14,28 @@ pub enum Arch {
     Roberta,
     /// DistilBERT: BERT's shape with its own weight names and no token types.
     DistilBert,
+    /// ModernBERT: pre-norm, rotary positions, GeGLU, alternating local and global attention,
+    /// no biases.
+    ModernBert,
+}
+
+/// ModernBERT's settings beyond the common sizes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModernConfig {
+    /// For each layer, whether it attends within the sliding window (else to the whole sequence).
+    pub local: Vec<bool>,
+    /// The sliding window's half-width: a local layer's token attends to tokens at most this
+    /// many positions away (`local_attention / 2`).
+    pub window: usize,
+    /// The rotary base of the global layers.
+    pub global_theta: f32,
+    /// The rotary base of the local layers.
+    pub local_theta: f32,
+    /// The activation of the prediction head (`classifier_activation`), which classifiers and
+    /// the masked-language-model head share.
+    pub head_act: Act,
+    /// How a sequence classifier pools the tokens (`classifier_pooling`: CLS or mean).
+    pub classifier_pooling: PoolMode,
 }
 
 /// The sizes of a BERT-like encoder, from `config.json`.
@@ -39,14 +61,27 @@ pub struct EncoderConfig {
     pub max_positions: usize,
     /// First position index (RoBERTa: padding index + 1).
     pub position_offset: usize,
+    /// ModernBERT's own settings (`None` for the other families).
+    pub modern: Option<ModernConfig>,
 }
 
-const SUPPORTED: &str = "bert, roberta, xlm-roberta, distilbert";
+const SUPPORTED: &str = "bert, roberta, xlm-roberta, distilbert, modernbert";
 
 fn get_usize(c: &Value, key: &str) -> Result<usize> {
     c.get(key).and_then(Value::as_u64).map(|v| v as usize).ok_or_else(|| {
         Error::Format(format!("config.json: `{key}` is missing or not a whole number"))
     })
+}
+
+fn get_usize_or(c: &Value, key: &str, default: usize) -> Result<usize> {
+    match c.get(key) {
+        None | Some(Value::Null) => Ok(default),
+        Some(_) => get_usize(c, key),
+    }
+}
+
+fn get_str<'a>(c: &'a Value, key: &str, default: &'a str) -> &'a str {
+    c.get(key).and_then(Value::as_str).unwrap_or(default)
 }
 
 fn get_f32(c: &Value, key: &str, default: f32) -> Result<f32> {
@@ -101,6 +136,7 @@ impl EncoderConfig {
                     eps: get_f32(c, "layer_norm_eps", 1e-12)?,
                     max_positions: get_usize(c, "max_position_embeddings")?,
                     position_offset: if arch == Arch::Roberta { pad + 1 } else { 0 },
+                    modern: None,
                 })
             }
             "distilbert" => Ok(EncoderConfig {
@@ -114,7 +150,9 @@ impl EncoderConfig {
                 eps: 1e-12,
                 max_positions: get_usize(c, "max_position_embeddings")?,
                 position_offset: 0,
+                modern: None,
             }),
+            "modernbert" => modernbert(c),
             "" => Err(Error::Format(format!(
                 "config.json has no `model_type`; supported model types: {SUPPORTED}"
             ))),
@@ -125,6 +163,8 @@ impl EncoderConfig {
     }
 
     /// Columns per attention head; an error if the heads do not divide the width.
+    ///
+    /// ModernBERT's rotary positions also need it even.
     pub fn head_dim(&self) -> Result<usize> {
         if self.heads == 0 || !self.hidden.is_multiple_of(self.heads) {
             return Err(Error::Format(format!(
@@ -132,8 +172,88 @@ impl EncoderConfig {
                 self.heads, self.hidden
             )));
         }
-        Ok(self.hidden / self.heads)
+        let hd = self.hidden / self.heads;
+        if self.arch == Arch::ModernBert && !hd.is_multiple_of(2) {
+            return Err(Error::Format(format!(
+                "config.json: rotary positions need an even head width, not {hd}"
+            )));
+        }
+        Ok(hd)
     }
+}
+
+/// ModernBERT's `config.json`, as transformers 4.48 and later write it (`layer_types` and
+/// `rope_parameters`, or the older `global_attn_every_n_layers` and `*_rope_theta`).
+fn modernbert(c: &Value) -> Result<EncoderConfig> {
+    let layers = get_usize(c, "num_hidden_layers")?;
+    let local = match c.get("layer_types") {
+        Some(Value::Array(types)) => types
+            .iter()
+            .map(|t| match t.as_str() {
+                Some("sliding_attention") => Ok(true),
+                Some("full_attention") => Ok(false),
+                _ => Err(Error::Unsupported(format!(
+                    "config.json: layer type {t}; supported: full_attention, sliding_attention"
+                ))),
+            })
+            .collect::<Result<Vec<_>>>()?,
+        _ => {
+            let every = get_usize_or(c, "global_attn_every_n_layers", 3)?.max(1);
+            (0..layers).map(|l| !l.is_multiple_of(every)).collect()
+        }
+    };
+    if local.len() != layers {
+        return Err(Error::Format(format!(
+            "config.json: {} layer types for {layers} layers",
+            local.len()
+        )));
+    }
+    let theta = |kind: &str, legacy: &str, default: f32| -> Result<f32> {
+        match c.get("rope_parameters").and_then(|r| r.get(kind)) {
+            Some(p) => {
+                let ty = get_str(p, "rope_type", "default");
+                if ty != "default" {
+                    return Err(Error::Unsupported(format!(
+                        "config.json: rope_type `{ty}` for {kind}; only `default` is supported"
+                    )));
+                }
+                get_f32(p, "rope_theta", default)
+            }
+            None => get_f32(c, legacy, default),
+        }
+    };
+    if c.get("rope_scaling").is_some_and(|v| !v.is_null()) {
+        return Err(Error::Unsupported("config.json: rope_scaling".into()));
+    }
+    let pooling = match get_str(c, "classifier_pooling", "cls") {
+        "cls" => PoolMode::Cls,
+        "mean" => PoolMode::Mean,
+        other => {
+            return Err(Error::Unsupported(format!(
+                "config.json: classifier_pooling `{other}`; supported: cls, mean"
+            )));
+        }
+    };
+    Ok(EncoderConfig {
+        arch: Arch::ModernBert,
+        vocab: get_usize(c, "vocab_size")?,
+        hidden: get_usize(c, "hidden_size")?,
+        layers,
+        heads: get_usize(c, "num_attention_heads")?,
+        ffn: get_usize(c, "intermediate_size")?,
+        act: activation(get_str(c, "hidden_activation", "gelu"))?,
+        eps: get_f32(c, "norm_eps", 1e-5)?,
+        max_positions: get_usize_or(c, "max_position_embeddings", 8192)?,
+        position_offset: 0,
+        modern: Some(ModernConfig {
+            local,
+            window: get_usize_or(c, "local_attention", 128)? / 2,
+            global_theta: theta("full_attention", "global_rope_theta", 160_000.0)?,
+            local_theta: theta("sliding_attention", "local_rope_theta", 10_000.0)?,
+            head_act: activation(get_str(c, "classifier_activation", "gelu"))?,
+            classifier_pooling: pooling,
+        }),
+    })
 }
 
 #[cfg(test)]
@@ -160,6 +280,52 @@ mod tests {
             "max_position_embeddings": 64});
         let c = EncoderConfig::from_json(&distil).unwrap();
         assert_eq!((c.arch, c.act, c.ffn), (Arch::DistilBert, Act::Relu, 64));
+    }
+
+    fn modern() -> Value {
+        serde_json::json!({"model_type": "modernbert", "vocab_size": 100, "hidden_size": 32,
+            "num_hidden_layers": 4, "num_attention_heads": 4, "intermediate_size": 48,
+            "local_attention": 8, "classifier_pooling": "mean"})
+    }
+
+    #[test]
+    fn reads_modernbert_old_and_new_layer_settings() {
+        // Older configs: a global layer every n layers, thetas as top-level keys.
+        let mut old = modern();
+        old["global_attn_every_n_layers"] = 2.into();
+        old["local_rope_theta"] = 500.0.into();
+        let c = EncoderConfig::from_json(&old).unwrap();
+        let m = c.modern.unwrap();
+        assert_eq!(m.local, [false, true, false, true]);
+        assert_eq!((m.window, m.global_theta, m.local_theta), (4, 160_000.0, 500.0));
+        assert_eq!((m.classifier_pooling, c.eps, c.act), (PoolMode::Mean, 1e-5, Act::Gelu));
+
+        // transformers 5: explicit layer types and per-kind rope parameters.
+        let mut new = modern();
+        new["layer_types"] =
+            serde_json::json!(["full_attention", "full_attention", "sliding_attention", "full_attention"]);
+        new["rope_parameters"] = serde_json::json!({
+            "full_attention": {"rope_type": "default", "rope_theta": 1000.0},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10.0}});
+        let m = EncoderConfig::from_json(&new).unwrap().modern.unwrap();
+        assert_eq!(m.local, [false, false, true, false]);
+        assert_eq!((m.global_theta, m.local_theta), (1000.0, 10.0));
+    }
+
+    #[test]
+    fn modernbert_settings_we_cannot_honour_are_errors() {
+        let mut c = modern();
+        c["rope_parameters"] = serde_json::json!({"full_attention": {"rope_type": "yarn"}});
+        let e = EncoderConfig::from_json(&c).unwrap_err().to_string();
+        assert!(e.contains("rope_type `yarn`"), "{e}");
+        let mut c = modern();
+        c["layer_types"] = serde_json::json!(["full_attention"]);
+        let e = EncoderConfig::from_json(&c).unwrap_err().to_string();
+        assert!(e.contains("1 layer types for 4 layers"), "{e}");
+        let mut c = modern();
+        c["num_attention_heads"] = 32.into();
+        let e = EncoderConfig::from_json(&c).unwrap().head_dim().unwrap_err().to_string();
+        assert!(e.contains("rotary positions need an even head width, not 1"), "{e}");
     }
 
     #[test]

@@ -3,30 +3,39 @@
 //!
 //! [`Model::load`] reads `config.json`, memory-maps `model.safetensors` (or its shards), loads
 //! `tokenizer.json` and the sentence-transformers files, and builds the [`Graph`] for the
-//! architecture and head. A model builder never sees a backend: [`Embedder`] runs a model on any
+//! architecture and head. A model builder never sees a backend: [`Runner`] runs a model on any
 //! [`Backend`] through an [`Executor`].
 //!
-//! Supported today: BERT-shaped encoders (BERT and its descendants such as MiniLM, BGE, E5 and
-//! GTE; RoBERTa and XLM-RoBERTa; DistilBERT) with a pooled-embedding head (CLS, mean, max or last
-//! token, optionally L2-normalised) or, for `*ForSequenceClassification` checkpoints, a sequence
-//! classification head (classifiers, and cross-encoder rerankers on text pairs).
+//! Architectures: BERT and its descendants (MiniLM, BGE, E5, GTE), RoBERTa and XLM-RoBERTa,
+//! DistilBERT, and ModernBERT. Heads, chosen from the sentence-transformers files or else from
+//! `config.json`'s `architectures`:
+//! - pooled embeddings (CLS, mean, max or last token, optionally L2-normalised): plain encoders
+//!   and sentence-transformers models;
+//! - sequence classification (`*ForSequenceClassification`): classifiers, and cross-encoder
+//!   rerankers on text pairs;
+//! - token classification (`*ForTokenClassification`), at each word's first sub-token or at
+//!   every token;
+//! - SPLADE (`*ForMaskedLM`, or a sentence-transformers sparse encoder): the masked-language-model
+//!   logits through `log(1 + relu)`, max-pooled, as sparse term weights.
 
 mod bert;
 mod checkpoint;
 pub mod config;
+mod encoder;
+pub mod heads;
+mod modernbert;
+mod runner;
 pub mod st;
 mod tokenize;
 
 use std::path::{Path, PathBuf};
 
-use switchyard_core::{
-    Act, Backend, BatchBuf, Buckets, Executor, Graph, HostTensor, LaneId, Op, Outputs, PoolMode,
-    Shape,
-};
+use switchyard_core::{Backend, Buckets, Executor, Graph, HostTensor, PoolMode};
 
 pub use checkpoint::Checkpoint;
-pub use config::{Arch, EncoderConfig};
-pub use st::{Pooling, SentenceConfig};
+pub use config::{Arch, EncoderConfig, ModernConfig};
+pub use runner::{Marking, Runner, TokenLogits};
+pub use st::{Pooling, SentenceConfig, SentenceHead};
 pub use tokenize::{Encoded, Tokens};
 
 /// The real model `name` as `cargo xtask fetch-models` puts it in this workspace
@@ -88,6 +97,66 @@ pub enum Task {
         /// The label of each logit, from `id2label` (else `LABEL_i`).
         labels: Vec<String>,
     },
+    /// Label logits per marked token (output `logits`, one row per marker).
+    ClassifyTokens {
+        /// The label of each logit, from `id2label` (else `LABEL_i`).
+        labels: Vec<String>,
+    },
+    /// SPLADE term weights per sequence (output `sparse`, a vocabulary wide).
+    Sparse,
+}
+
+impl Task {
+    /// What kind of model this is, in words, for messages.
+    pub fn describe(&self) -> &'static str {
+        match self {
+            Task::Embed(_) => "an embedding model",
+            Task::Classify { .. } => "a sequence classifier",
+            Task::ClassifyTokens { .. } => "a token classifier",
+            Task::Sparse => "a sparse (SPLADE) encoder",
+        }
+    }
+
+    /// The labels of a classifier's logits (empty for other tasks).
+    pub fn labels(&self) -> &[String] {
+        match self {
+            Task::Classify { labels } | Task::ClassifyTokens { labels } => labels,
+            Task::Embed(_) | Task::Sparse => &[],
+        }
+    }
+}
+
+/// The head a checkpoint asks for, before its graph is built.
+enum HeadKind {
+    Embed(Pooling),
+    Classify,
+    ClassifyTokens,
+    Sparse,
+}
+
+/// The head: the sentence-transformers modules if present, else `config.json`'s
+/// `architectures` (a bare encoder embeds with mean pooling, as sentence-transformers does).
+fn head_kind(ck: &Checkpoint, sentence: Option<&SentenceConfig>) -> Result<HeadKind> {
+    if let Some(s) = sentence {
+        return Ok(match s.head {
+            SentenceHead::Pooled(p) => HeadKind::Embed(p),
+            SentenceHead::Splade => HeadKind::Sparse,
+        });
+    }
+    let mean = HeadKind::Embed(Pooling { mode: PoolMode::Mean, normalize: false });
+    let archs = architectures(ck.config());
+    let Some(arch) = archs.first() else { return Ok(mean) };
+    let head = arch.find("For").map_or("", |i| &arch[i..]);
+    match head {
+        "" => Ok(mean),
+        "ForSequenceClassification" => Ok(HeadKind::Classify),
+        "ForTokenClassification" => Ok(HeadKind::ClassifyTokens),
+        "ForMaskedLM" => Ok(HeadKind::Sparse),
+        other => Err(Error::Unsupported(format!(
+            "the head of `{arch}` ({other}); supported: a bare encoder (embeddings), \
+             ForSequenceClassification, ForTokenClassification, ForMaskedLM (SPLADE)"
+        ))),
+    }
 }
 
 /// A loaded checkpoint: its graph, tokenizer and weights (memory-mapped).
@@ -122,42 +191,40 @@ impl Model {
                 "max_seq_length {max_len} exceeds the model's {position_limit} positions"
             )));
         }
-        let (mut enc, x) = bert::build(&checkpoint, config.clone())?;
-        let d = config.hidden;
-        let classifier = architectures(checkpoint.config())
-            .iter()
-            .any(|a| a.ends_with("ForSequenceClassification"));
-        let task = if classifier {
-            let labels = labels(&checkpoint)?;
-            let n = labels.len();
-            let cls = enc.g.op(Shape::seqs(d), |out| Op::Pool { x, mode: PoolMode::Cls, out });
-            let logits = match config.arch {
-                Arch::Bert => {
-                    let h = enc.linear("pooler.dense", cls, d, Act::Tanh, None)?;
-                    enc.head_linear("classifier", h, n, Act::Identity)?
-                }
-                Arch::Roberta => {
-                    let h = enc.head_linear("classifier.dense", cls, d, Act::Tanh)?;
-                    enc.head_linear("classifier.out_proj", h, n, Act::Identity)?
-                }
-                Arch::DistilBert => {
-                    let h = enc.head_linear("pre_classifier", cls, d, Act::Relu)?;
-                    enc.head_linear("classifier", h, n, Act::Identity)?
-                }
-            };
-            enc.g.output("logits", logits);
-            Task::Classify { labels }
-        } else {
-            let pooling =
-                sentence.map_or(Pooling { mode: PoolMode::Mean, normalize: false }, |s| s.pooling);
-            let pooled = enc.g.op(Shape::seqs(d), |out| Op::Pool { x, mode: pooling.mode, out });
-            let emb = if pooling.normalize {
-                enc.g.op(Shape::seqs(d), |out| Op::L2Norm { x: pooled, eps: 1e-12, out })
-            } else {
-                pooled
-            };
-            enc.g.output("embedding", emb);
-            Task::Embed(pooling)
+        let kind = head_kind(&checkpoint, sentence.as_ref())?;
+        let _span = tracing::info_span!("build", arch = ?config.arch).entered();
+        let (mut enc, x) = match config.arch {
+            Arch::ModernBert => modernbert::build(&checkpoint, &config)?,
+            Arch::Bert | Arch::Roberta | Arch::DistilBert => bert::build(&checkpoint, &config)?,
+        };
+        let task = match kind {
+            HeadKind::Embed(pooling) => {
+                let emb = heads::embedding(&mut enc, x, pooling);
+                enc.g.output(heads::EMBEDDING, emb);
+                Task::Embed(pooling)
+            }
+            HeadKind::Classify => {
+                let labels = labels(&checkpoint)?;
+                let logits = heads::sequence_classifier(&mut enc, &config, x, labels.len())?;
+                enc.g.output(heads::LOGITS, logits);
+                Task::Classify { labels }
+            }
+            HeadKind::ClassifyTokens => {
+                let labels = labels(&checkpoint)?;
+                let logits = heads::token_classifier(&mut enc, &config, x, labels.len())?;
+                enc.g.output(heads::LOGITS, logits);
+                Task::ClassifyTokens { labels }
+            }
+            HeadKind::Sparse => {
+                let tied = checkpoint
+                    .config()
+                    .get("tie_word_embeddings")
+                    .and_then(serde_json::Value::as_bool)
+                    .unwrap_or(true);
+                let sparse = heads::splade(&mut enc, &config, x, tied)?;
+                enc.g.output(heads::SPARSE, sparse);
+                Task::Sparse
+            }
         };
         let graph = enc.g.finish()?;
         let tokens = Tokens::load(dir, max_len)?;
@@ -220,7 +287,7 @@ fn architectures(c: &serde_json::Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// The classifier's labels: as many as its output rows, named by `id2label` where it has them.
+/// A classifier's labels: as many as its output rows, named by `id2label` where it has them.
 fn labels(ck: &Checkpoint) -> Result<Vec<String>> {
     let rows = ["classifier.weight", "classifier.out_proj.weight"]
         .iter()
@@ -228,7 +295,7 @@ fn labels(ck: &Checkpoint) -> Result<Vec<String>> {
         .and_then(|s| s.first().copied())
         .ok_or_else(|| {
             Error::Format(
-                "a sequence classifier without `classifier.weight` or `classifier.out_proj.weight`"
+                "a classifier without `classifier.weight` or `classifier.out_proj.weight`"
                     .into(),
             )
         })?;
@@ -241,136 +308,4 @@ fn labels(ck: &Checkpoint) -> Result<Vec<String>> {
                 .map_or_else(|| format!("LABEL_{i}"), str::to_owned)
         })
         .collect())
-}
-
-/// Embeds texts with a model on a backend, batching them to fit the largest bucket.
-pub struct Embedder<B: Backend> {
-    model: Model,
-    exec: Executor<B>,
-    buf: BatchBuf,
-    out: Outputs,
-}
-
-impl<B: Backend> Embedder<B> {
-    /// Uploads `model`'s weights to `backend`.
-    pub fn new(model: Model, backend: B, buckets: Buckets) -> Result<Self> {
-        let exec = model.executor(backend, buckets)?;
-        Ok(Embedder { model, exec, buf: BatchBuf::new(), out: Outputs::new() })
-    }
-
-    /// The model.
-    pub fn model(&self) -> &Model {
-        &self.model
-    }
-
-    /// The executor (for its caps and memory).
-    pub fn executor(&self) -> &Executor<B> {
-        &self.exec
-    }
-
-    /// One embedding per text, in order. `progress` is called with the number of texts done
-    /// after each batch.
-    pub fn embed(&mut self, texts: &[&str], progress: impl FnMut(usize)) -> Result<Vec<Vec<f32>>> {
-        self.expect(|t| matches!(t, Task::Embed(_)), "an embedding model")?;
-        let tokens = &self.model.tokens;
-        let encoded = texts.iter().map(|t| tokens.encode(t));
-        Self::rows(&mut self.exec, &mut self.buf, &mut self.out, encoded, "embedding", progress)
-    }
-
-    /// Class logits per text, in order (for a sequence classifier).
-    pub fn classify(
-        &mut self,
-        texts: &[&str],
-        progress: impl FnMut(usize),
-    ) -> Result<Vec<Vec<f32>>> {
-        self.expect(|t| matches!(t, Task::Classify { .. }), "a sequence classifier")?;
-        let tokens = &self.model.tokens;
-        let encoded = texts.iter().map(|t| tokens.encode(t));
-        Self::rows(&mut self.exec, &mut self.buf, &mut self.out, encoded, "logits", progress)
-    }
-
-    /// Class logits for each `(query, document)` pair, in document order (for a cross-encoder).
-    pub fn classify_pairs(
-        &mut self,
-        query: &str,
-        docs: &[&str],
-        progress: impl FnMut(usize),
-    ) -> Result<Vec<Vec<f32>>> {
-        self.expect(
-            |t| matches!(t, Task::Classify { .. }),
-            "a cross-encoder (a sequence classifier)",
-        )?;
-        let tokens = &self.model.tokens;
-        let encoded = docs.iter().map(|d| tokens.encode_pair(query, d));
-        Self::rows(&mut self.exec, &mut self.buf, &mut self.out, encoded, "logits", progress)
-    }
-
-    fn expect(&self, ok: impl Fn(&Task) -> bool, what: &str) -> Result<()> {
-        if ok(&self.model.task) {
-            Ok(())
-        } else {
-            Err(Error::Unsupported(format!(
-                "this model is {}, not {what}",
-                match self.model.task {
-                    Task::Embed(_) => "an embedding model",
-                    Task::Classify { .. } => "a sequence classifier",
-                }
-            )))
-        }
-    }
-
-    /// Runs encoded inputs in batches that fit the largest bucket; returns `output`'s rows.
-    fn rows(
-        exec: &mut Executor<B>,
-        buf: &mut BatchBuf,
-        out: &mut Outputs,
-        encoded: impl Iterator<Item = Result<Encoded>>,
-        output: &str,
-        mut progress: impl FnMut(usize),
-    ) -> Result<Vec<Vec<f32>>> {
-        let largest = *exec
-            .lane_buckets(LaneId::MAIN)?
-            .last()
-            .ok_or_else(|| Error::Format("the executor has no buckets".into()))?;
-        let mut result = Vec::new();
-        let mut pending: Vec<Encoded> = Vec::new();
-        let mut tokens = 0;
-        for e in encoded {
-            let e = e?;
-            if !pending.is_empty()
-                && (tokens + e.ids.len() > largest.tokens || pending.len() == largest.seqs)
-            {
-                Self::flush(exec, buf, out, &mut pending, output, &mut result)?;
-                tokens = 0;
-                progress(result.len());
-            }
-            tokens += e.ids.len();
-            pending.push(e);
-        }
-        if !pending.is_empty() {
-            Self::flush(exec, buf, out, &mut pending, output, &mut result)?;
-        }
-        progress(result.len());
-        Ok(result)
-    }
-
-    fn flush(
-        exec: &mut Executor<B>,
-        buf: &mut BatchBuf,
-        out: &mut Outputs,
-        pending: &mut Vec<Encoded>,
-        output: &str,
-        result: &mut Vec<Vec<f32>>,
-    ) -> Result<()> {
-        buf.clear();
-        for e in pending.drain(..) {
-            buf.push(&e.ids, Some(&e.types), &[])?;
-        }
-        exec.run(LaneId::MAIN, &buf.batch(), out)?;
-        let m = out
-            .get(output)
-            .ok_or_else(|| Error::Format(format!("the graph has no `{output}` output")))?;
-        result.extend(m.iter_rows().map(<[f32]>::to_vec));
-        Ok(())
-    }
 }

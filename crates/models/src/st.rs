@@ -1,5 +1,5 @@
 //! The sentence-transformers files: `modules.json`, `sentence_bert_config.json` and the pooling
-//! module's `config.json`.
+//! module's `config.json` (a dense `Pooling`, or a sparse encoder's `SpladePooling`).
 
 use std::path::Path;
 
@@ -18,11 +18,21 @@ pub struct Pooling {
     pub normalize: bool,
 }
 
+/// What a sentence-transformers model computes from the token rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SentenceHead {
+    /// A dense embedding: pooling, then normalisation if asked.
+    Pooled(Pooling),
+    /// A sparse encoder: SPLADE pooling (max over tokens of `log(1 + relu)`) of the
+    /// masked-language-model logits.
+    Splade,
+}
+
 /// What the sentence-transformers files say, if the directory has them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SentenceConfig {
-    /// Pooling and normalisation.
-    pub pooling: Pooling,
+    /// What the modules compute.
+    pub head: SentenceHead,
     /// `max_seq_length`, if set.
     pub max_seq_length: Option<usize>,
 }
@@ -39,36 +49,66 @@ pub fn read(dir: &Path) -> Result<Option<SentenceConfig>> {
     })?;
     let kind = |m: &Value| m.get("type").and_then(Value::as_str).unwrap_or("").to_owned();
     let mut pooling = None;
+    let mut splade = false;
     let mut normalize = false;
     for m in modules {
         let ty = kind(m);
+        let path = |default: &str| {
+            dir.join(m.get("path").and_then(Value::as_str).unwrap_or(default)).join("config.json")
+        };
         match ty.rsplit('.').next().unwrap_or("") {
-            "Transformer" => {}
-            "Pooling" => {
-                let path = m.get("path").and_then(Value::as_str).unwrap_or("1_Pooling");
-                pooling = Some(pooling_mode(&dir.join(path).join("config.json"))?);
+            "Transformer" | "MLMTransformer" => {}
+            "Pooling" => pooling = Some(pooling_mode(&path("1_Pooling"))?),
+            "SpladePooling" => {
+                splade_pooling(&path("1_SpladePooling"))?;
+                splade = true;
             }
             "Normalize" => normalize = true,
             other => {
                 return Err(Error::Unsupported(format!(
                     "sentence-transformers module `{other}` ({ty}); supported: Transformer, \
-                     Pooling, Normalize"
+                     Pooling, Normalize, MLMTransformer, SpladePooling"
                 )));
             }
         }
     }
-    let mode = pooling.ok_or_else(|| {
-        Error::Unsupported(
-            "modules.json lists no Pooling module; Switchyard needs one to embed".into(),
-        )
-    })?;
+    let head = match (pooling, splade) {
+        (Some(mode), false) => SentenceHead::Pooled(Pooling { mode, normalize }),
+        (None, true) if !normalize => SentenceHead::Splade,
+        (None, false) => {
+            return Err(Error::Unsupported(
+                "modules.json lists no Pooling or SpladePooling module; Switchyard needs one"
+                    .into(),
+            ));
+        }
+        _ => {
+            return Err(Error::Unsupported(
+                "modules.json combines SpladePooling with Pooling or Normalize".into(),
+            ));
+        }
+    };
     let sbert = dir.join("sentence_bert_config.json");
     let max_seq_length = if sbert.is_file() {
         read_json(&sbert)?.get("max_seq_length").and_then(Value::as_u64).map(|v| v as usize)
     } else {
         None
     };
-    Ok(Some(SentenceConfig { pooling: Pooling { mode, normalize }, max_seq_length }))
+    Ok(Some(SentenceConfig { head, max_seq_length }))
+}
+
+/// Checks a `SpladePooling` configuration: max pooling with `relu` is what Switchyard computes.
+fn splade_pooling(path: &Path) -> Result<()> {
+    // The module's configuration file is optional; its defaults are max and relu.
+    let c = if path.is_file() { read_json(path)? } else { Value::Null };
+    let strategy = c.get("pooling_strategy").and_then(Value::as_str).unwrap_or("max");
+    let act = c.get("activation_function").and_then(Value::as_str).unwrap_or("relu");
+    if strategy != "max" || act != "relu" {
+        return Err(Error::Unsupported(format!(
+            "{}: SPLADE pooling `{strategy}` with activation `{act}`; supported: `max` with `relu`",
+            path.display()
+        )));
+    }
+    Ok(())
 }
 
 fn pooling_mode(path: &Path) -> Result<PoolMode> {

@@ -24,6 +24,41 @@ pub struct Encoded {
     pub tokens: Vec<String>,
     /// For each token, the index of the word it belongs to (`None` for special tokens).
     pub words: Vec<Option<u32>>,
+    /// For each token, its byte range in the input text (empty for special tokens).
+    pub offsets: Vec<(usize, usize)>,
+}
+
+impl Encoded {
+    /// The positions of each word's first sub-token, and of each such word the byte range in the
+    /// text from its first to its last sub-token.
+    pub fn word_starts(&self) -> Vec<(u32, (usize, usize))> {
+        let mut out: Vec<(u32, (usize, usize))> = Vec::new();
+        let mut last = None;
+        for (i, (w, &(start, end))) in self.words.iter().zip(&self.offsets).enumerate() {
+            match *w {
+                Some(w) if last == Some(w) => {
+                    if let Some((_, span)) = out.last_mut() {
+                        span.1 = span.1.max(end);
+                    }
+                }
+                Some(_) => out.push((i as u32, (start, end))),
+                None => {}
+            }
+            last = *w;
+        }
+        out
+    }
+
+    /// The positions of every token that is not a special token, with its byte range.
+    pub fn text_tokens(&self) -> Vec<(u32, (usize, usize))> {
+        self.words
+            .iter()
+            .zip(&self.offsets)
+            .enumerate()
+            .filter(|(_, (w, _))| w.is_some())
+            .map(|(i, (_, &span))| (i as u32, span))
+            .collect()
+    }
 }
 
 impl Tokens {
@@ -52,6 +87,11 @@ impl Tokens {
         self.max_len
     }
 
+    /// The text of token `id`, if the vocabulary has it.
+    pub fn token(&self, id: u32) -> Option<String> {
+        self.inner.id_to_token(id)
+    }
+
     /// Tokenizes one text.
     pub fn encode(&self, text: &str) -> Result<Encoded> {
         let e = self.inner.encode(text, true).map_err(|e| Error::Tokenizer(e.to_string()))?;
@@ -71,5 +111,6 @@ fn convert(e: &tokenizers::Encoding) -> Encoded {
         types: e.get_type_ids().to_vec(),
         tokens: e.get_tokens().to_vec(),
         words: e.get_word_ids().to_vec(),
+        offsets: e.get_offsets().to_vec(),
     }
 }

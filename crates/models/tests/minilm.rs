@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 
 use switchyard_core::Buckets;
-use switchyard_models::{Embedder, Model, Task};
+use switchyard_models::{Runner, Model, Task};
 
 fn model_dir() -> PathBuf {
     switchyard_models::fetched_model_dir("all-MiniLM-L6-v2").unwrap()
@@ -71,7 +71,7 @@ fn tokenizes_exactly_as_sentence_transformers() {
 fn embeds_like_sentence_transformers_on_flex() {
     let m = Model::load(&model_dir()).unwrap();
     let f = fixture();
-    let mut e = Embedder::new(m, switchyard_flex::flex(), Buckets::default()).unwrap();
+    let mut e = Runner::new(m, switchyard_flex::flex(), Buckets::default()).unwrap();
     let texts: Vec<&str> = f.sentences.iter().map(String::as_str).collect();
     let mut seen = Vec::new();
     let got = e.embed(&texts, |n| seen.push(n)).unwrap();
@@ -92,7 +92,7 @@ fn small_buckets_split_the_input_into_several_batches() {
     let m = Model::load(&model_dir()).unwrap();
     let f = fixture();
     let buckets: Buckets = "default 64 2 0\ndefault 256 4 0\n".parse().unwrap();
-    let mut e = Embedder::new(m, switchyard_flex::flex(), buckets).unwrap();
+    let mut e = Runner::new(m, switchyard_flex::flex(), buckets).unwrap();
     let texts: Vec<&str> = f.sentences.iter().map(String::as_str).collect();
     let mut calls = 0;
     let got = e.embed(&texts, |_| calls += 1).unwrap();
@@ -107,7 +107,7 @@ fn small_buckets_split_the_input_into_several_batches() {
 fn buckets_smaller_than_one_sequence_are_refused() {
     let m = Model::load(&model_dir()).unwrap();
     let buckets: Buckets = "default 128 4 0\n".parse().unwrap();
-    let e = Embedder::new(m, switchyard_flex::flex(), buckets).err().expect("an error");
+    let e = Runner::new(m, switchyard_flex::flex(), buckets).err().expect("an error");
     assert!(
         e.to_string().contains("fewer than one sequence of the model's maximum length 256"),
         "{e}"

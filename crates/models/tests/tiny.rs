@@ -4,14 +4,13 @@
 //! shifts and biases non-zero) and recorded transformers' token ids and mean-pooled last hidden
 //! states (f32, computed without padding).
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
+use common::{expected as json, numbers, rows, strings, tiny, worst};
 use switchyard_core::{Backend, Buckets, Reference};
-use switchyard_models::{Arch, Embedder, Model, Task};
-
-fn tiny(arch: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny").join(arch)
-}
+use switchyard_models::{Arch, Model, Runner, Task};
 
 struct Expected {
     sentences: Vec<String>,
@@ -20,25 +19,16 @@ struct Expected {
 }
 
 fn expected(arch: &str) -> Expected {
-    let text = std::fs::read_to_string(tiny(arch).join("expected.json")).unwrap();
-    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
-    let nums = |r: &serde_json::Value| {
-        r.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect::<Vec<_>>()
-    };
+    let v = json(arch);
     Expected {
-        sentences: v["sentences"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|s| s.as_str().unwrap().to_owned())
-            .collect(),
+        sentences: strings(&v["sentences"]),
         ids: v["ids"]
             .as_array()
             .unwrap()
             .iter()
-            .map(|r| nums(r).into_iter().map(|x| x as u32).collect())
+            .map(|r| numbers(r).into_iter().map(|x| x as u32).collect())
             .collect(),
-        mean: v["mean_pooled"].as_array().unwrap().iter().map(nums).collect(),
+        mean: rows(&v["mean_pooled"]),
     }
 }
 
@@ -49,11 +39,11 @@ fn check<B: Backend>(arch: &str, backend: B) {
     for (s, want) in e.sentences.iter().zip(&e.ids) {
         assert_eq!(&model.tokens().encode(s).unwrap().ids, want, "{arch}: {s:?}");
     }
-    let mut emb = Embedder::new(model, backend, Buckets::default()).unwrap();
+    let mut emb = Runner::new(model, backend, Buckets::default()).unwrap();
     let texts: Vec<&str> = e.sentences.iter().map(String::as_str).collect();
     let got = emb.embed(&texts, |_| {}).unwrap();
     for ((s, a), b) in e.sentences.iter().zip(&got).zip(&e.mean) {
-        let worst = a.iter().zip(b).map(|(x, y)| (f64::from(*x) - y).abs()).fold(0.0, f64::max);
+        let worst = worst(a, b);
         assert!(worst <= 1e-5, "{arch}: {s:?}: max difference {worst}");
     }
 }
@@ -77,6 +67,17 @@ fn distilbert_matches_transformers() {
     assert_eq!(Model::load(&tiny("distilbert")).unwrap().config().arch, Arch::DistilBert);
     check("distilbert", switchyard_flex::flex());
     check("distilbert", Reference);
+}
+
+/// Rotary positions with two bases, GeGLU, no biases, and a sliding window (two tokens each
+/// side) shorter than most test sentences on two of the three layers.
+#[test]
+fn modernbert_matches_transformers_with_local_and_global_layers() {
+    let m = Model::load(&tiny("modernbert")).unwrap();
+    let modern = m.config().modern.clone().unwrap();
+    assert_eq!((modern.local.as_slice(), modern.window), ([false, true, true].as_slice(), 2));
+    check("modernbert", switchyard_flex::flex());
+    check("modernbert", Reference);
 }
 
 /// A scratch copy of a tiny checkpoint, removed on drop.
@@ -178,8 +179,7 @@ struct Logits {
 }
 
 fn logits(name: &str) -> Logits {
-    let text = std::fs::read_to_string(tiny(name).join("expected.json")).unwrap();
-    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let v = json(name);
     Logits {
         inputs: v["inputs"]
             .as_array()
@@ -187,36 +187,31 @@ fn logits(name: &str) -> Logits {
             .iter()
             .map(|p| (p[0].as_str().unwrap().to_owned(), p[1].as_str().map(str::to_owned)))
             .collect(),
-        logits: v["logits"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|r| r.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect())
-            .collect(),
+        logits: rows(&v["logits"]),
     }
 }
 
 fn close_rows(name: &str, got: &[Vec<f32>], want: &[Vec<f64>]) {
     assert_eq!(got.len(), want.len(), "{name}");
     for (a, b) in got.iter().zip(want) {
-        assert_eq!(a.len(), b.len(), "{name}");
-        let worst = a.iter().zip(b).map(|(x, y)| (f64::from(*x) - y).abs()).fold(0.0, f64::max);
-        assert!(worst <= 1e-5, "{name}: logits {a:?} vs {b:?}");
+        assert!(worst(a, b) <= 1e-5, "{name}: logits {a:?} vs {b:?}");
     }
 }
 
-/// BERT (pooler + classifier), RoBERTa (classifier.dense + out_proj) and DistilBERT
-/// (pre_classifier + ReLU + classifier) heads: logits within 1e-5 of transformers', labels from
-/// `id2label`.
+/// BERT (pooler + classifier), RoBERTa (classifier.dense + out_proj), DistilBERT
+/// (pre_classifier + ReLU + classifier) and ModernBERT (mean pooling, head.dense + GELU +
+/// head.norm + classifier) heads: logits within 1e-5 of transformers', labels from `id2label`.
 #[test]
 fn sequence_classifiers_match_transformers() {
-    for name in ["bert-classifier", "roberta-classifier", "distilbert-classifier"] {
+    for name in
+        ["bert-classifier", "roberta-classifier", "distilbert-classifier", "modernbert-classifier"]
+    {
         let e = logits(name);
         let model = Model::load(&tiny(name)).unwrap();
         let Task::Classify { labels } = model.task() else { panic!("{name}: {:?}", model.task()) };
         assert_eq!(labels, &["negative", "neutral", "positive"], "{name}");
         let texts: Vec<&str> = e.inputs.iter().map(|(a, _)| a.as_str()).collect();
-        let mut run = Embedder::new(model, switchyard_flex::flex(), Buckets::default()).unwrap();
+        let mut run = Runner::new(model, switchyard_flex::flex(), Buckets::default()).unwrap();
         close_rows(name, &run.classify(&texts, |_| {}).unwrap(), &e.logits);
         let err = run.embed(&texts, |_| {}).unwrap_err().to_string();
         assert!(err.contains("is a sequence classifier, not an embedding model"), "{err}");
@@ -230,12 +225,12 @@ fn cross_encoders_score_pairs_like_transformers() {
     let model = Model::load(&tiny("bert-cross-encoder")).unwrap();
     let Task::Classify { labels } = model.task() else { panic!("{:?}", model.task()) };
     assert_eq!(labels.len(), 1);
-    let mut run = Embedder::new(model, Reference, Buckets::default()).unwrap();
+    let mut run = Runner::new(model, Reference, Buckets::default()).unwrap();
     for ((q, d), want) in e.inputs.iter().zip(&e.logits) {
         let got = run.classify_pairs(q, &[d.as_deref().unwrap()], |_| {}).unwrap();
         close_rows("cross-encoder", &got, std::slice::from_ref(want));
     }
-    let err = Embedder::new(Model::load(&tiny("bert")).unwrap(), Reference, Buckets::default())
+    let err = Runner::new(Model::load(&tiny("bert")).unwrap(), Reference, Buckets::default())
         .unwrap()
         .classify_pairs("q", &["d"], |_| {})
         .unwrap_err()

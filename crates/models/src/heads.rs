@@ -1,0 +1,174 @@
+//! Heads: what a model computes from the encoder's final token rows.
+//!
+//! Each family names its head layers its own way; the functions here pick the names and build
+//! the ops. Head weights sit at the checkpoint's root, beside the encoder's `bert.` / `model.`
+//! prefix.
+
+use switchyard_core::{Act, Op, PoolMode, Shape, Val};
+
+use crate::config::{Arch, EncoderConfig};
+use crate::encoder::Encoder;
+use crate::st::Pooling;
+use crate::{Error, Result};
+
+/// The name of the pooled-embedding output (sequence rows).
+pub const EMBEDDING: &str = "embedding";
+/// The name of the classifier output: logits per sequence, or per marker for a token classifier.
+pub const LOGITS: &str = "logits";
+/// The name of the SPLADE output: one vocabulary-wide row of term weights per sequence.
+pub const SPARSE: &str = "sparse";
+
+/// Pooled (and optionally L2-normalised) embeddings, as sentence-transformers computes them.
+pub(crate) fn embedding(e: &mut Encoder<'_>, x: Val, pooling: Pooling) -> Val {
+    let d = e.g.shape(x).width;
+    let pooled = e.g.op(Shape::seqs(d), |out| Op::Pool { x, mode: pooling.mode, out });
+    if pooling.normalize {
+        e.g.op(Shape::seqs(d), |out| Op::L2Norm { x: pooled, eps: 1e-12, out })
+    } else {
+        pooled
+    }
+}
+
+/// ModernBERT's prediction head (`head.dense`, its activation, `head.norm`), shared by its
+/// classifiers and its masked-language-model head.
+fn modern_head(e: &mut Encoder<'_>, cfg: &EncoderConfig, x: Val) -> Result<Val> {
+    let act = cfg.modern.as_ref().map_or(Act::Gelu, |m| m.head_act);
+    let h = e.head_linear("head.dense", x, cfg.hidden, act)?;
+    e.head_layer_norm("head.norm", h, cfg.eps)
+}
+
+/// Sequence classification logits (`n` labels) from the token rows `x`.
+pub(crate) fn sequence_classifier(
+    e: &mut Encoder<'_>,
+    cfg: &EncoderConfig,
+    x: Val,
+    n: usize,
+) -> Result<Val> {
+    let d = cfg.hidden;
+    let pool = match &cfg.modern {
+        Some(m) => m.classifier_pooling,
+        None => PoolMode::Cls,
+    };
+    let cls = e.g.op(Shape::seqs(d), |out| Op::Pool { x, mode: pool, out });
+    match cfg.arch {
+        Arch::Bert => {
+            let h = e.linear("pooler.dense", cls, d, Act::Tanh, None)?;
+            e.head_linear("classifier", h, n, Act::Identity)
+        }
+        Arch::Roberta => {
+            let h = e.head_linear("classifier.dense", cls, d, Act::Tanh)?;
+            e.head_linear("classifier.out_proj", h, n, Act::Identity)
+        }
+        Arch::DistilBert => {
+            let h = e.head_linear("pre_classifier", cls, d, Act::Relu)?;
+            e.head_linear("classifier", h, n, Act::Identity)
+        }
+        Arch::ModernBert => {
+            let h = modern_head(e, cfg, cls)?;
+            e.head_linear("classifier", h, n, Act::Identity)
+        }
+    }
+}
+
+/// Token classification logits (`n` labels), one row per marker.
+///
+/// The marked rows are gathered first: every op after the gather is row-wise, so only the
+/// marked tokens pay for the head.
+pub(crate) fn token_classifier(
+    e: &mut Encoder<'_>,
+    cfg: &EncoderConfig,
+    x: Val,
+    n: usize,
+) -> Result<Val> {
+    let marked = e.g.op(Shape::markers(cfg.hidden), |out| Op::Gather { x, out });
+    let h = match cfg.arch {
+        Arch::ModernBert => modern_head(e, cfg, marked)?,
+        Arch::Bert | Arch::Roberta | Arch::DistilBert => marked,
+    };
+    e.head_linear("classifier", h, n, Act::Identity)
+}
+
+/// Per family: the masked-language-model head's transform, norm, decoder and decoder bias (the
+/// decoder's own, which the forward pass reads, before the older shared name).
+struct MlmNames {
+    dense: &'static str,
+    norm: &'static str,
+    decoder: &'static str,
+    bias: [&'static str; 2],
+}
+
+/// SPLADE term weights: the masked-language-model logits through `log(1 + relu(.))`, max-pooled
+/// over each sequence's tokens. The decoder is tied to the word embeddings unless the checkpoint
+/// has its own and `config.json` unties them.
+pub(crate) fn splade(e: &mut Encoder<'_>, cfg: &EncoderConfig, x: Val, tied: bool) -> Result<Val> {
+    let (names, act, eps) = match cfg.arch {
+        Arch::Bert => (
+            MlmNames {
+                dense: "cls.predictions.transform.dense",
+                norm: "cls.predictions.transform.LayerNorm",
+                decoder: "cls.predictions.decoder.weight",
+                bias: ["cls.predictions.decoder.bias", "cls.predictions.bias"],
+            },
+            cfg.act,
+            cfg.eps,
+        ),
+        // RobertaLMHead applies GELU whatever the encoder's activation.
+        Arch::Roberta => (
+            MlmNames {
+                dense: "lm_head.dense",
+                norm: "lm_head.layer_norm",
+                decoder: "lm_head.decoder.weight",
+                bias: ["lm_head.decoder.bias", "lm_head.bias"],
+            },
+            Act::Gelu,
+            cfg.eps,
+        ),
+        Arch::DistilBert => (
+            MlmNames {
+                dense: "vocab_transform",
+                norm: "vocab_layer_norm",
+                decoder: "vocab_projector.weight",
+                bias: ["vocab_projector.bias", "vocab_projector.bias"],
+            },
+            cfg.act,
+            cfg.eps,
+        ),
+        Arch::ModernBert => (
+            MlmNames {
+                dense: "head.dense",
+                norm: "head.norm",
+                decoder: "decoder.weight",
+                bias: ["decoder.bias", "decoder.bias"],
+            },
+            cfg.modern.as_ref().map_or(Act::Gelu, |m| m.head_act),
+            cfg.eps,
+        ),
+    };
+    let (d, v) = (cfg.hidden, cfg.vocab);
+    let h = e.head_linear(names.dense, x, d, act)?;
+    let h = e.head_layer_norm(names.norm, h, eps)?;
+    let weight = if tied {
+        e.word
+    } else {
+        e.head_optional(names.decoder, &[v, d])?.ok_or_else(|| {
+            Error::Format(format!(
+                "config.json unties the decoder from the word embeddings, but the checkpoint \
+                 has no `{}`",
+                names.decoder
+            ))
+        })?
+    };
+    let bias = match e.head_optional(names.bias[0], &[v])? {
+        Some(b) => Some(b),
+        None => e.head_optional(names.bias[1], &[v])?,
+    };
+    let logits = e.g.op(Shape::tokens(v), |out| Op::Linear {
+        x: h,
+        weight,
+        bias,
+        act: Act::Log1pRelu,
+        residual: None,
+        out,
+    });
+    Ok(e.g.op(Shape::seqs(v), |out| Op::Pool { x: logits, mode: PoolMode::Max, out }))
+}

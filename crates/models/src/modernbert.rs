@@ -1,0 +1,59 @@
+//! Graph builder for ModernBERT.
+//!
+//! Pre-norm: the embeddings are normalised once, then per layer `x = x + attn(norm(x))` (layer 0
+//! has no attention norm) and `x = x + mlp(norm(x))`, and a final norm. Attention reads one fused
+//! QKV projection, rotates queries and keys (a different base on global and local layers), and
+//! local layers see only a sliding window. The MLP is GeGLU. Norms and linear layers have no
+//! biases unless the checkpoint carries them.
+
+use switchyard_core::{Act, Op, Shape, Val};
+
+use crate::config::{EncoderConfig, ModernConfig};
+use crate::encoder::{Encoder, Names};
+use crate::{Checkpoint, Error, Result};
+
+/// Builds the encoder body; returns it with the final (normalised) token rows.
+pub(crate) fn build<'a>(ck: &'a Checkpoint, cfg: &EncoderConfig) -> Result<(Encoder<'a>, Val)> {
+    let m: &ModernConfig = cfg
+        .modern
+        .as_ref()
+        .ok_or_else(|| Error::Format("a ModernBERT graph needs ModernBERT's settings".into()))?;
+    let names = Names::detect(ck, "embeddings.tok_embeddings.weight")?;
+    let d = cfg.hidden;
+    let hd = cfg.head_dim()?;
+    let t = Shape::tokens(d);
+    let mut e = Encoder::start(names, "embeddings.tok_embeddings.weight", cfg.vocab, d)?;
+    let word = e.word;
+    let x = e.g.op(t, |out| Op::Embed { table: word, out });
+    let mut x = e.layer_norm("embeddings.norm", x, cfg.eps)?;
+    for (l, &local) in m.local.iter().enumerate() {
+        let pre = format!("layers.{l}");
+        let h = if l == 0 { x } else { e.layer_norm(&format!("{pre}.attn_norm"), x, cfg.eps)? };
+        let qkv = e.linear(&format!("{pre}.attn.Wqkv"), h, 3 * d, Act::Identity, None)?;
+        let theta = if local { m.local_theta } else { m.global_theta };
+        let mut qk = [Val(0); 2];
+        for (i, slot) in qk.iter_mut().enumerate() {
+            let part = e.g.op(t, |out| Op::Slice { x: qkv, start: i * d, out });
+            *slot =
+                e.g.op(t, |out| Op::Rope { x: part, heads: cfg.heads, head_dim: hd, theta, out });
+        }
+        let v = e.g.op(t, |out| Op::Slice { x: qkv, start: 2 * d, out });
+        let a = e.g.op(t, |out| Op::Attention {
+            q: qk[0],
+            k: qk[1],
+            v,
+            heads: cfg.heads,
+            head_dim: hd,
+            scale: 1.0 / (hd as f32).sqrt(),
+            window: local.then_some(m.window),
+            out,
+        });
+        x = e.linear(&format!("{pre}.attn.Wo"), a, d, Act::Identity, Some(x))?;
+        let h = e.layer_norm(&format!("{pre}.mlp_norm"), x, cfg.eps)?;
+        let wi = e.linear(&format!("{pre}.mlp.Wi"), h, 2 * cfg.ffn, Act::Identity, None)?;
+        let gated = e.g.op(Shape::tokens(cfg.ffn), |out| Op::Glu { x: wi, act: cfg.act, out });
+        x = e.linear(&format!("{pre}.mlp.Wo"), gated, d, Act::Identity, Some(x))?;
+    }
+    let x = e.layer_norm("final_norm", x, cfg.eps)?;
+    Ok((e, x))
+}

@@ -1,0 +1,283 @@
+//! [`Runner`]: a model on a backend, turning texts into its outputs in batches that fit.
+
+use switchyard_core::{Backend, BatchBuf, Bucket, Buckets, Executor, LaneId, Outputs, Rows};
+
+use crate::heads::{EMBEDDING, LOGITS, SPARSE};
+use crate::{Encoded, Error, Model, Result, Task};
+
+/// The most memory one batch's widest per-token value may take. A SPLADE head's logits are a
+/// vocabulary wide per token (30522 columns for BERT: 122 KB a token), so its batches are held
+/// to a smaller bucket than an embedder's.
+const WIDE_VALUE_BUDGET: usize = 256 << 20;
+
+/// Which tokens a token classifier labels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Marking {
+    /// Each word's first sub-token (the usual convention for NER labels).
+    #[default]
+    FirstSubToken,
+    /// Every token except the special tokens.
+    EveryToken,
+}
+
+/// A token classifier's logits for one marked token.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TokenLogits {
+    /// The token's position in the tokenized input (special tokens included).
+    pub position: u32,
+    /// The byte range in the text it labels: the whole word for [`Marking::FirstSubToken`],
+    /// the token alone for [`Marking::EveryToken`].
+    pub span: (usize, usize),
+    /// One logit per label.
+    pub logits: Vec<f32>,
+}
+
+/// Runs a model on a backend: texts in, the model's outputs out, in input order.
+pub struct Runner<B: Backend> {
+    model: Model,
+    engine: Engine<B>,
+}
+
+/// A tokenized input with its marked tokens (position, byte range in the text).
+type Marked = (Encoded, Vec<(u32, (usize, usize))>);
+
+/// An input's marked tokens and the rows of the output it asked for.
+type Ran = (Vec<(u32, (usize, usize))>, Vec<Vec<f32>>);
+
+/// The executor with its reusable batch and outputs, and the batch limit.
+struct Engine<B: Backend> {
+    exec: Executor<B>,
+    buf: BatchBuf,
+    out: Outputs,
+    /// The most tokens, sequences and markers one batch holds.
+    limit: Bucket,
+}
+
+impl<B: Backend> Runner<B> {
+    /// Uploads `model`'s weights to `backend`, with `buckets` (stage `default`).
+    pub fn new(model: Model, backend: B, buckets: Buckets) -> Result<Self> {
+        let limit = batch_limit(&model, &buckets);
+        let exec = model.executor(backend, buckets)?;
+        // `executor` refused a table whose largest bucket holds no full-length sequence.
+        let limit = limit.ok_or_else(|| Error::Format("the bucket table is empty".into()))?;
+        let engine = Engine { exec, buf: BatchBuf::new(), out: Outputs::new(), limit };
+        Ok(Runner { model, engine })
+    }
+
+    /// The model.
+    pub fn model(&self) -> &Model {
+        &self.model
+    }
+
+    /// The executor (for its caps and memory).
+    pub fn executor(&self) -> &Executor<B> {
+        &self.engine.exec
+    }
+
+    /// The most tokens, sequences and markers one batch holds.
+    pub fn batch_limit(&self) -> Bucket {
+        self.engine.limit
+    }
+
+    /// One embedding per text (for an embedding model). `progress` is called with the number
+    /// of texts done after each batch, as are all the methods here.
+    pub fn embed(&mut self, texts: &[&str], progress: impl FnMut(usize)) -> Result<Vec<Vec<f32>>> {
+        self.expect(|t| matches!(t, Task::Embed(_)), "an embedding model")?;
+        let rows = self.run_texts(texts, None, EMBEDDING, progress)?;
+        Ok(rows.into_iter().map(one_row).collect())
+    }
+
+    /// Class logits per text (for a sequence classifier).
+    pub fn classify(
+        &mut self,
+        texts: &[&str],
+        progress: impl FnMut(usize),
+    ) -> Result<Vec<Vec<f32>>> {
+        self.expect(|t| matches!(t, Task::Classify { .. }), "a sequence classifier")?;
+        let rows = self.run_texts(texts, None, LOGITS, progress)?;
+        Ok(rows.into_iter().map(one_row).collect())
+    }
+
+    /// Class logits for each `(query, document)` pair, in document order (for a cross-encoder).
+    pub fn classify_pairs(
+        &mut self,
+        query: &str,
+        docs: &[&str],
+        progress: impl FnMut(usize),
+    ) -> Result<Vec<Vec<f32>>> {
+        self.expect(
+            |t| matches!(t, Task::Classify { .. }),
+            "a cross-encoder (a sequence classifier)",
+        )?;
+        let tokens = &self.model.tokens;
+        let inputs = docs.iter().map(|d| Ok((tokens.encode_pair(query, d)?, Vec::new())));
+        let rows = self.engine.run(inputs, LOGITS, Rows::Seqs, progress)?;
+        Ok(rows.into_iter().map(one_row).collect())
+    }
+
+    /// Label logits for the tokens `marking` picks in each text (for a token classifier).
+    pub fn classify_tokens(
+        &mut self,
+        texts: &[&str],
+        marking: Marking,
+        progress: impl FnMut(usize),
+    ) -> Result<Vec<Vec<TokenLogits>>> {
+        self.expect(|t| matches!(t, Task::ClassifyTokens { .. }), "a token classifier")?;
+        let rows = self.run_texts(texts, Some(marking), LOGITS, progress)?;
+        Ok(rows
+            .into_iter()
+            .map(|(spans, logits)| {
+                spans
+                    .into_iter()
+                    .zip(logits)
+                    .map(|((position, span), logits)| TokenLogits { position, span, logits })
+                    .collect()
+            })
+            .collect())
+    }
+
+    /// SPLADE term weights per text: the non-zero `(token id, weight)` pairs, heaviest first
+    /// (for a sparse encoder).
+    pub fn sparse(
+        &mut self,
+        texts: &[&str],
+        progress: impl FnMut(usize),
+    ) -> Result<Vec<Vec<(u32, f32)>>> {
+        self.expect(|t| matches!(t, Task::Sparse), "a sparse (SPLADE) encoder")?;
+        let rows = self.run_texts(texts, None, SPARSE, progress)?;
+        Ok(rows
+            .into_iter()
+            .map(|r| {
+                let mut terms: Vec<(u32, f32)> = one_row(r)
+                    .into_iter()
+                    .enumerate()
+                    .filter(|&(_, w)| w > 0.0)
+                    .map(|(i, w)| (i as u32, w))
+                    .collect();
+                terms.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+                terms
+            })
+            .collect())
+    }
+
+    fn expect(&self, ok: impl Fn(&Task) -> bool, what: &str) -> Result<()> {
+        if ok(&self.model.task) {
+            Ok(())
+        } else {
+            Err(Error::Unsupported(format!(
+                "this model is {}, not {what}",
+                self.model.task.describe()
+            )))
+        }
+    }
+
+    /// Tokenizes `texts`, marks tokens if asked, and runs them; per text, the marked tokens and
+    /// the output's rows.
+    fn run_texts(
+        &mut self,
+        texts: &[&str],
+        marking: Option<Marking>,
+        output: &str,
+        progress: impl FnMut(usize),
+    ) -> Result<Vec<Ran>> {
+        let tokens = &self.model.tokens;
+        let inputs = texts.iter().map(|t| {
+            let e = tokens.encode(t)?;
+            let marks = match marking {
+                None => Vec::new(),
+                Some(Marking::FirstSubToken) => e.word_starts(),
+                Some(Marking::EveryToken) => e.text_tokens(),
+            };
+            Ok((e, marks))
+        });
+        let rows = if marking.is_some() { Rows::Markers } else { Rows::Seqs };
+        self.engine.run(inputs, output, rows, progress)
+    }
+}
+
+/// The single row of a per-sequence output.
+fn one_row<T>((_, rows): (T, Vec<Vec<f32>>)) -> Vec<f32> {
+    rows.into_iter().next().unwrap_or_default()
+}
+
+/// The largest bucket whose widest per-token value fits [`WIDE_VALUE_BUDGET`], or else the
+/// smallest that holds one sequence of the model's maximum length.
+fn batch_limit(model: &Model, buckets: &Buckets) -> Option<Bucket> {
+    let stage = buckets.stage(switchyard_core::DEFAULT_STAGE);
+    let g = model.graph();
+    let widest = g.vals.iter().filter(|s| s.rows == Rows::Tokens).map(|s| s.width).max();
+    let bytes = |b: &Bucket| b.tokens * widest.unwrap_or(0) * size_of::<f32>();
+    let max_len = model.tokens().max_len();
+    stage
+        .iter()
+        .rev()
+        .find(|b| b.tokens >= max_len && bytes(b) <= WIDE_VALUE_BUDGET)
+        .or_else(|| stage.iter().find(|b| b.tokens >= max_len))
+        .copied()
+}
+
+impl<B: Backend> Engine<B> {
+    /// Runs inputs in batches within the limit; per input, its marks and `output`'s rows: one
+    /// for a per-sequence output (`rows` is [`Rows::Seqs`]), one per mark for a per-marker one.
+    fn run(
+        &mut self,
+        inputs: impl Iterator<Item = Result<Marked>>,
+        output: &str,
+        rows: Rows,
+        mut progress: impl FnMut(usize),
+    ) -> Result<Vec<Ran>> {
+        let mut result = Vec::new();
+        let mut pending: Vec<Marked> = Vec::new();
+        let (mut tokens, mut marks) = (0, 0);
+        for input in inputs {
+            let input = input?;
+            let (n, m) = (input.0.ids.len(), input.1.len());
+            if !pending.is_empty()
+                && (tokens + n > self.limit.tokens
+                    || marks + m > self.limit.markers
+                    || pending.len() == self.limit.seqs)
+            {
+                self.flush(&mut pending, output, rows, &mut result)?;
+                (tokens, marks) = (0, 0);
+                progress(result.len());
+            }
+            tokens += n;
+            marks += m;
+            pending.push(input);
+        }
+        if !pending.is_empty() {
+            self.flush(&mut pending, output, rows, &mut result)?;
+        }
+        progress(result.len());
+        Ok(result)
+    }
+
+    /// Runs the pending inputs as one batch and appends their rows to `result`.
+    fn flush(
+        &mut self,
+        pending: &mut Vec<Marked>,
+        output: &str,
+        rows: Rows,
+        result: &mut Vec<Ran>,
+    ) -> Result<()> {
+        self.buf.clear();
+        let mut positions = Vec::new();
+        for (e, marks) in pending.iter() {
+            positions.clear();
+            positions.extend(marks.iter().map(|&(p, _)| p));
+            self.buf.push(&e.ids, Some(&e.types), &positions)?;
+        }
+        self.exec.run(LaneId::MAIN, &self.buf.batch(), &mut self.out)?;
+        let m = self
+            .out
+            .get(output)
+            .ok_or_else(|| Error::Format(format!("the graph has no `{output}` output")))?;
+        let mut it = m.iter_rows();
+        for (_, marks) in pending.drain(..) {
+            let n = if rows == Rows::Markers { marks.len() } else { 1 };
+            let taken: Vec<Vec<f32>> = it.by_ref().take(n).map(<[f32]>::to_vec).collect();
+            result.push((marks, taken));
+        }
+        Ok(())
+    }
+}
