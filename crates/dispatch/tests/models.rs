@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use switchyard_core::Buckets;
 use switchyard_dispatch::{Device, Dispatch};
-use switchyard_models::{Embedder, Model};
+use switchyard_models::{Model, Runner};
 
 fn model_dir() -> PathBuf {
     switchyard_models::fetched_model_dir("all-MiniLM-L6-v2").unwrap()
@@ -29,7 +29,7 @@ fn minilm_matches_sentence_transformers_on_each_device() {
     };
     for d in devices {
         let model = Model::load(&model_dir()).unwrap();
-        let mut e = Embedder::new(model, Dispatch::new(&d).unwrap(), Buckets::default()).unwrap();
+        let mut e = Runner::new(model, Dispatch::new(&d).unwrap(), Buckets::default()).unwrap();
         let got = e.embed(&sentences, |_| {}).unwrap();
         assert_eq!(got.len(), want.len(), "{d}");
         for (s, (a, b)) in sentences.iter().zip(got.iter().zip(&want)) {

@@ -302,8 +302,12 @@ mod tests {
 
         // transformers 5: explicit layer types and per-kind rope parameters.
         let mut new = modern();
-        new["layer_types"] =
-            serde_json::json!(["full_attention", "full_attention", "sliding_attention", "full_attention"]);
+        new["layer_types"] = serde_json::json!([
+            "full_attention",
+            "full_attention",
+            "sliding_attention",
+            "full_attention"
+        ]);
         new["rope_parameters"] = serde_json::json!({
             "full_attention": {"rope_type": "default", "rope_theta": 1000.0},
             "sliding_attention": {"rope_type": "default", "rope_theta": 10.0}});

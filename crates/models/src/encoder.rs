@@ -126,7 +126,13 @@ impl<'a> Encoder<'a> {
 }
 
 /// LayerNorm with `names`' layer `name`: its weight and (optional) bias.
-fn layer_norm_in(g: &mut GraphBuilder, names: &Names<'_>, name: &str, x: Val, eps: f32) -> Result<Val> {
+fn layer_norm_in(
+    g: &mut GraphBuilder,
+    names: &Names<'_>,
+    name: &str,
+    x: Val,
+    eps: f32,
+) -> Result<Val> {
     let d = g.shape(x).width;
     let gamma = names.weight(g, &format!("{name}.weight"), &[d])?;
     let beta = names.optional(g, &format!("{name}.bias"), &[d])?;
@@ -149,4 +155,3 @@ fn linear_in(
     let shape = Shape { rows: g.shape(x).rows, width: out };
     Ok(g.op(shape, |o| Op::Linear { x, weight, bias, act, residual, out: o }))
 }
-

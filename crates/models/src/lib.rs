@@ -295,8 +295,7 @@ fn labels(ck: &Checkpoint) -> Result<Vec<String>> {
         .and_then(|s| s.first().copied())
         .ok_or_else(|| {
             Error::Format(
-                "a classifier without `classifier.weight` or `classifier.out_proj.weight`"
-                    .into(),
+                "a classifier without `classifier.weight` or `classifier.out_proj.weight`".into(),
             )
         })?;
     let names = ck.config().get("id2label").and_then(serde_json::Value::as_object);

@@ -139,3 +139,52 @@ fn pooling_mode(path: &Path) -> Result<PoolMode> {
         ))),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A folder with `modules.json` listing `modules` and each module's `config.json`.
+    fn folder(tag: &str, modules: &[(&str, &str, Value)]) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("switchyard-st-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut list = Vec::new();
+        for (i, (ty, path, config)) in modules.iter().enumerate() {
+            list.push(
+                serde_json::json!({"idx": i, "name": i.to_string(), "path": path, "type": ty}),
+            );
+            if !path.is_empty() {
+                std::fs::create_dir_all(dir.join(path)).unwrap();
+                std::fs::write(dir.join(path).join("config.json"), config.to_string()).unwrap();
+            }
+        }
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("modules.json"), Value::from(list).to_string()).unwrap();
+        dir
+    }
+
+    const MLM: &str = "sentence_transformers.sparse_encoder.models.MLMTransformer";
+    const SPLADE: &str = "sentence_transformers.sparse_encoder.models.SpladePooling";
+
+    #[test]
+    fn a_sparse_encoder_reads_as_splade() {
+        let config = serde_json::json!({"pooling_strategy": "max", "activation_function": "relu"});
+        let dir = folder("splade", &[(MLM, "", Value::Null), (SPLADE, "1_SpladePooling", config)]);
+        let c = read(&dir).unwrap().unwrap();
+        assert_eq!(c.head, SentenceHead::Splade);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn splade_variants_we_do_not_compute_are_errors() {
+        for (tag, config) in [
+            ("sum", serde_json::json!({"pooling_strategy": "sum", "activation_function": "relu"})),
+            ("log1p", serde_json::json!({"activation_function": "log1p_relu"})),
+        ] {
+            let dir = folder(tag, &[(MLM, "", Value::Null), (SPLADE, "1_SpladePooling", config)]);
+            let e = read(&dir).unwrap_err().to_string();
+            assert!(e.contains("supported: `max` with `relu`"), "{tag}: {e}");
+            std::fs::remove_dir_all(dir).unwrap();
+        }
+    }
+}

@@ -84,7 +84,8 @@ fn splade_heads_match_transformers_tied_and_untied() {
         let want = rows(&v["weights"]);
         let model = Model::load(&tiny(name)).unwrap();
         assert_eq!(model.task(), &Task::Sparse, "{name}");
-        let decoders = model.graph().weights.iter().filter(|w| w.name.ends_with("decoder.weight")).count();
+        let decoders =
+            model.graph().weights.iter().filter(|w| w.name.ends_with("decoder.weight")).count();
         // Only RoBERTa's fixture unties its decoder; the others read the word embeddings.
         assert_eq!(decoders, usize::from(name == "roberta-splade"), "{name}");
         let texts: Vec<&str> = sentences.iter().map(String::as_str).collect();

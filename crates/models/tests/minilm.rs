@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 
 use switchyard_core::Buckets;
-use switchyard_models::{Runner, Model, Task};
+use switchyard_models::{Model, Runner, Task};
 
 fn model_dir() -> PathBuf {
     switchyard_models::fetched_model_dir("all-MiniLM-L6-v2").unwrap()
