@@ -3,6 +3,7 @@
 // A command-line tool talks to its user on stdout and stderr.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+mod hub;
 mod input;
 
 use std::io::{IsTerminal, Write};
@@ -13,7 +14,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use switchyard_core::{Backend, Bucket, Buckets};
 use switchyard_dispatch::{Device, Dispatch, FORMS};
-use switchyard_models::{Embedder, Model, Task};
+use switchyard_models::{Marking, Model, Runner, Task};
 
 /// Run transformer encoders (sentence embedders and more) from Hugging Face checkpoints.
 #[derive(Parser)]
@@ -25,7 +26,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Embed texts: one JSON line per input, in input order.
+    /// Embed texts: one JSON line per input, in input order (dense embeddings, or SPLADE term
+    /// weights for a sparse encoder).
     Embed {
         #[command(flatten)]
         model: ModelArgs,
@@ -42,12 +44,16 @@ enum Command {
         #[command(flatten)]
         input: InputArgs,
     },
-    /// Classify texts with a sequence classifier: one JSON line per input, in input order.
+    /// Classify texts (a sequence classifier), or label their words (a token classifier): one
+    /// JSON line per input, in input order.
     Classify {
         #[command(flatten)]
         model: ModelArgs,
         #[command(flatten)]
         input: InputArgs,
+        /// With a token classifier, label every token rather than each word's first sub-token.
+        #[arg(long)]
+        every_token: bool,
     },
     /// Rank documents against a query with a cross-encoder: JSON lines, best first.
     Rerank {
@@ -71,9 +77,9 @@ enum Command {
     Devices,
     /// Show the plan a model lowers to (an EXPLAIN): ops, shapes, FLOPs, bytes, arena.
     Inspect {
-        /// The checkpoint directory.
+        /// The checkpoint directory, or a Hugging Face repository id (OWNER/NAME[@REVISION]).
         #[arg(long)]
-        model: PathBuf,
+        model: String,
         /// The bucket to lower for, as TOKENS,SEQS,MARKERS (default: one sequence of the
         /// model's maximum length).
         #[arg(long)]
@@ -86,9 +92,10 @@ enum Command {
 
 #[derive(clap::Args)]
 struct ModelArgs {
-    /// The checkpoint directory (config.json, model.safetensors, tokenizer.json).
+    /// The checkpoint directory (config.json, model.safetensors, tokenizer.json), or a Hugging
+    /// Face repository id (OWNER/NAME[@REVISION]) fetched into the Hugging Face cache.
     #[arg(long)]
-    model: PathBuf,
+    model: String,
     /// The device to run on (default: $SWITCHYARD_DEVICE, else flex).
     #[arg(long, long_help = format!("The device to run on (default: $SWITCHYARD_DEVICE, else flex). One of: {FORMS}"))]
     device: Option<String>,
@@ -123,8 +130,9 @@ fn device(arg: Option<&str>) -> Result<Device> {
     })
 }
 
-fn load(path: &Path) -> Result<Model> {
-    Model::load(path).with_context(|| format!("loading the model in {}", path.display()))
+fn load(arg: &str) -> Result<Model> {
+    let path = hub::resolve(arg)?;
+    Model::load(&path).with_context(|| format!("loading the model in {}", path.display()))
 }
 
 fn main() -> ExitCode {
@@ -142,7 +150,10 @@ fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Embed { model, input, buckets } => embed(&model, &input, buckets.as_deref()),
         Command::Similarity { model, input } => similarity(&model, &input),
-        Command::Classify { model, input } => classify(&model, &input),
+        Command::Classify { model, input, every_token } => {
+            let marking = if every_token { Marking::EveryToken } else { Marking::FirstSubToken };
+            classify(&model, &input, marking)
+        }
         Command::Rerank { model, query, input } => rerank(&model, &query, &input),
         Command::Tokenize { model, input } => tokenize(&model, &input),
         Command::Devices => devices(),
@@ -150,31 +161,48 @@ fn run(cli: Cli) -> Result<()> {
     }
 }
 
-/// The embeddings of the inputs, in order, with a progress line for file input on a terminal.
-fn embeddings(
-    args: &ModelArgs,
-    input: &InputArgs,
-    buckets: Option<&Path>,
-) -> Result<(Vec<String>, Vec<Vec<f32>>)> {
-    let texts = input.read()?;
-    let device = device(args.device.as_deref())?;
-    let backend = Dispatch::new(&device)?;
+/// A runner for `args`' model on its device, with `buckets` (default: the built-in table).
+fn runner(args: &ModelArgs, buckets: Option<&Path>) -> Result<Runner<Dispatch>> {
+    let backend = Dispatch::new(&device(args.device.as_deref())?)?;
     let buckets = match buckets {
         Some(p) => Buckets::from_file(p)?,
         None => Buckets::default(),
     };
-    let model = load(&args.model)?;
-    let mut embedder = Embedder::new(model, backend, buckets)?;
+    Ok(Runner::new(load(&args.model)?, backend, buckets)?)
+}
+
+/// Runs `f` over the inputs with a progress line for file input on a terminal.
+fn with_progress<T>(
+    input: &InputArgs,
+    texts: &[String],
+    f: impl FnOnce(&[&str], &mut dyn FnMut(usize)) -> switchyard_models::Result<T>,
+) -> Result<T> {
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
     let bar = Progress::new(texts.len(), input.input.is_some());
-    let rows = embedder.embed(&refs, |done| bar.show(done))?;
+    let out = f(&refs, &mut |done| bar.show(done))?;
     bar.finish();
-    Ok((texts, rows))
+    Ok(out)
 }
 
 fn embed(args: &ModelArgs, input: &InputArgs, buckets: Option<&Path>) -> Result<()> {
-    let (texts, rows) = embeddings(args, input, buckets)?;
+    let texts = input.read()?;
+    let mut run = runner(args, buckets)?;
     let mut out = std::io::stdout().lock();
+    if *run.model().task() == Task::Sparse {
+        let rows = with_progress(input, &texts, |t, p| run.sparse(t, p))?;
+        let tokens = run.model().tokens();
+        for (text, terms) in texts.iter().zip(rows) {
+            let terms: Vec<serde_json::Value> = terms
+                .iter()
+                .map(|&(id, weight)| {
+                    serde_json::json!({ "id": id, "token": tokens.token(id), "weight": weight })
+                })
+                .collect();
+            writeln!(out, "{}", serde_json::json!({ "text": text, "sparse": terms }))?;
+        }
+        return Ok(());
+    }
+    let rows = with_progress(input, &texts, |t, p| run.embed(t, p))?;
     for (text, row) in texts.iter().zip(rows) {
         let line = serde_json::json!({ "text": text, "embedding": row });
         writeln!(out, "{line}")?;
@@ -183,7 +211,9 @@ fn embed(args: &ModelArgs, input: &InputArgs, buckets: Option<&Path>) -> Result<
 }
 
 fn similarity(args: &ModelArgs, input: &InputArgs) -> Result<()> {
-    let (texts, rows) = embeddings(args, input, None)?;
+    let texts = input.read()?;
+    let mut run = runner(args, None)?;
+    let rows = with_progress(input, &texts, |t, p| run.embed(t, p))?;
     if texts.len() < 2 {
         bail!("similarity needs at least two texts");
     }
@@ -203,19 +233,6 @@ fn similarity(args: &ModelArgs, input: &InputArgs) -> Result<()> {
     Ok(())
 }
 
-/// A runner for `args`' model on its device, with the built-in buckets.
-fn runner(args: &ModelArgs) -> Result<Embedder<Dispatch>> {
-    let backend = Dispatch::new(&device(args.device.as_deref())?)?;
-    Ok(Embedder::new(load(&args.model)?, backend, Buckets::default())?)
-}
-
-fn labels(e: &Embedder<Dispatch>) -> Vec<String> {
-    match e.model().task() {
-        Task::Classify { labels } => labels.clone(),
-        Task::Embed(_) => Vec::new(),
-    }
-}
-
 fn softmax(x: &[f32]) -> Vec<f32> {
     let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let e: Vec<f32> = x.iter().map(|v| (v - max).exp()).collect();
@@ -227,21 +244,40 @@ fn sigmoid(x: f32) -> f32 {
     1.0 / (1.0 + (-x).exp())
 }
 
-fn classify(args: &ModelArgs, input: &InputArgs) -> Result<()> {
+/// The index and probability of the most likely label.
+fn best(probs: &[f32]) -> (usize, f32) {
+    probs.iter().copied().enumerate().max_by(|a, b| a.1.total_cmp(&b.1)).unwrap_or((0, 0.0))
+}
+
+fn classify(args: &ModelArgs, input: &InputArgs, marking: Marking) -> Result<()> {
     let texts = input.read()?;
-    let mut run = runner(args)?;
-    let labels = labels(&run);
-    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-    let bar = Progress::new(texts.len(), input.input.is_some());
-    let rows = run.classify(&refs, |done| bar.show(done))?;
-    bar.finish();
+    let mut run = runner(args, None)?;
+    let labels = run.model().task().labels().to_vec();
     let mut out = std::io::stdout().lock();
+    if matches!(run.model().task(), Task::ClassifyTokens { .. }) {
+        let rows = with_progress(input, &texts, |t, p| run.classify_tokens(t, marking, p))?;
+        for (text, tokens) in texts.iter().zip(rows) {
+            let tokens: Vec<serde_json::Value> = tokens
+                .iter()
+                .map(|t| {
+                    let (i, score) = best(&softmax(&t.logits));
+                    serde_json::json!({
+                        "text": text.get(t.span.0..t.span.1), "start": t.span.0, "end": t.span.1,
+                        "label": labels[i], "score": score,
+                    })
+                })
+                .collect();
+            writeln!(out, "{}", serde_json::json!({ "text": text, "tokens": tokens }))?;
+        }
+        return Ok(());
+    }
+    let rows = with_progress(input, &texts, |t, p| run.classify(t, p))?;
     for (text, logits) in texts.iter().zip(rows) {
         // One label: a sigmoid score, as sentence-transformers reports it; several: softmax.
         let probs = if logits.len() == 1 { vec![sigmoid(logits[0])] } else { softmax(&logits) };
-        let best = probs.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).map_or(0, |(i, _)| i);
+        let (i, score) = best(&probs);
         let line = serde_json::json!({
-            "text": text, "label": labels[best], "score": probs[best], "logits": logits, "labels": labels,
+            "text": text, "label": labels[i], "score": score, "logits": logits, "labels": labels,
         });
         writeln!(out, "{line}")?;
     }
@@ -250,17 +286,17 @@ fn classify(args: &ModelArgs, input: &InputArgs) -> Result<()> {
 
 fn rerank(args: &ModelArgs, query: &str, input: &InputArgs) -> Result<()> {
     let docs = input.read()?;
-    let mut run = runner(args)?;
-    if labels(&run).len() != 1 {
+    let mut run = runner(args, None)?;
+    let task = run.model().task();
+    if !matches!(task, Task::Classify { labels } if labels.len() == 1) {
         bail!(
-            "rerank needs a cross-encoder with one output label; this model has {:?}",
-            labels(&run)
+            "rerank needs a cross-encoder (a sequence classifier with one label); this model is \
+             {} with labels {:?}",
+            task.describe(),
+            task.labels()
         );
     }
-    let refs: Vec<&str> = docs.iter().map(String::as_str).collect();
-    let bar = Progress::new(docs.len(), input.input.is_some());
-    let rows = run.classify_pairs(query, &refs, |done| bar.show(done))?;
-    bar.finish();
+    let rows = with_progress(input, &docs, |t, p| run.classify_pairs(query, t, p))?;
     let mut ranked: Vec<(usize, f32)> = rows.iter().map(|r| r[0]).enumerate().collect();
     ranked.sort_by(|a, b| b.1.total_cmp(&a.1));
     let mut out = std::io::stdout().lock();
@@ -326,7 +362,7 @@ fn devices() -> Result<()> {
 }
 
 #[cfg(feature = "capture")]
-fn inspect(model: &Path, bucket: Option<&str>, json: bool) -> Result<()> {
+fn inspect(model: &str, bucket: Option<&str>, json: bool) -> Result<()> {
     let m = load(model)?;
     let bucket = match bucket {
         Some(b) => b.parse::<Bucket>()?,
@@ -338,14 +374,14 @@ fn inspect(model: &Path, bucket: Option<&str>, json: bool) -> Result<()> {
     if json {
         println!("{}", serde_json::to_string_pretty(plan.record())?);
     } else {
-        println!("{} ({:.1} MB of weights)", model.display(), cap.weight_bytes(&w) as f64 / 1e6);
+        println!("{model} ({:.1} MB of weights)", cap.weight_bytes(&w) as f64 / 1e6);
         print!("{}", plan.record().table());
     }
     Ok(())
 }
 
 #[cfg(not(feature = "capture"))]
-fn inspect(_: &Path, _: Option<&str>, _: bool) -> Result<()> {
+fn inspect(_: &str, _: Option<&str>, _: bool) -> Result<()> {
     bail!("inspect needs the capture backend: rebuild switchyard with the cargo feature `capture`")
 }
 

@@ -8,9 +8,16 @@ fn model_dir() -> PathBuf {
 }
 
 fn switchyard(args: &[&str]) -> Output {
+    switchyard_with(args, &[])
+}
+
+/// `switchyard ARGS` with the environment variables `env` set.
+fn switchyard_with(args: &[&str], env: &[(&str, &str)]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_switchyard"))
         .args(args)
         .env_remove("SWITCHYARD_DEVICE")
+        .env_remove("HF_HUB_OFFLINE")
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .output()
         .expect("the binary runs")
@@ -232,8 +239,115 @@ fn rerank_sorts_documents_by_cross_encoder_score() {
     let o = switchyard(&["rerank", "--model", &tiny("bert-classifier"), "--query", "q", "d"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(
-        text(&o.stderr).contains("needs a cross-encoder with one output label"),
+        text(&o.stderr).contains("needs a cross-encoder (a sequence classifier with one label)"),
         "{}",
         text(&o.stderr)
     );
+}
+
+#[test]
+fn classify_labels_each_word_of_a_token_classifier() {
+    let model = tiny("bert-token-classifier");
+    let words = |extra: &[&str]| -> Vec<serde_json::Value> {
+        let mut args = vec!["classify", "--model", &model];
+        args.extend(extra);
+        args.push("cats sat on mats");
+        let o = switchyard(&args);
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        let rows = lines(&o);
+        assert_eq!(rows.len(), 1);
+        rows[0]["tokens"].as_array().unwrap().clone()
+    };
+    let labels = ["O", "B-THING", "I-THING", "B-ACT", "I-ACT"];
+    let first = words(&[]);
+    let texts: Vec<&str> = first.iter().map(|t| t["text"].as_str().unwrap()).collect();
+    assert_eq!(texts, ["cats", "sat", "on", "mats"]);
+    for t in &first {
+        assert!(labels.contains(&t["label"].as_str().unwrap()), "{t}");
+        let score = t["score"].as_f64().unwrap();
+        assert!(score > 1.0 / 5.0 && score <= 1.0, "the best of five probabilities: {t}");
+    }
+    assert_eq!((first[3]["start"].as_u64(), first[3]["end"].as_u64()), (Some(12), Some(16)));
+    let every = words(&["--every-token"]);
+    let texts: Vec<&str> = every.iter().map(|t| t["text"].as_str().unwrap()).collect();
+    assert_eq!(texts, ["cat", "s", "sat", "on", "mat", "s"]);
+}
+
+#[test]
+fn embed_prints_splade_terms_for_a_sparse_encoder() {
+    let model = switchyard_models::fetched_model_dir("splade-tiny").unwrap();
+    let o = switchyard(&["embed", "--model", model.to_str().unwrap(), "A man is eating food."]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let rows = lines(&o);
+    let terms = rows[0]["sparse"].as_array().unwrap();
+    let weights: Vec<f64> = terms.iter().map(|t| t["weight"].as_f64().unwrap()).collect();
+    assert!(weights.windows(2).all(|w| w[0] >= w[1]) && weights[weights.len() - 1] > 0.0);
+    let top: Vec<&str> = terms[..3].iter().map(|t| t["token"].as_str().unwrap()).collect();
+    assert_eq!(top, ["man", "food", "eating"], "the sentence's own words weigh most");
+    let o = switchyard(&["similarity", "--model", model.to_str().unwrap(), "a", "b"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o.stderr).contains("is a sparse (SPLADE) encoder, not an embedding model"));
+}
+
+/// A scratch Hugging Face cache (`HF_HOME`), removed on drop.
+struct HfHome(PathBuf);
+
+impl HfHome {
+    fn new(tag: &str) -> HfHome {
+        let dir = std::env::temp_dir().join(format!("switchyard-hf-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        HfHome(dir)
+    }
+
+    fn path(&self) -> &str {
+        self.0.to_str().unwrap()
+    }
+}
+
+impl Drop for HfHome {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[test]
+fn a_repository_id_without_network_is_a_clear_error() {
+    let home = HfHome::new("offline");
+    // A port on loopback that nothing listens on: the connection is refused at once.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let env = [("HF_HOME", home.path()), ("HF_ENDPOINT", endpoint.as_str())];
+    let o = switchyard_with(&["embed", "--model", "someone/some-model", "x"], &env);
+    assert_eq!(o.status.code(), Some(1));
+    let err = text(&o.stderr);
+    assert!(err.contains("could not fetch someone/some-model from the Hugging Face Hub"), "{err}");
+    assert!(err.contains("pass its directory to --model") && err.lines().count() == 1, "{err}");
+
+    let env = [("HF_HOME", home.path()), ("HF_HUB_OFFLINE", "1")];
+    let o = switchyard_with(&["embed", "--model", "someone/some-model", "x"], &env);
+    let err = text(&o.stderr);
+    assert!(err.contains("HF_HUB_OFFLINE is set and someone/some-model is not in"), "{err}");
+
+    let o = switchyard(&["embed", "--model", "./no/such/dir", "x"]);
+    assert!(text(&o.stderr).contains("./no/such/dir is not a directory"), "{}", text(&o.stderr));
+}
+
+#[test]
+fn a_repository_id_loads_from_the_hugging_face_cache() {
+    // The cache layout the hub clients share: refs/main names a snapshot holding the files.
+    let home = HfHome::new("cache");
+    let repo = home.0.join("hub/models--tiny--bert-classifier");
+    let snapshot = repo.join("snapshots/0123abcd");
+    std::fs::create_dir_all(&snapshot).unwrap();
+    std::fs::create_dir_all(repo.join("refs")).unwrap();
+    std::fs::write(repo.join("refs/main"), "0123abcd").unwrap();
+    for f in ["config.json", "model.safetensors", "tokenizer.json"] {
+        std::fs::copy(PathBuf::from(tiny("bert-classifier")).join(f), snapshot.join(f)).unwrap();
+    }
+    let env = [("HF_HOME", home.path()), ("HF_HUB_OFFLINE", "1")];
+    let by_id = switchyard_with(&["classify", "--model", "tiny/bert-classifier", "a dog"], &env);
+    assert!(by_id.status.success(), "{}", text(&by_id.stderr));
+    let by_dir = switchyard(&["classify", "--model", &tiny("bert-classifier"), "a dog"]);
+    assert_eq!(lines(&by_id), lines(&by_dir));
 }
