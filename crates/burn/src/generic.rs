@@ -76,6 +76,15 @@ pub fn linear<B: BurnBackend>(
     }
 }
 
+/// What `true` means in the boolean mask a Burn backend's `attention` takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MaskMeaning {
+    /// `true` keeps a key out of the softmax: Burn's documented convention.
+    TrueExcludes,
+    /// `true` lets a key in: PyTorch's, which burn-tch 0.22.1 passes through unconverted.
+    TrueIncludes,
+}
+
 /// Self-attention of each sequence on its own, with no padding: one Burn attention call per
 /// sequence, on `[1, heads, len, head_dim]` views of its rows.
 #[allow(clippy::too_many_arguments)]
@@ -89,6 +98,24 @@ pub fn attention<B: BurnBackend>(
     window: Option<usize>,
     cx: &RunCx<'_, B>,
 ) -> FloatTensor<B> {
+    let meaning = MaskMeaning::TrueExcludes;
+    attention_masked::<B>(q, k, v, heads, head_dim, scale, window, meaning, cx)
+}
+
+/// [`attention`] on a backend whose `attention` reads its sliding-window mask as `meaning` says.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_masked<B: BurnBackend>(
+    q: FloatTensor<B>,
+    k: FloatTensor<B>,
+    v: FloatTensor<B>,
+    heads: usize,
+    head_dim: usize,
+    scale: f32,
+    window: Option<usize>,
+    meaning: MaskMeaning,
+    cx: &RunCx<'_, B>,
+) -> FloatTensor<B> {
+    let outside = meaning == MaskMeaning::TrueExcludes;
     let b = cx.batch;
     let w = heads * head_dim;
     let options = AttentionModuleOptions { scale: Some(f64::from(scale)), ..Default::default() };
@@ -100,7 +127,8 @@ pub fn attention<B: BurnBackend>(
     for s in 0..b.seqs() {
         let l = b.seq(s).len();
         let mask = window.filter(|&win| win + 1 < l).map(|win| {
-            let m: Vec<bool> = (0..l * l).map(|ij| (ij / l).abs_diff(ij % l) > win).collect();
+            let m: Vec<bool> =
+                (0..l * l).map(|ij| ((ij / l).abs_diff(ij % l) > win) == outside).collect();
             let m = B::bool_from_data(TensorData::new(m, Shape::from(vec![1, 1, l, l])), cx.device);
             B::bool_expand(m, Shape::from(vec![1, heads, l, l]))
         });
