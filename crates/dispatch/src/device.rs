@@ -49,7 +49,7 @@ pub enum Device {
 }
 
 /// The cargo features of switchyard-dispatch that exist in this version, each adding a backend.
-pub const FEATURES: [&str; 3] = ["flex", "ndarray", "capture"];
+pub const FEATURES: [&str; 4] = ["flex", "ndarray", "capture", "tch"];
 
 impl Device {
     /// The cargo feature that compiles this device's backend in.
@@ -76,16 +76,18 @@ impl Device {
             ("flex", cfg!(feature = "flex")),
             ("ndarray", cfg!(feature = "ndarray")),
             ("capture", cfg!(feature = "capture")),
+            ("tch", cfg!(feature = "tch")),
         ];
         compiled.iter().any(|&(feature, on)| on && feature == self.feature())
     }
 
     /// The devices this build has compiled in and this machine has.
     pub fn available() -> Vec<Device> {
-        [Device::Flex, Device::NdArray, Device::Capture]
-            .into_iter()
-            .filter(Device::compiled)
-            .collect()
+        #[allow(unused_mut)]
+        let mut all = vec![Device::Flex, Device::NdArray, Device::TchCpu, Device::Capture];
+        #[cfg(feature = "tch")]
+        all.extend((0..switchyard_tch::cuda_devices()).map(|i| Device::TchCuda(i as u32)));
+        all.into_iter().filter(Device::compiled).collect()
     }
 
     /// The default device: `SWITCHYARD_DEVICE` if set, else `flex`.
@@ -273,6 +275,7 @@ mod tests {
         assert_eq!(a.contains(&Device::Flex), cfg!(feature = "flex"));
         assert_eq!(a.contains(&Device::NdArray), cfg!(feature = "ndarray"));
         assert_eq!(a.contains(&Device::Capture), cfg!(feature = "capture"));
+        assert_eq!(a.contains(&Device::TchCpu), cfg!(feature = "tch"));
         assert!(a.iter().all(Device::compiled));
     }
 }

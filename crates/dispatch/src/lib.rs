@@ -3,14 +3,16 @@
 //!
 //! [`Device`] names a device (`flex`, `cuda:1`, `remote:HOST:PORT`, ...). [`Dispatch`] is an enum
 //! with one variant per backend compiled in (cargo features `flex` (default), `ndarray`,
-//! `capture`); it implements [`Backend`] with enums of weights and plans that remember their
+//! `capture`, `tch`); it implements [`Backend`] with enums of weights and plans that remember their
 //! device, so one process can hold models on several devices and every call goes to the backend
 //! that owns its weights and plan. Handing weights or a plan to another device is an error
 //! naming both, never a silent copy; asking for a device this build lacks is an error naming the
 //! feature to enable, never a fallback.
 
-#[cfg(not(any(feature = "flex", feature = "ndarray", feature = "capture")))]
-compile_error!("switchyard-dispatch needs at least one backend feature: flex, ndarray or capture");
+#[cfg(not(any(feature = "flex", feature = "ndarray", feature = "capture", feature = "tch")))]
+compile_error!(
+    "switchyard-dispatch needs at least one backend feature: flex, ndarray, capture or tch"
+);
 
 mod device;
 
@@ -18,7 +20,7 @@ pub use device::{DEVICE_ENV, Device, FEATURES, FORMS};
 use switchyard_core::{Backend, Batch, Bucket, Caps, Error, Graph, HostTensor, Outputs, Result};
 
 /// Declares the backends: adding one is one line here (plus its feature in Cargo.toml and its
-/// name in [`Device::compiled`]).
+/// name in [`Device::compiled`]). `$make` builds the backend from the device, or says why not.
 macro_rules! backends {
     ($($feature:literal => $variant:ident($ty:ty) for $pat:pat => $make:expr;)*) => {
         /// A backend of this build, on one device.
@@ -61,7 +63,7 @@ macro_rules! backends {
                 match device {
                     $(
                         #[cfg(feature = $feature)]
-                        $pat => Ok(Dispatch::$variant { device: device.clone(), backend: $make }),
+                        $pat => Ok(Dispatch::$variant { device: device.clone(), backend: ($make)(device)? }),
                     )*
                     _ => Err(Error::Device(format!("device `{device}` has no backend in this build"))),
                 }
@@ -178,9 +180,19 @@ macro_rules! backends {
 }
 
 backends! {
-    "flex" => Flex(switchyard_flex::FlexBackend) for Device::Flex => switchyard_flex::flex();
-    "ndarray" => NdArray(switchyard_ndarray::NdArrayBackend) for Device::NdArray => switchyard_ndarray::ndarray();
-    "capture" => Capture(switchyard_capture::Capture) for Device::Capture => switchyard_capture::Capture::new();
+    "flex" => Flex(switchyard_flex::FlexBackend) for Device::Flex => |_| Ok(switchyard_flex::flex());
+    "ndarray" => NdArray(switchyard_ndarray::NdArrayBackend) for Device::NdArray => |_| Ok(switchyard_ndarray::ndarray());
+    "capture" => Capture(switchyard_capture::Capture) for Device::Capture => |_| Ok(switchyard_capture::Capture::new());
+    "tch" => Tch(switchyard_tch::TchBackend) for Device::TchCpu | Device::TchCuda(_) => tch;
+}
+
+/// The tch backend on `device` (`tch:cpu` or `tch:cuda:N`).
+#[cfg(feature = "tch")]
+fn tch(device: &Device) -> Result<switchyard_tch::TchBackend> {
+    match *device {
+        Device::TchCuda(i) => switchyard_tch::tch_cuda(i as usize),
+        _ => Ok(switchyard_tch::tch_cpu()),
+    }
 }
 
 impl std::fmt::Debug for Dispatch {

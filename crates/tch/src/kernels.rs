@@ -1,0 +1,41 @@
+//! The one op where LibTorch needs more than the generic lowering.
+
+use burn_tch::LibTorch;
+use switchyard_burn::generic::{MaskMeaning, attention_masked};
+use switchyard_burn::{Bound, Inputs, Kernels, Ran, RunCx};
+use switchyard_core::Op;
+
+/// burn-tch 0.22.1 hands Burn's attention mask (`true` excludes a key) to PyTorch's
+/// `scaled_dot_product_attention` unconverted, where `true` includes it: sliding-window
+/// attention would attend to exactly the wrong keys. These kernels build the mask the way
+/// PyTorch reads it; every other op runs the generic lowering.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TchKernels;
+
+impl Kernels<LibTorch> for TchKernels {
+    fn run_op(
+        &self,
+        op: &Op,
+        ins: Inputs<LibTorch>,
+        _w: &Bound<LibTorch>,
+        cx: &RunCx<'_, LibTorch>,
+    ) -> Ran<LibTorch> {
+        match (op, ins) {
+            (
+                &Op::Attention { heads, head_dim, scale, window: Some(window), .. },
+                [Some(q), Some(k), Some(v)],
+            ) => Ran::Done(attention_masked::<LibTorch>(
+                q,
+                k,
+                v,
+                heads,
+                head_dim,
+                scale,
+                Some(window),
+                MaskMeaning::TrueIncludes,
+                cx,
+            )),
+            (_, ins) => Ran::Declined(ins),
+        }
+    }
+}
