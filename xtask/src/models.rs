@@ -27,7 +27,8 @@ pub fn cache_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(".cache").join("models")
 }
 
-fn run(cmd: &mut Command) -> Result<(), String> {
+/// Runs a command to completion; an error naming it if it fails.
+pub fn run(cmd: &mut Command) -> Result<(), String> {
     let what = format!("{cmd:?}");
     match cmd.status() {
         Ok(s) if s.success() => Ok(()),
