@@ -1,6 +1,6 @@
 //! Moving data between the host and a Burn device.
 
-use burn_backend::tensor::{FloatTensor, IntTensor};
+use burn_backend::tensor::{BoolTensor, FloatTensor, IntTensor};
 use burn_backend::{Backend as BurnBackend, Shape, TensorData, get_or_init_device_settings};
 use switchyard_core::{Error, HostTensor, Result};
 
@@ -11,6 +11,19 @@ pub fn floats<B: BurnBackend>(
     device: &B::Device,
 ) -> FloatTensor<B> {
     B::float_from_data(TensorData::new(values, Shape::from(shape.to_vec())), device)
+}
+
+/// Uploads a boolean mask of the given shape in the device's own boolean dtype. (Booleans go up
+/// as 0/1 floats and are compared on the device: CubeCL backends store booleans as integers and
+/// refuse host data of Rust `bool`s.)
+pub fn bools<B: BurnBackend>(
+    values: &[bool],
+    shape: &[usize],
+    device: &B::Device,
+) -> BoolTensor<B> {
+    let dtype = get_or_init_device_settings::<B>(device).bool_dtype;
+    let ones = values.iter().map(|&b| f32::from(u8::from(b))).collect();
+    B::float_greater_elem(floats::<B>(ones, shape, device), 0.5f32.into(), dtype)
 }
 
 /// Uploads indices as an int tensor of the device's default int dtype.

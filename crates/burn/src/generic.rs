@@ -6,7 +6,7 @@
 
 use burn_backend::ops::AttentionModuleOptions;
 use burn_backend::tensor::FloatTensor;
-use burn_backend::{Backend as BurnBackend, Shape, Slice, TensorData, TensorMetadata};
+use burn_backend::{Backend as BurnBackend, Shape, Slice, TensorMetadata};
 use burn_std::IndexingUpdateOp;
 use switchyard_core::{Act, Op, PoolMode};
 
@@ -129,7 +129,7 @@ pub fn attention_masked<B: BurnBackend>(
         let mask = window.filter(|&win| win + 1 < l).map(|win| {
             let m: Vec<bool> =
                 (0..l * l).map(|ij| ((ij / l).abs_diff(ij % l) > win) == outside).collect();
-            let m = B::bool_from_data(TensorData::new(m, Shape::from(vec![1, 1, l, l])), cx.device);
+            let m = crate::convert::bools::<B>(&m, &[1, 1, l, l], cx.device);
             B::bool_expand(m, Shape::from(vec![1, heads, l, l]))
         });
         let o =
