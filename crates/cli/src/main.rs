@@ -340,12 +340,13 @@ fn devices() -> Result<()> {
     for (name, d) in all {
         let feature = d.feature();
         let status = if d.compiled() {
-            let caps = Dispatch::new(&d)?.caps();
-            match caps.kind {
-                switchyard_core::DeviceKind::Virtual => {
+            // Compiled in is not the same as present: a device this machine lacks says why.
+            match Dispatch::new(&d).map(|b| b.caps()) {
+                Err(e) => format!("in this build, not usable here: {e}"),
+                Ok(caps) if caps.kind == switchyard_core::DeviceKind::Virtual => {
                     "available (records plans, executes nothing)".to_owned()
                 }
-                _ => format!(
+                Ok(caps) => format!(
                     "available ({} backend on {}, {} threads)",
                     caps.backend, caps.device, caps.threads
                 ),

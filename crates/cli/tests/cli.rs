@@ -110,9 +110,9 @@ fn errors_are_one_line_and_name_the_fix() {
         text(&o.stderr)
     );
 
-    let o = switchyard(&["embed", "--model", m.to_str().unwrap(), "--device", "cuda:0", "hi"]);
+    let o = switchyard(&["embed", "--model", m.to_str().unwrap(), "--device", "metal:0", "hi"]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(text(&o.stderr).contains("needs the `cuda` backend"), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("needs the `metal` backend"), "{}", text(&o.stderr));
 
     let o = switchyard(&["embed", "--model", m.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1));
@@ -140,7 +140,8 @@ fn devices_lists_what_this_build_has() {
     assert!(out.contains("available (flex backend on cpu"), "{out}");
     assert!(out.contains("available (records plans, executes nothing)"), "{out}");
     assert!(
-        out.contains("cuda:N") && out.contains("not built yet: this version has no `cuda` backend"),
+        out.contains("metal:N")
+            && out.contains("not built yet: this version has no `metal` backend"),
         "{out}"
     );
     assert!(out.contains("default: flex"), "{out}");

@@ -49,7 +49,7 @@ pub enum Device {
 }
 
 /// The cargo features of switchyard-dispatch that exist in this version, each adding a backend.
-pub const FEATURES: [&str; 4] = ["flex", "ndarray", "capture", "tch"];
+pub const FEATURES: [&str; 7] = ["flex", "ndarray", "capture", "tch", "wgpu", "vulkan", "cuda"];
 
 impl Device {
     /// The cargo feature that compiles this device's backend in.
@@ -77,6 +77,9 @@ impl Device {
             ("ndarray", cfg!(feature = "ndarray")),
             ("capture", cfg!(feature = "capture")),
             ("tch", cfg!(feature = "tch")),
+            ("wgpu", cfg!(feature = "wgpu")),
+            ("vulkan", cfg!(feature = "vulkan")),
+            ("cuda", cfg!(feature = "cuda")),
         ];
         compiled.iter().any(|&(feature, on)| on && feature == self.feature())
     }
@@ -87,6 +90,15 @@ impl Device {
         let mut all = vec![Device::Flex, Device::NdArray, Device::TchCpu, Device::Capture];
         #[cfg(feature = "tch")]
         all.extend((0..switchyard_tch::cuda_devices()).map(|i| Device::TchCuda(i as u32)));
+        #[cfg(feature = "wgpu")]
+        all.extend(switchyard_cube::adapters().iter().map(|a| Device::Wgpu(a.index as u32)));
+        #[cfg(feature = "vulkan")]
+        all.extend(
+            (0..switchyard_cube::adapters().iter().filter(|a| a.api == "Vulkan").count())
+                .map(|i| Device::Vulkan(i as u32)),
+        );
+        #[cfg(feature = "cuda")]
+        all.extend((0..switchyard_cube::cuda_devices()).map(|i| Device::Cuda(i as u32)));
         all.into_iter().filter(Device::compiled).collect()
     }
 
@@ -251,8 +263,8 @@ mod tests {
 
     #[test]
     fn devices_not_compiled_name_the_feature() {
-        let e = Device::Cuda(1).check_compiled().unwrap_err().to_string();
-        assert!(e.contains("`cuda:1` needs the `cuda` backend"), "{e}");
+        let e = Device::Metal(1).check_compiled().unwrap_err().to_string();
+        assert!(e.contains("`metal:1` needs the `metal` backend"), "{e}");
         assert!(e.contains("Available here:"), "{e}");
         if !cfg!(feature = "ndarray") {
             let e = Device::NdArray.check_compiled().unwrap_err().to_string();

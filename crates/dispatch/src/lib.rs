@@ -3,15 +3,23 @@
 //!
 //! [`Device`] names a device (`flex`, `cuda:1`, `remote:HOST:PORT`, ...). [`Dispatch`] is an enum
 //! with one variant per backend compiled in (cargo features `flex` (default), `ndarray`,
-//! `capture`, `tch`); it implements [`Backend`] with enums of weights and plans that remember their
+//! `capture`, `tch`, `wgpu`, `vulkan`, `cuda`); it implements [`Backend`] with enums of weights and plans that remember their
 //! device, so one process can hold models on several devices and every call goes to the backend
 //! that owns its weights and plan. Handing weights or a plan to another device is an error
 //! naming both, never a silent copy; asking for a device this build lacks is an error naming the
 //! feature to enable, never a fallback.
 
-#[cfg(not(any(feature = "flex", feature = "ndarray", feature = "capture", feature = "tch")))]
+#[cfg(not(any(
+    feature = "flex",
+    feature = "ndarray",
+    feature = "capture",
+    feature = "tch",
+    feature = "wgpu",
+    feature = "cuda"
+)))]
 compile_error!(
-    "switchyard-dispatch needs at least one backend feature: flex, ndarray, capture or tch"
+    "switchyard-dispatch needs at least one backend feature: flex, ndarray, capture, tch, wgpu, \
+     vulkan or cuda"
 );
 
 mod device;
@@ -184,6 +192,23 @@ backends! {
     "ndarray" => NdArray(switchyard_ndarray::NdArrayBackend) for Device::NdArray => |_| Ok(switchyard_ndarray::ndarray());
     "capture" => Capture(switchyard_capture::Capture) for Device::Capture => |_| Ok(switchyard_capture::Capture::new());
     "tch" => Tch(switchyard_tch::TchBackend) for Device::TchCpu | Device::TchCuda(_) => tch;
+    "wgpu" => Wgpu(switchyard_cube::Cube) for Device::Wgpu(_) => cube;
+    "vulkan" => Vulkan(switchyard_cube::Cube) for Device::Vulkan(_) => cube;
+    "cuda" => Cuda(switchyard_cube::Cube) for Device::Cuda(_) => cube;
+}
+
+/// The cube backend on a CubeCL device (`wgpu:N`, `vulkan:N`, `cuda:N`).
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+fn cube(device: &Device) -> Result<switchyard_cube::Cube> {
+    match *device {
+        #[cfg(feature = "wgpu")]
+        Device::Wgpu(i) => switchyard_cube::wgpu(i as usize),
+        #[cfg(feature = "vulkan")]
+        Device::Vulkan(i) => switchyard_cube::vulkan(i as usize),
+        #[cfg(feature = "cuda")]
+        Device::Cuda(i) => switchyard_cube::cuda(i as usize),
+        _ => Err(Error::Device(format!("device `{device}` is not a CubeCL device of this build"))),
+    }
 }
 
 /// The tch backend on `device` (`tch:cpu` or `tch:cuda:N`).

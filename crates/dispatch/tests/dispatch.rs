@@ -6,9 +6,17 @@ use switchyard_dispatch::{Device, Dispatch};
 
 #[test]
 fn a_device_this_build_lacks_is_an_error_not_a_fallback() {
-    let e = Dispatch::new(&Device::Cuda(0)).unwrap_err();
+    let e = Dispatch::new(&Device::Rocm(0)).unwrap_err();
     assert!(matches!(e, Error::Device(_)), "{e}");
-    assert!(e.to_string().contains("cuda:0"), "{e}");
+    assert!(e.to_string().contains("rocm:0"), "{e}");
+}
+
+#[cfg(feature = "cuda")]
+#[test]
+fn a_cuda_device_this_machine_lacks_is_an_error_not_a_fallback() {
+    let e = Dispatch::new(&Device::Cuda(99)).unwrap_err();
+    assert!(matches!(e, Error::Device(_)), "{e}");
+    assert!(e.to_string().contains("cuda:99") && e.to_string().contains("libcuda"), "{e}");
 }
 
 #[cfg(feature = "flex")]

@@ -1,0 +1,22 @@
+//! What a CubeCL device can do, as its runtime reports it.
+
+use switchyard_core::{Caps, DType, DeviceKind};
+
+/// The caps of `device`, named `label` (`wgpu:0`, `cuda:1`), sharing host memory or not.
+pub(crate) fn caps(label: &str, device: &cubecl::Device, unified_memory: bool) -> Caps {
+    let client = device.client();
+    let props = client.properties();
+    Caps {
+        backend: "cube".into(),
+        device: format!("{label} {}", props.identity.name),
+        kind: DeviceKind::Gpu,
+        // One stream of kernels; the parallelism is the device's own.
+        threads: 1,
+        // Weights are converted to f32 on upload; f16/bf16 storage is not built yet.
+        dtypes: vec![DType::F32],
+        fixed_shapes: false,
+        padded_attention: false,
+        unified_memory,
+        memory_bytes: props.memory.max_memory(),
+    }
+}
