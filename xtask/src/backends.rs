@@ -4,21 +4,64 @@
 use std::io::{BufRead, BufReader};
 use std::process::{Command, ExitCode, Stdio};
 
-/// The dispatch features that `test-all-backends` compiles in together.
+/// The dispatch features every build of `test-all-backends` compiles in.
 const FEATURES: &str = "switchyard-dispatch/ndarray,switchyard-dispatch/capture";
-
-/// The same, with LibTorch: a second build, made only where LibTorch is present.
-const TCH_FEATURES: &str =
-    "switchyard-dispatch/ndarray,switchyard-dispatch/capture,switchyard-dispatch/tch";
 
 /// How a backend's row runs.
 enum Run {
-    /// In the workspace build.
-    Workspace,
-    /// In the LibTorch build, when `cargo xtask fetch-libtorch` has assembled LibTorch.
-    LibTorch,
+    /// Always: its backend needs nothing beyond the workspace.
+    Always,
+    /// When `ready` gives the environment its build and tests need (else skipped with the
+    /// reason it gives); its dispatch `feature` then joins the one build every row shares.
+    Needs { feature: &'static str, ready: fn() -> Result<Vec<(String, String)>, String> },
     /// Not at all, for this reason.
     Skip(&'static str),
+}
+
+/// LibTorch's environment, if `cargo xtask fetch-libtorch` has assembled it.
+fn libtorch_ready() -> Result<Vec<(String, String)>, String> {
+    let dir = crate::libtorch::dir();
+    if crate::libtorch::present(&dir) {
+        Ok(crate::libtorch::env(&dir))
+    } else {
+        Err(format!("LibTorch 2.9.0 is not in {}; run `cargo xtask fetch-libtorch`", dir.display()))
+    }
+}
+
+/// Whether a Vulkan driver is installed (an ICD manifest where the loader looks), so wgpu
+/// finds an adapter; the environment sets `XDG_RUNTIME_DIR`, whose absence makes the loader
+/// print harmless warnings.
+pub(crate) fn vulkan_ready() -> Result<Vec<(String, String)>, String> {
+    let manifests = ["/usr/share/vulkan/icd.d", "/etc/vulkan/icd.d"].iter().any(|d| {
+        std::fs::read_dir(d).is_ok_and(|mut e| {
+            e.any(|f| f.is_ok_and(|f| f.path().extension().is_some_and(|x| x == "json")))
+        })
+    });
+    if !manifests {
+        return Err("no Vulkan driver: install one (on Debian, for a software one, the packages \
+                    mesa-vulkan-drivers and libvulkan1)"
+            .into());
+    }
+    let mut env = Vec::new();
+    if std::env::var_os("XDG_RUNTIME_DIR").is_none() {
+        let dir = std::env::temp_dir().join("switchyard-xdg-runtime");
+        let _ = std::fs::create_dir_all(&dir);
+        env.push(("XDG_RUNTIME_DIR".to_owned(), dir.display().to_string()));
+    }
+    Ok(env)
+}
+
+/// Whether NVIDIA's driver library is installed, which CUDA devices need at run time. (Building
+/// the cuda feature also needs the network: cubecl-cuda's LLVM is downloaded by its build.)
+pub(crate) fn cuda_ready() -> Result<Vec<(String, String)>, String> {
+    let listed = Command::new("ldconfig").arg("-p").output().map(|o| o.stdout).unwrap_or_default();
+    if String::from_utf8_lossy(&listed).contains("libcuda.so") {
+        Ok(Vec::new())
+    } else {
+        Err("no NVIDIA driver (libcuda.so) on this machine; `cargo xtask check-gpu` type-checks \
+             the cuda feature offline"
+            .into())
+    }
 }
 
 /// A backend of the design and whether this workspace can run it here.
@@ -28,16 +71,38 @@ struct Row {
     run: Run,
 }
 
-const ROWS: [Row; 6] = [
-    Row { backend: "flex", device: "flex", run: Run::Workspace },
-    Row { backend: "ndarray", device: "ndarray", run: Run::Workspace },
-    Row { backend: "capture", device: "capture", run: Run::Workspace },
+const ROWS: [Row; 9] = [
+    Row { backend: "flex", device: "flex", run: Run::Always },
+    Row { backend: "ndarray", device: "ndarray", run: Run::Always },
+    Row { backend: "capture", device: "capture", run: Run::Always },
     Row {
         backend: "cube",
-        device: "cuda, rocm, wgpu, vulkan, metal, webgpu, cpu",
-        run: Run::Skip("not built yet: switchyard-cube does not exist in this version"),
+        device: "wgpu:0",
+        run: Run::Needs { feature: "switchyard-dispatch/wgpu", ready: vulkan_ready },
     },
-    Row { backend: "tch", device: "tch:cpu", run: Run::LibTorch },
+    Row {
+        backend: "cube",
+        device: "cuda:0",
+        run: Run::Needs { feature: "switchyard-dispatch/cuda", ready: cuda_ready },
+    },
+    Row {
+        backend: "cube",
+        device: "vulkan:0",
+        run: Run::Skip(
+            "not run here: Mesa's llvmpipe, the only Vulkan device without a GPU, crashes on \
+             SPIR-V and is refused; `cargo xtask check-gpu` type-checks the feature",
+        ),
+    },
+    Row {
+        backend: "cube",
+        device: "rocm, metal, webgpu, cpu",
+        run: Run::Skip("not built yet: switchyard-cube has wgpu, vulkan and cuda in this version"),
+    },
+    Row {
+        backend: "tch",
+        device: "tch:cpu",
+        run: Run::Needs { feature: "switchyard-dispatch/tch", ready: libtorch_ready },
+    },
     Row {
         backend: "remote",
         device: "remote:HOST:PORT",
@@ -45,29 +110,66 @@ const ROWS: [Row; 6] = [
     },
 ];
 
-/// Runs dispatch's per-device tests on `device` with `features`, exactly the workspace run's
-/// cargo arguments otherwise so nothing rebuilds (any other selection of packages or targets
-/// may resolve features differently); the name filters pick dispatch's two per-device tests,
-/// plus `extra` tests of the backend's own crate.
-fn device_tests(
-    device: &str,
-    features: &str,
-    env: &[(String, String)],
-    extra: &[&str],
-) -> (bool, Counts) {
-    let mut env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    env.push(("SWITCHYARD_CONFORMANCE_DEVICE", device));
-    let mut args = vec![
-        "test",
-        "--workspace",
-        "--features",
-        features,
-        "--",
-        "conformance_through_dispatch",
-        "minilm_matches_sentence_transformers_on_each_device",
-    ];
-    args.extend(extra);
-    cargo_test(&args, &env)
+/// The one build every row shares: the dispatch features and the environment of each row that
+/// can run here, and why each other row cannot. One build, because the GPU features change
+/// features deep in Burn, so a build per row would compile the Burn stack again for each.
+struct Build {
+    features: String,
+    env: Vec<(String, String)>,
+    skipped: Vec<(usize, String)>,
+}
+
+impl Build {
+    /// Asks each row whether it can run here.
+    fn plan() -> Build {
+        let mut b = Build { features: FEATURES.to_owned(), env: Vec::new(), skipped: Vec::new() };
+        for (i, row) in ROWS.iter().enumerate() {
+            match row.run {
+                Run::Always => {}
+                Run::Skip(why) => b.skipped.push((i, why.to_owned())),
+                Run::Needs { feature, ready } => match ready() {
+                    Ok(env) => {
+                        b.features.push(',');
+                        b.features.push_str(feature);
+                        b.env.extend(env);
+                    }
+                    Err(why) => b.skipped.push((i, why)),
+                },
+            }
+        }
+        b
+    }
+
+    fn env(&self) -> Vec<(&str, &str)> {
+        self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
+    }
+
+    /// Runs `cargo test --workspace` with this build's features, then `filters` (none: every test).
+    fn test(&self, extra_env: &[(&str, &str)], filters: &[&str]) -> (bool, Counts) {
+        let mut env = self.env();
+        env.extend_from_slice(extra_env);
+        // No fail-fast: one failing test binary must not hide the others' results.
+        let mut args =
+            vec!["test", "--workspace", "--no-fail-fast", "--features", self.features.as_str()];
+        if !filters.is_empty() {
+            args.push("--");
+            args.extend_from_slice(filters);
+        }
+        cargo_test(&args, &env)
+    }
+
+    /// Runs dispatch's two per-device tests on `device`, with exactly the workspace run's cargo
+    /// arguments otherwise so nothing rebuilds (any other selection of packages or targets may
+    /// resolve features differently).
+    fn device_tests(&self, device: &str) -> (bool, Counts) {
+        self.test(
+            &[("SWITCHYARD_CONFORMANCE_DEVICE", device)],
+            &[
+                "conformance_through_dispatch",
+                "minilm_matches_sentence_transformers_on_each_device",
+            ],
+        )
+    }
 }
 
 /// Test counts from cargo's `test result:` lines.
@@ -135,47 +237,28 @@ pub fn test_all() -> ExitCode {
         eprintln!("xtask: the real models could not be fetched; the model tests need them");
         return ExitCode::FAILURE;
     }
+    let build = Build::plan();
     let mut total = Counts::default();
-    eprintln!("xtask: the workspace's tests, dispatch with every CPU backend compiled in");
-    let (workspace_ok, c) = cargo_test(&["test", "--workspace", "--features", FEATURES], &[]);
+    eprintln!("xtask: the workspace's tests, with dispatch features {}", build.features);
+    let (workspace_ok, c) = build.test(&[], &[]);
     total.add(c);
 
     let mut table = Vec::new();
     let mut all_ok = workspace_ok;
-    for row in ROWS {
-        let ran = match row.run {
-            Run::Skip(why) => Err(format!("skipped: {why}")),
-            Run::Workspace => {
-                eprintln!("xtask: conformance and model tests on `{}`", row.device);
-                Ok(device_tests(row.device, FEATURES, &[], &[]))
-            }
-            Run::LibTorch => {
-                let dir = crate::libtorch::dir();
-                if crate::libtorch::present(&dir) {
-                    eprintln!("xtask: conformance and model tests on `{}` (LibTorch)", row.device);
-                    let env = crate::libtorch::env(&dir);
-                    let own = ["caps_report_libtorch", "a_cuda_device_libtorch_cannot_see"];
-                    Ok(device_tests(row.device, TCH_FEATURES, &env, &own))
-                } else {
-                    Err(format!(
-                        "skipped: LibTorch 2.9.0 is not in {}; run `cargo xtask fetch-libtorch`",
-                        dir.display()
-                    ))
-                }
-            }
-        };
-        let result = match ran {
-            Err(skipped) => skipped,
-            Ok((ok, c)) => {
-                total.add(c);
-                // A filter that matches nothing would pass vacuously: that is a failure too.
-                let ran = c.passed > 0;
-                all_ok &= ok && ran;
-                match (ok, ran) {
-                    (true, true) => format!("passed ({} tests)", c.passed),
-                    (true, false) => "FAILED (no test ran)".to_owned(),
-                    (false, _) => format!("FAILED ({} failed)", c.failed.max(1)),
-                }
+    for (i, row) in ROWS.iter().enumerate() {
+        let result = if let Some((_, why)) = build.skipped.iter().find(|(j, _)| *j == i) {
+            format!("skipped: {why}")
+        } else {
+            eprintln!("xtask: conformance and model tests on `{}`", row.device);
+            let (ok, c) = build.device_tests(row.device);
+            total.add(c);
+            // A filter that matches nothing would pass vacuously: that is a failure too.
+            let ran = c.passed > 0;
+            all_ok &= ok && ran;
+            match (ok, ran) {
+                (true, true) => format!("passed ({} tests)", c.passed),
+                (true, false) => "FAILED (no test ran)".to_owned(),
+                (false, _) => format!("FAILED ({} failed)", c.failed.max(1)),
             }
         };
         table.push((row.backend, row.device, result));

@@ -21,8 +21,14 @@ tasks:
                LibTorch 2.9.0 for the tch backend, from PyPI wheels, into
                $HOME/.cache/switchyard/libtorch-2.9.0 (or $SWITCHYARD_LIBTORCH); prints the
                environment the tch build and tests need
+  check-gpu    type-checks the cube backend's cuda and vulkan features, which this machine
+               cannot build (cubecl-cuda's build downloads LLVM) or test (llvmpipe crashes on
+               SPIR-V); DOCS_RS=1 makes the LLVM build scripts skip what a check never uses
   lint         cargo fmt --check, clippy with warnings denied, and rustdoc with warnings denied
-  bench [N]    the benchmarks, in release mode, each beside a peer (N repetitions, default 15)
+  bench [N] [--gpu]
+               the benchmarks, in release mode, each beside a peer (N repetitions, default 15);
+               --gpu adds the cube backend's devices beside flex (wgpu:0 where a Vulkan driver
+               is installed, cuda:0 where there is an NVIDIA GPU): a long release build
   help         this text
 ";
 
@@ -30,10 +36,11 @@ fn main() -> ExitCode {
     let task = std::env::args().nth(1);
     match task.as_deref() {
         Some("lint") => lint(),
+        Some("check-gpu") => check_gpu(),
         Some("fetch-models") => models::fetch_models(),
         Some("fetch-libtorch") => libtorch::fetch_libtorch(),
         Some("test-all-backends") => backends::test_all(),
-        Some("bench") => bench(std::env::args().nth(2)),
+        Some("bench") => bench(std::env::args().skip(2).collect()),
         Some("help" | "-h" | "--help") | None => {
             print!("{HELP}");
             ExitCode::SUCCESS
@@ -71,11 +78,54 @@ fn lint() -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// Type-checks every target with dispatch's cuda and vulkan features, offline: with `DOCS_RS`
+/// set, the build scripts of cubecl-llvm and tracel-llvm-bundler skip the LLVM download and link
+/// that a real build needs, which a check never uses.
+fn check_gpu() -> ExitCode {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = Command::new(cargo)
+        .args(["check", "--workspace", "--all-targets", "--features"])
+        .arg("switchyard-dispatch/cuda,switchyard-dispatch/vulkan")
+        .env("DOCS_RS", "1")
+        .status();
+    match status {
+        Ok(s) if s.success() => ExitCode::SUCCESS,
+        Ok(s) => {
+            eprintln!("xtask check-gpu: the GPU features do not type-check ({s})");
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("xtask check-gpu: could not start cargo: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 /// Builds and runs the benchmarks in release mode.
-fn bench(reps: Option<String>) -> ExitCode {
+fn bench(args: Vec<String>) -> ExitCode {
+    let gpu = args.iter().any(|a| a == "--gpu");
+    let reps: Vec<&String> = args.iter().filter(|a| *a != "--gpu").collect();
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);
-    cmd.args(["run", "--release", "--quiet", "--package", "switchyard-bench", "--"]);
+    cmd.args(["run", "--release", "--quiet", "--package", "switchyard-bench"]);
+    if gpu {
+        let mut features = Vec::new();
+        match backends::cuda_ready() {
+            Ok(_) => features.push("cuda"),
+            Err(why) => eprintln!("xtask bench: no cuda: {why}"),
+        }
+        match backends::vulkan_ready() {
+            Ok(env) => {
+                features.push("wgpu");
+                cmd.envs(env);
+            }
+            Err(why) => eprintln!("xtask bench: no wgpu: {why}"),
+        }
+        if !features.is_empty() {
+            cmd.args(["--features", &features.join(",")]);
+        }
+    }
+    cmd.arg("--");
     cmd.args(reps);
     match cmd.status() {
         Ok(s) if s.success() => ExitCode::SUCCESS,

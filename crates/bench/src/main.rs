@@ -163,12 +163,7 @@ fn bench_encoder(reps: usize) {
         EncoderSpec { vocab: 30522, width: 384, heads: 12, ffn: 1536, layers: 6, max_pos: 512 };
     let g = testkit::bert_like(spec);
     // A fixed ragged batch: 32 sequences of 11 to 120 tokens, as sentence embedding sees them.
-    let mut r = Rng::new(7);
-    let mut batch = BatchBuf::new();
-    for _ in 0..32 {
-        let len = 11 + r.below(110);
-        testkit::push_random_seq(&mut batch, &mut r, len, spec.vocab, false);
-    }
+    let batch = ragged(32, 11, 120, spec.vocab);
     let tokens = batch.tokens() as f64;
     println!();
     println!(
@@ -190,8 +185,94 @@ fn bench_encoder(reps: usize) {
     println!("  (ratio: speed relative to ndarray; above 1 is faster)");
 }
 
+/// A fixed ragged batch of `seqs` sequences of `min` to `max` tokens.
+fn ragged(seqs: usize, min: usize, max: usize, vocab: usize) -> BatchBuf {
+    let mut r = Rng::new(7);
+    let mut batch = BatchBuf::new();
+    for _ in 0..seqs {
+        let len = min + r.below(max - min + 1);
+        testkit::push_random_seq(&mut batch, &mut r, len, vocab, false);
+    }
+    batch
+}
+
+/// Makes the cube backend on one device.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+type MakeCube = fn() -> switchyard_core::Result<switchyard_cube::Cube>;
+
+/// The GPU devices of this build and machine, each with whether it is a software emulation
+/// (Mesa's llvmpipe), where only correctness-scale sizes are worth running.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+fn gpus() -> Vec<(&'static str, MakeCube, bool)> {
+    #[allow(unused_mut)]
+    let mut all: Vec<(&'static str, MakeCube, bool)> = Vec::new();
+    #[cfg(feature = "wgpu")]
+    if let Some(a) = switchyard_cube::adapters().first() {
+        all.push(("wgpu:0", || switchyard_cube::wgpu(0), a.kind == "Cpu"));
+    }
+    #[cfg(feature = "cuda")]
+    if switchyard_cube::cuda_devices() > 0 {
+        all.push(("cuda:0", || switchyard_cube::cuda(0), false));
+    }
+    all
+}
+
+/// Each GPU device beside flex on the same batches: on a software device a small batch of the
+/// MiniLM shape only, on a real GPU the full batch for the MiniLM and bge-base shapes.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+fn bench_gpus(reps: usize) {
+    let minilm =
+        EncoderSpec { vocab: 30522, width: 384, heads: 12, ffn: 1536, layers: 6, max_pos: 512 };
+    let bge_base =
+        EncoderSpec { vocab: 30522, width: 768, heads: 12, ffn: 3072, layers: 12, max_pos: 512 };
+    for (name, make, software) in gpus() {
+        let caps = match make() {
+            Ok(be) => be.caps(),
+            Err(e) => {
+                println!("({name} not benchmarked: {e})");
+                continue;
+            }
+        };
+        let runs: Vec<(&str, EncoderSpec, BatchBuf)> = if software {
+            vec![("MiniLM shape", minilm, ragged(4, 8, 24, minilm.vocab))]
+        } else {
+            vec![
+                ("MiniLM shape", minilm, ragged(32, 11, 120, minilm.vocab)),
+                ("bge-base shape", bge_base, ragged(32, 11, 120, bge_base.vocab)),
+            ]
+        };
+        println!();
+        println!(
+            "{name} ({}){}; median of {reps}",
+            caps.device,
+            if software { ", a CPU emulating a GPU: correctness-scale sizes only" } else { "" }
+        );
+        println!("  {:<34} {:>9} {:>12} {:>8}", "", "time", "tokens/s", "ratio");
+        for (what, spec, batch) in runs {
+            let g = testkit::bert_like(spec);
+            let tokens = batch.tokens() as f64;
+            let gpu = time_plan(make().expect("it started above"), &g, &batch, reps);
+            let flex = time_plan(switchyard_flex::flex(), &g, &batch, reps);
+            let label = format!("{what}, {} seqs, {} tokens", batch.seqs(), batch.tokens());
+            println!("  {label}");
+            for (who, t) in [(name, gpu), ("flex (peer)", flex)] {
+                println!(
+                    "  {:<34} {:>7.1}ms {:>12.0} {:>8.2}",
+                    who,
+                    ms(t),
+                    tokens / t.as_secs_f64(),
+                    flex.as_secs_f64() / t.as_secs_f64()
+                );
+            }
+        }
+        println!("  (ratio: speed relative to flex; above 1 is faster)");
+    }
+}
+
 fn main() {
     let reps = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(15);
     bench_gemm(reps);
     bench_encoder(reps.div_ceil(3).max(3));
+    #[cfg(any(feature = "wgpu", feature = "cuda"))]
+    bench_gpus(reps.div_ceil(3).max(3));
 }
