@@ -7,19 +7,22 @@ use std::process::{Command, ExitCode, Stdio};
 /// The dispatch features every build of `test-all-backends` compiles in.
 const FEATURES: &str = "switchyard-dispatch/ndarray,switchyard-dispatch/capture";
 
+/// The environment a row's build and tests need, or why it cannot run here.
+type Ready = Result<Vec<(String, String)>, String>;
+
 /// How a backend's row runs.
 enum Run {
     /// Always: its backend needs nothing beyond the workspace.
     Always,
     /// When `ready` gives the environment its build and tests need (else skipped with the
     /// reason it gives); its dispatch `feature` then joins the one build every row shares.
-    Needs { feature: &'static str, ready: fn() -> Result<Vec<(String, String)>, String> },
+    Needs { feature: &'static str, ready: fn() -> Ready },
     /// Not at all, for this reason.
     Skip(&'static str),
 }
 
 /// LibTorch's environment, if `cargo xtask fetch-libtorch` has assembled it.
-fn libtorch_ready() -> Result<Vec<(String, String)>, String> {
+fn libtorch_ready() -> Ready {
     let dir = crate::libtorch::dir();
     if crate::libtorch::present(&dir) {
         Ok(crate::libtorch::env(&dir))
@@ -31,7 +34,7 @@ fn libtorch_ready() -> Result<Vec<(String, String)>, String> {
 /// Whether a Vulkan driver is installed (an ICD manifest where the loader looks), so wgpu
 /// finds an adapter; the environment sets `XDG_RUNTIME_DIR`, whose absence makes the loader
 /// print harmless warnings.
-pub(crate) fn vulkan_ready() -> Result<Vec<(String, String)>, String> {
+pub(crate) fn vulkan_ready() -> Ready {
     let manifests = ["/usr/share/vulkan/icd.d", "/etc/vulkan/icd.d"].iter().any(|d| {
         std::fs::read_dir(d).is_ok_and(|mut e| {
             e.any(|f| f.is_ok_and(|f| f.path().extension().is_some_and(|x| x == "json")))
@@ -53,7 +56,7 @@ pub(crate) fn vulkan_ready() -> Result<Vec<(String, String)>, String> {
 
 /// Whether NVIDIA's driver library is installed, which CUDA devices need at run time. (Building
 /// the cuda feature also needs the network: cubecl-cuda's LLVM is downloaded by its build.)
-pub(crate) fn cuda_ready() -> Result<Vec<(String, String)>, String> {
+pub(crate) fn cuda_ready() -> Ready {
     let listed = Command::new("ldconfig").arg("-p").output().map(|o| o.stdout).unwrap_or_default();
     if String::from_utf8_lossy(&listed).contains("libcuda.so") {
         Ok(Vec::new())
