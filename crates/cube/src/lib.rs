@@ -4,7 +4,7 @@
 //!
 //! A thin crate over [`switchyard_burn`], like flex: it finds the device, builds its
 //! [`Caps`](switchyard_core::Caps), and runs the generic lowering. Every CubeCL runtime shares
-//! one Burn backend type, [`Cube`]; the device says which runtime runs it. Each runtime is
+//! one Burn backend type, `Cube`; the device says which runtime runs it. Each runtime is
 //! behind its cargo feature (`wgpu`, `vulkan`, `cuda`); without one this crate is empty.
 
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
