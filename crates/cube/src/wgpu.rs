@@ -1,11 +1,11 @@
 //! The wgpu runtime: adapters by index, and the backend on one of them.
 
+use std::sync::Mutex;
+
 use burn_wgpu::wgpu as raw;
 use burn_wgpu::{RuntimeOptions, WgpuDevice, graphics};
 use cubecl::device::WgpuDeviceKind;
-use std::sync::Mutex;
 use switchyard_burn::{Burn, Generic};
-
 use switchyard_core::{Caps, Error, Result};
 
 use crate::Cube;
