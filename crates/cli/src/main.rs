@@ -77,7 +77,8 @@ enum Command {
     Devices,
     /// Show the plan a model lowers to (an EXPLAIN): ops, shapes, FLOPs, bytes, arena.
     Inspect {
-        /// The checkpoint directory, or a Hugging Face repository id (OWNER/NAME or OWNER/NAME@REV).
+        /// The checkpoint directory, or a Hugging Face repository id (OWNER/NAME or
+        /// OWNER/NAME@REV).
         #[arg(long)]
         model: String,
         /// The bucket to lower for, as TOKENS,SEQS,MARKERS (default: one sequence of the
@@ -93,7 +94,8 @@ enum Command {
 #[derive(clap::Args)]
 struct ModelArgs {
     /// The checkpoint directory (config.json, model.safetensors, tokenizer.json), or a Hugging
-    /// Face repository id (OWNER/NAME, or OWNER/NAME@REVISION) fetched into the Hugging Face cache.
+    /// Face repository id (OWNER/NAME, or OWNER/NAME@REVISION) fetched into the Hugging Face
+    /// cache.
     #[arg(long)]
     model: String,
     /// The device to run on (default: $SWITCHYARD_DEVICE, else flex).

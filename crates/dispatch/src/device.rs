@@ -91,12 +91,16 @@ impl Device {
         #[cfg(feature = "tch")]
         all.extend((0..switchyard_tch::cuda_devices()).map(|i| Device::TchCuda(i as u32)));
         #[cfg(feature = "wgpu")]
-        all.extend(switchyard_cube::adapters().iter().map(|a| Device::Wgpu(a.index as u32)));
-        #[cfg(feature = "vulkan")]
-        all.extend(
-            (0..switchyard_cube::adapters().iter().filter(|a| a.api == "Vulkan").count())
-                .map(|i| Device::Vulkan(i as u32)),
-        );
+        {
+            // One enumeration serves both names of an adapter.
+            let adapters = switchyard_cube::adapters();
+            all.extend(adapters.iter().map(|a| Device::Wgpu(a.index as u32)));
+            #[cfg(feature = "vulkan")]
+            all.extend(
+                (0..adapters.iter().filter(|a| a.api == "Vulkan").count())
+                    .map(|i| Device::Vulkan(i as u32)),
+            );
+        }
         #[cfg(feature = "cuda")]
         all.extend((0..switchyard_cube::cuda_devices()).map(|i| Device::Cuda(i as u32)));
         all.into_iter().filter(Device::compiled).collect()

@@ -3,11 +3,11 @@
 //!
 //! [`Device`] names a device (`flex`, `cuda:1`, `remote:HOST:PORT`, ...). [`Dispatch`] is an enum
 //! with one variant per backend compiled in (cargo features `flex` (default), `ndarray`,
-//! `capture`, `tch`, `wgpu`, `vulkan`, `cuda`); it implements [`Backend`] with enums of weights and plans that remember their
-//! device, so one process can hold models on several devices and every call goes to the backend
-//! that owns its weights and plan. Handing weights or a plan to another device is an error
-//! naming both, never a silent copy; asking for a device this build lacks is an error naming the
-//! feature to enable, never a fallback.
+//! `capture`, `tch`, `wgpu`, `vulkan`, `cuda`); it implements [`Backend`] with enums of weights
+//! and plans that remember their device, so one process can hold models on several devices and
+//! every call goes to the backend that owns its weights and plan. Handing weights or a plan to
+//! another device is an error naming both, never a silent copy; asking for a device this build
+//! lacks is an error naming the feature to enable, never a fallback.
 
 #[cfg(not(any(
     feature = "flex",
