@@ -206,6 +206,17 @@ impl BatchBuf {
         self.ids.len()
     }
 
+    /// An owned copy of `batch`, as it is (unchecked), for handing to another thread.
+    pub fn copy_of(batch: &Batch<'_>) -> Self {
+        BatchBuf {
+            ids: batch.ids.to_vec(),
+            types: batch.types.to_vec(),
+            cu: batch.cu.to_vec(),
+            markers: batch.markers.to_vec(),
+            mcu: batch.mcu.to_vec(),
+        }
+    }
+
     /// The batch built so far.
     pub fn batch(&self) -> Batch<'_> {
         Batch {
@@ -253,6 +264,23 @@ mod tests {
         assert_eq!(buf.ids.as_ptr(), ptr, "clear keeps the allocation");
         assert_eq!(buf.ids.capacity(), cap);
         assert_eq!(buf.batch().cu, [0, 2]);
+    }
+
+    #[test]
+    fn copy_of_keeps_every_field() {
+        let b = Batch {
+            ids: &[5, 6, 7],
+            types: &[0, 1, 1],
+            cu: &[0, 1, 3],
+            markers: &[0],
+            mcu: &[0, 0, 1],
+        };
+        let copy = BatchBuf::copy_of(&b);
+        let c = copy.batch();
+        assert_eq!(
+            (c.ids, c.types, c.cu, c.markers, c.mcu),
+            (b.ids, b.types, b.cu, b.markers, b.mcu)
+        );
     }
 
     #[test]
