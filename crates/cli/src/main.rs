@@ -89,6 +89,21 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Serve a device of this machine to clients elsewhere, which name it `remote:HOST:PORT`.
+    /// The transport is unencrypted: see docs/remote.md before serving beyond loopback.
+    RemoteServe {
+        /// The device to serve: flex, ndarray, wgpu:N, vulkan:N or cuda:N (default:
+        /// $SWITCHYARD_DEVICE, else flex).
+        #[arg(long)]
+        device: Option<String>,
+        /// The address to listen on (port 0: any free port, printed at start).
+        #[arg(long, default_value = "127.0.0.1:7878")]
+        listen: String,
+        /// Allow an address other than loopback, accepting that the transport is unencrypted
+        /// and that a token ($SWITCHYARD_REMOTE_TOKEN) is all that keeps other clients out.
+        #[arg(long)]
+        public: bool,
+    },
 }
 
 #[derive(clap::Args)]
@@ -160,6 +175,9 @@ fn run(cli: Cli) -> Result<()> {
         Command::Tokenize { model, input } => tokenize(&model, &input),
         Command::Devices => devices(),
         Command::Inspect { model, bucket, json } => inspect(&model, bucket.as_deref(), json),
+        Command::RemoteServe { device: d, listen, public } => {
+            remote_serve(&device(d.as_deref())?, &listen, public)
+        }
     }
 }
 
@@ -341,7 +359,10 @@ fn devices() -> Result<()> {
     println!("{:<18} status", "device");
     for (name, d) in all {
         let feature = d.feature();
-        let status = if d.compiled() {
+        let status = if d.compiled() && matches!(d, Device::Remote { .. }) {
+            "in this build: name a server as remote:HOST:PORT (see `switchyard remote-serve`)"
+                .to_owned()
+        } else if d.compiled() {
             // Compiled in is not the same as present: a device this machine lacks says why.
             match Dispatch::new(&d).map(|b| b.caps()) {
                 Err(e) => format!("in this build, not usable here: {e}"),
@@ -381,6 +402,36 @@ fn inspect(model: &str, bucket: Option<&str>, json: bool) -> Result<()> {
         print!("{}", plan.record().table());
     }
     Ok(())
+}
+
+#[cfg(feature = "remote")]
+fn remote_serve(device: &Device, listen: &str, public: bool) -> Result<()> {
+    let addr: std::net::SocketAddr = listen.parse().with_context(|| {
+        format!("--listen `{listen}` is not an address with a port, such as 127.0.0.1:7878")
+    })?;
+    let token = std::env::var(switchyard_remote::TOKEN_ENV).ok().filter(|t| !t.is_empty());
+    let server = switchyard_dispatch::server(device, token.as_deref())?;
+    let listener = switchyard_remote::bind(addr, public)?;
+    let bound = listener.local_addr()?;
+    let reach = if bound.ip().is_loopback() {
+        "loopback only: clients on this machine, or through an SSH tunnel"
+    } else {
+        "reachable from the network, unencrypted"
+    };
+    let token = if token.is_some() { "a token is required" } else { "no token required" };
+    eprintln!(
+        "switchyard: serving `{device}` on {bound} ({reach}; {token}); clients use --device {}",
+        switchyard_remote::device_name(bound)
+    );
+    server.serve(listener)?;
+    Ok(())
+}
+
+#[cfg(not(feature = "remote"))]
+fn remote_serve(_: &Device, _: &str, _: bool) -> Result<()> {
+    bail!(
+        "remote-serve needs the remote backend: rebuild switchyard with the cargo feature `remote`"
+    )
 }
 
 #[cfg(not(feature = "capture"))]

@@ -352,3 +352,85 @@ fn a_repository_id_loads_from_the_hugging_face_cache() {
     let by_dir = switchyard(&["classify", "--model", &tiny("bert-classifier"), "a dog"]);
     assert_eq!(lines(&by_id), lines(&by_dir));
 }
+
+/// `switchyard remote-serve` on a free loopback port, killed when dropped.
+struct RemoteServe {
+    child: std::process::Child,
+    /// Its stderr, held open so that the server can still write to it.
+    _stderr: std::io::BufReader<std::process::ChildStderr>,
+    /// The device name it tells clients to use.
+    device: String,
+}
+
+impl RemoteServe {
+    fn start(args: &[&str]) -> RemoteServe {
+        use std::io::BufRead;
+        let mut child = Command::new(env!("CARGO_BIN_EXE_switchyard"))
+            .arg("remote-serve")
+            .args(args)
+            .env_remove("SWITCHYARD_DEVICE")
+            .env_remove("SWITCHYARD_REMOTE_TOKEN")
+            .stdin(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the binary runs");
+        let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+        let mut first = String::new();
+        stderr.read_line(&mut first).unwrap();
+        let device = first.split("--device ").nth(1).unwrap_or_default().trim().to_owned();
+        let server = RemoteServe { child, _stderr: stderr, device };
+        assert!(first.contains("serving `flex` on 127.0.0.1:"), "{first}");
+        assert!(first.contains("loopback only") && first.contains("no token"), "{first}");
+        assert!(server.device.starts_with("remote:127.0.0.1:"), "{first}");
+        server
+    }
+}
+
+impl Drop for RemoteServe {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn embed_on_a_remote_serve_device_matches_local_flex() {
+    let server = RemoteServe::start(&["--device", "flex", "--listen", "127.0.0.1:0"]);
+    let m = model_dir();
+    let mut args = vec!["embed", "--model", m.to_str().unwrap(), "--device", &server.device];
+    args.extend(THREE);
+    let remote = switchyard(&args);
+    assert!(remote.status.success(), "{}", text(&remote.stderr));
+    let local = on_three("embed", &m);
+    // Flex on both sides, on one machine: the same numbers.
+    assert_eq!(lines(&remote), lines(&local));
+}
+
+#[test]
+fn remote_serve_refuses_what_it_cannot_serve_safely() {
+    let o = switchyard(&["remote-serve", "--listen", "0.0.0.0:0"]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = text(&o.stderr);
+    assert!(err.contains("refusing to listen on 0.0.0.0:0") && err.contains("--public"), "{err}");
+
+    let o = switchyard(&["remote-serve", "--device", "capture", "--listen", "127.0.0.1:0"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o.stderr).contains("`capture` cannot be served"), "{}", text(&o.stderr));
+
+    let o = switchyard(&["remote-serve", "--listen", "localhost"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o.stderr).contains("is not an address with a port"), "{}", text(&o.stderr));
+}
+
+#[test]
+fn a_remote_device_with_no_server_is_a_one_line_error() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let device = format!("remote:127.0.0.1:{port}");
+    let m = model_dir();
+    let args = ["embed", "--model", m.to_str().unwrap(), "--device", &device, "hi"];
+    let o = switchyard_with(&args, &[("SWITCHYARD_REMOTE_TIMEOUT", "1")]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = text(&o.stderr);
+    assert!(err.contains(&format!("{device} failed to connect")), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+}

@@ -49,7 +49,8 @@ pub enum Device {
 }
 
 /// The cargo features of switchyard-dispatch that exist in this version, each adding a backend.
-pub const FEATURES: [&str; 7] = ["flex", "ndarray", "capture", "tch", "wgpu", "vulkan", "cuda"];
+pub const FEATURES: [&str; 8] =
+    ["flex", "ndarray", "capture", "tch", "wgpu", "vulkan", "cuda", "remote"];
 
 impl Device {
     /// The cargo feature that compiles this device's backend in.
@@ -80,6 +81,7 @@ impl Device {
             ("wgpu", cfg!(feature = "wgpu")),
             ("vulkan", cfg!(feature = "vulkan")),
             ("cuda", cfg!(feature = "cuda")),
+            ("remote", cfg!(feature = "remote")),
         ];
         compiled.iter().any(|&(feature, on)| on && feature == self.feature())
     }

@@ -3,11 +3,12 @@
 //!
 //! [`Device`] names a device (`flex`, `cuda:1`, `remote:HOST:PORT`, ...). [`Dispatch`] is an enum
 //! with one variant per backend compiled in (cargo features `flex` (default), `ndarray`,
-//! `capture`, `tch`, `wgpu`, `vulkan`, `cuda`); it implements [`Backend`] with enums of weights
+//! `capture`, `tch`, `wgpu`, `vulkan`, `cuda`, `remote`); it implements [`Backend`] with enums of weights
 //! and plans that remember their device, so one process can hold models on several devices and
 //! every call goes to the backend that owns its weights and plan. Handing weights or a plan to
 //! another device is an error naming both, never a silent copy; asking for a device this build
-//! lacks is an error naming the feature to enable, never a fallback.
+//! lacks is an error naming the feature to enable, never a fallback. With `remote`, [`server`]
+//! serves any device of this build that burn-remote can host to `remote:HOST:PORT` clients.
 
 #[cfg(not(any(
     feature = "flex",
@@ -15,11 +16,12 @@
     feature = "capture",
     feature = "tch",
     feature = "wgpu",
-    feature = "cuda"
+    feature = "cuda",
+    feature = "remote"
 )))]
 compile_error!(
     "switchyard-dispatch needs at least one backend feature: flex, ndarray, capture, tch, wgpu, \
-     vulkan or cuda"
+     vulkan, cuda or remote"
 );
 
 mod device;
@@ -195,6 +197,53 @@ backends! {
     "wgpu" => Wgpu(switchyard_cube::Cube) for Device::Wgpu(_) => cube;
     "vulkan" => Vulkan(switchyard_cube::Cube) for Device::Vulkan(_) => cube;
     "cuda" => Cuda(switchyard_cube::Cube) for Device::Cuda(_) => cube;
+    "remote" => Remote(switchyard_remote::Remote) for Device::Remote { .. } => remote;
+}
+
+/// A client of the server named by `device` (`remote:HOST:PORT`), with the timeout and token
+/// of the environment.
+#[cfg(feature = "remote")]
+fn remote(device: &Device) -> Result<switchyard_remote::Remote> {
+    match device {
+        Device::Remote { host, port } => {
+            switchyard_remote::connect(host, *port, switchyard_remote::RemoteOptions::from_env()?)
+        }
+        _ => Err(Error::Device(format!("device `{device}` is not a remote device"))),
+    }
+}
+
+/// A server of `device` for `remote:HOST:PORT` clients, to clients presenting `token` if one is
+/// given: [`Error::Unsupported`] for a device burn-remote cannot host (it hosts Burn backends
+/// with an IR: flex, ndarray and the CubeCL devices; not tch, capture or another remote).
+#[cfg(feature = "remote")]
+pub fn server(device: &Device, token: Option<&str>) -> Result<Box<dyn switchyard_remote::Serve>> {
+    #[allow(unreachable_patterns)]
+    match Dispatch::new(device)? {
+        #[cfg(feature = "flex")]
+        Dispatch::Flex { backend, .. } => {
+            Ok(Box::new(switchyard_remote::Server::of(&backend, token)))
+        }
+        #[cfg(feature = "ndarray")]
+        Dispatch::NdArray { backend, .. } => {
+            Ok(Box::new(switchyard_remote::Server::of(&backend, token)))
+        }
+        #[cfg(feature = "wgpu")]
+        Dispatch::Wgpu { backend, .. } => {
+            Ok(Box::new(switchyard_remote::Server::of(&backend, token)))
+        }
+        #[cfg(feature = "vulkan")]
+        Dispatch::Vulkan { backend, .. } => {
+            Ok(Box::new(switchyard_remote::Server::of(&backend, token)))
+        }
+        #[cfg(feature = "cuda")]
+        Dispatch::Cuda { backend, .. } => {
+            Ok(Box::new(switchyard_remote::Server::of(&backend, token)))
+        }
+        _ => Err(Error::Unsupported(format!(
+            "`{device}` cannot be served: burn-remote hosts Burn backends with an IR (flex, \
+             ndarray, wgpu:N, vulkan:N, cuda:N), not tch, capture or another remote device"
+        ))),
+    }
 }
 
 /// The cube backend on a CubeCL device (`wgpu:N`, `vulkan:N`, `cuda:N`).

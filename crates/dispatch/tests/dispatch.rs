@@ -19,6 +19,16 @@ fn a_cuda_device_this_machine_lacks_is_an_error_not_a_fallback() {
     assert!(e.to_string().contains("cuda:99") && e.to_string().contains("libcuda"), "{e}");
 }
 
+#[cfg(all(feature = "remote", feature = "capture"))]
+#[test]
+fn a_device_burn_remote_cannot_host_is_refused_as_a_server() {
+    let Err(e) = switchyard_dispatch::server(&Device::Capture, None) else {
+        panic!("capture has no IR for burn-remote to serve")
+    };
+    assert!(matches!(e, Error::Unsupported(_)), "{e}");
+    assert!(e.to_string().contains("`capture` cannot be served"), "{e}");
+}
+
 #[cfg(feature = "flex")]
 #[test]
 fn dispatch_reports_its_device_and_caps() {

@@ -1,5 +1,8 @@
 //! The real all-MiniLM-L6-v2 through `Dispatch`, on every device this build has, or on the one
-//! named by `SWITCHYARD_CONFORMANCE_DEVICE` (as `cargo xtask test-all-backends` does).
+//! named by `SWITCHYARD_CONFORMANCE_DEVICE` (as `cargo xtask test-all-backends` does; `remote`
+//! is a flex server this test starts).
+
+mod common;
 
 use std::path::PathBuf;
 
@@ -23,10 +26,7 @@ fn minilm_matches_sentence_transformers_on_each_device() {
         .iter()
         .map(|r| r.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect())
         .collect();
-    let devices = match std::env::var("SWITCHYARD_CONFORMANCE_DEVICE") {
-        Ok(d) => vec![d.parse::<Device>().expect("a device name")],
-        Err(_) => Device::available(),
-    };
+    let (devices, _servers) = common::devices();
     for d in devices {
         let model = Model::load(&model_dir()).unwrap();
         let mut e = Runner::new(model, Dispatch::new(&d).unwrap(), Buckets::default()).unwrap();
@@ -43,4 +43,41 @@ fn minilm_matches_sentence_transformers_on_each_device() {
             assert!(worst <= 2e-6, "{d}: {s:?}: max difference {worst}");
         }
     }
+}
+
+/// The dispatch promise across machines: two remote servers and a local flex device in one
+/// process, the same model on each, the same outputs.
+#[cfg(all(feature = "remote", feature = "flex"))]
+#[test]
+fn two_remote_servers_and_local_flex_give_the_same_embeddings() {
+    let sentences =
+        ["A remote device is named by its host and port.", "Zwei Server, ein Modell.", "ok"];
+    let servers = [common::Server::start(), common::Server::start()];
+    let devices = [servers[0].device(), servers[1].device(), Device::Flex];
+    assert_ne!(devices[0], devices[1]);
+    let mut runners: Vec<Runner<Dispatch>> = devices
+        .iter()
+        .map(|d| {
+            let model = Model::load(&model_dir()).unwrap();
+            Runner::new(model, Dispatch::new(d).unwrap(), Buckets::default()).unwrap()
+        })
+        .collect();
+    let mut got = Vec::new();
+    // Interleaved, so each call must go to the device that holds its runner's weights.
+    for _ in 0..2 {
+        for r in &mut runners {
+            got.push(r.embed(&sentences, |_| {}).unwrap());
+        }
+    }
+    // Flex runs the same ops on every side, on one machine: the values are identical.
+    for g in &got {
+        assert_eq!(g, &got[2]);
+    }
+}
+
+#[cfg(feature = "remote")]
+#[test]
+#[ignore = "run by the remote tests as their server process"]
+fn remote_server_process() {
+    common::serve_if_asked();
 }
