@@ -5,7 +5,8 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, ExitCode, Stdio};
 
 /// The dispatch features every build of `test-all-backends` compiles in.
-const FEATURES: &str = "switchyard-dispatch/ndarray,switchyard-dispatch/capture";
+const FEATURES: &str =
+    "switchyard-dispatch/ndarray,switchyard-dispatch/capture,switchyard-dispatch/remote";
 
 /// The environment a row's build and tests need, or why it cannot run here.
 type Ready = Result<Vec<(String, String)>, String>;
@@ -106,11 +107,8 @@ const ROWS: [Row; 9] = [
         device: "tch:cpu",
         run: Run::Needs { feature: "switchyard-dispatch/tch", ready: libtorch_ready },
     },
-    Row {
-        backend: "remote",
-        device: "remote:HOST:PORT",
-        run: Run::Skip("not built yet: switchyard-remote does not exist in this version"),
-    },
+    // `remote`: the tests start a flex server process on loopback and connect to it.
+    Row { backend: "remote", device: "remote", run: Run::Always },
 ];
 
 /// The one build every row shares: the dispatch features and the environment of each row that
@@ -264,7 +262,11 @@ pub fn test_all() -> ExitCode {
                 (false, _) => format!("FAILED ({} failed)", c.failed.max(1)),
             }
         };
-        table.push((row.backend, row.device, result));
+        let shown = match row.device {
+            "remote" => "remote:127.0.0.1:PORT (flex server the tests start)",
+            d => d,
+        };
+        table.push((row.backend, shown, result));
     }
 
     println!();

@@ -269,10 +269,90 @@ fn bench_gpus(reps: usize) {
     }
 }
 
+/// What a server saw of one batch: ops run, tensors dropped, and reads answered (round trips).
+#[derive(Default)]
+struct Traffic {
+    ops: usize,
+    drops: usize,
+    reads: usize,
+}
+
+/// Counts the events in `sub` since it was last drained.
+fn traffic(sub: &mut switchyard_remote::telemetry::TelemetrySubscription) -> Traffic {
+    use switchyard_remote::telemetry::TelemetryEvent;
+    let mut events = Vec::new();
+    sub.drain_into(&mut events);
+    let mut t = Traffic::default();
+    for e in &events {
+        match **e {
+            TelemetryEvent::Op { .. } => t.ops += 1,
+            TelemetryEvent::TensorDropped { .. } => t.drops += 1,
+            TelemetryEvent::Read { .. } | TelemetryEvent::Sync { .. } => t.reads += 1,
+            _ => {}
+        }
+    }
+    t
+}
+
+/// A remote device on loopback (a flex server in this process) beside flex run locally: the
+/// per-batch overhead of going through burn-remote, and what a batch sends.
+fn bench_remote(reps: usize) {
+    use switchyard_remote::{RemoteOptions, Serve, Server};
+    let spec =
+        EncoderSpec { vocab: 30522, width: 384, heads: 12, ffn: 1536, layers: 6, max_pos: 512 };
+    let g = testkit::bert_like(spec);
+    let (probe, mut sub) = switchyard_remote::telemetry::TelemetryProbe::channel(1 << 20);
+    let listener = switchyard_remote::bind("127.0.0.1:0".parse().expect("an address"), false)
+        .expect("a loopback port");
+    let serving = Server::of(&switchyard_flex::flex(), None)
+        .with_telemetry(probe)
+        .spawn(listener)
+        .expect("a server");
+    let connect = || {
+        switchyard_remote::connect("127.0.0.1", serving.addr().port(), RemoteOptions::default())
+            .expect("the server in this process")
+    };
+    println!();
+    println!("Remote: a flex server on loopback (in this process) beside flex run locally,");
+    println!("  all-MiniLM-L6-v2's shape, random weights; median of {reps}");
+    println!(
+        "  {:<34} {:>9} {:>9} {:>8} {:>6} {:>6} {:>6}",
+        "", "local", "remote", "ratio", "ops", "drops", "reads"
+    );
+    for (what, batch) in [
+        ("1 seq, 16 tokens", ragged(1, 16, 16, spec.vocab)),
+        ("32 seqs", ragged(32, 11, 120, spec.vocab)),
+    ] {
+        let local = time_plan(switchyard_flex::flex(), &g, &batch, reps);
+        let remote = time_plan(connect(), &g, &batch, reps);
+        // One more batch alone, to count what it sends.
+        let bucket = Bucket::new(batch.tokens(), batch.seqs(), batch.batch().markers().max(1));
+        let mut ex = executor(connect(), &g, bucket);
+        let mut out = Outputs::new();
+        ex.run(LaneId::MAIN, &batch.batch(), &mut out).expect("the bench batch runs");
+        traffic(&mut sub);
+        ex.run(LaneId::MAIN, &batch.batch(), &mut out).expect("the bench batch runs");
+        let t = traffic(&mut sub);
+        println!(
+            "  {:<34} {:>7.1}ms {:>7.1}ms {:>8.2} {:>6} {:>6} {:>6}",
+            format!("{what} ({} tokens)", batch.tokens()),
+            ms(local),
+            ms(remote),
+            local.as_secs_f64() / remote.as_secs_f64(),
+            t.ops,
+            t.drops,
+            t.reads
+        );
+    }
+    println!("  (ratio: remote speed relative to local flex; per batch, the server ran `ops`");
+    println!("  ops, dropped `drops` tensors, and answered `reads` reads, each a round trip)");
+}
+
 fn main() {
     let reps = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(15);
     bench_gemm(reps);
     bench_encoder(reps.div_ceil(3).max(3));
+    bench_remote(reps.div_ceil(3).max(3));
     #[cfg(any(feature = "wgpu", feature = "cuda"))]
     bench_gpus(reps.div_ceil(3).max(3));
 }
