@@ -145,6 +145,8 @@ fn devices_lists_what_this_build_has() {
         "{out}"
     );
     assert!(out.contains("default: flex"), "{out}");
+    // A remote device is not probed: it needs a server's address.
+    assert!(out.contains("in this build: name a server as remote:HOST:PORT"), "{out}");
 }
 
 #[test]
