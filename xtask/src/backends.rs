@@ -263,19 +263,19 @@ pub fn test_all() -> ExitCode {
             }
         };
         let shown = match row.device {
-            "remote" => "remote:127.0.0.1:PORT (flex server the tests start)",
+            "remote" => "remote:127.0.0.1:PORT (flex, started by the test)",
             d => d,
         };
         table.push((row.backend, shown, result));
     }
 
     println!();
-    println!("{:<9} {:<45} result", "backend", "device");
+    println!("{:<9} {:<50} result", "backend", "device");
     for (b, d, r) in &table {
-        println!("{b:<9} {d:<45} {r}");
+        println!("{b:<9} {d:<50} {r}");
     }
     println!(
-        "{:<9} {:<45} {}",
+        "{:<9} {:<50} {}",
         "workspace",
         "(every crate's tests)",
         if workspace_ok { "passed" } else { "FAILED" }
