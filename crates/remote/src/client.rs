@@ -284,12 +284,12 @@ impl Remote {
         })?;
         *out = outputs;
         plan.placed = Some((conn.session, placed));
-        if ran.is_err() {
+        ran.map_err(|e| {
             // The lowering only fails a checked batch when the device does: a read came back
             // empty. Whatever the server still holds, this session is not to be trusted.
             conn.worker.break_off();
-        }
-        ran
+            Error::Device(format!("{} failed to run a batch: {}", self.name, strip(&e)))
+        })
     }
 }
 

@@ -135,6 +135,7 @@ fn a_server_that_dies_mid_batch_is_an_error_in_bounded_time() {
     let e = running.join().unwrap().unwrap_err();
     let took = rx.recv().unwrap();
     // The read fails as the socket closes, and the one reconnect is refused within the timeout.
+    assert_device_error(&e, &format!("{} failed to run a batch", server.device_name()));
     assert_device_error(&e, "reconnecting failed too");
     assert!(took < TIMEOUT * 3, "took {took:?} with a {TIMEOUT:?} timeout");
 }
