@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use switchyard_core::testkit::{self, EncoderSpec, Rng};
 use switchyard_core::{Backend, BatchBuf, Bucket, Error, Outputs};
 use switchyard_remote::testing::ServerProcess;
-use switchyard_remote::{Remote, RemoteOptions, Serve, Server, TOKEN_ENV};
+use switchyard_remote::{Remote, RemoteOptions, RemotePlan, Serve, Server, TOKEN_ENV};
 
 /// The helper test the server processes run.
 const HELPER: &str = "remote_server_process";
@@ -64,13 +64,26 @@ impl Job {
         Job { graph, weights, batch, bucket: Bucket::new(64, 4, 64) }
     }
 
-    fn run<B: Backend>(&self, b: &B) -> switchyard_core::Result<Outputs> {
-        let w = b.upload(&self.weights.tensors(), &self.graph)?;
-        let mut plan = b.lower(&w, &self.graph, self.bucket)?;
+    /// Runs the batch again on a plan already lowered.
+    fn again<B: Backend>(&self, b: &B, plan: &mut B::Plan) -> switchyard_core::Result<Outputs> {
         let mut out = Outputs::new();
-        b.run(&mut plan, &self.batch.batch(), &mut out)?;
+        b.run(plan, &self.batch.batch(), &mut out)?;
         Ok(out)
     }
+
+    fn run<B: Backend>(&self, b: &B) -> switchyard_core::Result<Outputs> {
+        let w = b.upload(&self.weights.tensors(), &self.graph)?;
+        self.again(b, &mut b.lower(&w, &self.graph, self.bucket)?)
+    }
+}
+
+/// A client of `server` with the job's weights uploaded and its plan lowered.
+fn prepared(server: &ServerProcess) -> (Job, Remote, RemotePlan) {
+    let job = Job::new();
+    let remote = client(server, None).unwrap();
+    let w = remote.upload(&job.weights.tensors(), &job.graph).unwrap();
+    let plan = remote.lower(&w, &job.graph, job.bucket).unwrap();
+    (job, remote, plan)
 }
 
 fn assert_device_error(e: &Error, want: &str) {
@@ -114,10 +127,7 @@ fn a_server_that_is_down_at_connect_is_an_error_in_bounded_time() {
 #[test]
 fn a_server_that_dies_mid_batch_is_an_error_in_bounded_time() {
     let mut server = start("127.0.0.1:0", None);
-    let job = Job::new();
-    let remote = client(&server, None).unwrap();
-    let w = remote.upload(&job.weights.tensors(), &job.graph).unwrap();
-    let mut plan = remote.lower(&w, &job.graph, job.bucket).unwrap();
+    let (job, remote, mut plan) = prepared(&server);
     // Stopped, the server cannot answer: the batch is surely in flight when it is killed.
     signal(&server, libc::SIGSTOP);
     let (tx, rx) = std::sync::mpsc::channel();
@@ -143,52 +153,39 @@ fn a_server_that_dies_mid_batch_is_an_error_in_bounded_time() {
 #[test]
 fn a_server_that_stops_answering_is_an_error_after_the_timeout_and_then_recovers() {
     let server = start("127.0.0.1:0", None);
-    let job = Job::new();
-    let remote = client(&server, None).unwrap();
-    let w = remote.upload(&job.weights.tensors(), &job.graph).unwrap();
-    let mut plan = remote.lower(&w, &job.graph, job.bucket).unwrap();
-    let mut want = Outputs::new();
-    remote.run(&mut plan, &job.batch.batch(), &mut want).unwrap();
+    let (job, remote, mut plan) = prepared(&server);
+    let want = job.again(&remote, &mut plan).unwrap();
 
     signal(&server, libc::SIGSTOP);
     let started = Instant::now();
-    let mut out = Outputs::new();
-    let e = remote.run(&mut plan, &job.batch.batch(), &mut out).unwrap_err();
+    let e = job.again(&remote, &mut plan).unwrap_err();
     let took = started.elapsed();
     assert_device_error(&e, &format!("no answer within {TIMEOUT:?}"));
     assert!(took >= TIMEOUT && took < TIMEOUT * 3, "took {took:?} with a {TIMEOUT:?} timeout");
 
     // Answering again, the server gets a new session with the weights uploaded again.
     signal(&server, libc::SIGCONT);
-    remote.run(&mut plan, &job.batch.batch(), &mut out).unwrap();
-    assert_eq!(out, want);
+    assert_eq!(job.again(&remote, &mut plan).unwrap(), want);
 }
 
 #[test]
 fn after_a_restart_the_next_call_uploads_the_weights_again_and_runs() {
     let mut server = start("127.0.0.1:0", None);
     let listen = server.addr().to_string();
-    let job = Job::new();
-    let remote = client(&server, None).unwrap();
-    let w = remote.upload(&job.weights.tensors(), &job.graph).unwrap();
-    let mut plan = remote.lower(&w, &job.graph, job.bucket).unwrap();
-    let mut want = Outputs::new();
-    remote.run(&mut plan, &job.batch.batch(), &mut want).unwrap();
+    let (job, remote, mut plan) = prepared(&server);
+    let want = job.again(&remote, &mut plan).unwrap();
 
     server.kill();
-    let mut out = Outputs::new();
-    let e = remote.run(&mut plan, &job.batch.batch(), &mut out).unwrap_err();
+    let e = job.again(&remote, &mut plan).unwrap_err();
     assert_device_error(&e, "failed to connect");
 
     // The same port again: the restarted server holds nothing of the old session.
-    let _server = start(&listen, None);
-    remote.run(&mut plan, &job.batch.batch(), &mut out).unwrap();
-    assert_eq!(out, want);
+    let restarted = start(&listen, None);
+    assert_eq!(job.again(&remote, &mut plan).unwrap(), want);
     // A restart between two calls is not even seen: the run is retried in a new session.
-    drop(_server);
-    let _server = start(&listen, None);
-    remote.run(&mut plan, &job.batch.batch(), &mut out).unwrap();
-    assert_eq!(out, want);
+    drop(restarted);
+    let _again = start(&listen, None);
+    assert_eq!(job.again(&remote, &mut plan).unwrap(), want);
 }
 
 #[test]
