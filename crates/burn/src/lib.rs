@@ -111,6 +111,11 @@ impl<B: BurnBackend, K: Kernels<B>> Burn<B, K> {
     pub fn device(&self) -> &B::Device {
         &self.device
     }
+
+    /// The kernels replacing some ops.
+    pub fn kernels(&self) -> &K {
+        &self.kernels
+    }
 }
 
 /// Checkpoint weights on a Burn device, each in the form its ops read it.

@@ -1,6 +1,6 @@
 //! The CUDA runtime: NVIDIA GPUs by index.
 
-use switchyard_burn::{Burn, Generic};
+use switchyard_burn::Burn;
 use switchyard_core::{Error, Result};
 
 use crate::Cube;
@@ -19,5 +19,5 @@ pub fn cuda(index: usize) -> Result<Cube> {
         ))
     })?;
     let caps = crate::caps::caps(&format!("cuda:{index}"), &device, false);
-    Ok(Burn::new(device, Generic, caps))
+    Ok(Burn::new(device, crate::CubeKernels::default(), caps))
 }

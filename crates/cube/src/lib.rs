@@ -11,12 +11,24 @@
 mod caps;
 #[cfg(feature = "cuda")]
 mod cuda;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+mod kernels;
 #[cfg(feature = "wgpu")]
 mod wgpu;
 
 /// The cube backend, on any CubeCL runtime this build has.
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
-pub type Cube = switchyard_burn::Burn<burn_cubecl::Cube, switchyard_burn::Generic>;
+pub type Cube = switchyard_burn::Burn<burn_cubecl::Cube, CubeKernels>;
+
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+pub use kernels::{CubeKernels, KernelSet, Launched};
+
+/// `cube` on the same device, using the kernels of `set` (with fresh launch counts).
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+pub fn with_kernels(cube: &Cube, set: KernelSet) -> Cube {
+    use switchyard_core::Backend;
+    switchyard_burn::Burn::new(cube.device().clone(), CubeKernels::new(set), cube.caps())
+}
 
 #[cfg(feature = "cuda")]
 pub use cuda::{cuda, cuda_devices};

@@ -5,7 +5,7 @@ use std::sync::Mutex;
 use burn_wgpu::wgpu as raw;
 use burn_wgpu::{RuntimeOptions, WgpuDevice, graphics};
 use cubecl::device::WgpuDeviceKind;
-use switchyard_burn::{Burn, Generic};
+use switchyard_burn::Burn;
 use switchyard_core::{Caps, Error, Result};
 
 use crate::Cube;
@@ -139,7 +139,7 @@ fn start<G: graphics::GraphicsApi>(label: &str, adapter: &Adapter) -> Result<Cub
     // A panic elsewhere while this was held leaves the list itself intact.
     let mut started = STARTED.lock().unwrap_or_else(|e| e.into_inner());
     if let Some((_, device, caps)) = started.iter().find(|(l, ..)| l == label) {
-        return Ok(Burn::new(device.clone(), Generic, caps.clone()));
+        return Ok(Burn::new(device.clone(), crate::CubeKernels::default(), caps.clone()));
     }
     let fail =
         |e: &dyn std::fmt::Display| Error::Device(format!("{label} ({}): {e}", adapter.name));
@@ -151,7 +151,7 @@ fn start<G: graphics::GraphicsApi>(label: &str, adapter: &Adapter) -> Result<Cub
     let device = cubecl::Device::from(device);
     let caps = crate::caps::caps(label, &device, unified);
     started.push((label.to_owned(), device.clone(), caps.clone()));
-    Ok(Burn::new(device, Generic, caps))
+    Ok(Burn::new(device, crate::CubeKernels::default(), caps))
 }
 
 /// With the `vulkan` feature, wgpu compiles kernels to SPIR-V on Vulkan adapters, and Mesa's

@@ -1,0 +1,239 @@
+//! Ragged (varlen) self-attention over `cu` offsets: every sequence at its own length, all of
+//! them in one launch, with no padding and no mask tensor.
+//!
+//! A cube takes a block of up to [`BLOCK`] consecutive query rows of one sequence and one head;
+//! each unit owns one query row. The cube walks the keys its block can see (the whole sequence,
+//! or the sliding window around the block) in tiles staged through shared memory, and each unit
+//! keeps a running max, a running sum and its `head_dim` accumulators (the online softmax of
+//! FlashAttention), so scores are never stored.
+//!
+//! Every loop over `head_dim` or a tile is unrolled, so a unit's only runtime loops are over
+//! tiles and keys. Besides keeping the accumulators in registers, this matters on Mesa's
+//! llvmpipe, which ends any shader loop after 65535 iterations in all, silently: with
+//! rolled loops, a sequence longer than about 32768 / head_dim keys came out wrong there.
+
+use burn_cubecl::tensor::CubeTensor;
+use cubecl::prelude::*;
+use switchyard_core::Batch;
+
+/// Query rows per cube (units per cube).
+pub(crate) const BLOCK: usize = 32;
+
+/// Shared memory for one tile (of keys, or of values), in f32s: the two tiles take 16 KiB, the
+/// least wgpu guarantees a workgroup.
+const TILE_FLOATS: usize = 2048;
+
+/// The widest head the kernel takes: each unit keeps `head_dim` accumulators in registers, and
+/// the unrolled loops grow with it (encoders use 32 to 128).
+pub(crate) const MAX_HEAD_DIM: usize = 128;
+
+/// Keys per tile for a head of `head_dim`: as many as fit in [`TILE_FLOATS`], at most one per
+/// unit, and never fewer than one.
+fn tile_keys(head_dim: usize) -> usize {
+    (TILE_FLOATS / head_dim).clamp(1, BLOCK)
+}
+
+/// `out[i] = softmax(q[i] . k[j] * scale over the keys j of i's sequence (within the window)) . v`,
+/// for each head. Rows are `[tokens, heads * head_dim]`.
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+fn varlen_attention(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    out: &mut [f32],
+    cu: &[u32],
+    block_seq: &[u32],
+    block_first: &[u32],
+    heads: u32,
+    scale: f32,
+    window: u32,
+    #[comptime] head_dim: usize,
+    #[comptime] tile: usize,
+    #[comptime] windowed: bool,
+) {
+    let block = CUBE_POS_X as usize;
+    let head = CUBE_POS_Y as usize;
+    let seq = block_seq[block] as usize;
+    let start = cu[seq] as usize;
+    let end = cu[seq + 1] as usize;
+    let first = block_first[block] as usize;
+    let row = first + UNIT_POS as usize;
+    let active = row < end;
+    let width = heads as usize * head_dim;
+    let col = head * head_dim;
+
+    // The keys some query of this block can see.
+    let mut lo = start;
+    let mut hi = end;
+    if windowed {
+        let win = window as usize;
+        let last = min(first + CUBE_DIM_X as usize, end) - 1;
+        if first > start + win {
+            lo = first - win;
+        }
+        hi = min(end, last + win + 1);
+    }
+
+    // An inactive unit reads a valid row and discards the result; it still stages tiles.
+    let me = min(row, end - 1);
+    let mut query = Array::<f32>::new(head_dim);
+    let mut acc = Array::<f32>::new(head_dim);
+    #[unroll]
+    for d in 0..head_dim {
+        query[d] = q[me * width + col + d] * scale;
+        acc[d] = 0.0;
+    }
+    // Finite, so the first correction exp(max - new_max) is 0 rather than NaN.
+    let mut best = f32::new(-3.0e38);
+    let mut sum = 0.0f32;
+
+    let mut keys = Shared::<[f32]>::new_slice(tile * head_dim);
+    let mut vals = Shared::<[f32]>::new_slice(tile * head_dim);
+    let mut t0 = lo;
+    while t0 < hi {
+        let n = min(tile, hi - t0);
+        #[unroll]
+        for s in 0..comptime!((tile * head_dim).div_ceil(BLOCK)) {
+            let e = UNIT_POS as usize + s * BLOCK;
+            if e < n * head_dim {
+                let j = t0 + e / head_dim;
+                let d = e % head_dim;
+                keys[e] = k[j * width + col + d];
+                vals[e] = v[j * width + col + d];
+            }
+        }
+        sync_cube();
+        if active {
+            for r in 0..n {
+                let j = t0 + r;
+                let mut seen = true;
+                if windowed {
+                    let gap = select(j > row, j - row, row - j);
+                    seen = gap <= window as usize;
+                }
+                if seen {
+                    let mut dot = 0.0f32;
+                    #[unroll]
+                    for d in 0..head_dim {
+                        dot += query[d] * keys[r * head_dim + d];
+                    }
+                    let new_max = max(best, dot);
+                    let fix = f32::exp(best - new_max);
+                    let p = f32::exp(dot - new_max);
+                    sum = sum * fix + p;
+                    #[unroll]
+                    for d in 0..head_dim {
+                        acc[d] = acc[d] * fix + p * vals[r * head_dim + d];
+                    }
+                    best = new_max;
+                }
+            }
+        }
+        sync_cube();
+        t0 += tile;
+    }
+
+    if active {
+        // Every query sees itself, so `sum` is at least 1 here.
+        #[unroll]
+        for d in 0..head_dim {
+            out[row * width + col + d] = acc[d] / sum;
+        }
+    }
+}
+
+/// The cubes of a launch: for each block of up to [`BLOCK`] query rows, its sequence and its
+/// first row.
+fn blocks(batch: &Batch<'_>) -> (Vec<u32>, Vec<u32>) {
+    let (mut seqs, mut firsts) = (Vec::new(), Vec::new());
+    for s in 0..batch.seqs() {
+        let rows = batch.seq(s);
+        for first in rows.step_by(BLOCK) {
+            seqs.push(s as u32);
+            firsts.push(first as u32);
+        }
+    }
+    (seqs, firsts)
+}
+
+/// Self-attention of every sequence of `batch` over `[tokens, heads * head_dim]` f32 rows.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn run(
+    q: CubeTensor,
+    k: CubeTensor,
+    v: CubeTensor,
+    heads: usize,
+    head_dim: usize,
+    scale: f32,
+    window: Option<usize>,
+    batch: &Batch<'_>,
+) -> CubeTensor {
+    let q = super::contiguous(q);
+    let k = super::contiguous(k);
+    let v = super::contiguous(v);
+    let out = super::empty_like(&q);
+    let client = q.client.clone();
+    let (block_seq, block_first) = blocks(batch);
+    let cubes = block_seq.len() as u32;
+    let (cu, cu_len) = super::u32s(&client, batch.cu);
+    let (block_seq, seq_len) = super::u32s(&client, &block_seq);
+    let (block_first, first_len) = super::u32s(&client, &block_first);
+    // A window wider than any sequence is no window; u32 holds every usable width.
+    let win = window.map_or(u32::MAX, |w| u32::try_from(w).unwrap_or(u32::MAX));
+    // SAFETY: each handle is a live device buffer of at least the stated number of u32s.
+    let (cu, block_seq, block_first) = unsafe {
+        (
+            BufferArg::from_raw_parts(cu, cu_len),
+            BufferArg::from_raw_parts(block_seq, seq_len),
+            BufferArg::from_raw_parts(block_first, first_len),
+        )
+    };
+    varlen_attention::launch(
+        &client,
+        CubeCount::Static(cubes, heads as u32, 1),
+        CubeDim::new_1d(BLOCK as u32),
+        q.into_buffer_arg(),
+        k.into_buffer_arg(),
+        v.into_buffer_arg(),
+        out.clone().into_buffer_arg(),
+        cu,
+        block_seq,
+        block_first,
+        heads as u32,
+        scale,
+        win,
+        head_dim,
+        tile_keys(head_dim),
+        window.is_some(),
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tiles_fill_the_shared_budget_and_hold_at_least_one_key() {
+        assert_eq!(tile_keys(32), 32);
+        assert_eq!(tile_keys(64), 32);
+        assert_eq!(tile_keys(128), 16);
+        assert_eq!(tile_keys(256), 8);
+        assert_eq!(tile_keys(4096), 1);
+        for hd in [1, 7, 64, 100, 128, MAX_HEAD_DIM] {
+            assert!(tile_keys(hd) * hd <= TILE_FLOATS, "head_dim {hd}");
+        }
+    }
+
+    #[test]
+    fn blocks_cover_every_row_once_within_its_sequence() {
+        let cu = [0u32, 1, 33, 33 + 65];
+        let ids = vec![0u32; 98];
+        let types = vec![0u32; 98];
+        let batch = Batch { ids: &ids, cu: &cu, types: &types, markers: &[], mcu: &[0; 4] };
+        let (seqs, firsts) = blocks(&batch);
+        assert_eq!(seqs, [0, 1, 2, 2, 2]);
+        assert_eq!(firsts, [0, 1, 33, 65, 97]);
+    }
+}

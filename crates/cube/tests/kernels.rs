@@ -1,0 +1,182 @@
+//! The cube crate's own kernels against the f64 reference, on shapes the shared suite does not
+//! reach: sequences longer than one block of queries and one tile of keys, windows that cross
+//! block and tile edges, heads up to the widest the kernel takes, and GEMMs over many `k`
+//! steps. Each test also checks that the kernel really ran (the generic path would pass the
+//! value checks too) and that it stands down where it should.
+//!
+//! Tolerance: the suite's f32 bound (2e-5 + 2e-5 |want|), unchanged.
+
+#![cfg(feature = "wgpu")]
+
+use switchyard_conformance::tolerance;
+use switchyard_core::testkit::{Rng, push_random_seq, random_weights};
+use switchyard_core::{
+    Act, BatchBuf, Buckets, DType, Executor, Graph, GraphBuilder, LaneId, Op, Outputs, Reference,
+    Shape,
+};
+use switchyard_cube::{Cube, KernelSet, Launched, with_kernels};
+
+const VOCAB: usize = 50;
+
+fn device(set: KernelSet) -> Cube {
+    with_kernels(&switchyard_cube::wgpu(0).expect("a wgpu adapter"), set)
+}
+
+/// Runs `graph` on `cube` and on the reference over sequences of `lens`, and checks every
+/// output value within the f32 tolerance.
+fn check(cube: Cube, graph: &Graph, lens: &[usize], what: &str) {
+    let buckets: Buckets = "default 2048 16 2048\n".parse().expect("a valid table");
+    let weights = random_weights(graph, 7);
+    let tensors = weights.tensors();
+    let mut test = Executor::new(cube, &tensors, graph.clone(), "default", buckets.clone())
+        .expect("upload to the cube backend");
+    let mut reference = Executor::new(Reference, &tensors, graph.clone(), "default", buckets)
+        .expect("upload to the reference");
+    let mut r = Rng::new(lens.len() as u64);
+    let mut batch = BatchBuf::new();
+    for &len in lens {
+        push_random_seq(&mut batch, &mut r, len, VOCAB, false);
+    }
+    let (mut got, mut want) = (Outputs::new(), Outputs::new());
+    test.run(LaneId::MAIN, &batch.batch(), &mut got).expect("a run on the cube backend");
+    reference.run(LaneId::MAIN, &batch.batch(), &mut want).expect("a run on the reference");
+    let tol = tolerance(DType::F32);
+    for (g, w) in got.mats().iter().zip(want.mats()) {
+        assert_eq!(g.data.len(), w.data.len(), "{what}");
+        for (i, (&a, &b)) in g.data.iter().zip(&w.data).enumerate() {
+            let bound = tol.abs + tol.rel * b.abs();
+            assert!(
+                (a - b).abs() <= bound,
+                "{what}: row {} column {}: got {a}, expected {b} (tolerance {bound:e})",
+                i / g.width,
+                i % g.width
+            );
+        }
+    }
+}
+
+/// Self-attention over three random token tables (q, k, v).
+fn attention(heads: usize, head_dim: usize, window: Option<usize>) -> Graph {
+    let mut g = GraphBuilder::new();
+    let w = heads * head_dim;
+    let input = |g: &mut GraphBuilder, name: &str| {
+        let table = g.weight(name, &[VOCAB, w]);
+        g.op(Shape::tokens(w), |out| Op::Embed { table, out })
+    };
+    let (q, k, v) = (input(&mut g, "q"), input(&mut g, "k"), input(&mut g, "v"));
+    let scale = 1.0 / (head_dim as f32).sqrt();
+    let y = g.op(Shape::tokens(w), |out| Op::Attention {
+        q,
+        k,
+        v,
+        heads,
+        head_dim,
+        scale,
+        window,
+        out,
+    });
+    g.output("y", y);
+    g.finish().expect("a valid graph")
+}
+
+/// A linear layer `[k -> n]` over a random token table, with an optional bias and residual.
+fn linear(k: usize, n: usize, act: Act, bias: bool, residual: bool) -> Graph {
+    let mut g = GraphBuilder::new();
+    let table = g.weight("x", &[VOCAB, k]);
+    let x = g.op(Shape::tokens(k), |out| Op::Embed { table, out });
+    let weight = g.weight("w", &[n, k]);
+    let bias = bias.then(|| g.weight("b", &[n]));
+    let residual = residual.then(|| {
+        let table = g.weight("r", &[VOCAB, n]);
+        g.op(Shape::tokens(n), |out| Op::Embed { table, out })
+    });
+    let y = g.op(Shape::tokens(n), |out| Op::Linear { x, weight, bias, act, residual, out });
+    g.output("y", y);
+    g.finish().expect("a valid graph")
+}
+
+/// Lengths around the kernel's 32-query blocks and its key tiles (32, 16 or 8 keys).
+const LENS: [usize; 7] = [1, 7, 31, 32, 33, 97, 150];
+
+#[test]
+fn ragged_attention_matches_the_reference_across_blocks_tiles_and_windows() {
+    for (heads, head_dim) in [(2, 8), (3, 64), (1, 128)] {
+        for window in [None, Some(0), Some(5), Some(40)] {
+            let cube = device(KernelSet::ALL);
+            let kernels = cube.kernels().clone();
+            let what = format!("{heads}x{head_dim} window {window:?}");
+            check(cube, &attention(heads, head_dim, window), &LENS, &what);
+            assert_eq!(kernels.launched(), Launched { attention: 1, linear: 0 }, "{what}");
+        }
+    }
+}
+
+#[test]
+fn attention_wider_than_the_kernel_takes_goes_to_the_generic_path() {
+    let cube = device(KernelSet::ALL);
+    let kernels = cube.kernels().clone();
+    check(cube, &attention(1, 136, Some(3)), &[40, 3], "1x136");
+    assert_eq!(kernels.launched().attention, 0);
+}
+
+#[test]
+fn fused_linear_matches_the_reference_for_every_epilogue() {
+    let acts = [
+        Act::Identity,
+        Act::Gelu,
+        Act::GeluTanh,
+        Act::Relu,
+        Act::Silu,
+        Act::Tanh,
+        Act::Sigmoid,
+        Act::Log1pRelu,
+    ];
+    for (i, act) in acts.into_iter().enumerate() {
+        for (bias, residual) in [(false, false), (true, false), (false, true), (true, true)] {
+            // Widths off the 64-wide blocks and the 16-deep steps, cycling with the case.
+            let (k, n) = [(1, 1), (17, 65), (100, 63), (300, 130)][(i + 2 * usize::from(bias)) % 4];
+            let cube = device(KernelSet::ALL);
+            let kernels = cube.kernels().clone();
+            let what = format!("{act:?} bias {bias} residual {residual}, {k} -> {n}");
+            check(cube, &linear(k, n, act, bias, residual), &[1, 64, 70], &what);
+            assert_eq!(kernels.launched(), Launched { attention: 0, linear: 1 }, "{what}");
+        }
+    }
+}
+
+#[test]
+fn a_deep_gemm_over_many_k_steps_matches_the_reference() {
+    let cube = device(KernelSet::ALL);
+    let kernels = cube.kernels().clone();
+    check(cube, &linear(1536, 384, Act::Identity, true, true), &[100, 29], "1536 -> 384");
+    assert_eq!(kernels.launched().linear, 1);
+}
+
+#[test]
+fn with_no_kernels_every_op_runs_the_generic_lowering() {
+    let cases = [
+        (attention(2, 8, Some(5)), &LENS[..], "attention"),
+        (linear(17, 65, Act::Gelu, true, true), &[3, 9][..], "linear"),
+    ];
+    for (graph, lens, what) in cases {
+        let cube = device(KernelSet::NONE);
+        let kernels = cube.kernels().clone();
+        check(cube, &graph, lens, what);
+        assert_eq!(kernels.launched(), Launched::default(), "{what}");
+    }
+}
+
+#[test]
+fn long_sequences_run_whole() {
+    // Mesa's llvmpipe ends a shader loop after 65535 iterations: a kernel that loops over
+    // `head_dim` per key stops early past about 32768 / head_dim keys, silently.
+    for (heads, head_dim, len) in [(1, 64, 1100), (1, 128, 600)] {
+        let cube = device(KernelSet::ALL);
+        let kernels = cube.kernels().clone();
+        let what = format!("{heads}x{head_dim}, {len} tokens");
+        check(cube, &attention(heads, head_dim, None), &[len], &what);
+        assert_eq!(kernels.launched().attention, 1, "{what}");
+    }
+    let cube = device(KernelSet::ALL);
+    check(cube, &linear(4096, 8, Act::Identity, false, false), &[3], "4096 -> 8");
+}
