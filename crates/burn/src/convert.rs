@@ -2,7 +2,16 @@
 
 use burn_backend::tensor::{BoolTensor, FloatTensor, IntTensor};
 use burn_backend::{Backend as BurnBackend, Shape, TensorData, get_or_init_device_settings};
-use switchyard_core::{Error, HostTensor, Result};
+use switchyard_core::{DType, Error, HostTensor, Result};
+
+/// Burn's name for a Switchyard float dtype.
+pub fn burn_dtype(dtype: DType) -> burn_backend::DType {
+    match dtype {
+        DType::F32 => burn_backend::DType::F32,
+        DType::F16 => burn_backend::DType::F16,
+        DType::Bf16 => burn_backend::DType::BF16,
+    }
+}
 
 /// Uploads f32 values of the given shape as a float tensor.
 pub fn floats<B: BurnBackend>(
@@ -10,7 +19,19 @@ pub fn floats<B: BurnBackend>(
     shape: &[usize],
     device: &B::Device,
 ) -> FloatTensor<B> {
-    B::float_from_data(TensorData::new(values, Shape::from(shape.to_vec())), device)
+    floats_as::<B>(values, shape, device, burn_backend::DType::F32)
+}
+
+/// Uploads f32 values of the given shape as a float tensor of `dtype`, converted on the host.
+pub fn floats_as<B: BurnBackend>(
+    values: Vec<f32>,
+    shape: &[usize],
+    device: &B::Device,
+    dtype: burn_backend::DType,
+) -> FloatTensor<B> {
+    let data = TensorData::new(values, Shape::from(shape.to_vec()));
+    let data = if dtype == burn_backend::DType::F32 { data } else { data.convert_dtype(dtype) };
+    B::float_from_data(data, device)
 }
 
 /// Uploads a boolean mask of the given shape in the device's own boolean dtype. (Booleans go up
@@ -41,7 +62,7 @@ pub fn host_f32(t: &HostTensor<'_>) -> Vec<f32> {
     v
 }
 
-/// Reads a float tensor back to the host as f32 values.
+/// Reads a float tensor of any float dtype back to the host as f32 values.
 pub fn read_f32<B: BurnBackend>(t: FloatTensor<B>) -> Result<Vec<f32>> {
     let data = burn_backend::try_read_sync(B::float_into_data(t))
         .ok_or_else(|| Error::Device("the device cannot be read synchronously here".into()))?

@@ -196,7 +196,8 @@ pub fn pool<B: BurnBackend>(
             let zeros = B::float_zeros(Shape::from(vec![b.seqs(), w]), cx.device, x.dtype().into());
             let sums = B::float_select_assign(zeros, 0, cx.segments(), x, IndexingUpdateOp::Add);
             let inv: Vec<f32> = (0..b.seqs()).map(|s| 1.0 / b.seq(s).len() as f32).collect();
-            B::float_mul(sums, crate::convert::floats::<B>(inv, &[b.seqs(), 1], cx.device))
+            let inv = crate::convert::floats_as::<B>(inv, &[b.seqs(), 1], cx.device, sums.dtype());
+            B::float_mul(sums, inv)
         }
         PoolMode::Max => {
             let per_seq: Vec<FloatTensor<B>> = (0..b.seqs())

@@ -6,15 +6,17 @@
 //! epilogue, a ragged attention — without copying the rest of the lowering.
 //!
 //! How a graph runs here:
-//! - `upload` converts checkpoint tensors to f32 device tensors once, storing each in the form
-//!   its ops read it (linear weights transposed to `[in, out]`), and skipping unused tensors;
+//! - `upload` converts checkpoint tensors once to device tensors of the compute dtype (f32
+//!   unless [`Burn::with_dtype`] chose f16 or bf16), storing each in the form its ops read it
+//!   (linear weights transposed to `[in, out]`), and skipping unused tensors;
 //! - `lower` validates the graph, asks the kernels whether they can run each op
 //!   ([`Kernels::check`]), binds each op's weights, and precomputes rotary tables for the bucket;
 //! - `run` executes the ops in order on the batch's real rows only: no padding anywhere, and
 //!   attention runs per sequence at its own length. Each value is dropped after its last reader
 //!   (the live ranges of [`switchyard_core::layout`]), so peak activation memory follows the
 //!   layout; Burn itself allocates each op's result, so unlike the reference backend a run does
-//!   allocate.
+//!   allocate. Activations take the dtype of the weights they come from (the embedding tables),
+//!   so the whole run computes in the compute dtype; outputs are read back as f32.
 
 mod convert;
 pub mod generic;
@@ -25,10 +27,10 @@ use std::collections::HashMap;
 use burn_backend::Backend as BurnBackend;
 use burn_backend::tensor::FloatTensor;
 use switchyard_core::{
-    Backend, Batch, Bucket, Caps, Error, Graph, HostTensor, Layout, Op, Outputs, Result, W,
+    Backend, Batch, Bucket, Caps, DType, Error, Graph, HostTensor, Layout, Op, Outputs, Result, W,
 };
 
-pub use convert::{floats, ints, read_f32};
+pub use convert::{burn_dtype, floats, floats_as, ints, read_f32};
 pub use runcx::RunCx;
 
 /// An op's inputs, in [`Op::inputs`] order; slots the op does not use are `None`.
@@ -99,12 +101,44 @@ pub struct Burn<B: BurnBackend, K = Generic> {
     device: B::Device,
     kernels: K,
     caps: Caps,
+    dtype: DType,
+}
+
+/// The float dtypes the Burn backend `B` can store and compute in on `device`, f32 first: what
+/// [`Caps::float_dtypes`] says for it.
+pub fn float_dtypes<B: BurnBackend>(device: &B::Device) -> Vec<DType> {
+    [DType::F32, DType::F16, DType::Bf16]
+        .into_iter()
+        .filter(|&d| d == DType::F32 || B::supports_dtype(device, burn_dtype(d)))
+        .collect()
 }
 
 impl<B: BurnBackend, K: Kernels<B>> Burn<B, K> {
-    /// A backend on `device`, describing itself with `caps`.
+    /// A backend on `device` computing in f32, describing itself with `caps`.
     pub fn new(device: B::Device, kernels: K, caps: Caps) -> Self {
-        Burn { device, kernels, caps }
+        Burn { device, kernels, caps, dtype: DType::F32 }
+    }
+
+    /// This backend computing in `dtype`: weights are stored in it, and activations follow.
+    /// An [`Error::Unsupported`] if the device cannot (see [`Caps::float_dtypes`]).
+    pub fn with_dtype(mut self, dtype: DType) -> Result<Self> {
+        if !self.caps.float_dtypes.contains(&dtype) {
+            let can: Vec<&str> = self.caps.float_dtypes.iter().map(|d| d.name()).collect();
+            return Err(Error::Unsupported(format!(
+                "{} ({}) cannot compute in {dtype}; it can in: {}",
+                self.caps.backend,
+                self.caps.device,
+                can.join(", ")
+            )));
+        }
+        self.dtype = dtype;
+        self.caps.dtypes = vec![dtype];
+        Ok(self)
+    }
+
+    /// The dtype weights are stored and activations computed in.
+    pub fn dtype(&self) -> DType {
+        self.dtype
     }
 
     /// The Burn device.
@@ -209,6 +243,7 @@ impl<B: BurnBackend, K: Kernels<B>> Backend for Burn<B, K> {
             transposed: Vec::with_capacity(tensors.len()),
             bytes: 0,
         };
+        let dtype = burn_dtype(self.dtype);
         for (t, &(plain, transposed)) in tensors.iter().zip(&forms) {
             let values = convert::host_f32(t);
             let n = values.len();
@@ -220,10 +255,10 @@ impl<B: BurnBackend, K: Kernels<B>> Backend for Burn<B, K> {
                         tv[c * rows + r] = x;
                     }
                 }
-                floats::<B>(tv, &[cols, rows], &self.device)
+                floats_as::<B>(tv, &[cols, rows], &self.device, dtype)
             }));
-            w.plain.push(plain.then(|| floats::<B>(values, t.shape, &self.device)));
-            w.bytes += n * 4 * (usize::from(plain) + usize::from(transposed));
+            w.plain.push(plain.then(|| floats_as::<B>(values, t.shape, &self.device, dtype)));
+            w.bytes += n * self.dtype.size() * (usize::from(plain) + usize::from(transposed));
         }
         Ok(w)
     }
@@ -231,7 +266,7 @@ impl<B: BurnBackend, K: Kernels<B>> Backend for Burn<B, K> {
     fn lower(&self, w: &Self::Weights, graph: &Graph, bucket: Bucket) -> Result<Self::Plan> {
         let _span = tracing::debug_span!("lower", backend = %self.caps.backend, %bucket).entered();
         graph.check_lowerable(w.plain.len())?;
-        let layout = Layout::plan(graph, bucket, 4);
+        let layout = Layout::plan(graph, bucket, self.dtype.size());
         let mut bytes = layout.total;
         let mut rope_cache: HashMap<(usize, u32), (FloatTensor<B>, FloatTensor<B>)> =
             HashMap::new();
@@ -256,11 +291,12 @@ impl<B: BurnBackend, K: Kernels<B>> Backend for Burn<B, K> {
                         .entry((head_dim, theta.to_bits()))
                         .or_insert_with(|| {
                             let (c, s) = generic::rope_tables(bucket.tokens, head_dim, theta);
-                            bytes += (c.len() + s.len()) * 4;
+                            bytes += (c.len() + s.len()) * self.dtype.size();
                             let shape = [bucket.tokens, head_dim / 2];
+                            let dtype = burn_dtype(self.dtype);
                             (
-                                floats::<B>(c, &shape, &self.device),
-                                floats::<B>(s, &shape, &self.device),
+                                floats_as::<B>(c, &shape, &self.device, dtype),
+                                floats_as::<B>(s, &shape, &self.device, dtype),
                             )
                         })
                         .clone();

@@ -16,6 +16,7 @@ fn caps() -> Caps {
         kind: DeviceKind::Cpu,
         threads: 1,
         dtypes: vec![DType::F32],
+        float_dtypes: vec![DType::F32],
         fixed_shapes: false,
         padded_attention: false,
         unified_memory: true,

@@ -270,6 +270,7 @@ impl Backend for Capture {
                 switchyard_core::DType::F16,
                 switchyard_core::DType::Bf16,
             ],
+            float_dtypes: vec![switchyard_core::DType::F32],
             fixed_shapes: false,
             padded_attention: false,
             unified_memory: true,

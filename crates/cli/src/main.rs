@@ -12,7 +12,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
-use switchyard_core::{Backend, Bucket, Buckets};
+use switchyard_core::{Backend, Bucket, Buckets, DType};
 use switchyard_dispatch::{Device, Dispatch, FORMS};
 use switchyard_models::{Marking, Model, Runner, Task};
 
@@ -116,6 +116,10 @@ struct ModelArgs {
     /// The device to run on (default: $SWITCHYARD_DEVICE, else flex).
     #[arg(long, long_help = format!("The device to run on (default: $SWITCHYARD_DEVICE, else flex). One of: {FORMS}"))]
     device: Option<String>,
+    /// The dtype to store weights and compute in: f32, or f16 or bf16 where the device supports
+    /// them (`switchyard devices` lists them).
+    #[arg(long, default_value = "f32")]
+    dtype: DType,
 }
 
 #[derive(clap::Args)]
@@ -183,7 +187,7 @@ fn run(cli: Cli) -> Result<()> {
 
 /// A runner for `args`' model on its device, with `buckets` (default: the built-in table).
 fn runner(args: &ModelArgs, buckets: Option<&Path>) -> Result<Runner<Dispatch>> {
-    let backend = Dispatch::new(&device(args.device.as_deref())?)?;
+    let backend = Dispatch::new(&device(args.device.as_deref())?)?.with_dtype(args.dtype)?;
     let buckets = match buckets {
         Some(p) => Buckets::from_file(p)?,
         None => Buckets::default(),
@@ -369,10 +373,16 @@ fn devices() -> Result<()> {
                 Ok(caps) if caps.kind == switchyard_core::DeviceKind::Virtual => {
                     "available (records plans, executes nothing)".to_owned()
                 }
-                Ok(caps) => format!(
-                    "available ({} backend on {}, {} threads)",
-                    caps.backend, caps.device, caps.threads
-                ),
+                Ok(caps) => {
+                    let dtypes: Vec<&str> = caps.float_dtypes.iter().map(|d| d.name()).collect();
+                    format!(
+                        "available ({} backend on {}, {} threads, computes in {})",
+                        caps.backend,
+                        caps.device,
+                        caps.threads,
+                        dtypes.join("/")
+                    )
+                }
             }
         } else if switchyard_dispatch::FEATURES.contains(&feature) {
             format!("not in this build: rebuild with the cargo feature `{feature}`")

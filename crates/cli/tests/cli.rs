@@ -436,3 +436,24 @@ fn a_remote_device_with_no_server_is_a_one_line_error() {
     assert!(err.contains(&format!("{device} failed to connect")), "{err}");
     assert_eq!(err.trim().lines().count(), 1, "{err}");
 }
+
+#[test]
+fn dtype_f16_embeds_close_to_f32_and_a_device_without_it_refuses() {
+    let m = model_dir();
+    let m = m.to_str().unwrap();
+    let full = switchyard(&["embed", "--model", m, THREE[0]]);
+    let half = switchyard(&["embed", "--model", m, "--dtype", "f16", THREE[0]]);
+    assert!(half.status.success(), "{}", text(&half.stderr));
+    let (a, b) = (lines(&full), lines(&half));
+    let (a, b) = (a[0]["embedding"].as_array().unwrap(), b[0]["embedding"].as_array().unwrap());
+    // f16 keeps 11 significant bits: the embedding moves, but only slightly.
+    let c = cosine(a, b);
+    assert!(c > 0.999 && a != b, "f16 against f32: cosine {c}");
+    let o = switchyard(&["embed", "--model", m, "--device", "ndarray", "--dtype", "bf16", "hi"]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = text(&o.stderr);
+    assert!(err.contains("cannot compute in bf16; it can in: f32"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    let o = switchyard(&["embed", "--model", m, "--dtype", "f8", "hi"]);
+    assert!(text(&o.stderr).contains("unknown dtype `f8`"), "{}", text(&o.stderr));
+}

@@ -28,6 +28,9 @@ pub struct Caps {
     pub threads: usize,
     /// Weight dtypes the backend keeps as they are; others are converted on upload.
     pub dtypes: Vec<DType>,
+    /// Float dtypes the device can store and compute in: f32, and f16 and bf16 where the device
+    /// supports them. A backend that can change its compute dtype accepts these.
+    pub float_dtypes: Vec<DType>,
     /// Whether plans are captured with fixed shapes (device graphs), so padding costs work.
     pub fixed_shapes: bool,
     /// Whether attention packs sequences into a padded block with a mask rather than running

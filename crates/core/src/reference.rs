@@ -56,6 +56,8 @@ impl Backend for Reference {
             kind: DeviceKind::Cpu,
             threads: 1,
             dtypes: vec![],
+            // It computes in f64; f32 is what it reads and writes.
+            float_dtypes: vec![crate::DType::F32],
             fixed_shapes: false,
             padded_attention: false,
             unified_memory: true,

@@ -14,6 +14,7 @@ pub(crate) fn caps(label: &str, device: &cubecl::Device, unified_memory: bool) -
         threads: 1,
         // Weights are converted to f32 on upload; f16/bf16 storage is not built yet.
         dtypes: vec![DType::F32],
+        float_dtypes: switchyard_burn::float_dtypes::<burn_cubecl::Cube>(device),
         fixed_shapes: false,
         padded_attention: false,
         unified_memory,

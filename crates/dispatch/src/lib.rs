@@ -25,9 +25,13 @@ compile_error!(
 );
 
 mod device;
+mod precision;
 
 pub use device::{DEVICE_ENV, Device, FEATURES, FORMS};
-use switchyard_core::{Backend, Batch, Bucket, Caps, Error, Graph, HostTensor, Outputs, Result};
+use precision::Precision;
+use switchyard_core::{
+    Backend, Batch, Bucket, Caps, DType, Error, Graph, HostTensor, Outputs, Result,
+};
 
 /// Declares the backends: adding one is one line here (plus its feature in Cargo.toml and its
 /// name in [`Device::compiled`]). `$make` builds the backend from the device, or says why not.
@@ -85,6 +89,21 @@ macro_rules! backends {
                     $(
                         #[cfg(feature = $feature)]
                         Dispatch::$variant { device, .. } => device,
+                    )*
+                }
+            }
+
+            /// This backend computing in `dtype` (weights stored in it, activations following):
+            /// [`Error::Unsupported`] where the device or backend cannot (see
+            /// [`Caps::float_dtypes`]).
+            pub fn with_dtype(self, dtype: DType) -> Result<Dispatch> {
+                match self {
+                    $(
+                        #[cfg(feature = $feature)]
+                        Dispatch::$variant { device, backend } => Ok(Dispatch::$variant {
+                            device,
+                            backend: Precision::with_dtype(backend, dtype)?,
+                        }),
                     )*
                 }
             }

@@ -37,6 +37,25 @@ fn dispatch_reports_its_device_and_caps() {
     assert_eq!(d.caps().backend, "flex");
 }
 
+#[cfg(feature = "flex")]
+#[test]
+fn a_compute_dtype_is_chosen_where_the_device_has_it() {
+    use switchyard_core::DType;
+    let d = Dispatch::new(&Device::Flex).unwrap().with_dtype(DType::Bf16).unwrap();
+    assert_eq!((d.device(), d.caps().dtypes), (&Device::Flex, vec![DType::Bf16]));
+}
+
+#[cfg(feature = "capture")]
+#[test]
+fn a_backend_that_computes_in_f32_only_refuses_another_dtype() {
+    use switchyard_core::DType;
+    let capture = || Dispatch::new(&Device::Capture).unwrap();
+    assert!(capture().with_dtype(DType::F32).is_ok());
+    let Err(e) = capture().with_dtype(DType::F16) else { panic!("capture is f32 only") };
+    assert!(matches!(e, Error::Unsupported(_)), "{e}");
+    assert!(e.to_string().contains("capture backend computes in f32 only"), "{e}");
+}
+
 #[cfg(all(feature = "flex", feature = "ndarray"))]
 mod two_devices {
     use super::*;

@@ -24,6 +24,7 @@ pub fn caps() -> Caps {
         kind: DeviceKind::Cpu,
         threads: rayon::current_num_threads(),
         dtypes: vec![DType::F32],
+        float_dtypes: switchyard_burn::float_dtypes::<Flex>(&FlexDevice),
         fixed_shapes: false,
         padded_attention: false,
         unified_memory: true,

@@ -1,4 +1,8 @@
-//! The flex backend passes the shared conformance suite.
+//! The flex backend passes the shared conformance suite, in f32 and in f16 and bf16.
+
+use switchyard_conformance::Options;
+use switchyard_core::testkit::{self, EncoderSpec};
+use switchyard_core::{Backend, BatchBuf, Bucket, Buckets, DType, Executor, LaneId, Outputs};
 
 #[test]
 fn conformance() {
@@ -7,8 +11,69 @@ fn conformance() {
 
 #[test]
 fn caps_report_the_thread_pool() {
-    let caps = switchyard_core::Backend::caps(&switchyard_flex::flex());
+    let caps = switchyard_flex::flex().caps();
     assert_eq!(caps.backend, "flex");
     assert_eq!(caps.threads, rayon::current_num_threads());
     assert!(!caps.padded_attention, "flex runs attention per sequence, unpadded");
+}
+
+/// The suite with weights and activations in `dtype`, at that dtype's tolerance.
+fn conformance_in(dtype: DType) {
+    let opts = Options { dtype, ..Options::default() };
+    switchyard_conformance::suite_with(
+        || switchyard_flex::flex().with_dtype(dtype).expect("flex computes in f16 and bf16"),
+        opts,
+    );
+}
+
+#[test]
+fn conformance_in_f16() {
+    conformance_in(DType::F16);
+}
+
+#[test]
+fn conformance_in_bf16() {
+    conformance_in(DType::Bf16);
+}
+
+#[test]
+fn f16_really_computes_in_f16() {
+    // The suite's f16 tolerance would pass f32 results too: check that f16 rounding shows.
+    let spec = EncoderSpec { vocab: 50, width: 32, heads: 2, ffn: 64, layers: 1, max_pos: 64 };
+    let g = testkit::bert_like(spec);
+    let weights = testkit::random_weights(&g, 1);
+    let buckets = Buckets::single("b", &[Bucket::new(16, 2, 16)]).expect("a valid bucket");
+    let mut batch = BatchBuf::new();
+    batch.push(&[1, 7, 9, 30], None, &[]).expect("a small batch");
+    let run = |be: switchyard_flex::FlexBackend| {
+        let mut ex =
+            Executor::new(be, &weights.tensors(), g.clone(), "b", buckets.clone()).expect("upload");
+        let mut out = Outputs::new();
+        ex.run(LaneId::MAIN, &batch.batch(), &mut out).expect("a run");
+        out.mats()[0].data.clone()
+    };
+    let full = run(switchyard_flex::flex());
+    let half = run(switchyard_flex::flex().with_dtype(DType::F16).expect("flex has f16"));
+    let worst = full.iter().zip(&half).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+    assert!(worst > 1e-5 && worst < 2e-2, "f16 against f32: worst difference {worst}");
+}
+
+#[test]
+fn half_precision_weights_take_half_the_memory() {
+    let spec = EncoderSpec { vocab: 50, width: 32, heads: 2, ffn: 64, layers: 1, max_pos: 64 };
+    let g = testkit::bert_like(spec);
+    let weights = testkit::random_weights(&g, 1);
+    let f32s = switchyard_flex::flex();
+    let f16s = switchyard_flex::flex().with_dtype(DType::F16).expect("flex computes in f16");
+    assert_eq!(f16s.caps().dtypes, [DType::F16]);
+    let full = f32s.weight_bytes(&f32s.upload(&weights.tensors(), &g).expect("upload"));
+    let half = f16s.weight_bytes(&f16s.upload(&weights.tensors(), &g).expect("upload"));
+    assert_eq!(half * 2, full);
+}
+
+#[test]
+fn caps_list_the_float_dtypes_flex_computes_in() {
+    let caps = switchyard_flex::flex().caps();
+    assert_eq!(caps.float_dtypes, [DType::F32, DType::F16, DType::Bf16]);
+    assert_eq!(caps.dtypes, [DType::F32], "f32 until asked otherwise");
 }

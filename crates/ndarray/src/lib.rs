@@ -26,6 +26,7 @@ pub fn caps() -> Caps {
         kind: DeviceKind::Cpu,
         threads: std::thread::available_parallelism().map_or(1, usize::from),
         dtypes: vec![DType::F32],
+        float_dtypes: switchyard_burn::float_dtypes::<NdArray>(&NdArrayDevice::Cpu),
         fixed_shapes: false,
         padded_attention: false,
         unified_memory: true,

@@ -169,6 +169,8 @@ fn caps(name: &str) -> Caps {
         kind: DeviceKind::Remote,
         threads: 1,
         dtypes: vec![DType::F32],
+        // The server does not say what its device supports; f32 always works.
+        float_dtypes: vec![DType::F32],
         fixed_shapes: false,
         padded_attention: false,
         unified_memory: false,

@@ -48,6 +48,9 @@ pub fn caps(cuda: Option<usize>) -> Caps {
         kind: if cuda.is_some() { DeviceKind::Gpu } else { DeviceKind::Cpu },
         threads: usize::try_from(tch::get_num_threads()).unwrap_or(1),
         dtypes: vec![DType::F32],
+        float_dtypes: switchyard_burn::float_dtypes::<LibTorch>(
+            &cuda.map_or(LibTorchDevice::Cpu, LibTorchDevice::Cuda),
+        ),
         fixed_shapes: false,
         padded_attention: false,
         unified_memory: cuda.is_none(),
