@@ -221,6 +221,7 @@ fn gpus() -> Vec<(&'static str, MakeCube, bool)> {
 /// MiniLM shape only, on a real GPU the full batch for the MiniLM and bge-base shapes.
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 fn bench_gpus(reps: usize) {
+    use switchyard_cube::KernelSet;
     let minilm =
         EncoderSpec { vocab: 30522, width: 384, heads: 12, ffn: 1536, layers: 6, max_pos: 512 };
     let bge_base =
@@ -252,15 +253,24 @@ fn bench_gpus(reps: usize) {
             let g = testkit::bert_like(spec);
             let tokens = batch.tokens() as f64;
             let cube = make().expect("it started above");
-            let generic = switchyard_cube::with_kernels(&cube, switchyard_cube::KernelSet::NONE);
-            let gpu = time_plan(cube, &g, &batch, reps);
-            let generic = time_plan(generic, &g, &batch, reps);
-            let flex = time_plan(switchyard_flex::flex(), &g, &batch, reps);
             let label = format!("{what}, {} seqs, {} tokens", batch.seqs(), batch.tokens());
             println!("  {label}");
-            let with = format!("{name}, our kernels");
-            let without = format!("{name}, Burn's ops only");
-            for (who, t) in [(&*with, gpu), (&*without, generic), ("flex (peer)", flex)] {
+            let sets = [
+                ("both of our kernels", KernelSet::ALL),
+                ("our attention only", KernelSet { attention: true, linear: false }),
+                ("our GEMM only", KernelSet { attention: false, linear: true }),
+                ("Burn's ops only", KernelSet::NONE),
+            ];
+            let mut rows: Vec<(String, Duration)> = sets
+                .into_iter()
+                .map(|(what, set)| {
+                    let be = switchyard_cube::with_kernels(&cube, set);
+                    (format!("{name}, {what}"), time_plan(be, &g, &batch, reps))
+                })
+                .collect();
+            let flex = time_plan(switchyard_flex::flex(), &g, &batch, reps);
+            rows.push(("flex (peer)".to_owned(), flex));
+            for (who, t) in rows {
                 println!(
                     "  {:<34} {:>7.1}ms {:>12.0} {:>8.2}",
                     who,

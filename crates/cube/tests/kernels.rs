@@ -180,3 +180,10 @@ fn long_sequences_run_whole() {
     let cube = device(KernelSet::ALL);
     check(cube, &linear(4096, 8, Act::Identity, false, false), &[3], "4096 -> 8");
 }
+
+#[test]
+fn a_new_device_uses_the_kernels_measured_to_win() {
+    let cube = switchyard_cube::wgpu(0).expect("a wgpu adapter");
+    assert_eq!(cube.kernels().set(), KernelSet::MEASURED);
+    assert_eq!(KernelSet::MEASURED, KernelSet { attention: true, linear: false });
+}
