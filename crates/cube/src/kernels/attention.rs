@@ -143,6 +143,13 @@ fn varlen_attention(
     }
 }
 
+/// Whether one launch can cover `batch`: its cubes fit the 65535 per grid dimension that every
+/// runtime allows (wgpu allows no more).
+pub(crate) fn launchable(batch: &Batch<'_>) -> bool {
+    let cubes: usize = (0..batch.seqs()).map(|s| batch.seq(s).len().div_ceil(BLOCK)).sum();
+    cubes <= super::MAX_CUBES
+}
+
 /// The cubes of a launch: for each block of up to [`BLOCK`] query rows, its sequence and its
 /// first row.
 fn blocks(batch: &Batch<'_>) -> (Vec<u32>, Vec<u32>) {
@@ -224,6 +231,18 @@ mod tests {
         for hd in [1, 7, 64, 100, 128, MAX_HEAD_DIM] {
             assert!(tile_keys(hd) * hd <= TILE_FLOATS, "head_dim {hd}");
         }
+    }
+
+    #[test]
+    fn a_batch_needing_more_cubes_than_a_grid_holds_is_not_launched() {
+        let (ids, types) = (vec![0u32; 70_000], vec![0u32; 70_000]);
+        let cu: Vec<u32> = (0..=70_000).collect();
+        let mcu = vec![0u32; cu.len()];
+        let many = Batch { ids: &ids, cu: &cu, types: &types, markers: &[], mcu: &mcu };
+        assert!(!launchable(&many));
+        let cu = [0u32, 70_000];
+        let one = Batch { ids: &ids, cu: &cu, types: &types, markers: &[], mcu: &[0, 0] };
+        assert!(launchable(&one), "2188 blocks");
     }
 
     #[test]

@@ -151,6 +151,11 @@ fn linear_kernel(
     }
 }
 
+/// Whether one launch covers an `[m, n]` output within the 65535 cubes per grid dimension.
+pub(crate) fn launchable(m: usize, n: usize) -> bool {
+    m.div_ceil(BLOCK) <= super::MAX_CUBES && n.div_ceil(BLOCK) <= super::MAX_CUBES
+}
+
 /// `act(x . wt + bias) + residual` on f32 tensors: `x: [m, k]`, `wt: [k, n]`, `bias: [1, n]`,
 /// `residual: [m, n]`.
 pub(crate) fn run(

@@ -6,8 +6,9 @@
 //!   epilogue, where the generic path makes a pass over the output for each.
 //!
 //! They run on f32 tensors of the unfused backend. Anything else (another dtype, a head wider
-//! than [`attention::MAX_HEAD_DIM`], a `fusion` build, whose tensors are fusion handles) goes to
-//! the generic lowering, and [`CubeKernels::launched`] shows which path ran.
+//! than [`attention::MAX_HEAD_DIM`], a batch or output needing more than 65535 cubes along a
+//! grid dimension, a `fusion` build, whose tensors are fusion handles) goes to the generic
+//! lowering, and [`CubeKernels::launched`] shows which path ran.
 
 #[cfg(not(feature = "fusion"))]
 mod attention;
@@ -106,6 +107,7 @@ impl Kernels<burn_cubecl::CubeBackend> for CubeKernels {
                 _,
             ) if self.set.attention
                 && head_dim <= attention::MAX_HEAD_DIM
+                && attention::launchable(cx.batch)
                 && all_f32(&[&q, &k, &v]) =>
             {
                 self.attention.fetch_add(1, Ordering::Relaxed);
@@ -113,6 +115,7 @@ impl Kernels<burn_cubecl::CubeBackend> for CubeKernels {
             }
             (&Op::Linear { act, .. }, [Some(x), residual, None], Bound::Linear { wt, bias })
                 if self.set.linear
+                    && gemm::launchable(dims(&x)[0], dims(wt)[1])
                     && all_f32(&[&x, wt])
                     && bias.iter().chain(&residual).all(|t| all_f32(&[t])) =>
             {
@@ -126,6 +129,10 @@ impl Kernels<burn_cubecl::CubeBackend> for CubeKernels {
 
 #[cfg(not(feature = "fusion"))]
 use burn_cubecl::tensor::CubeTensor;
+
+/// Cubes per grid dimension that every runtime launches (wgpu's limit).
+#[cfg(not(feature = "fusion"))]
+const MAX_CUBES: usize = 65_535;
 
 #[cfg(not(feature = "fusion"))]
 fn all_f32(ts: &[&CubeTensor]) -> bool {
