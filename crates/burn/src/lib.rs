@@ -141,6 +141,12 @@ impl<B: BurnBackend, K: Kernels<B>> Burn<B, K> {
         self.dtype
     }
 
+    /// This backend on the same device and in the same dtype, with `kernels` instead.
+    pub fn with_kernels<K2: Kernels<B>>(&self, kernels: K2) -> Burn<B, K2> {
+        let (device, caps, dtype) = (self.device.clone(), self.caps.clone(), self.dtype);
+        Burn { device, kernels, caps, dtype }
+    }
+
     /// The Burn device.
     pub fn device(&self) -> &B::Device {
         &self.device

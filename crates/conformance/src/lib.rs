@@ -44,6 +44,18 @@ pub const TOLERANCES: [(DType, Tol); 3] = [
     (DType::Bf16, Tol { abs: 5e-2, rel: 5e-2 }),
 ];
 
+/// Every activation, for checks that cover them all.
+pub const ACTS: [Act; 8] = [
+    Act::Identity,
+    Act::Gelu,
+    Act::GeluTanh,
+    Act::Relu,
+    Act::Silu,
+    Act::Tanh,
+    Act::Sigmoid,
+    Act::Log1pRelu,
+];
+
 /// The tolerance for a compute dtype.
 pub fn tolerance(dtype: DType) -> Tol {
     TOLERANCES.iter().find(|(d, _)| *d == dtype).map(|(_, t)| *t).expect("every dtype is listed")

@@ -6,19 +6,9 @@ use switchyard_core::{
     Act, Backend, BatchBuf, Buckets, Graph, GraphBuilder, Op, PoolMode, Shape, Val,
 };
 
-use crate::{Harness, batch, random_lens};
+use crate::{ACTS, Harness, batch, random_lens};
 
 const WIDTHS: [usize; 11] = [1, 3, 7, 8, 16, 17, 33, 64, 100, 255, 300];
-const ACTS: [Act; 8] = [
-    Act::Identity,
-    Act::Gelu,
-    Act::GeluTanh,
-    Act::Relu,
-    Act::Silu,
-    Act::Tanh,
-    Act::Sigmoid,
-    Act::Log1pRelu,
-];
 const VOCAB: usize = 40;
 
 /// A graph reading one or two random `[tokens x w_in]` inputs and computing `y`.

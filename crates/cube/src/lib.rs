@@ -23,11 +23,11 @@ pub type Cube = switchyard_burn::Burn<burn_cubecl::Cube, CubeKernels>;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub use kernels::{CubeKernels, KernelSet, Launched};
 
-/// `cube` on the same device, using the kernels of `set` (with fresh launch counts).
+/// `cube` on the same device and in the same dtype, using the kernels of `set` (with fresh
+/// launch counts).
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub fn with_kernels(cube: &Cube, set: KernelSet) -> Cube {
-    use switchyard_core::Backend;
-    switchyard_burn::Burn::new(cube.device().clone(), CubeKernels::new(set), cube.caps())
+    cube.with_kernels(CubeKernels::new(set))
 }
 
 #[cfg(feature = "cuda")]

@@ -8,7 +8,7 @@
 
 #![cfg(feature = "wgpu")]
 
-use switchyard_conformance::tolerance;
+use switchyard_conformance::{ACTS, tolerance};
 use switchyard_core::testkit::{Rng, push_random_seq, random_weights};
 use switchyard_core::{
     Act, BatchBuf, Buckets, DType, Executor, Graph, GraphBuilder, LaneId, Op, Outputs, Reference,
@@ -121,17 +121,7 @@ fn attention_wider_than_the_kernel_takes_goes_to_the_generic_path() {
 
 #[test]
 fn fused_linear_matches_the_reference_for_every_epilogue() {
-    let acts = [
-        Act::Identity,
-        Act::Gelu,
-        Act::GeluTanh,
-        Act::Relu,
-        Act::Silu,
-        Act::Tanh,
-        Act::Sigmoid,
-        Act::Log1pRelu,
-    ];
-    for (i, act) in acts.into_iter().enumerate() {
+    for (i, act) in ACTS.into_iter().enumerate() {
         for (bias, residual) in [(false, false), (true, false), (false, true), (true, true)] {
             // Widths off the 64-wide blocks and the 16-deep steps, cycling with the case.
             let (k, n) = [(1, 1), (17, 65), (100, 63), (300, 130)][(i + 2 * usize::from(bias)) % 4];
@@ -186,4 +176,16 @@ fn a_new_device_uses_the_kernels_measured_to_win() {
     let cube = switchyard_cube::wgpu(0).expect("a wgpu adapter");
     assert_eq!(cube.kernels().set(), KernelSet::MEASURED);
     assert_eq!(KernelSet::MEASURED, KernelSet { attention: true, linear: false });
+}
+
+#[test]
+fn changing_kernels_keeps_the_compute_dtype() {
+    use switchyard_core::{Backend, DType};
+    let cube = switchyard_cube::wgpu(0).expect("a wgpu adapter");
+    if !cube.caps().float_dtypes.contains(&DType::F16) {
+        return; // an adapter without f16: nothing to keep
+    }
+    let half = cube.with_dtype(DType::F16).expect("a listed dtype");
+    let other = with_kernels(&half, KernelSet::NONE);
+    assert_eq!((other.dtype(), other.caps().dtypes), (DType::F16, vec![DType::F16]));
 }
