@@ -109,6 +109,22 @@ impl Kernels<Flex> for NoWindows {
 }
 
 #[test]
+fn changing_kernels_keeps_the_device_caps_and_compute_dtype() {
+    let caps = Caps { float_dtypes: switchyard_burn::float_dtypes::<Flex>(&FlexDevice), ..caps() };
+    let half =
+        Burn::<Flex, Generic>::new(FlexDevice, Generic, caps).with_dtype(DType::F16).unwrap();
+    let doubled = half.with_kernels(Doubling);
+    assert_eq!((doubled.dtype(), doubled.caps()), (DType::F16, half.caps()));
+    assert_eq!(doubled.caps().dtypes, [DType::F16]);
+    let weights = testkit::random_weights(&one_linear(), SEED);
+    let w = doubled.upload(&weights.tensors(), &one_linear()).unwrap();
+    assert_eq!(
+        doubled.weight_bytes(&w),
+        half.weight_bytes(&half.upload(&weights.tensors(), &one_linear()).unwrap())
+    );
+}
+
+#[test]
 fn a_kernel_can_refuse_an_op_at_lower() {
     let be = Burn::<Flex, _>::new(FlexDevice, NoWindows, caps());
     let bert = testkit::bert_like(EncoderSpec::TINY);

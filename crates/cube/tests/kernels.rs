@@ -177,15 +177,3 @@ fn a_new_device_uses_the_kernels_measured_to_win() {
     assert_eq!(cube.kernels().set(), KernelSet::MEASURED);
     assert_eq!(KernelSet::MEASURED, KernelSet { attention: true, linear: false });
 }
-
-#[test]
-fn changing_kernels_keeps_the_compute_dtype() {
-    use switchyard_core::{Backend, DType};
-    let cube = switchyard_cube::wgpu(0).expect("a wgpu adapter");
-    if !cube.caps().float_dtypes.contains(&DType::F16) {
-        return; // an adapter without f16: nothing to keep
-    }
-    let half = cube.with_dtype(DType::F16).expect("a listed dtype");
-    let other = with_kernels(&half, KernelSet::NONE);
-    assert_eq!((other.dtype(), other.caps().dtypes), (DType::F16, vec![DType::F16]));
-}
