@@ -58,13 +58,26 @@ pub(crate) fn vulkan_ready() -> Ready {
 /// Whether NVIDIA's driver library is installed, which CUDA devices need at run time. (Building
 /// the cuda feature also needs the network: cubecl-cuda's LLVM is downloaded by its build.)
 pub(crate) fn cuda_ready() -> Ready {
+    library_ready("libcuda.so", "no NVIDIA driver (libcuda.so)", "cuda")
+}
+
+/// Whether AMD's HIP runtime is installed, which ROCm devices need at run time. (Building the
+/// rocm feature also needs the network: cubecl-hip's LLVM is downloaded by its build.)
+fn rocm_ready() -> Ready {
+    library_ready("libamdhip64.so", "no HIP runtime (libamdhip64.so)", "rocm")
+}
+
+/// Whether the dynamic loader knows `library`; else why not (`missing`), and that check-gpu
+/// type-checks `feature`.
+fn library_ready(library: &str, missing: &str, feature: &str) -> Ready {
     let listed = Command::new("ldconfig").arg("-p").output().map(|o| o.stdout).unwrap_or_default();
-    if String::from_utf8_lossy(&listed).contains("libcuda.so") {
+    if String::from_utf8_lossy(&listed).contains(library) {
         Ok(Vec::new())
     } else {
-        Err("no NVIDIA driver (libcuda.so) on this machine; `cargo xtask check-gpu` type-checks \
-             the cuda feature offline"
-            .into())
+        Err(format!(
+            "{missing} on this machine; `cargo xtask check-gpu` type-checks the {feature} feature \
+             offline"
+        ))
     }
 }
 
@@ -75,19 +88,26 @@ struct Row {
     run: Run,
 }
 
-const ROWS: [Row; 9] = [
+const ROWS: [Row; 12] = [
     Row { backend: "flex", device: "flex", run: Run::Always },
     Row { backend: "ndarray", device: "ndarray", run: Run::Always },
     Row { backend: "capture", device: "capture", run: Run::Always },
+    // `webgpu` (which implies `wgpu`) adds the `webgpu` device name, whose native refusal the
+    // cube and dispatch tests check, and no Burn feature.
     Row {
         backend: "cube",
         device: "wgpu:0",
-        run: Run::Needs { feature: "switchyard-dispatch/wgpu", ready: vulkan_ready },
+        run: Run::Needs { feature: "switchyard-dispatch/webgpu", ready: vulkan_ready },
     },
     Row {
         backend: "cube",
         device: "cuda:0",
         run: Run::Needs { feature: "switchyard-dispatch/cuda", ready: cuda_ready },
+    },
+    Row {
+        backend: "cube",
+        device: "rocm:0",
+        run: Run::Needs { feature: "switchyard-dispatch/rocm", ready: rocm_ready },
     },
     Row {
         backend: "cube",
@@ -99,8 +119,27 @@ const ROWS: [Row; 9] = [
     },
     Row {
         backend: "cube",
-        device: "rocm, metal, webgpu, cpu",
-        run: Run::Skip("not built yet: switchyard-cube has wgpu, vulkan and cuda in this version"),
+        device: "metal:0",
+        run: Run::Skip(
+            "not run here: Metal is Apple's (macOS); `cargo xtask check-gpu` type-checks the \
+             feature",
+        ),
+    },
+    Row {
+        backend: "cube",
+        device: "webgpu",
+        run: Run::Skip(
+            "not run here: the browser's WebGPU exists in WebAssembly builds only; natively the \
+             same WGSL kernels run as wgpu:N (the wgpu:0 row), and `webgpu` is refused, tested",
+        ),
+    },
+    Row {
+        backend: "cube",
+        device: "cpu",
+        run: Run::Skip(
+            "not built here: CubeCL's CPU runtime compiles kernels through MLIR/LLVM, which its \
+             build downloads; `cargo xtask check-gpu` type-checks the feature",
+        ),
     },
     Row {
         backend: "tch",

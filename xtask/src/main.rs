@@ -21,14 +21,16 @@ tasks:
                LibTorch 2.9.0 for the tch backend, from PyPI wheels, into
                $HOME/.cache/switchyard/libtorch-2.9.0 (or $SWITCHYARD_LIBTORCH); prints the
                environment the tch build and tests need
-  check-gpu    type-checks the cube backend's cuda and vulkan features, which this machine
-               cannot build (cubecl-cuda's build downloads LLVM) or test (llvmpipe crashes on
-               SPIR-V); DOCS_RS=1 makes the LLVM build scripts skip what a check never uses
+  check-gpu    type-checks the cube backend's cuda, rocm, cpu, vulkan and metal features,
+               which this machine cannot build (cubecl-cuda's, cubecl-hip's and cubecl-cpu's
+               builds download LLVM) or test (llvmpipe crashes on SPIR-V; Metal is Apple's);
+               DOCS_RS=1 makes the LLVM build scripts skip what a check never uses
   lint         cargo fmt --check, clippy with warnings denied, and rustdoc with warnings denied
-  bench [N] [--gpu]
+  bench [N] [--gpu] [--gpus-only]
                the benchmarks, in release mode, each beside a peer (N repetitions, default 15);
                --gpu adds the cube backend's devices beside flex (wgpu:0 where a Vulkan driver
-               is installed, cuda:0 where there is an NVIDIA GPU): a long release build
+               is installed, cuda:0 where there is an NVIDIA GPU): a long release build;
+               --gpus-only skips the CPU and remote benchmarks
   help         this text
 ";
 
@@ -78,14 +80,19 @@ fn lint() -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// Type-checks every target with dispatch's cuda and vulkan features, offline: with `DOCS_RS`
-/// set, the build scripts of cubecl-llvm and tracel-llvm-bundler skip the LLVM download and link
-/// that a real build needs, which a check never uses.
+/// The dispatch features `check-gpu` type-checks: the CubeCL runtimes this machine cannot build
+/// (their builds download LLVM) or run.
+const GPU_FEATURES: &str = "switchyard-dispatch/cuda,switchyard-dispatch/rocm,\
+    switchyard-dispatch/cpu,switchyard-dispatch/vulkan,switchyard-dispatch/metal";
+
+/// Type-checks every target with dispatch's cuda, rocm, cpu, vulkan and metal features, offline:
+/// with `DOCS_RS` set, the build scripts of cubecl-llvm and tracel-llvm-bundler skip the LLVM
+/// download and link that a real build needs, which a check never uses.
 fn check_gpu() -> ExitCode {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let status = Command::new(cargo)
         .args(["check", "--workspace", "--all-targets", "--features"])
-        .arg("switchyard-dispatch/cuda,switchyard-dispatch/vulkan")
+        .arg(GPU_FEATURES)
         .env("DOCS_RS", "1")
         .status();
     match status {

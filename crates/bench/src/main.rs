@@ -207,12 +207,15 @@ fn gpus() -> Vec<(&'static str, MakeCube, bool)> {
     #[allow(unused_mut)]
     let mut all: Vec<(&'static str, MakeCube, bool)> = Vec::new();
     #[cfg(feature = "wgpu")]
-    if let Some(a) = switchyard_cube::adapters().first() {
-        all.push(("wgpu:0", || switchyard_cube::wgpu(0), a.kind == "Cpu"));
+    match switchyard_cube::adapters().first() {
+        Some(a) => all.push(("wgpu:0", || switchyard_cube::wgpu(0), a.kind == "Cpu")),
+        None => println!("(wgpu:0 not benchmarked: wgpu finds no adapter on this machine)"),
     }
     #[cfg(feature = "cuda")]
     if switchyard_cube::cuda_devices() > 0 {
         all.push(("cuda:0", || switchyard_cube::cuda(0), false));
+    } else {
+        println!("(cuda:0 not benchmarked: no CUDA device on this machine)");
     }
     all
 }
@@ -221,6 +224,7 @@ fn gpus() -> Vec<(&'static str, MakeCube, bool)> {
 /// MiniLM shape only, on a real GPU the full batch for the MiniLM and bge-base shapes.
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 fn bench_gpus(reps: usize) {
+    use switchyard_core::DType;
     use switchyard_cube::KernelSet;
     let minilm =
         EncoderSpec { vocab: 30522, width: 384, heads: 12, ffn: 1536, layers: 6, max_pos: 512 };
@@ -239,6 +243,7 @@ fn bench_gpus(reps: usize) {
         } else {
             vec![
                 ("MiniLM shape", minilm, ragged(32, 11, 120, minilm.vocab)),
+                ("MiniLM shape", minilm, ragged(256, 11, 120, minilm.vocab)),
                 ("bge-base shape", bge_base, ragged(32, 11, 120, bge_base.vocab)),
             ]
         };
@@ -268,6 +273,20 @@ fn bench_gpus(reps: usize) {
                     (format!("{name}, {what}"), time_plan(be, &g, &batch, reps))
                 })
                 .collect();
+            // Half-precision weights and activations, on a real GPU that has them (our kernels
+            // are f32, so these rows run Burn's ops).
+            for dtype in [DType::F16, DType::Bf16] {
+                if software || !caps.float_dtypes.contains(&dtype) {
+                    continue;
+                }
+                let be = switchyard_cube::with_kernels(&cube, KernelSet::NONE)
+                    .with_dtype(dtype)
+                    .expect("a dtype the caps list");
+                rows.push((
+                    format!("{name}, Burn's ops, {dtype}"),
+                    time_plan(be, &g, &batch, reps),
+                ));
+            }
             let flex = time_plan(switchyard_flex::flex(), &g, &batch, reps);
             rows.push(("flex (peer)".to_owned(), flex));
             for (who, t) in rows {
@@ -366,11 +385,20 @@ fn bench_remote(reps: usize) {
     println!("  ops, dropped `drops` tensors, and answered `reads` reads, each a round trip)");
 }
 
+/// `switchyard-bench [REPS] [--gpus-only]`: every benchmark, or only the GPU devices'.
 fn main() {
-    let reps = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(15);
-    bench_gemm(reps);
-    bench_encoder(reps.div_ceil(3).max(3));
-    bench_remote(reps.div_ceil(3).max(3));
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let gpus_only = args.iter().any(|a| a == "--gpus-only");
+    let reps = args.iter().find_map(|a| a.parse().ok()).unwrap_or(15);
+    if !gpus_only {
+        bench_gemm(reps);
+        bench_encoder(reps.div_ceil(3).max(3));
+        bench_remote(reps.div_ceil(3).max(3));
+    }
     #[cfg(any(feature = "wgpu", feature = "cuda"))]
     bench_gpus(reps.div_ceil(3).max(3));
+    #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+    if gpus_only {
+        println!("(no GPU benchmarks: this build has neither the wgpu nor the cuda feature)");
+    }
 }

@@ -78,8 +78,9 @@ pub enum Ran<B: BurnBackend> {
 ///
 /// Every method has a default, so `impl Kernels<B> for MyKernels {}` is the generic lowering.
 pub trait Kernels<B: BurnBackend>: Send + Sync + 'static {
-    /// Called at lower time for each op: [`Error::Unsupported`] refuses the graph.
-    fn check(&self, _op: &Op, _graph: &Graph, _bucket: Bucket) -> Result<()> {
+    /// Called at lower time for each op, with the dtype the backend computes in:
+    /// [`Error::Unsupported`] refuses the graph.
+    fn check(&self, _op: &Op, _graph: &Graph, _bucket: Bucket, _dtype: DType) -> Result<()> {
         Ok(())
     }
 
@@ -278,7 +279,7 @@ impl<B: BurnBackend, K: Kernels<B>> Backend for Burn<B, K> {
             HashMap::new();
         let mut bound = Vec::with_capacity(graph.ops.len());
         for (i, op) in graph.ops.iter().enumerate() {
-            self.kernels.check(op, graph, bucket).map_err(|e| annotate(e, i, op))?;
+            self.kernels.check(op, graph, bucket, self.dtype).map_err(|e| annotate(e, i, op))?;
             bound.push(match *op {
                 Op::Embed { table, .. }
                 | Op::TypeEmbed { table, .. }

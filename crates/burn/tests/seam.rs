@@ -98,13 +98,41 @@ fn a_kernel_replaces_one_op_and_declines_the_rest() {
 struct NoWindows;
 
 impl Kernels<Flex> for NoWindows {
-    fn check(&self, op: &Op, _: &Graph, _: Bucket) -> Result<()> {
+    fn check(&self, op: &Op, _: &Graph, _: Bucket, _: DType) -> Result<()> {
         match op {
             Op::Attention { window: Some(_), .. } => {
                 Err(Error::Unsupported("sliding windows".into()))
             }
             _ => Ok(()),
         }
+    }
+}
+
+/// Refuses linear layers computed in f16.
+struct NoHalfLinear;
+
+impl Kernels<Flex> for NoHalfLinear {
+    fn check(&self, op: &Op, _: &Graph, _: Bucket, dtype: DType) -> Result<()> {
+        match op {
+            Op::Linear { .. } if dtype == DType::F16 => Err(Error::Unsupported("f16".into())),
+            _ => Ok(()),
+        }
+    }
+}
+
+#[test]
+fn the_check_at_lower_time_sees_the_compute_dtype() {
+    let caps = Caps { float_dtypes: switchyard_burn::float_dtypes::<Flex>(&FlexDevice), ..caps() };
+    let f32 = Burn::<Flex, _>::new(FlexDevice, NoHalfLinear, caps);
+    let weights = testkit::random_weights(&one_linear(), SEED);
+    let bucket = Bucket::new(16, 2, 16);
+    let w = f32.upload(&weights.tensors(), &one_linear()).unwrap();
+    f32.lower(&w, &one_linear(), bucket).expect("f32 is not refused");
+    let f16 = f32.with_dtype(DType::F16).unwrap();
+    let w = f16.upload(&weights.tensors(), &one_linear()).unwrap();
+    match f16.lower(&w, &one_linear(), bucket) {
+        Err(Error::Unsupported(m)) => assert!(m.contains("(Linear): f16"), "{m}"),
+        other => panic!("expected Unsupported, got {:?}", other.map(|_| "a plan")),
     }
 }
 

@@ -384,10 +384,8 @@ fn devices() -> Result<()> {
                     )
                 }
             }
-        } else if switchyard_dispatch::FEATURES.contains(&feature) {
-            format!("not in this build: rebuild with the cargo feature `{feature}`")
         } else {
-            format!("not built yet: this version has no `{feature}` backend")
+            format!("not in this build: rebuild with the cargo feature `{feature}`")
         };
         println!("{name:<18} {status}");
     }

@@ -12,7 +12,7 @@ pub(crate) fn caps(label: &str, device: &cubecl::Device, unified_memory: bool) -
         kind: DeviceKind::Gpu,
         // One stream of kernels; the parallelism is the device's own.
         threads: 1,
-        // Weights are converted to f32 on upload; f16/bf16 storage is not built yet.
+        // f32 until `Burn::with_dtype` picks another of `float_dtypes`.
         dtypes: vec![DType::F32],
         float_dtypes: switchyard_burn::float_dtypes::<burn_cubecl::Cube>(device),
         fixed_shapes: false,

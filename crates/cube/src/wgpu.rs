@@ -118,6 +118,34 @@ pub fn vulkan(index: usize) -> Result<Cube> {
     start::<graphics::Vulkan>(&format!("vulkan:{index}"), adapter)
 }
 
+/// The backend on the `index`-th Metal adapter, with kernels compiled to MSL.
+#[cfg(feature = "metal")]
+pub fn metal(index: usize) -> Result<Cube> {
+    let all = adapters();
+    let adapter = all.iter().filter(|a| a.api == "Metal").nth(index).ok_or_else(|| {
+        Error::Device(format!(
+            "metal:{index}: no such Metal adapter (Metal is Apple's); {}",
+            listed(&all)
+        ))
+    })?;
+    start::<graphics::Metal>(&format!("metal:{index}"), adapter)
+}
+
+/// The backend on the WebGPU adapter, with WGSL kernels: the browser's WebGPU, which wgpu
+/// offers in WebAssembly builds; natively, GPUs are `wgpu:N`.
+#[cfg(feature = "webgpu")]
+pub fn webgpu() -> Result<Cube> {
+    let all = adapters();
+    let adapter = all.iter().find(|a| a.api == "BrowserWebGpu").ok_or_else(|| {
+        Error::Device(format!(
+            "webgpu: no WebGPU adapter (the browser's, in WebAssembly builds; a native build \
+             reaches its GPUs as wgpu:N); {}",
+            listed(&all)
+        ))
+    })?;
+    start::<graphics::WebGpu>("webgpu", adapter)
+}
+
 /// The adapters there are, for an error message.
 fn listed(all: &[Adapter]) -> String {
     if all.is_empty() {
@@ -139,7 +167,8 @@ fn start<G: graphics::GraphicsApi>(label: &str, adapter: &Adapter) -> Result<Cub
     // A panic elsewhere while this was held leaves the list itself intact.
     let mut started = STARTED.lock().unwrap_or_else(|e| e.into_inner());
     if let Some((_, device, caps)) = started.iter().find(|(l, ..)| l == label) {
-        return Ok(Burn::new(device.clone(), crate::CubeKernels::default(), caps.clone()));
+        let kernels = crate::CubeKernels::for_device(device);
+        return Ok(Burn::new(device.clone(), kernels, caps.clone()));
     }
     let fail =
         |e: &dyn std::fmt::Display| Error::Device(format!("{label} ({}): {e}", adapter.name));
@@ -151,7 +180,8 @@ fn start<G: graphics::GraphicsApi>(label: &str, adapter: &Adapter) -> Result<Cub
     let device = cubecl::Device::from(device);
     let caps = crate::caps::caps(label, &device, unified);
     started.push((label.to_owned(), device.clone(), caps.clone()));
-    Ok(Burn::new(device, crate::CubeKernels::default(), caps))
+    let kernels = crate::CubeKernels::for_device(&device);
+    Ok(Burn::new(device, kernels, caps))
 }
 
 /// With the `vulkan` feature, wgpu compiles kernels to SPIR-V on Vulkan adapters, and Mesa's

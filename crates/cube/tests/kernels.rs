@@ -6,41 +6,39 @@
 //!
 //! Tolerance: the suite's f32 bound (2e-5 + 2e-5 |want|), unchanged.
 
-#![cfg(feature = "wgpu")]
+#![cfg(any(feature = "wgpu", feature = "cuda", feature = "rocm", feature = "cpu"))]
 
-use switchyard_conformance::{ACTS, tolerance};
+mod common;
+
+use switchyard_conformance::{ACTS, Tol, tolerance};
 use switchyard_core::testkit::{Rng, push_random_seq, random_weights};
 use switchyard_core::{
-    Act, BatchBuf, Buckets, DType, Executor, Graph, GraphBuilder, LaneId, Op, Outputs, Reference,
-    Shape,
+    Act, BatchBuf, Buckets, DType, Error, Executor, Graph, GraphBuilder, LaneId, Op, Outputs,
+    Reference, Shape,
 };
 use switchyard_cube::{Cube, KernelSet, Launched, with_kernels};
 
 const VOCAB: usize = 50;
 
 fn device(set: KernelSet) -> Cube {
-    with_kernels(&switchyard_cube::wgpu(0).expect("a wgpu adapter"), set)
+    with_kernels(&common::open().expect("the device under test"), set)
 }
 
 /// Runs `graph` on `cube` and on the reference over sequences of `lens`, and checks every
 /// output value within the f32 tolerance.
 fn check(cube: Cube, graph: &Graph, lens: &[usize], what: &str) {
-    let buckets: Buckets = "default 2048 16 2048\n".parse().expect("a valid table");
-    let weights = random_weights(graph, 7);
-    let tensors = weights.tensors();
-    let mut test = Executor::new(cube, &tensors, graph.clone(), "default", buckets.clone())
-        .expect("upload to the cube backend");
-    let mut reference = Executor::new(Reference, &tensors, graph.clone(), "default", buckets)
-        .expect("upload to the reference");
-    let mut r = Rng::new(lens.len() as u64);
-    let mut batch = BatchBuf::new();
-    for &len in lens {
-        push_random_seq(&mut batch, &mut r, len, VOCAB, false);
-    }
-    let (mut got, mut want) = (Outputs::new(), Outputs::new());
-    test.run(LaneId::MAIN, &batch.batch(), &mut got).expect("a run on the cube backend");
-    reference.run(LaneId::MAIN, &batch.batch(), &mut want).expect("a run on the reference");
-    let tol = tolerance(DType::F32);
+    check_within(cube, graph, lens, what, tolerance(DType::F32));
+}
+
+/// The bound Burn's own ops on `cube` meet: f32's, or where they compute f32 products in TF32,
+/// f16's (TF32 keeps f16's 10-bit mantissa, with f32's range and f32 accumulation).
+fn generic_tolerance(cube: &Cube) -> Tol {
+    tolerance(if cube.kernels().tf32() { DType::F16 } else { DType::F32 })
+}
+
+/// [`check`] within `tol`.
+fn check_within(cube: Cube, graph: &Graph, lens: &[usize], what: &str, tol: Tol) {
+    let (got, want) = run_both(cube, graph, lens).expect("a run on the cube backend");
     for (g, w) in got.mats().iter().zip(want.mats()) {
         assert_eq!(g.data.len(), w.data.len(), "{what}");
         for (i, (&a, &b)) in g.data.iter().zip(&w.data).enumerate() {
@@ -53,6 +51,29 @@ fn check(cube: Cube, graph: &Graph, lens: &[usize], what: &str) {
             );
         }
     }
+}
+
+/// The outputs of `graph` over sequences of `lens` on `cube` and on the reference.
+fn run_both(
+    cube: Cube,
+    graph: &Graph,
+    lens: &[usize],
+) -> switchyard_core::Result<(Outputs, Outputs)> {
+    let buckets: Buckets = "default 2048 16 2048\n".parse().expect("a valid table");
+    let weights = random_weights(graph, 7);
+    let tensors = weights.tensors();
+    let mut test = Executor::new(cube, &tensors, graph.clone(), "default", buckets.clone())?;
+    let mut reference = Executor::new(Reference, &tensors, graph.clone(), "default", buckets)
+        .expect("upload to the reference");
+    let mut r = Rng::new(lens.len() as u64);
+    let mut batch = BatchBuf::new();
+    for &len in lens {
+        push_random_seq(&mut batch, &mut r, len, VOCAB, false);
+    }
+    let (mut got, mut want) = (Outputs::new(), Outputs::new());
+    test.run(LaneId::MAIN, &batch.batch(), &mut got)?;
+    reference.run(LaneId::MAIN, &batch.batch(), &mut want).expect("a run on the reference");
+    Ok((got, want))
 }
 
 /// Self-attention over three random token tables (q, k, v).
@@ -115,7 +136,19 @@ fn ragged_attention_matches_the_reference_across_blocks_tiles_and_windows() {
 fn attention_wider_than_the_kernel_takes_goes_to_the_generic_path() {
     let cube = device(KernelSet::ALL);
     let kernels = cube.kernels().clone();
-    check(cube, &attention(1, 136, Some(3)), &[40, 3], "1x136");
+    let wide = attention(1, 136, Some(3));
+    if kernels.tf32() {
+        // Burn's attention here would compute in TF32: refused while the kernel is chosen.
+        let e = run_both(cube, &wide, &[40, 3]).map(|_| ()).expect_err("refused in f32");
+        assert!(matches!(e, Error::Unsupported(_)), "{e}");
+        assert!(e.to_string().contains("heads 136 wide"), "{e}");
+        assert!(e.to_string().contains("TF32"), "{e}");
+        let generic = device(KernelSet::NONE);
+        let tol = generic_tolerance(&generic);
+        check_within(generic, &wide, &[40, 3], "1x136, Burn's attention", tol);
+    } else {
+        check(cube, &wide, &[40, 3], "1x136");
+    }
     assert_eq!(kernels.launched().attention, 0);
 }
 
@@ -151,7 +184,8 @@ fn with_no_kernels_every_op_runs_the_generic_lowering() {
     for (graph, lens, what) in cases {
         let cube = device(KernelSet::NONE);
         let kernels = cube.kernels().clone();
-        check(cube, &graph, lens, what);
+        let tol = generic_tolerance(&cube);
+        check_within(cube, &graph, lens, what, tol);
         assert_eq!(kernels.launched(), Launched::default(), "{what}");
     }
 }
@@ -172,8 +206,21 @@ fn long_sequences_run_whole() {
 }
 
 #[test]
-fn a_new_device_uses_the_kernels_measured_to_win() {
-    let cube = switchyard_cube::wgpu(0).expect("a wgpu adapter");
-    assert_eq!(cube.kernels().set(), KernelSet::MEASURED);
+fn a_new_device_uses_the_kernels_measured_to_win_or_those_that_keep_f32_exact() {
+    let cube = common::open().expect("the device under test");
+    let kernels = cube.kernels();
+    let want = if kernels.tf32() { KernelSet::ALL } else { KernelSet::MEASURED };
+    assert_eq!(kernels.set(), want, "TF32 in Burn's ops: {}", kernels.tf32());
     assert_eq!(KernelSet::MEASURED, KernelSet { attention: true, linear: false });
+    // Choosing other kernels keeps what the device is.
+    assert_eq!(with_kernels(&cube, KernelSet::NONE).kernels().tf32(), kernels.tf32());
+}
+
+#[cfg(feature = "wgpu")]
+#[test]
+fn a_software_adapter_computes_f32_products_in_f32() {
+    let adapter = switchyard_cube::adapters().into_iter().next().expect("a wgpu adapter");
+    if adapter.kind == "Cpu" && common::name() == "wgpu:0" {
+        assert!(!common::open().expect("the device under test").kernels().tf32());
+    }
 }

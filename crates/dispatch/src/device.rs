@@ -48,10 +48,6 @@ pub enum Device {
     Capture,
 }
 
-/// The cargo features of switchyard-dispatch that exist in this version, each adding a backend.
-pub const FEATURES: [&str; 8] =
-    ["flex", "ndarray", "capture", "tch", "wgpu", "vulkan", "cuda", "remote"];
-
 impl Device {
     /// The cargo feature that compiles this device's backend in.
     pub fn feature(&self) -> &'static str {
@@ -80,7 +76,11 @@ impl Device {
             ("tch", cfg!(feature = "tch")),
             ("wgpu", cfg!(feature = "wgpu")),
             ("vulkan", cfg!(feature = "vulkan")),
+            ("metal", cfg!(feature = "metal")),
+            ("webgpu", cfg!(feature = "webgpu")),
             ("cuda", cfg!(feature = "cuda")),
+            ("rocm", cfg!(feature = "rocm")),
+            ("cpu", cfg!(feature = "cpu")),
             ("remote", cfg!(feature = "remote")),
         ];
         compiled.iter().any(|&(feature, on)| on && feature == self.feature())
@@ -97,14 +97,21 @@ impl Device {
             // One enumeration serves both names of an adapter.
             let adapters = switchyard_cube::adapters();
             all.extend(adapters.iter().map(|a| Device::Wgpu(a.index as u32)));
+            let on = |api: &str| adapters.iter().filter(|a| a.api == api).count() as u32;
             #[cfg(feature = "vulkan")]
-            all.extend(
-                (0..adapters.iter().filter(|a| a.api == "Vulkan").count())
-                    .map(|i| Device::Vulkan(i as u32)),
-            );
+            all.extend((0..on("Vulkan")).map(Device::Vulkan));
+            #[cfg(feature = "metal")]
+            all.extend((0..on("Metal")).map(Device::Metal));
+            #[cfg(feature = "webgpu")]
+            all.extend((on("BrowserWebGpu") > 0).then_some(Device::WebGpu));
+            let _ = on;
         }
         #[cfg(feature = "cuda")]
         all.extend((0..switchyard_cube::cuda_devices()).map(|i| Device::Cuda(i as u32)));
+        #[cfg(feature = "rocm")]
+        all.extend((0..switchyard_cube::rocm_devices()).map(|i| Device::Rocm(i as u32)));
+        #[cfg(feature = "cpu")]
+        all.push(Device::Cpu);
         all.into_iter().filter(Device::compiled).collect()
     }
 
@@ -132,17 +139,10 @@ impl Device {
         let available: Vec<String> = Device::available().iter().map(Device::to_string).collect();
         let available = if available.is_empty() { "none".to_owned() } else { available.join(", ") };
         let feature = self.feature();
-        Err(Error::Device(if FEATURES.contains(&feature) {
-            format!(
-                "device `{self}` is not compiled into this build; rebuild with the cargo feature \
-                 `{feature}` (of switchyard-dispatch, or switchyard's CLI). Available here: {available}"
-            )
-        } else {
-            format!(
-                "device `{self}` needs the `{feature}` backend, which this version of Switchyard \
-                 does not have yet. Available here: {available}"
-            )
-        }))
+        Err(Error::Device(format!(
+            "device `{self}` is not compiled into this build; rebuild with the cargo feature \
+             `{feature}` (of switchyard-dispatch, or switchyard's CLI). Available here: {available}"
+        )))
     }
 }
 
@@ -268,10 +268,24 @@ mod tests {
     }
 
     #[test]
+    fn every_device_names_a_cargo_feature_of_this_crate() {
+        let manifest = include_str!("../Cargo.toml");
+        for d in ["flex", "ndarray", "cpu", "cuda", "rocm", "vulkan", "wgpu", "metal", "webgpu"]
+            .iter()
+            .chain(&["tch:cpu", "remote:h:1", "capture"])
+        {
+            let feature = d.parse::<Device>().unwrap().feature();
+            assert!(manifest.contains(&format!("\n{feature} = [")), "`{d}`: no feature {feature}");
+        }
+    }
+
+    #[test]
     fn devices_not_compiled_name_the_feature() {
-        let e = Device::Metal(1).check_compiled().unwrap_err().to_string();
-        assert!(e.contains("`metal:1` needs the `metal` backend"), "{e}");
-        assert!(e.contains("Available here:"), "{e}");
+        if !cfg!(feature = "metal") {
+            let e = Device::Metal(1).check_compiled().unwrap_err().to_string();
+            assert!(e.contains("rebuild with the cargo feature `metal`"), "{e}");
+            assert!(e.contains("Available here:"), "{e}");
+        }
         if !cfg!(feature = "ndarray") {
             let e = Device::NdArray.check_compiled().unwrap_err().to_string();
             assert!(e.contains("rebuild with the cargo feature `ndarray`"), "{e}");

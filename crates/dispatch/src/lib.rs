@@ -3,7 +3,8 @@
 //!
 //! [`Device`] names a device (`flex`, `cuda:1`, `remote:HOST:PORT`, ...). [`Dispatch`] is an enum
 //! with one variant per backend compiled in (cargo features `flex` (default), `ndarray`,
-//! `capture`, `tch`, `wgpu`, `vulkan`, `cuda`, `remote`); it implements [`Backend`] with enums of weights
+//! `capture`, `tch`, `wgpu`, `vulkan`, `metal`, `webgpu`, `cuda`, `rocm`, `cpu`, `remote`); it
+//! implements [`Backend`] with enums of weights
 //! and plans that remember their device, so one process can hold models on several devices and
 //! every call goes to the backend that owns its weights and plan. Handing weights or a plan to
 //! another device is an error naming both, never a silent copy; asking for a device this build
@@ -17,17 +18,19 @@
     feature = "tch",
     feature = "wgpu",
     feature = "cuda",
+    feature = "rocm",
+    feature = "cpu",
     feature = "remote"
 )))]
 compile_error!(
     "switchyard-dispatch needs at least one backend feature: flex, ndarray, capture, tch, wgpu, \
-     vulkan, cuda or remote"
+     vulkan, metal, webgpu, cuda, rocm, cpu or remote"
 );
 
 mod device;
 mod precision;
 
-pub use device::{DEVICE_ENV, Device, FEATURES, FORMS};
+pub use device::{DEVICE_ENV, Device, FORMS};
 use precision::Precision;
 use switchyard_core::{
     Backend, Batch, Bucket, Caps, DType, Error, Graph, HostTensor, Outputs, Result,
@@ -215,7 +218,11 @@ backends! {
     "tch" => Tch(switchyard_tch::TchBackend) for Device::TchCpu | Device::TchCuda(_) => tch;
     "wgpu" => Wgpu(switchyard_cube::Cube) for Device::Wgpu(_) => cube;
     "vulkan" => Vulkan(switchyard_cube::Cube) for Device::Vulkan(_) => cube;
+    "metal" => Metal(switchyard_cube::Cube) for Device::Metal(_) => cube;
+    "webgpu" => WebGpu(switchyard_cube::Cube) for Device::WebGpu => cube;
     "cuda" => Cuda(switchyard_cube::Cube) for Device::Cuda(_) => cube;
+    "rocm" => Rocm(switchyard_cube::Cube) for Device::Rocm(_) => cube;
+    "cpu" => Cpu(switchyard_cube::Cube) for Device::Cpu => cube;
     "remote" => Remote(switchyard_remote::Remote) for Device::Remote { .. } => remote;
 }
 
@@ -236,45 +243,48 @@ fn remote(device: &Device) -> Result<switchyard_remote::Remote> {
 /// with an IR: flex, ndarray and the CubeCL devices; not tch, capture or another remote).
 #[cfg(feature = "remote")]
 pub fn server(device: &Device, token: Option<&str>) -> Result<Box<dyn switchyard_remote::Serve>> {
-    #[allow(unreachable_patterns)]
-    match Dispatch::new(device)? {
-        #[cfg(feature = "flex")]
-        Dispatch::Flex { backend, .. } => {
-            Ok(Box::new(switchyard_remote::Server::of(&backend, token)))
-        }
-        #[cfg(feature = "ndarray")]
-        Dispatch::NdArray { backend, .. } => {
-            Ok(Box::new(switchyard_remote::Server::of(&backend, token)))
-        }
-        #[cfg(feature = "wgpu")]
-        Dispatch::Wgpu { backend, .. } => {
-            Ok(Box::new(switchyard_remote::Server::of(&backend, token)))
-        }
-        #[cfg(feature = "vulkan")]
-        Dispatch::Vulkan { backend, .. } => {
-            Ok(Box::new(switchyard_remote::Server::of(&backend, token)))
-        }
-        #[cfg(feature = "cuda")]
-        Dispatch::Cuda { backend, .. } => {
-            Ok(Box::new(switchyard_remote::Server::of(&backend, token)))
-        }
-        _ => Err(Error::Unsupported(format!(
-            "`{device}` cannot be served: burn-remote hosts Burn backends with an IR (flex, \
-             ndarray, wgpu:N, vulkan:N, cuda:N), not tch, capture or another remote device"
-        ))),
+    /// One arm per hostable backend of this build; each backend is a different type.
+    macro_rules! serve {
+        ($($feature:literal => $variant:ident),*) => {
+            #[allow(unreachable_patterns)]
+            match Dispatch::new(device)? {
+                $(
+                    #[cfg(feature = $feature)]
+                    Dispatch::$variant { backend, .. } => {
+                        Ok(Box::new(switchyard_remote::Server::of(&backend, token)))
+                    }
+                )*
+                _ => Err(Error::Unsupported(format!(
+                    "`{device}` cannot be served: burn-remote hosts Burn backends with an IR \
+                     (flex, ndarray and the CubeCL devices), not tch, capture or another remote \
+                     device"
+                ))),
+            }
+        };
     }
+    serve!("flex" => Flex, "ndarray" => NdArray, "wgpu" => Wgpu, "vulkan" => Vulkan,
+        "metal" => Metal, "webgpu" => WebGpu, "cuda" => Cuda, "rocm" => Rocm, "cpu" => Cpu)
 }
 
-/// The cube backend on a CubeCL device (`wgpu:N`, `vulkan:N`, `cuda:N`).
-#[cfg(any(feature = "wgpu", feature = "cuda"))]
+/// The cube backend on a CubeCL device (`wgpu:N`, `vulkan:N`, `metal:N`, `webgpu`, `cuda:N`,
+/// `rocm:N`, `cpu`).
+#[cfg(any(feature = "wgpu", feature = "cuda", feature = "rocm", feature = "cpu"))]
 fn cube(device: &Device) -> Result<switchyard_cube::Cube> {
     match *device {
         #[cfg(feature = "wgpu")]
         Device::Wgpu(i) => switchyard_cube::wgpu(i as usize),
         #[cfg(feature = "vulkan")]
         Device::Vulkan(i) => switchyard_cube::vulkan(i as usize),
+        #[cfg(feature = "metal")]
+        Device::Metal(i) => switchyard_cube::metal(i as usize),
+        #[cfg(feature = "webgpu")]
+        Device::WebGpu => switchyard_cube::webgpu(),
         #[cfg(feature = "cuda")]
         Device::Cuda(i) => switchyard_cube::cuda(i as usize),
+        #[cfg(feature = "rocm")]
+        Device::Rocm(i) => switchyard_cube::rocm(i as usize),
+        #[cfg(feature = "cpu")]
+        Device::Cpu => switchyard_cube::cpu(),
         _ => Err(Error::Device(format!("device `{device}` is not a CubeCL device of this build"))),
     }
 }

@@ -1,7 +1,6 @@
 //! Several devices in one process, each call routed to the backend that owns its data.
 
-use switchyard_core::testkit::{self, EncoderSpec};
-use switchyard_core::{Backend, BatchBuf, Bucket, Buckets, Error, Executor, LaneId, Outputs};
+use switchyard_core::{Backend, Error};
 use switchyard_dispatch::{Device, Dispatch};
 
 #[test]
@@ -17,6 +16,14 @@ fn a_cuda_device_this_machine_lacks_is_an_error_not_a_fallback() {
     let e = Dispatch::new(&Device::Cuda(99)).unwrap_err();
     assert!(matches!(e, Error::Device(_)), "{e}");
     assert!(e.to_string().contains("cuda:99") && e.to_string().contains("libcuda"), "{e}");
+}
+
+#[cfg(feature = "webgpu")]
+#[test]
+fn webgpu_in_a_native_build_is_an_error_not_a_fallback() {
+    let e = Dispatch::new(&Device::WebGpu).unwrap_err();
+    assert!(matches!(e, Error::Device(_)), "{e}");
+    assert!(e.to_string().contains("no WebGPU adapter"), "{e}");
 }
 
 #[cfg(all(feature = "remote", feature = "capture"))]
@@ -58,6 +65,9 @@ fn a_backend_that_computes_in_f32_only_refuses_another_dtype() {
 
 #[cfg(all(feature = "flex", feature = "ndarray"))]
 mod two_devices {
+    use switchyard_core::testkit::{self, EncoderSpec};
+    use switchyard_core::{BatchBuf, Bucket, Buckets, Executor, LaneId, Outputs};
+
     use super::*;
 
     fn sample() -> BatchBuf {

@@ -14,7 +14,7 @@
 
 use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
-use switchyard_core::Batch;
+use switchyard_core::{Batch, Bucket};
 
 /// Query rows per cube (units per cube).
 pub(crate) const BLOCK: usize = 32;
@@ -148,6 +148,12 @@ fn varlen_attention(
 pub(crate) fn launchable(batch: &Batch<'_>) -> bool {
     let cubes: usize = (0..batch.seqs()).map(|s| batch.seq(s).len().div_ceil(BLOCK)).sum();
     cubes <= super::MAX_CUBES
+}
+
+/// Whether one launch can cover every batch that fits `bucket`: at most one partial block per
+/// sequence beyond the full ones.
+pub(crate) fn launchable_for(bucket: Bucket) -> bool {
+    bucket.tokens / BLOCK + bucket.seqs <= super::MAX_CUBES
 }
 
 /// The cubes of a launch: for each block of up to [`BLOCK`] query rows, its sequence and its

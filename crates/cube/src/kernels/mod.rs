@@ -9,6 +9,12 @@
 //! than [`attention::MAX_HEAD_DIM`], a batch or output needing more than 65535 cubes along a
 //! grid dimension, a `fusion` build, whose tensors are fusion handles) goes to the generic
 //! lowering, and [`CubeKernels::launched`] shows which path ran.
+//!
+//! On a device with TF32 tensor cores (an NVIDIA GPU since Ampere), Burn's matmul and attention
+//! compute f32 products in TF32, 10 bits of mantissa: on an H200 that put whole encoders 1e-4
+//! off the f64 reference, where f32 is 1e-6 off. There both kernels are on by default, so f32
+//! means f32, and a plan the kernels could not run whole is refused at lower time rather than
+//! run in TF32. A kernel set chosen without them (`with_kernels`) runs Burn's TF32 ops.
 
 #[cfg(not(feature = "fusion"))]
 mod attention;
@@ -22,7 +28,7 @@ use switchyard_burn::Kernels;
 #[cfg(not(feature = "fusion"))]
 use switchyard_burn::{Bound, Inputs, Ran, RunCx};
 #[cfg(not(feature = "fusion"))]
-use switchyard_core::Op;
+use switchyard_core::{Bucket, DType, Error, Graph, Op, Result};
 
 /// Which of the crate's own kernels a backend uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,11 +44,16 @@ impl KernelSet {
     pub const ALL: KernelSet = KernelSet { attention: true, linear: true };
     /// None: Burn's generic lowering for every op.
     pub const NONE: KernelSet = KernelSet { attention: false, linear: false };
-    /// The kernels measured to win, the default: ragged attention only. On the one device
-    /// measured (llvmpipe, `cargo xtask bench --gpu`), it made the MiniLM-shaped encoder 1.2x
-    /// faster, while the fused GEMM made it 2x slower than Burn's tuned matmul; the GEMM stays
-    /// opt-in until a GPU measures otherwise.
+    /// The kernels measured to win where Burn's ops compute f32 exactly, the default there:
+    /// ragged attention only. On llvmpipe (`cargo xtask bench --gpu`) it made the MiniLM-shaped
+    /// encoder 1.2x faster, while the fused GEMM made it 2x slower than Burn's tuned matmul.
     pub const MEASURED: KernelSet = KernelSet { attention: true, linear: false };
+
+    /// The default on a device: [`KernelSet::ALL`] where Burn's ops would compute f32 products
+    /// in TF32 (`tf32`), else [`KernelSet::MEASURED`].
+    pub fn default_for(tf32: bool) -> KernelSet {
+        if tf32 { KernelSet::ALL } else { KernelSet::MEASURED }
+    }
 }
 
 impl Default for KernelSet {
@@ -60,23 +71,43 @@ pub struct Launched {
     pub linear: usize,
 }
 
-/// The cube backend's kernels: the chosen [`KernelSet`], and counts of what they ran.
+/// The cube backend's kernels: the chosen [`KernelSet`], whether the device's Burn ops compute
+/// f32 products in TF32, and counts of what the kernels ran.
 #[derive(Clone, Debug, Default)]
 pub struct CubeKernels {
     set: KernelSet,
+    tf32: bool,
     attention: Arc<AtomicUsize>,
     linear: Arc<AtomicUsize>,
 }
 
 impl CubeKernels {
-    /// Kernels using `set`.
+    /// Kernels using `set`, on a device whose Burn ops compute f32 exactly.
     pub fn new(set: KernelSet) -> Self {
         CubeKernels { set, ..CubeKernels::default() }
+    }
+
+    /// The default kernels for `device`, knowing whether its Burn ops would use TF32.
+    pub(crate) fn for_device(device: &cubecl::Device) -> Self {
+        use cubecl::prelude::Scalar;
+        let tf32 = device.client().properties().supports_type(cubecl::tf32::elem_type_native());
+        CubeKernels { set: KernelSet::default_for(tf32), tf32, ..CubeKernels::default() }
+    }
+
+    /// The same device's kernels using `set` instead, with fresh counts.
+    pub fn with_set(&self, set: KernelSet) -> Self {
+        CubeKernels { set, tf32: self.tf32, ..CubeKernels::default() }
     }
 
     /// The kernels in use.
     pub fn set(&self) -> KernelSet {
         self.set
+    }
+
+    /// Whether Burn's matmul and attention on this device compute f32 products in TF32
+    /// (tensor cores), so that only this crate's kernels compute them in f32.
+    pub fn tf32(&self) -> bool {
+        self.tf32
     }
 
     /// How many ops the crate's kernels have run (clones share the counts).
@@ -93,6 +124,43 @@ impl Kernels<burn_cubecl::Cube> for CubeKernels {}
 
 #[cfg(not(feature = "fusion"))]
 impl Kernels<burn_cubecl::CubeBackend> for CubeKernels {
+    /// Where Burn's ops would compute f32 products in TF32, refuses an op that one of the chosen
+    /// kernels should run in f32 but could not run for every batch of `bucket`.
+    fn check(&self, op: &Op, graph: &Graph, bucket: Bucket, dtype: DType) -> Result<()> {
+        if !self.tf32 || dtype != DType::F32 {
+            return Ok(());
+        }
+        let why = match *op {
+            Op::Attention { head_dim, .. } if self.set.attention => {
+                if head_dim > attention::MAX_HEAD_DIM {
+                    format!(
+                        "heads {head_dim} wide (the f32 kernel takes up to {})",
+                        attention::MAX_HEAD_DIM
+                    )
+                } else if !attention::launchable_for(bucket) {
+                    format!(
+                        "a bucket of {} tokens in {} sequences in one launch",
+                        bucket.tokens, bucket.seqs
+                    )
+                } else {
+                    return Ok(());
+                }
+            }
+            Op::Linear { weight, .. } if self.set.linear => {
+                let n = graph.weights[weight.0 as usize].shape[0];
+                if gemm::launchable(bucket.tokens, n) {
+                    return Ok(());
+                }
+                format!("a [{}, {n}] output in one launch", bucket.tokens)
+            }
+            _ => return Ok(()),
+        };
+        Err(Error::Unsupported(format!(
+            "{why}: this device's own ops would compute it in TF32, not f32; \
+             compute in f16 or bf16, or choose kernels without this one"
+        )))
+    }
+
     fn run_op(
         &self,
         op: &Op,
@@ -173,4 +241,67 @@ fn empty_like(like: &CubeTensor) -> CubeTensor {
 #[cfg(not(feature = "fusion"))]
 fn u32s(client: &cubecl::client::Client, values: &[u32]) -> (cubecl::server::Handle, usize) {
     (client.create_from_slice(<u32 as cubecl::CubeElement>::as_bytes(values)), values.len())
+}
+
+#[cfg(all(test, not(feature = "fusion")))]
+mod tests {
+    use switchyard_core::{GraphBuilder, Shape};
+
+    use super::*;
+
+    /// One attention op with heads `head_dim` wide, then a linear layer to `n`.
+    fn graph(head_dim: usize, n: usize) -> Graph {
+        let mut g = GraphBuilder::new();
+        let table = g.weight("x", &[10, head_dim]);
+        let x = g.op(Shape::tokens(head_dim), |out| Op::Embed { table, out });
+        let scale = 1.0;
+        let (heads, window) = (1, None);
+        let a = g.op(Shape::tokens(head_dim), |out| Op::Attention {
+            q: x,
+            k: x,
+            v: x,
+            heads,
+            head_dim,
+            scale,
+            window,
+            out,
+        });
+        let weight = g.weight("w", &[n, head_dim]);
+        let (bias, act, residual) = (None, switchyard_core::Act::Identity, None);
+        let y = g.op(Shape::tokens(n), |out| Op::Linear { x: a, weight, bias, act, residual, out });
+        g.output("y", y);
+        g.finish().expect("a valid graph")
+    }
+
+    /// The first refusal of `graph`'s ops by `k` in `dtype`, if any.
+    fn refusal(k: &CubeKernels, g: &Graph, bucket: Bucket, dtype: DType) -> Option<String> {
+        let backend = |op| Kernels::<burn_cubecl::CubeBackend>::check(k, op, g, bucket, dtype);
+        g.ops.iter().find_map(|op| backend(op).err()).map(|e| e.to_string())
+    }
+
+    #[test]
+    fn with_tf32_in_burns_ops_what_the_kernels_cannot_run_in_f32_is_refused() {
+        let k = CubeKernels { set: KernelSet::ALL, tf32: true, ..CubeKernels::default() };
+        let small = Bucket::new(64, 4, 64);
+        assert_eq!(refusal(&k, &graph(64, 8), small, DType::F32), None);
+        let wide = refusal(&k, &graph(136, 8), small, DType::F32).expect("refused");
+        assert!(wide.contains("heads 136 wide") && wide.contains("TF32"), "{wide}");
+        let huge = Bucket::new(70_000 * 32, 4, 64);
+        let e = refusal(&k, &graph(64, 8), huge, DType::F32).expect("refused");
+        assert!(e.contains("2240000 tokens"), "{e}");
+        let out = refusal(&k, &graph(64, 70_000 * 64), small, DType::F32).expect("refused");
+        assert!(out.contains("[64, 4480000] output"), "{out}");
+    }
+
+    #[test]
+    fn without_tf32_or_in_half_precision_or_with_burns_ops_chosen_nothing_is_refused() {
+        let wide = graph(136, 8);
+        let small = Bucket::new(64, 4, 64);
+        let exact = CubeKernels::new(KernelSet::ALL);
+        assert_eq!(refusal(&exact, &wide, small, DType::F32), None);
+        let k = CubeKernels { set: KernelSet::ALL, tf32: true, ..CubeKernels::default() };
+        assert_eq!(refusal(&k, &wide, small, DType::F16), None);
+        assert_eq!(refusal(&k.with_set(KernelSet::NONE), &wide, small, DType::F32), None);
+        assert!(k.with_set(KernelSet::NONE).tf32(), "the device stays what it is");
+    }
 }
