@@ -9,7 +9,11 @@ pub(crate) fn caps(label: &str, device: &cubecl::Device, unified_memory: bool) -
     Caps {
         backend: "cube".into(),
         device: format!("{label} {}", props.identity.name),
-        kind: DeviceKind::Gpu,
+        kind: if device.runtime() == cubecl::RuntimeId::Cpu {
+            DeviceKind::Cpu
+        } else {
+            DeviceKind::Gpu
+        },
         // One stream of kernels; the parallelism is the device's own.
         threads: 1,
         // f32 until `Burn::with_dtype` picks another of `float_dtypes`.
