@@ -4,151 +4,144 @@
 use std::io::{BufRead, BufReader};
 use std::process::{Command, ExitCode, Stdio};
 
-/// The dispatch features every build of `test-all-backends` compiles in.
-const FEATURES: &str =
-    "switchyard-dispatch/ndarray,switchyard-dispatch/capture,switchyard-dispatch/remote";
-
 /// The environment a row's build and tests need, or why it cannot run here.
-type Ready = Result<Vec<(String, String)>, String>;
+pub(crate) type Ready = Result<Vec<(String, String)>, String>;
 
-/// How a backend's row runs.
+/// How a family's row runs.
 enum Run {
     /// Always: its backend needs nothing beyond the workspace.
     Always,
     /// When `ready` gives the environment its build and tests need (else skipped with the
-    /// reason it gives); its dispatch `feature` then joins the one build every row shares.
-    Needs { feature: &'static str, ready: fn() -> Ready },
+    /// reason it gives); its dispatch feature then joins the one build every row shares.
+    Needs { ready: fn() -> Ready },
+    /// Built (its feature joins the build, so its tests compile and run) when `ready` says the
+    /// build can be, but its device is not run here, for the reason given.
+    BuildOnly { ready: fn() -> Ready, why: &'static str },
     /// Not at all, for this reason.
     Skip(&'static str),
 }
 
-/// LibTorch's environment, if `cargo xtask fetch-libtorch` has assembled it.
-fn libtorch_ready() -> Ready {
-    let dir = crate::libtorch::dir();
-    if crate::libtorch::present(&dir) {
-        Ok(crate::libtorch::env(&dir))
-    } else {
-        Err(format!("LibTorch 2.9.0 is not in {}; run `cargo xtask fetch-libtorch`", dir.display()))
-    }
-}
-
-/// Whether a Vulkan driver is installed (an ICD manifest where the loader looks), so wgpu
-/// finds an adapter; the environment sets `XDG_RUNTIME_DIR`, whose absence makes the loader
-/// print harmless warnings.
-pub(crate) fn vulkan_ready() -> Ready {
-    let manifests = ["/usr/share/vulkan/icd.d", "/etc/vulkan/icd.d"].iter().any(|d| {
-        std::fs::read_dir(d).is_ok_and(|mut e| {
-            e.any(|f| f.is_ok_and(|f| f.path().extension().is_some_and(|x| x == "json")))
-        })
-    });
-    if !manifests {
-        return Err("no Vulkan driver: install one (on Debian, for a software one, the packages \
-                    mesa-vulkan-drivers and libvulkan1)"
-            .into());
-    }
-    let mut env = Vec::new();
-    if std::env::var_os("XDG_RUNTIME_DIR").is_none() {
-        let dir = std::env::temp_dir().join("switchyard-xdg-runtime");
-        let _ = std::fs::create_dir_all(&dir);
-        env.push(("XDG_RUNTIME_DIR".to_owned(), dir.display().to_string()));
-    }
-    Ok(env)
-}
-
-/// Whether NVIDIA's driver library is installed, which CUDA devices need at run time. (Building
-/// the cuda feature also needs the network: cubecl-cuda's LLVM is downloaded by its build.)
-pub(crate) fn cuda_ready() -> Ready {
-    library_ready("libcuda.so", "no NVIDIA driver (libcuda.so)", "cuda")
-}
-
-/// Whether AMD's HIP runtime is installed, which ROCm devices need at run time. (Building the
-/// rocm feature also needs the network: cubecl-hip's LLVM is downloaded by its build.)
-fn rocm_ready() -> Ready {
-    library_ready("libamdhip64.so", "no HIP runtime (libamdhip64.so)", "rocm")
-}
-
-/// Whether the dynamic loader knows `library`; else why not (`missing`), and that check-gpu
-/// type-checks `feature`.
-fn library_ready(library: &str, missing: &str, feature: &str) -> Ready {
-    let listed = Command::new("ldconfig").arg("-p").output().map(|o| o.stdout).unwrap_or_default();
-    if String::from_utf8_lossy(&listed).contains(library) {
-        Ok(Vec::new())
-    } else {
-        Err(format!(
-            "{missing} on this machine; `cargo xtask check-gpu` type-checks the {feature} feature \
-             offline"
-        ))
-    }
-}
-
-/// A backend of the design and whether this workspace can run it here.
+/// A family of devices of the table of backends, and what this task does with it.
 struct Row {
+    /// The backend that runs it (`flex`, `cube`, ...).
     backend: &'static str,
+    /// The device its tests run on (`remote` stands for a flex server the tests start).
     device: &'static str,
+    /// Its cargo feature of switchyard-dispatch.
+    feature: &'static str,
     run: Run,
 }
 
-const ROWS: [Row; 12] = [
-    Row { backend: "flex", device: "flex", run: Run::Always },
-    Row { backend: "ndarray", device: "ndarray", run: Run::Always },
-    Row { backend: "capture", device: "capture", run: Run::Always },
-    // `webgpu` (which implies `wgpu`) adds the `webgpu` device name, whose native refusal the
-    // cube and dispatch tests check, and no Burn feature.
-    Row {
-        backend: "cube",
-        device: "wgpu:0",
-        run: Run::Needs { feature: "switchyard-dispatch/webgpu", ready: vulkan_ready },
-    },
-    Row {
-        backend: "cube",
-        device: "cuda:0",
-        run: Run::Needs { feature: "switchyard-dispatch/cuda", ready: cuda_ready },
-    },
-    Row {
-        backend: "cube",
-        device: "rocm:0",
-        run: Run::Needs { feature: "switchyard-dispatch/rocm", ready: rocm_ready },
-    },
-    Row {
-        backend: "cube",
-        device: "vulkan:0",
-        run: Run::Skip(
-            "not run here: Mesa's llvmpipe, the only Vulkan device without a GPU, crashes on \
-             SPIR-V and is refused; `cargo xtask check-gpu` type-checks the feature",
-        ),
-    },
-    Row {
-        backend: "cube",
-        device: "metal:0",
-        run: Run::Skip(
-            "not run here: Metal is Apple's (macOS); `cargo xtask check-gpu` type-checks the \
-             feature",
-        ),
-    },
-    Row {
-        backend: "cube",
-        device: "webgpu",
-        run: Run::Skip(
-            "not run here: the browser's WebGPU exists in WebAssembly builds only; natively the \
-             same WGSL kernels run as wgpu:N (the wgpu:0 row), and `webgpu` is refused, tested",
-        ),
-    },
-    Row {
-        backend: "cube",
-        device: "cpu",
-        run: Run::Skip(
-            "not built here: CubeCL's CPU runtime compiles kernels through MLIR/LLVM, which its \
-             build downloads; `cargo xtask check-gpu` type-checks the feature",
-        ),
-    },
-    Row {
-        backend: "tch",
-        device: "tch:cpu",
-        run: Run::Needs { feature: "switchyard-dispatch/tch", ready: libtorch_ready },
-    },
-    // `remote`: the tests start a flex server process on loopback and connect to it.
-    Row { backend: "remote", device: "remote", run: Run::Always },
-];
+/// Reads the table of backends (`crates/dispatch/src/backends.rs`, which dispatch reads with a
+/// macro of its own) into [`ROWS`]: per family, its backend, first device, feature and `ci`.
+macro_rules! backends {
+    (
+        $(
+            backend $bname:literal $variant:ident = $ty:ty {
+                $(
+                    $(#[doc = $about:literal])*
+                    $name:literal $form:ident $($module:ident)::+, feature $feature:literal,
+                        ci [$($ci:tt)*] $(, $served:ident)?;
+                )+
+            }
+        )*
+    ) => {
+        /// Every family of the table of backends, in its order.
+        const ROWS: &[Row] = &[
+            $($(
+                Row {
+                    backend: $bname,
+                    device: backends!(@device $form $name),
+                    feature: $feature,
+                    run: backends!(@ci $($ci)*),
+                },
+            )+)*
+        ];
+    };
+    (@device bare $name:literal) => { $name };
+    (@device indexed $name:literal) => { concat!($name, ":0") };
+    (@device server $name:literal) => { $name };
+    (@ci run) => { Run::Always };
+    (@ci run if $probe:ident) => { Run::Needs { ready: probes::$probe } };
+    (@ci build if $probe:ident, skip $why:literal) => {
+        Run::BuildOnly { ready: probes::$probe, why: $why }
+    };
+    (@ci skip $why:literal) => { Run::Skip($why) };
+}
+
+include!("../../crates/dispatch/src/backends.rs");
+
+/// The checks the table's `ci [run if PROBE]` names: whether this machine can build and run a
+/// family, and with what environment.
+pub(crate) mod probes {
+    use std::process::Command;
+
+    use super::Ready;
+
+    /// LibTorch's environment, if `cargo xtask fetch-libtorch` has assembled it.
+    pub(crate) fn libtorch() -> Ready {
+        let dir = crate::libtorch::dir();
+        if crate::libtorch::present(&dir) {
+            Ok(crate::libtorch::env(&dir))
+        } else {
+            Err(format!(
+                "LibTorch 2.9.0 is not in {}; run `cargo xtask fetch-libtorch`",
+                dir.display()
+            ))
+        }
+    }
+
+    /// Whether a Vulkan driver is installed (an ICD manifest where the loader looks), so wgpu
+    /// finds an adapter; the environment sets `XDG_RUNTIME_DIR`, whose absence makes the loader
+    /// print harmless warnings.
+    pub(crate) fn vulkan() -> Ready {
+        let manifests = ["/usr/share/vulkan/icd.d", "/etc/vulkan/icd.d"].iter().any(|d| {
+            std::fs::read_dir(d).is_ok_and(|mut e| {
+                e.any(|f| f.is_ok_and(|f| f.path().extension().is_some_and(|x| x == "json")))
+            })
+        });
+        if !manifests {
+            return Err("no Vulkan driver: install one (on Debian, for a software one, the \
+                        packages mesa-vulkan-drivers and libvulkan1)"
+                .into());
+        }
+        let mut env = Vec::new();
+        if std::env::var_os("XDG_RUNTIME_DIR").is_none() {
+            let dir = std::env::temp_dir().join("switchyard-xdg-runtime");
+            let _ = std::fs::create_dir_all(&dir);
+            env.push(("XDG_RUNTIME_DIR".to_owned(), dir.display().to_string()));
+        }
+        Ok(env)
+    }
+
+    /// Whether NVIDIA's driver library is installed, which CUDA devices need at run time.
+    /// (Building the cuda feature also needs the network: cubecl-cuda's LLVM is downloaded by
+    /// its build.)
+    pub(crate) fn cuda_driver() -> Ready {
+        library("libcuda.so", "no NVIDIA driver (libcuda.so)", "cuda")
+    }
+
+    /// Whether AMD's HIP runtime is installed, which ROCm devices need at run time. (Building
+    /// the rocm feature also needs the network: cubecl-hip's LLVM is downloaded by its build.)
+    pub(crate) fn hip_runtime() -> Ready {
+        library("libamdhip64.so", "no HIP runtime (libamdhip64.so)", "rocm")
+    }
+
+    /// Whether the dynamic loader knows `library`; else why not (`missing`), and that check-gpu
+    /// type-checks `feature`.
+    fn library(library: &str, missing: &str, feature: &str) -> Ready {
+        let listed =
+            Command::new("ldconfig").arg("-p").output().map(|o| o.stdout).unwrap_or_default();
+        if String::from_utf8_lossy(&listed).contains(library) {
+            Ok(Vec::new())
+        } else {
+            Err(format!(
+                "{missing} on this machine; `cargo xtask check-gpu` type-checks the {feature} \
+                 feature offline"
+            ))
+        }
+    }
+}
 
 /// The one build every row shares: the dispatch features and the environment of each row that
 /// can run here, and why each other row cannot. One build, because the GPU features change
@@ -160,21 +153,32 @@ struct Build {
 }
 
 impl Build {
-    /// Asks each row whether it can run here.
+    /// Asks each row whether it can be built and run here.
     fn plan() -> Build {
-        let mut b = Build { features: FEATURES.to_owned(), env: Vec::new(), skipped: Vec::new() };
+        let mut b = Build { features: String::new(), env: Vec::new(), skipped: Vec::new() };
         for (i, row) in ROWS.iter().enumerate() {
-            match row.run {
-                Run::Always => {}
-                Run::Skip(why) => b.skipped.push((i, why.to_owned())),
-                Run::Needs { feature, ready } => match ready() {
-                    Ok(env) => {
-                        b.features.push(',');
-                        b.features.push_str(feature);
-                        b.env.extend(env);
+            let built = match row.run {
+                Run::Always => Ok(Vec::new()),
+                Run::Skip(why) => Err(why.to_owned()),
+                Run::Needs { ready } => ready(),
+                Run::BuildOnly { ready, why } => {
+                    b.skipped.push((i, why.to_owned()));
+                    ready().map_err(|_| String::new())
+                }
+            };
+            match built {
+                Ok(env) => {
+                    let feature = format!("switchyard-dispatch/{}", row.feature);
+                    if !b.features.split(',').any(|f| f == feature) {
+                        if !b.features.is_empty() {
+                            b.features.push(',');
+                        }
+                        b.features.push_str(&feature);
                     }
-                    Err(why) => b.skipped.push((i, why)),
-                },
+                    b.env.extend(env);
+                }
+                Err(why) if !why.is_empty() => b.skipped.push((i, why)),
+                Err(_) => {}
             }
         }
         b
@@ -184,27 +188,29 @@ impl Build {
         self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
     }
 
-    /// Runs `cargo test --workspace` with this build's features, then `filters` (none: every test).
-    fn test(&self, extra_env: &[(&str, &str)], filters: &[&str]) -> (bool, Counts) {
+    /// Runs `cargo test --workspace` with this build's features and then `more` arguments
+    /// (none: every test).
+    fn test(&self, extra_env: &[(&str, &str)], more: &[&str]) -> (bool, Counts) {
         let mut env = self.env();
         env.extend_from_slice(extra_env);
         // No fail-fast: one failing test binary must not hide the others' results.
         let mut args =
             vec!["test", "--workspace", "--no-fail-fast", "--features", self.features.as_str()];
-        if !filters.is_empty() {
-            args.push("--");
-            args.extend_from_slice(filters);
-        }
+        args.extend_from_slice(more);
         cargo_test(&args, &env)
     }
 
-    /// Runs dispatch's two per-device tests on `device`, with exactly the workspace run's cargo
-    /// arguments otherwise so nothing rebuilds (any other selection of packages or targets may
-    /// resolve features differently).
+    /// Runs dispatch's per-device tests on `device`: the workspace run's cargo arguments, so
+    /// nothing rebuilds (another selection of packages may resolve features differently), with
+    /// only the integration tests selected, since the filters would reach the examples, which
+    /// run as programs, as arguments.
     fn device_tests(&self, device: &str) -> (bool, Counts) {
         self.test(
             &[("SWITCHYARD_CONFORMANCE_DEVICE", device)],
             &[
+                "--test",
+                "*",
+                "--",
                 "conformance_through_dispatch",
                 "minilm_matches_sentence_transformers_on_each_device",
             ],
@@ -301,9 +307,9 @@ pub fn test_all() -> ExitCode {
                 (false, _) => format!("FAILED ({} failed)", c.failed.max(1)),
             }
         };
-        let shown = match row.device {
+        let shown = match row.backend {
             "remote" => "remote:127.0.0.1:PORT (flex, started by the test)",
-            d => d,
+            _ => row.device,
         };
         table.push((row.backend, shown, result));
     }
@@ -330,6 +336,17 @@ pub fn test_all() -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_table_of_backends_gives_one_row_per_family() {
+        assert!(ROWS.iter().any(|r| r.device == "flex" && matches!(r.run, Run::Always)));
+        assert!(ROWS.iter().any(|r| r.device == "wgpu:0" && matches!(r.run, Run::Needs { .. })));
+        assert!(ROWS.iter().any(|r| r.backend == "remote" && r.device == "remote"));
+        let mut devices: Vec<&str> = ROWS.iter().map(|r| r.device).collect();
+        devices.sort_unstable();
+        devices.dedup();
+        assert_eq!(devices.len(), ROWS.len(), "one row per family");
+    }
 
     #[test]
     fn parses_cargo_test_summaries() {

@@ -83,7 +83,7 @@ fn lint() -> ExitCode {
 /// The dispatch features `check-gpu` type-checks: the CubeCL runtimes this machine cannot build
 /// (their builds download LLVM) or run.
 const GPU_FEATURES: &str = "switchyard-dispatch/cuda,switchyard-dispatch/rocm,\
-    switchyard-dispatch/cpu,switchyard-dispatch/vulkan,switchyard-dispatch/metal";
+    switchyard-dispatch/cubecl-cpu,switchyard-dispatch/vulkan,switchyard-dispatch/metal";
 
 /// Type-checks every target with dispatch's cuda, rocm, cpu, vulkan and metal features, offline:
 /// with `DOCS_RS` set, the build scripts of cubecl-llvm and tracel-llvm-bundler skip the LLVM
@@ -117,11 +117,11 @@ fn bench(args: Vec<String>) -> ExitCode {
     cmd.args(["run", "--release", "--quiet", "--package", "switchyard-bench"]);
     if gpu {
         let mut features = Vec::new();
-        match backends::cuda_ready() {
+        match backends::probes::cuda_driver() {
             Ok(_) => features.push("cuda"),
             Err(why) => eprintln!("xtask bench: no cuda: {why}"),
         }
-        match backends::vulkan_ready() {
+        match backends::probes::vulkan() {
             Ok(env) => {
                 features.push("wgpu");
                 cmd.envs(env);

@@ -14,6 +14,13 @@ use switchyard_core::{
     Act, Backend, BatchBuf, Bucket, Buckets, Executor, Graph, GraphBuilder, LaneId, Op, Outputs,
     Shape,
 };
+use switchyard_dispatch::{Device, Dispatch};
+
+/// The backend on the device named `name`, which this build and machine have.
+fn open(name: &str) -> Dispatch {
+    let device: Device = name.parse().expect("a device name");
+    Dispatch::new(&device).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
 
 /// Median wall time of `reps` calls of `f`, after `warm` untimed calls.
 fn median(warm: usize, reps: usize, mut f: impl FnMut()) -> Duration {
@@ -142,16 +149,13 @@ fn bench_gemm(reps: usize) {
             ms(base),
         );
     };
-    row(
-        "flex",
-        time_plan(switchyard_flex::flex(), &g, &batch, reps),
-        time_plan(switchyard_flex::flex(), &base, &batch, reps),
-    );
-    row(
-        "ndarray",
-        time_plan(switchyard_ndarray::ndarray(), &g, &batch, reps),
-        time_plan(switchyard_ndarray::ndarray(), &base, &batch, reps),
-    );
+    for name in ["flex", "ndarray"] {
+        row(
+            name,
+            time_plan(open(name), &g, &batch, reps),
+            time_plan(open(name), &base, &batch, reps),
+        );
+    }
 }
 
 fn ms(t: Duration) -> f64 {
@@ -171,8 +175,8 @@ fn bench_encoder(reps: usize) {
     );
     println!("  one batch of 32 sequences, {} tokens; median of {reps}", batch.tokens());
     println!("  {:<34} {:>9} {:>12} {:>8}", "", "time", "tokens/s", "ratio");
-    let flex = time_plan(switchyard_flex::flex(), &g, &batch, reps);
-    let nd = time_plan(switchyard_ndarray::ndarray(), &g, &batch, reps);
+    let flex = time_plan(open("flex"), &g, &batch, reps);
+    let nd = time_plan(open("ndarray"), &g, &batch, reps);
     for (name, t) in [("flex", flex), ("ndarray (peer)", nd)] {
         println!(
             "  {:<34} {:>7.1}ms {:>12.0} {:>8.2}",
@@ -196,28 +200,36 @@ fn ragged(seqs: usize, min: usize, max: usize, vocab: usize) -> BatchBuf {
     batch
 }
 
-/// Makes the cube backend on one device.
+/// The cube backend's devices this build and machine have, each with whether it is a software
+/// emulation (Mesa's llvmpipe, a CPU), where only correctness-scale sizes are worth running.
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
-type MakeCube = fn() -> switchyard_core::Result<switchyard_cube::Cube>;
+fn gpus() -> Vec<(Device, bool)> {
+    let cube: Vec<Device> =
+        Dispatch::available().into_iter().filter(|d| d.family().backend == "cube").collect();
+    if cube.is_empty() {
+        println!("(no GPU benchmarks: this machine has no device of this build's cube features)");
+    }
+    cube.into_iter()
+        .filter_map(|d| match Dispatch::new(&d) {
+            Ok(be) => Some((d, be.caps().kind == switchyard_core::DeviceKind::Cpu)),
+            Err(e) => {
+                println!("({d} not benchmarked: {e})");
+                None
+            }
+        })
+        .collect()
+}
 
-/// The GPU devices of this build and machine, each with whether it is a software emulation
-/// (Mesa's llvmpipe), where only correctness-scale sizes are worth running.
+/// `be`, a cube device, with the kernels of `set` instead of its own.
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
-fn gpus() -> Vec<(&'static str, MakeCube, bool)> {
-    #[allow(unused_mut)]
-    let mut all: Vec<(&'static str, MakeCube, bool)> = Vec::new();
-    #[cfg(feature = "wgpu")]
-    match switchyard_cube::adapters().first() {
-        Some(a) => all.push(("wgpu:0", || switchyard_cube::wgpu(0), a.kind == "Cpu")),
-        None => println!("(wgpu:0 not benchmarked: wgpu finds no adapter on this machine)"),
+fn with_kernels(be: &Dispatch, set: switchyard_dispatch::cube::KernelSet) -> Dispatch {
+    match be {
+        Dispatch::Cube { device, backend } => Dispatch::Cube {
+            device: device.clone(),
+            backend: switchyard_dispatch::cube::with_kernels(backend, set),
+        },
+        other => panic!("{} is not a cube device", other.device()),
     }
-    #[cfg(feature = "cuda")]
-    if switchyard_cube::cuda_devices() > 0 {
-        all.push(("cuda:0", || switchyard_cube::cuda(0), false));
-    } else {
-        println!("(cuda:0 not benchmarked: no CUDA device on this machine)");
-    }
-    all
 }
 
 /// Each GPU device beside flex on the same batches: on a software device a small batch of the
@@ -226,19 +238,15 @@ fn gpus() -> Vec<(&'static str, MakeCube, bool)> {
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 fn bench_gpus(reps: usize) {
     use switchyard_core::DType;
-    use switchyard_cube::KernelSet;
+    use switchyard_dispatch::cube::KernelSet;
     let minilm =
         EncoderSpec { vocab: 30522, width: 384, heads: 12, ffn: 1536, layers: 6, max_pos: 512 };
     let bge_base =
         EncoderSpec { vocab: 30522, width: 768, heads: 12, ffn: 3072, layers: 12, max_pos: 512 };
-    for (name, make, software) in gpus() {
-        let caps = match make() {
-            Ok(be) => be.caps(),
-            Err(e) => {
-                println!("({name} not benchmarked: {e})");
-                continue;
-            }
-        };
+    for (device, software) in gpus() {
+        let name = device.to_string();
+        let cube = Dispatch::new(&device).expect("it started above");
+        let caps = cube.caps();
         let runs: Vec<(&str, EncoderSpec, BatchBuf)> = if software {
             vec![("MiniLM shape", minilm, ragged(4, 8, 24, minilm.vocab))]
         } else {
@@ -258,7 +266,6 @@ fn bench_gpus(reps: usize) {
         for (what, spec, batch) in runs {
             let g = testkit::bert_like(spec);
             let tokens = batch.tokens() as f64;
-            let cube = make().expect("it started above");
             let label = format!("{what}, {} seqs, {} tokens", batch.seqs(), batch.tokens());
             println!("  {label}");
             let sets = [
@@ -270,8 +277,10 @@ fn bench_gpus(reps: usize) {
             let mut rows: Vec<(String, Duration)> = sets
                 .into_iter()
                 .map(|(what, set)| {
-                    let be = switchyard_cube::with_kernels(&cube, set);
-                    (format!("{name}, {what}"), time_plan(be, &g, &batch, reps))
+                    (
+                        format!("{name}, {what}"),
+                        time_plan(with_kernels(&cube, set), &g, &batch, reps),
+                    )
                 })
                 .collect();
             // Half-precision weights and activations, on a real GPU that has them (our kernels
@@ -280,7 +289,7 @@ fn bench_gpus(reps: usize) {
                 if software || !caps.float_dtypes.contains(&dtype) {
                     continue;
                 }
-                let be = switchyard_cube::with_kernels(&cube, KernelSet::NONE)
+                let be = with_kernels(&cube, KernelSet::NONE)
                     .with_dtype(dtype)
                     .expect("a dtype the caps list");
                 rows.push((
@@ -288,7 +297,7 @@ fn bench_gpus(reps: usize) {
                     time_plan(be, &g, &batch, reps),
                 ));
             }
-            let flex = time_plan(switchyard_flex::flex(), &g, &batch, reps);
+            let flex = time_plan(open("flex"), &g, &batch, reps);
             rows.push(("flex (peer)".to_owned(), flex));
             for (who, t) in rows {
                 println!(
@@ -316,8 +325,8 @@ struct Traffic {
 }
 
 /// Counts the events in `sub` since it was last drained.
-fn traffic(sub: &mut switchyard_remote::telemetry::TelemetrySubscription) -> Traffic {
-    use switchyard_remote::telemetry::TelemetryEvent;
+fn traffic(sub: &mut switchyard_dispatch::remote::telemetry::TelemetrySubscription) -> Traffic {
+    use switchyard_dispatch::remote::telemetry::TelemetryEvent;
     let mut events = Vec::new();
     sub.drain_into(&mut events);
     let mut t = Traffic::default();
@@ -335,19 +344,19 @@ fn traffic(sub: &mut switchyard_remote::telemetry::TelemetrySubscription) -> Tra
 /// A remote device on loopback (a flex server in this process) beside flex run locally: the
 /// per-batch overhead of going through burn-remote, and what a batch sends.
 fn bench_remote(reps: usize) {
-    use switchyard_remote::{RemoteOptions, Serve, Server};
+    use switchyard_dispatch::remote::{self, RemoteOptions, Serve, Server};
     let spec =
         EncoderSpec { vocab: 30522, width: 384, heads: 12, ffn: 1536, layers: 6, max_pos: 512 };
     let g = testkit::bert_like(spec);
-    let (probe, mut sub) = switchyard_remote::telemetry::TelemetryProbe::channel(1 << 20);
-    let listener = switchyard_remote::bind("127.0.0.1:0".parse().expect("an address"), false)
-        .expect("a loopback port");
-    let serving = Server::of(&switchyard_flex::flex(), None)
+    let (probe, mut sub) = remote::telemetry::TelemetryProbe::channel(1 << 20);
+    let listener =
+        remote::bind("127.0.0.1:0".parse().expect("an address"), false).expect("a loopback port");
+    let serving = Server::of(&switchyard_dispatch::flex::flex(), None)
         .with_telemetry(probe)
         .spawn(listener)
         .expect("a server");
     let connect = || {
-        switchyard_remote::connect("127.0.0.1", serving.addr().port(), RemoteOptions::default())
+        remote::connect("127.0.0.1", serving.addr().port(), RemoteOptions::default())
             .expect("the server in this process")
     };
     println!();
@@ -361,7 +370,7 @@ fn bench_remote(reps: usize) {
         ("1 seq, 16 tokens", ragged(1, 16, 16, spec.vocab)),
         ("32 seqs", ragged(32, 11, 120, spec.vocab)),
     ] {
-        let local = time_plan(switchyard_flex::flex(), &g, &batch, reps);
+        let local = time_plan(open("flex"), &g, &batch, reps);
         let remote = time_plan(connect(), &g, &batch, reps);
         // One more batch alone, to count what it sends.
         let bucket = Bucket::new(batch.tokens(), batch.seqs(), batch.batch().markers().max(1));

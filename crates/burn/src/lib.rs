@@ -7,7 +7,7 @@
 //!
 //! How a graph runs here:
 //! - `upload` converts checkpoint tensors once to device tensors of the compute dtype (f32
-//!   unless [`Burn::with_dtype`] chose f16 or bf16), storing each in the form its ops read it
+//!   unless [`Backend::with_dtype`] chose f16 or bf16), storing each in the form its ops read it
 //!   (linear weights transposed to `[in, out]`), and skipping unused tensors;
 //! - `lower` validates the graph, asks the kernels whether they can run each op
 //!   ([`Kernels::check`]), binds each op's weights, and precomputes rotary tables for the bucket;
@@ -15,7 +15,7 @@
 //!   attention runs per sequence at its own length. Each value is dropped after its last reader
 //!   (the live ranges of [`switchyard_core::layout`]), so peak activation memory follows the
 //!   layout; Burn itself allocates each op's result, so unlike the reference backend a run does
-//!   allocate. Activations take the dtype of the weights they come from (the embedding tables),
+//!   allocate. A plan is shared by every run; a run's live values are in its [`BurnState`]. Activations take the dtype of the weights they come from (the embedding tables),
 //!   so the whole run computes in the compute dtype; outputs are read back as f32.
 
 mod convert;
@@ -67,7 +67,7 @@ pub enum Bound<B: BurnBackend> {
 }
 
 /// What a backend's own kernel did with an op.
-pub enum Ran<B: BurnBackend> {
+pub enum Outcome<B: BurnBackend> {
     /// It computed the op's output.
     Done(FloatTensor<B>),
     /// It does not handle this op (or these shapes); the inputs go to the generic lowering.
@@ -85,8 +85,8 @@ pub trait Kernels<B: BurnBackend>: Send + Sync + 'static {
     }
 
     /// Runs `op` with a kernel of the backend's own, or declines and hands back the inputs.
-    fn run_op(&self, _op: &Op, ins: Inputs<B>, _w: &Bound<B>, _cx: &RunCx<'_, B>) -> Ran<B> {
-        Ran::Declined(ins)
+    fn run_op(&self, _op: &Op, ins: Inputs<B>, _w: &Bound<B>, _cx: &RunCx<'_, B>) -> Outcome<B> {
+        Outcome::Declined(ins)
     }
 }
 
@@ -115,26 +115,10 @@ pub fn float_dtypes<B: BurnBackend>(device: &B::Device) -> Vec<DType> {
 }
 
 impl<B: BurnBackend, K: Kernels<B>> Burn<B, K> {
-    /// A backend on `device` computing in f32, describing itself with `caps`.
+    /// A backend on `device` computing in f32, describing itself with `caps` (whose
+    /// [`Caps::float_dtypes`] [`float_dtypes`] gives for `B`).
     pub fn new(device: B::Device, kernels: K, caps: Caps) -> Self {
-        Burn { device, kernels, caps, dtype: DType::F32 }
-    }
-
-    /// This backend computing in `dtype`: weights are stored in it, and activations follow.
-    /// An [`Error::Unsupported`] if the device cannot (see [`Caps::float_dtypes`]).
-    pub fn with_dtype(mut self, dtype: DType) -> Result<Self> {
-        if !self.caps.float_dtypes.contains(&dtype) {
-            let can: Vec<&str> = self.caps.float_dtypes.iter().map(|d| d.name()).collect();
-            return Err(Error::Unsupported(format!(
-                "{} ({}) cannot compute in {dtype}; it can in: {}",
-                self.caps.backend,
-                self.caps.device,
-                can.join(", ")
-            )));
-        }
-        self.dtype = dtype;
-        self.caps.dtypes = vec![dtype];
-        Ok(self)
+        Burn { device, kernels, caps: Caps { dtype: DType::F32, ..caps }, dtype: DType::F32 }
     }
 
     /// The dtype weights are stored and activations computed in.
@@ -201,7 +185,7 @@ fn missing(w: W) -> Error {
     ))
 }
 
-/// A graph lowered for one bucket: its ops with weights bound, and slots for its values.
+/// A graph lowered for one bucket: its ops with weights bound.
 #[derive(Debug)]
 pub struct BurnPlan<B: BurnBackend> {
     graph: Graph,
@@ -209,8 +193,14 @@ pub struct BurnPlan<B: BurnBackend> {
     bound: Vec<Bound<B>>,
     /// For each value, the last op that reads it (`ops.len()` for outputs, `None` if unread).
     last_use: Vec<Option<usize>>,
-    vals: Vec<Option<FloatTensor<B>>>,
     bytes: usize,
+}
+
+/// What one run holds: a slot for each value, filled while the value is live (Burn allocates
+/// each op's result).
+#[derive(Debug)]
+pub struct BurnState<B: BurnBackend> {
+    vals: Vec<Option<FloatTensor<B>>>,
 }
 
 /// For each weight, whether some op reads it as it is and whether a linear layer reads it
@@ -234,9 +224,18 @@ fn weight_forms(graph: &Graph) -> Vec<(bool, bool)> {
 impl<B: BurnBackend, K: Kernels<B>> Backend for Burn<B, K> {
     type Weights = BurnWeights<B>;
     type Plan = BurnPlan<B>;
+    type State = BurnState<B>;
 
     fn caps(&self) -> Caps {
         self.caps.clone()
+    }
+
+    /// This backend computing in `dtype`: weights are stored in it, and activations follow.
+    fn with_dtype(mut self, dtype: DType) -> Result<Self> {
+        self.caps.check_dtype(dtype)?;
+        self.dtype = dtype;
+        self.caps.dtype = dtype;
+        Ok(self)
     }
 
     fn upload(&self, tensors: &[HostTensor<'_>], graph: &Graph) -> Result<Self::Weights> {
@@ -309,29 +308,41 @@ impl<B: BurnBackend, K: Kernels<B>> Backend for Burn<B, K> {
                         .clone();
                     Bound::Rope { cos, sin }
                 }
-                _ => Bound::None,
+                Op::Add { .. }
+                | Op::Glu { .. }
+                | Op::Slice { .. }
+                | Op::Attention { .. }
+                | Op::Activation { .. }
+                | Op::Pool { .. }
+                | Op::Gather { .. }
+                | Op::L2Norm { .. } => Bound::None,
             });
         }
         let mut last_use = graph.last_uses();
         for o in &graph.outputs {
             last_use[o.val.idx()] = Some(graph.ops.len());
         }
-        Ok(BurnPlan {
-            graph: graph.clone(),
-            bucket,
-            bound,
-            last_use,
-            vals: vec![None; graph.vals.len()],
-            bytes,
-        })
+        Ok(BurnPlan { graph: graph.clone(), bucket, bound, last_use, bytes })
     }
 
-    fn run(&self, plan: &mut Self::Plan, batch: &Batch<'_>, out: &mut Outputs) -> Result<()> {
+    fn state(&self, plan: &Self::Plan) -> Result<Self::State> {
+        Ok(BurnState { vals: vec![None; plan.graph.vals.len()] })
+    }
+
+    fn run(
+        &self,
+        plan: &Self::Plan,
+        state: &mut Self::State,
+        batch: &Batch<'_>,
+        out: &mut Outputs,
+    ) -> Result<()> {
         let _span =
             tracing::trace_span!("run", backend = %self.caps.backend, tokens = batch.tokens())
                 .entered();
         plan.bucket.admit(batch)?;
         let mats = out.prepare(&plan.graph, batch);
+        // A run that failed half way may have left values behind.
+        state.vals.iter_mut().for_each(|v| *v = None);
         if batch.seqs() == 0 {
             return Ok(());
         }
@@ -343,20 +354,20 @@ impl<B: BurnBackend, K: Kernels<B>> Backend for Burn<B, K> {
             if batch.rows(graph.shape(o).rows) == 0 {
                 continue;
             }
-            let ins = take_inputs::<B>(op, i, &plan.last_use, &mut plan.vals);
+            let ins = take_inputs::<B>(op, i, &plan.last_use, &mut state.vals);
             let y = match self.kernels.run_op(op, ins, &plan.bound[i], &cx) {
-                Ran::Done(y) => y,
-                Ran::Declined(ins) => generic::run_op::<B>(op, ins, &plan.bound[i], &cx),
+                Outcome::Done(y) => y,
+                Outcome::Declined(ins) => generic::run_op::<B>(op, ins, &plan.bound[i], &cx),
             };
             if plan.last_use[o.idx()].is_some() {
-                plan.vals[o.idx()] = Some(y);
+                state.vals[o.idx()] = Some(y);
             }
         }
         for (m, o) in mats.iter_mut().zip(&graph.outputs) {
             if m.rows == 0 {
                 continue;
             }
-            let t = plan.vals[o.val.idx()].take().expect("outputs live to the end of the run");
+            let t = state.vals[o.val.idx()].take().expect("outputs live to the end of the run");
             let v = read_f32::<B>(t)?;
             if v.len() != m.data.len() {
                 return Err(Error::Device(format!(
@@ -368,7 +379,7 @@ impl<B: BurnBackend, K: Kernels<B>> Backend for Burn<B, K> {
             }
             m.data.copy_from_slice(&v);
         }
-        plan.vals.iter_mut().for_each(|v| *v = None);
+        state.vals.iter_mut().for_each(|v| *v = None);
         Ok(())
     }
 

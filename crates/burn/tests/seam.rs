@@ -2,7 +2,7 @@
 
 use burn_backend::ops::FloatTensorOps;
 use burn_flex::{Flex, FlexDevice};
-use switchyard_burn::{Bound, Burn, Generic, Inputs, Kernels, Ran, RunCx, generic};
+use switchyard_burn::{Bound, Burn, Generic, Inputs, Kernels, Outcome, RunCx, generic};
 use switchyard_core::testkit::{self, EncoderSpec};
 use switchyard_core::{
     Act, Backend, BatchBuf, Bucket, Caps, DType, DeviceKind, Error, Graph, GraphBuilder, Op,
@@ -10,18 +10,7 @@ use switchyard_core::{
 };
 
 fn caps() -> Caps {
-    Caps {
-        backend: "test".into(),
-        device: "cpu".into(),
-        kind: DeviceKind::Cpu,
-        threads: 1,
-        dtypes: vec![DType::F32],
-        float_dtypes: vec![DType::F32],
-        fixed_shapes: false,
-        padded_attention: false,
-        unified_memory: true,
-        memory_bytes: None,
-    }
+    Caps::new("test", "host CPU", DeviceKind::Cpu)
 }
 
 /// The seed of every test's random weights, so that runs on two backends compare.
@@ -30,9 +19,9 @@ const SEED: u64 = 4;
 fn run<B: Backend>(be: &B, g: &Graph, batch: &BatchBuf) -> Result<Outputs> {
     let weights = testkit::random_weights(g, SEED);
     let w = be.upload(&weights.tensors(), g)?;
-    let mut plan = be.lower(&w, g, Bucket::new(64, 8, 64))?;
+    let plan = be.lower(&w, g, Bucket::new(64, 8, 64))?;
     let mut out = Outputs::new();
-    be.run(&mut plan, &batch.batch(), &mut out)?;
+    be.run(&plan, &mut be.state(&plan)?, &batch.batch(), &mut out)?;
     Ok(out)
 }
 
@@ -53,13 +42,13 @@ impl Kernels<Flex> for Doubling {
         ins: Inputs<Flex>,
         w: &Bound<Flex>,
         cx: &RunCx<'_, Flex>,
-    ) -> Ran<Flex> {
+    ) -> Outcome<Flex> {
         match op {
             Op::Linear { .. } => {
                 let y = generic::run_op::<Flex>(op, ins, w, cx);
-                Ran::Done(<Flex as FloatTensorOps<Flex>>::float_mul_scalar(y, 2.0f64.into()))
+                Outcome::Done(<Flex as FloatTensorOps<Flex>>::float_mul_scalar(y, 2.0f64.into()))
             }
-            _ => Ran::Declined(ins),
+            _ => Outcome::Declined(ins),
         }
     }
 }
@@ -122,7 +111,7 @@ impl Kernels<Flex> for NoHalfLinear {
 
 #[test]
 fn the_check_at_lower_time_sees_the_compute_dtype() {
-    let caps = Caps { float_dtypes: switchyard_burn::float_dtypes::<Flex>(&FlexDevice), ..caps() };
+    let caps = caps().with_float_dtypes(switchyard_burn::float_dtypes::<Flex>(&FlexDevice));
     let f32 = Burn::<Flex, _>::new(FlexDevice, NoHalfLinear, caps);
     let weights = testkit::random_weights(&one_linear(), SEED);
     let bucket = Bucket::new(16, 2, 16);
@@ -138,12 +127,12 @@ fn the_check_at_lower_time_sees_the_compute_dtype() {
 
 #[test]
 fn changing_kernels_keeps_the_device_caps_and_compute_dtype() {
-    let caps = Caps { float_dtypes: switchyard_burn::float_dtypes::<Flex>(&FlexDevice), ..caps() };
+    let caps = caps().with_float_dtypes(switchyard_burn::float_dtypes::<Flex>(&FlexDevice));
     let half =
         Burn::<Flex, Generic>::new(FlexDevice, Generic, caps).with_dtype(DType::F16).unwrap();
     let doubled = half.with_kernels(Doubling);
     assert_eq!((doubled.dtype(), doubled.caps()), (DType::F16, half.caps()));
-    assert_eq!(doubled.caps().dtypes, [DType::F16]);
+    assert_eq!(doubled.caps().dtype, DType::F16);
     let weights = testkit::random_weights(&one_linear(), SEED);
     let w = doubled.upload(&weights.tensors(), &one_linear()).unwrap();
     assert_eq!(
@@ -250,8 +239,8 @@ fn a_lane_may_read_a_weight_in_another_form_than_the_upload_graph() {
     let be = Burn::<Flex>::new(FlexDevice, Generic, caps());
     let weights = testkit::random_weights(&lane, SEED);
     let w = be.upload(&weights.tensors(), &upload_graph).unwrap();
-    let mut plan = be.lower(&w, &lane, Bucket::new(64, 8, 64)).unwrap();
+    let plan = be.lower(&w, &lane, Bucket::new(64, 8, 64)).unwrap();
     let mut out = Outputs::new();
-    be.run(&mut plan, &sample().batch(), &mut out).unwrap();
+    be.run(&plan, &mut be.state(&plan).unwrap(), &sample().batch(), &mut out).unwrap();
     assert_matches_reference(&out, &lane);
 }

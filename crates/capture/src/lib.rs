@@ -11,104 +11,23 @@
 //! attention assumes the bucket's tokens split evenly over its sequences; at run time it uses the
 //! real sequence lengths.
 
-use std::fmt::Write as _;
+mod cost;
+mod records;
+mod table;
+
 use std::sync::{Arc, Mutex};
 
-use serde::Serialize;
 use switchyard_core::{
-    Backend, Batch, Bucket, Caps, DeviceKind, Graph, HostTensor, Layout, Op, Outputs, Result, Rows,
+    Backend, Batch, Bucket, Caps, DeviceKind, Graph, HostTensor, Layout, Outputs, Result,
 };
+
+use crate::cost::{Sizes, plan_ops};
+pub use crate::records::{Event, OpRecord, PlanRecord, RunRecord, UploadRecord, WeightRecord};
 
 /// The capture backend. Clones share one event log.
 #[derive(Clone, Debug, Default)]
 pub struct Capture {
     log: Arc<Mutex<Vec<Event>>>,
-}
-
-/// Something the capture backend was asked to do.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub enum Event {
-    /// Weights were uploaded.
-    Upload(UploadRecord),
-    /// A graph was lowered for a bucket.
-    Lower(PlanRecord),
-    /// A batch was run.
-    Run(RunRecord),
-}
-
-/// One weight tensor as uploaded.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct WeightRecord {
-    /// Its checkpoint name.
-    pub name: String,
-    /// Its shape.
-    pub shape: Vec<usize>,
-    /// Its dtype in the checkpoint.
-    pub dtype: String,
-    /// Its size in bytes.
-    pub bytes: usize,
-}
-
-/// An upload: every weight and the total.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct UploadRecord {
-    /// The weights, in graph order.
-    pub weights: Vec<WeightRecord>,
-    /// Their total size in bytes.
-    pub total_bytes: usize,
-}
-
-/// One op of a plan at the plan's sizes.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct OpRecord {
-    /// Its index in the graph.
-    pub index: usize,
-    /// The op's name.
-    pub op: &'static str,
-    /// Its parameters, briefly (activation, heads, window, ...).
-    pub detail: String,
-    /// Each input's `[rows, width]`.
-    pub inputs: Vec<[usize; 2]>,
-    /// The output's `[rows, width]`.
-    pub output: [usize; 2],
-    /// Floating-point operations.
-    pub flops: u64,
-    /// Bytes read and written.
-    pub bytes: u64,
-}
-
-/// A lowered plan: its ops, its totals and its arena.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct PlanRecord {
-    /// The bucket it was lowered for.
-    pub bucket: [usize; 3],
-    /// Every op, in order.
-    pub ops: Vec<OpRecord>,
-    /// Sum of the ops' FLOPs.
-    pub flops: u64,
-    /// Sum of the ops' bytes moved.
-    pub bytes: u64,
-    /// Arena bytes from the layout, at 4 bytes per element.
-    pub arena_bytes: usize,
-    /// What the values would take with no sharing at all.
-    pub unshared_bytes: usize,
-}
-
-/// A run: the batch's real sizes and the work it would do.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct RunRecord {
-    /// The plan's bucket.
-    pub bucket: [usize; 3],
-    /// Tokens in the batch.
-    pub tokens: usize,
-    /// Sequences in the batch.
-    pub seqs: usize,
-    /// Markers in the batch.
-    pub markers: usize,
-    /// FLOPs at the batch's real sizes.
-    pub flops: u64,
-    /// Bytes moved at the batch's real sizes.
-    pub bytes: u64,
 }
 
 /// Weights as the capture backend keeps them: only their record.
@@ -158,124 +77,23 @@ impl Capture {
     }
 }
 
-/// Row counts of each kind, and the sequence lengths attention sees.
-struct Sizes<'a> {
-    tokens: usize,
-    seqs: usize,
-    markers: usize,
-    lens: &'a dyn Fn() -> Box<dyn Iterator<Item = usize> + 'a>,
+/// How many capture devices there are: one, which needs no hardware.
+pub fn devices() -> usize {
+    1
 }
 
-impl Sizes<'_> {
-    fn rows(&self, r: Rows) -> usize {
-        match r {
-            Rows::Tokens => self.tokens,
-            Rows::Seqs => self.seqs,
-            Rows::Markers => self.markers,
-        }
-    }
-}
-
-fn op_record(graph: &Graph, index: usize, op: &Op, s: &Sizes<'_>) -> OpRecord {
-    let dims = |v: switchyard_core::Val| {
-        let sh = graph.shape(v);
-        [s.rows(sh.rows), sh.width]
-    };
-    let inputs: Vec<[usize; 2]> = op.inputs().into_iter().flatten().map(dims).collect();
-    let output = dims(op.out());
-    let elems = |d: [usize; 2]| (d[0] * d[1]) as u64;
-    let (n, w) = (output[0] as u64, output[1] as u64);
-    let io_bytes = 4 * (inputs.iter().map(|&d| elems(d)).sum::<u64>() + n * w);
-    let weight_bytes: u64 = op
-        .weights()
-        .into_iter()
-        .flatten()
-        .map(|wt| 4 * graph.weights[wt.idx()].shape.iter().product::<usize>() as u64)
-        .sum();
-    let (flops, detail, bytes) = match *op {
-        // A lookup reads one table row per output row, not the whole table.
-        Op::Embed { .. } | Op::TypeEmbed { .. } => (0, String::new(), 8 * n * w),
-        Op::PosEmbed { offset, .. } => (0, format!("offset {offset}"), 8 * n * w),
-        Op::Add { .. } => (n * w, String::new(), io_bytes),
-        Op::LayerNorm { eps, beta, .. } => (
-            8 * n * w,
-            format!("eps {eps:e}{}", if beta.is_some() { "" } else { ", no beta" }),
-            io_bytes + weight_bytes,
-        ),
-        Op::RmsNorm { eps, .. } => (5 * n * w, format!("eps {eps:e}"), io_bytes + weight_bytes),
-        Op::Linear { act, bias, residual, .. } => {
-            let k = inputs[0][1] as u64;
-            let epilogue = n
-                * w
-                * (u64::from(bias.is_some())
-                    + u64::from(act != switchyard_core::Act::Identity)
-                    + u64::from(residual.is_some()));
-            let mut d = format!("{k} -> {w}");
-            if bias.is_some() {
-                d.push_str(", bias");
-            }
-            if act != switchyard_core::Act::Identity {
-                let _ = write!(d, ", {act:?}");
-            }
-            if residual.is_some() {
-                d.push_str(", + residual");
-            }
-            (2 * n * k * w + epilogue, d, io_bytes + weight_bytes)
-        }
-        Op::Glu { act, .. } => (2 * n * w, format!("{act:?}"), io_bytes),
-        Op::Slice { start, .. } => (0, format!("columns {start}..{}", start as u64 + w), io_bytes),
-        Op::Rope { heads, head_dim, theta, .. } => {
-            (3 * n * w, format!("{heads}x{head_dim}, theta {theta}"), io_bytes)
-        }
-        Op::Attention { heads, head_dim, window, .. } => {
-            let pairs: u64 = (s.lens)()
-                .map(|l| {
-                    let keys = window.map_or(l, |win| l.min(2 * win + 1));
-                    (l * keys) as u64
-                })
-                .sum();
-            let hd = head_dim as u64;
-            let heads_u = heads as u64;
-            let flops = heads_u * pairs * (4 * hd + 3);
-            let d = match window {
-                Some(win) => format!("{heads}x{head_dim}, window {win}"),
-                None => format!("{heads}x{head_dim}"),
-            };
-            (flops, d, io_bytes)
-        }
-        Op::Activation { act, .. } => (n * w, format!("{act:?}"), io_bytes),
-        Op::Pool { mode, .. } => (elems(inputs[0]), format!("{mode:?}"), io_bytes),
-        Op::Gather { .. } => (0, String::new(), 8 * n * w),
-        Op::L2Norm { .. } => (3 * n * w, String::new(), io_bytes),
-    };
-    OpRecord { index, op: op.name(), detail, inputs, output, flops, bytes }
-}
-
-fn plan_ops(graph: &Graph, s: &Sizes<'_>) -> Vec<OpRecord> {
-    graph.ops.iter().enumerate().map(|(i, op)| op_record(graph, i, op, s)).collect()
+/// A capture backend with an empty log, as the table of backends opens it.
+pub fn open() -> Result<Capture> {
+    Ok(Capture::new())
 }
 
 impl Backend for Capture {
     type Weights = CaptureWeights;
     type Plan = CapturePlan;
+    type State = ();
 
     fn caps(&self) -> Caps {
-        Caps {
-            backend: "capture".into(),
-            device: "capture".into(),
-            kind: DeviceKind::Virtual,
-            threads: 0,
-            dtypes: vec![
-                switchyard_core::DType::F32,
-                switchyard_core::DType::F16,
-                switchyard_core::DType::Bf16,
-            ],
-            float_dtypes: vec![switchyard_core::DType::F32],
-            fixed_shapes: false,
-            padded_attention: false,
-            unified_memory: true,
-            memory_bytes: None,
-        }
+        Caps::new("capture", "nothing: it records plans", DeviceKind::Virtual).with_threads(0)
     }
 
     fn upload(&self, tensors: &[HostTensor<'_>], graph: &Graph) -> Result<CaptureWeights> {
@@ -321,7 +139,17 @@ impl Backend for Capture {
         Ok(CapturePlan { graph: graph.clone(), bucket, record })
     }
 
-    fn run(&self, plan: &mut CapturePlan, batch: &Batch<'_>, out: &mut Outputs) -> Result<()> {
+    fn state(&self, _plan: &CapturePlan) -> Result<()> {
+        Ok(())
+    }
+
+    fn run(
+        &self,
+        plan: &CapturePlan,
+        _state: &mut (),
+        batch: &Batch<'_>,
+        out: &mut Outputs,
+    ) -> Result<()> {
         let b = plan.bucket;
         b.admit(batch)?;
         let lens = || {
@@ -355,43 +183,5 @@ impl Backend for Capture {
 
     fn plan_bytes(&self, p: &CapturePlan) -> usize {
         p.record.arena_bytes
-    }
-}
-
-impl PlanRecord {
-    /// The plan as a readable table with totals, for people.
-    pub fn table(&self) -> String {
-        let mut s = String::new();
-        let [t, q, m] = self.bucket;
-        let _ = writeln!(s, "plan for bucket {t} tokens, {q} sequences, {m} markers");
-        let _ = writeln!(
-            s,
-            "{:>4}  {:<10} {:<34} {:<24} {:>14} {:>10} {:>10}",
-            "#", "op", "detail", "inputs", "output", "MFLOP", "MB"
-        );
-        for o in &self.ops {
-            let ins: Vec<String> = o.inputs.iter().map(|d| format!("{}x{}", d[0], d[1])).collect();
-            let _ = writeln!(
-                s,
-                "{:>4}  {:<10} {:<34} {:<24} {:>14} {:>10.2} {:>10.3}",
-                o.index,
-                o.op,
-                o.detail,
-                ins.join(" "),
-                format!("{}x{}", o.output[0], o.output[1]),
-                o.flops as f64 / 1e6,
-                o.bytes as f64 / 1e6,
-            );
-        }
-        let _ = writeln!(
-            s,
-            "total: {} ops, {:.1} MFLOP, {:.1} MB moved; arena {:.2} MB ({:.2} MB without sharing)",
-            self.ops.len(),
-            self.flops as f64 / 1e6,
-            self.bytes as f64 / 1e6,
-            self.arena_bytes as f64 / 1e6,
-            self.unshared_bytes as f64 / 1e6,
-        );
-        s
     }
 }

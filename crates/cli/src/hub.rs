@@ -3,22 +3,27 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Result, bail};
+use crate::{Error, Result};
 
-/// The directory `--model ARG` names: `ARG` itself if it is a directory, else the snapshot of the
-/// hub repository `ARG` (`owner/name`, or `owner/name@revision`) in the cache, fetched first
-/// unless `HF_HUB_OFFLINE` is set.
+/// An error of the hub, with its message.
+fn fail<T>(msg: String) -> Result<T> {
+    Err(Error::Hub(msg))
+}
+
+/// The checkpoint directory a model argument names: `arg` itself if it is a directory, else the
+/// snapshot of the Hugging Face repository `arg` (`owner/name`, or `owner/name@revision`) in
+/// the Hugging Face cache, fetched first unless `HF_HUB_OFFLINE` is set.
 pub fn resolve(arg: &str) -> Result<PathBuf> {
     let path = Path::new(arg);
     if path.is_dir() {
         return Ok(path.to_owned());
     }
     if !is_repo_id(arg) || path.exists() {
-        bail!(
+        return fail(format!(
             "{arg} is not a directory: give a checkpoint directory (config.json, \
              model.safetensors, tokenizer.json) or a Hugging Face repository id such as \
              sentence-transformers/all-MiniLM-L6-v2"
-        );
+        ));
     }
     fetch(arg)
 }
@@ -36,7 +41,6 @@ fn is_repo_id(arg: &str) -> bool {
 
 #[cfg(feature = "hub")]
 fn fetch(arg: &str) -> Result<PathBuf> {
-    use anyhow::Context;
     use hf_hub::api::sync::ApiBuilder;
     use hf_hub::{Cache, Repo, RepoType};
 
@@ -45,22 +49,22 @@ fn fetch(arg: &str) -> Result<PathBuf> {
     let cache = Cache::from_env();
     let offline = std::env::var_os("HF_HUB_OFFLINE").is_some_and(|v| v != "0" && !v.is_empty());
     if offline {
-        let cached = cache.repo(repo).get("config.json").with_context(|| {
-            format!(
+        let Some(cached) = cache.repo(repo).get("config.json") else {
+            return fail(format!(
                 "HF_HUB_OFFLINE is set and {id} is not in the Hugging Face cache ({}); unset \
-                 it to download, or pass a checkpoint directory to --model",
+                 it to download, or pass a checkpoint directory instead",
                 cache.path().display()
-            )
-        })?;
+            ));
+        };
         return Ok(parent(&cached));
     }
     let unreachable = |e: &dyn std::fmt::Display| {
-        anyhow::anyhow!(
+        Error::Hub(format!(
             "could not fetch {id} from the Hugging Face Hub: {e}. Without network access, copy \
-             the checkpoint to this machine and pass its directory to --model, or set \
+             the checkpoint to this machine and pass its directory instead, or set \
              HF_HUB_OFFLINE=1 to use only the cache in {}",
             cache.path().display()
-        )
+        ))
     };
     let mut builder = ApiBuilder::from_cache(cache.clone())
         .with_progress(std::io::IsTerminal::is_terminal(&std::io::stderr()));
@@ -74,7 +78,9 @@ fn fetch(arg: &str) -> Result<PathBuf> {
     let has = |f: &str| files.iter().any(|x| x == f);
     for needed in ["config.json", "tokenizer.json"] {
         if !has(needed) {
-            bail!("the Hugging Face repository {id} has no {needed}; Switchyard needs it");
+            return fail(format!(
+                "the Hugging Face repository {id} has no {needed}; Switchyard needs it"
+            ));
         }
     }
     let get = |f: &str| api.get(f).map_err(|e| unreachable(&e));
@@ -87,10 +93,10 @@ fn fetch(arg: &str) -> Result<PathBuf> {
             get(&shard)?;
         }
     } else {
-        bail!(
+        return fail(format!(
             "the Hugging Face repository {id} has no model.safetensors; Switchyard reads \
              safetensors weights only"
-        );
+        ));
     }
     // The sentence-transformers files, where the repository has them: modules.json, its
     // settings, and each module's config.json.
@@ -110,10 +116,10 @@ fn fetch(arg: &str) -> Result<PathBuf> {
 
 #[cfg(not(feature = "hub"))]
 fn fetch(arg: &str) -> Result<PathBuf> {
-    bail!(
+    fail(format!(
         "{arg} is not a directory, and this build cannot fetch from the Hugging Face Hub: \
          rebuild switchyard with the cargo feature `hub`, or pass a checkpoint directory"
-    )
+    ))
 }
 
 /// The snapshot directory holding a fetched file.
@@ -125,9 +131,9 @@ fn parent(file: &Path) -> PathBuf {
 /// A JSON file, parsed.
 #[cfg(feature = "hub")]
 fn json(path: &Path) -> Result<serde_json::Value> {
-    use anyhow::Context;
-    let text = std::fs::read_to_string(path).with_context(|| path.display().to_string())?;
-    serde_json::from_str(&text).with_context(|| path.display().to_string())
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Error::Hub(format!("{}: {e}", path.display())))?;
+    serde_json::from_str(&text).map_err(|e| Error::Hub(format!("{}: {e}", path.display())))
 }
 
 /// The folders of the modules a `modules.json` lists (the Transformer module's is empty).

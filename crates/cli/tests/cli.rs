@@ -138,13 +138,17 @@ fn devices_lists_what_this_build_has() {
     let o = switchyard(&["devices"]);
     assert!(o.status.success(), "{}", text(&o.stderr));
     let out = text(&o.stdout);
-    assert!(out.contains("available (flex backend on cpu"), "{out}");
+    assert!(out.contains("available (flex backend on host CPU"), "{out}");
     assert!(out.contains("available (records plans, executes nothing)"), "{out}");
     assert!(
-        out.contains("metal:N") && out.contains("rebuild with the cargo feature `metal`"),
+        out.contains("metal[:N]") && out.contains("rebuild with the cargo feature `metal`"),
         "{out}"
     );
     assert!(out.contains("default: flex"), "{out}");
+    // Every family of the table is listed, compiled in or not.
+    for family in ["cubecl-cpu", "tch:cuda", "wgpu", "cuda", "metal"] {
+        assert!(out.lines().any(|l| l.starts_with(family)), "{family}: {out}");
+    }
     // A remote device is not probed: it needs a server's address.
     assert!(out.contains("in this build: name a server as remote:HOST:PORT"), "{out}");
 }
@@ -325,7 +329,7 @@ fn a_repository_id_without_network_is_a_clear_error() {
     assert_eq!(o.status.code(), Some(1));
     let err = text(&o.stderr);
     assert!(err.contains("could not fetch someone/some-model from the Hugging Face Hub"), "{err}");
-    assert!(err.contains("pass its directory to --model") && err.lines().count() == 1, "{err}");
+    assert!(err.contains("pass its directory instead") && err.lines().count() == 1, "{err}");
 
     let env = [("HF_HOME", home.path()), ("HF_HUB_OFFLINE", "1")];
     let o = switchyard_with(&["embed", "--model", "someone/some-model", "x"], &env);

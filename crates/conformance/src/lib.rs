@@ -1,26 +1,30 @@
 //! switchyard-conformance: the suite every backend passes, compared against the reference.
 //!
-//! A backend crate runs it from one test:
+//! A backend crate runs it with one line in a test file, which makes one `#[test]` per check
+//! (so `cargo test ragged` runs one, and checks run in parallel):
 //!
-//! ```no_run
-//! // In a backend crate's tests/conformance.rs, under #[test]:
-//! switchyard_conformance::suite(|| switchyard_core::Reference);
+//! ```ignore
+//! // In a backend crate's tests/conformance.rs:
+//! switchyard_conformance::tests!(my_backend::open_it);
+//! // or with options, and a check skipped for this backend with its reason:
+//! switchyard_conformance::tests!(make, Options { compare_values: false, ..Options::default() },
+//!     skip [concurrent_runs = "why this backend cannot"]);
 //! ```
 //!
 //! Every check builds graphs and batches from a fixed seed, runs them on the backend under test
-//! and on [`Reference`] (f64), and compares every output within the tolerance of the backend's
-//! compute dtype ([`TOLERANCES`]). Checks run one after another; a failing or panicking check
-//! does not stop the others, and the suite panics at the end listing every failure.
+//! and on [`Reference`](switchyard_core::Reference) (f64), and compares every output within the
+//! tolerance of the backend's compute dtype ([`TOLERANCES`]). A check stops at its first
+//! failure and panics naming it.
 
-use std::panic::{AssertUnwindSafe, catch_unwind};
-
-use switchyard_core::testkit::{self, EncoderSpec, Rng};
-use switchyard_core::{
-    Act, Backend, BatchBuf, Bucket, Buckets, DType, Error, Executor, Graph, GraphBuilder, LaneId,
-    Op, Outputs, PoolMode, Reference, Rows, Shape, Val,
-};
-
+mod checks;
+mod harness;
 mod ops;
+
+use std::cell::Cell;
+
+use switchyard_core::{Act, Backend, DType};
+
+use crate::harness::Harness;
 
 /// An error bound: `|got - want| <= abs + rel * |want|`.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -77,416 +81,208 @@ impl Default for Options {
     }
 }
 
-/// Runs the whole suite on backends made by `make`, computing in f32 and comparing values.
-pub fn suite<B: Backend>(make: impl Fn() -> B) {
-    suite_with(make, Options::default());
+/// The checks of the suite: each is one test of a backend's suite.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Check {
+    /// Every op alone, on random widths and row counts.
+    OpsAlone,
+    /// BERT- and ModernBERT-shaped encoders on random ragged batches.
+    WholeEncoders,
+    /// Batches of one, many, length-1, no markers, a full bucket and none.
+    RaggedBatches,
+    /// Each sequence alone and inside a batch gives the same outputs.
+    Isolation,
+    /// Many batches through one plan, and the first again.
+    PlanReuse,
+    /// Batches at once on one plan, each with its own run state.
+    ConcurrentRuns,
+    /// Wrong input gives errors, never panics.
+    Errors,
+    /// Unusual valid graphs run right or are refused as unsupported.
+    EdgeGraphs,
 }
 
-/// Runs the whole suite with the given options; panics listing every failed check.
-pub fn suite_with<B: Backend>(make: impl Fn() -> B, opts: Options) {
-    let h = Harness { make: &make, opts, worst: std::cell::Cell::new(0.0) };
-    let checks: [(&str, &Check<'_, B>); 7] = [
-        ("ops alone", &ops::every_op_alone),
-        ("whole encoders", &whole_encoders),
-        ("ragged batches", &ragged_batches),
-        ("isolation", &isolation),
-        ("plan reuse", &plan_reuse),
-        ("errors", &errors),
-        ("edge graphs", &edge_graphs),
+impl Check {
+    /// Every check, in the order the suite lists them.
+    pub const ALL: [Check; 8] = [
+        Check::OpsAlone,
+        Check::WholeEncoders,
+        Check::RaggedBatches,
+        Check::Isolation,
+        Check::PlanReuse,
+        Check::ConcurrentRuns,
+        Check::Errors,
+        Check::EdgeGraphs,
     ];
-    let mut failures = Vec::new();
-    for (name, check) in checks {
-        match catch_unwind(AssertUnwindSafe(|| check(&h))) {
-            Ok(Ok(())) => {}
-            Ok(Err(msg)) => failures.push(format!("{name}: {msg}")),
-            Err(panic) => failures.push(format!("{name}: panicked: {}", panic_text(&*panic))),
+
+    /// The check's name, which is also its test's.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Check::OpsAlone => "ops_alone",
+            Check::WholeEncoders => "whole_encoders",
+            Check::RaggedBatches => "ragged_batches",
+            Check::Isolation => "isolation",
+            Check::PlanReuse => "plan_reuse",
+            Check::ConcurrentRuns => "concurrent_runs",
+            Check::Errors => "errors",
+            Check::EdgeGraphs => "edge_graphs",
         }
     }
+}
+
+/// Runs one check on backends made by `make`, with `opts`; panics naming what failed.
+pub fn check<B: Backend>(check: Check, make: impl Fn() -> B, opts: Options) {
+    let h = Harness { make: &make, opts, worst: Cell::new(0.0) };
+    let result = match check {
+        Check::OpsAlone => ops::every_op_alone(&h),
+        Check::WholeEncoders => checks::whole_encoders(&h),
+        Check::RaggedBatches => checks::ragged_batches(&h),
+        Check::Isolation => checks::isolation(&h),
+        Check::PlanReuse => checks::plan_reuse(&h),
+        Check::ConcurrentRuns => checks::concurrent_runs(&h),
+        Check::Errors => checks::errors(&h),
+        Check::EdgeGraphs => checks::edge_graphs(&h),
+    };
     let backend = make().caps().backend;
-    assert!(
-        failures.is_empty(),
-        "conformance of `{backend}` failed {} check(s):\n- {}",
-        failures.len(),
-        failures.join("\n- ")
+    if let Err(msg) = result {
+        panic!("conformance of `{backend}`, {}: {msg}", check.name());
+    }
+    tracing::info!(
+        backend,
+        check = check.name(),
+        worst_error_over_tolerance = h.worst.get(),
+        "passed"
     );
-    tracing::info!(backend, worst_error_over_tolerance = h.worst.get(), "conformance passed");
 }
 
-fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
-    p.downcast_ref::<String>()
-        .cloned()
-        .or_else(|| p.downcast_ref::<&str>().map(|s| (*s).to_owned()))
-        .unwrap_or_else(|| "a non-text panic".into())
-}
-
-/// One check of the suite.
-type Check<'a, B> = dyn Fn(&Harness<'_, B>) -> Result<(), String> + 'a;
-
-/// The backend maker and options, shared by every check.
-struct Harness<'a, B> {
-    make: &'a dyn Fn() -> B,
-    opts: Options,
-    worst: std::cell::Cell<f32>,
-}
-
-/// One graph on the backend under test and on the reference, with the same weights.
-struct Pair<B: Backend> {
-    test: Executor<B>,
-    reference: Executor<Reference>,
-}
-
-impl<B: Backend> Harness<'_, B> {
-    fn pair(&self, graph: &Graph, seed: u64, buckets: &Buckets) -> Result<Pair<B>, String> {
-        let weights = testkit::random_weights(graph, seed);
-        let tensors = weights.tensors();
-        let stage = buckets.stages().next().ok_or("no stage")?.to_owned();
-        let test = Executor::new((self.make)(), &tensors, graph.clone(), &stage, buckets.clone())
-            .map_err(|e| format!("upload failed: {e}"))?;
-        let reference = Executor::new(Reference, &tensors, graph.clone(), &stage, buckets.clone())
-            .map_err(|e| format!("reference upload failed: {e}"))?;
-        Ok(Pair { test, reference })
-    }
-
-    /// Runs a batch on both and compares; returns the backend's outputs.
-    fn compare(&self, pair: &mut Pair<B>, batch: &BatchBuf, what: &str) -> Result<Outputs, String> {
-        let (mut got, mut want) = (Outputs::new(), Outputs::new());
-        pair.test
-            .run(LaneId::MAIN, &batch.batch(), &mut got)
-            .map_err(|e| format!("{what}: {e}"))?;
-        pair.reference
-            .run(LaneId::MAIN, &batch.batch(), &mut want)
-            .map_err(|e| format!("{what}: reference: {e}"))?;
-        self.close(&got, &want, what)?;
-        Ok(got)
-    }
-
-    /// Checks values of one output within tolerance (if this run compares values).
-    fn close_values(
-        &self,
-        name: &str,
-        got: &[f32],
-        want: &[f32],
-        width: usize,
-        what: &str,
-    ) -> Result<(), String> {
-        if !self.opts.compare_values {
-            return Ok(());
+/// Makes one `#[test]` per [`Check`] for backends made by `$make` (an expression usable as
+/// `impl Fn() -> B`), with [`Options`] (default: f32, comparing values), and for each check
+/// named in `skip [name = "reason", ...]` an ignored test giving the reason.
+#[macro_export]
+macro_rules! tests {
+    ($make:expr $(,)?) => {
+        $crate::tests!($make, $crate::Options::default());
+    };
+    ($make:expr, $opts:expr $(, skip [$($skip:ident = $why:literal),* $(,)?])? $(,)?) => {
+        $crate::tests!(@ops_alone ($make, $opts) [$($($skip = $why),*)?]);
+        $crate::tests!(@whole_encoders ($make, $opts) [$($($skip = $why),*)?]);
+        $crate::tests!(@ragged_batches ($make, $opts) [$($($skip = $why),*)?]);
+        $crate::tests!(@isolation ($make, $opts) [$($($skip = $why),*)?]);
+        $crate::tests!(@plan_reuse ($make, $opts) [$($($skip = $why),*)?]);
+        $crate::tests!(@concurrent_runs ($make, $opts) [$($($skip = $why),*)?]);
+        $crate::tests!(@errors ($make, $opts) [$($($skip = $why),*)?]);
+        $crate::tests!(@edge_graphs ($make, $opts) [$($($skip = $why),*)?]);
+    };
+    (@ops_alone ($make:expr, $opts:expr) [ops_alone = $why:literal $(, $($rest:tt)*)?]) => {
+        #[test]
+        #[ignore = $why]
+        fn ops_alone() {}
+    };
+    (@ops_alone ($make:expr, $opts:expr) [$other:ident = $w:literal $(, $($rest:tt)*)?]) => {
+        $crate::tests!(@ops_alone ($make, $opts) [$($($rest)*)?]);
+    };
+    (@ops_alone ($make:expr, $opts:expr) []) => {
+        #[test]
+        fn ops_alone() {
+            $crate::check($crate::Check::OpsAlone, $make, $opts);
         }
-        if got.len() != want.len() {
-            return Err(format!(
-                "{what}: output `{name}` has {} values, expected {}",
-                got.len(),
-                want.len()
-            ));
+    };
+    (@whole_encoders ($make:expr, $opts:expr) [whole_encoders = $why:literal $(, $($rest:tt)*)?]) => {
+        #[test]
+        #[ignore = $why]
+        fn whole_encoders() {}
+    };
+    (@whole_encoders ($make:expr, $opts:expr) [$other:ident = $w:literal $(, $($rest:tt)*)?]) => {
+        $crate::tests!(@whole_encoders ($make, $opts) [$($($rest)*)?]);
+    };
+    (@whole_encoders ($make:expr, $opts:expr) []) => {
+        #[test]
+        fn whole_encoders() {
+            $crate::check($crate::Check::WholeEncoders, $make, $opts);
         }
-        let tol = tolerance(self.opts.dtype);
-        for (i, (&a, &b)) in got.iter().zip(want).enumerate() {
-            let bound = tol.abs + tol.rel * b.abs();
-            let ratio = if a.is_nan() { f32::INFINITY } else { (a - b).abs() / bound };
-            self.worst.set(self.worst.get().max(ratio));
-            if ratio.is_nan() || ratio > 1.0 {
-                return Err(format!(
-                    "{what}: output `{name}` row {} column {}: got {a}, expected {b} (tolerance {bound:e})",
-                    i / width.max(1),
-                    i % width.max(1)
-                ));
-            }
+    };
+    (@ragged_batches ($make:expr, $opts:expr) [ragged_batches = $why:literal $(, $($rest:tt)*)?]) => {
+        #[test]
+        #[ignore = $why]
+        fn ragged_batches() {}
+    };
+    (@ragged_batches ($make:expr, $opts:expr) [$other:ident = $w:literal $(, $($rest:tt)*)?]) => {
+        $crate::tests!(@ragged_batches ($make, $opts) [$($($rest)*)?]);
+    };
+    (@ragged_batches ($make:expr, $opts:expr) []) => {
+        #[test]
+        fn ragged_batches() {
+            $crate::check($crate::Check::RaggedBatches, $make, $opts);
         }
-        Ok(())
-    }
-
-    /// Checks that two outputs have the same shapes and (if comparing) values within tolerance.
-    fn close(&self, got: &Outputs, want: &Outputs, what: &str) -> Result<(), String> {
-        if got.mats().len() != want.mats().len() {
-            return Err(format!(
-                "{what}: {} outputs, expected {}",
-                got.mats().len(),
-                want.mats().len()
-            ));
+    };
+    (@isolation ($make:expr, $opts:expr) [isolation = $why:literal $(, $($rest:tt)*)?]) => {
+        #[test]
+        #[ignore = $why]
+        fn isolation() {}
+    };
+    (@isolation ($make:expr, $opts:expr) [$other:ident = $w:literal $(, $($rest:tt)*)?]) => {
+        $crate::tests!(@isolation ($make, $opts) [$($($rest)*)?]);
+    };
+    (@isolation ($make:expr, $opts:expr) []) => {
+        #[test]
+        fn isolation() {
+            $crate::check($crate::Check::Isolation, $make, $opts);
         }
-        for (g, w) in got.mats().iter().zip(want.mats()) {
-            if (g.name.as_str(), g.kind, g.rows, g.width)
-                != (w.name.as_str(), w.kind, w.rows, w.width)
-            {
-                return Err(format!(
-                    "{what}: output `{}` is {:?} {}x{}, expected `{}` {:?} {}x{}",
-                    g.name, g.kind, g.rows, g.width, w.name, w.kind, w.rows, w.width
-                ));
-            }
-            self.close_values(&g.name, &g.data, &w.data, g.width, what)?;
+    };
+    (@plan_reuse ($make:expr, $opts:expr) [plan_reuse = $why:literal $(, $($rest:tt)*)?]) => {
+        #[test]
+        #[ignore = $why]
+        fn plan_reuse() {}
+    };
+    (@plan_reuse ($make:expr, $opts:expr) [$other:ident = $w:literal $(, $($rest:tt)*)?]) => {
+        $crate::tests!(@plan_reuse ($make, $opts) [$($($rest)*)?]);
+    };
+    (@plan_reuse ($make:expr, $opts:expr) []) => {
+        #[test]
+        fn plan_reuse() {
+            $crate::check($crate::Check::PlanReuse, $make, $opts);
         }
-        Ok(())
-    }
-}
-
-fn batch(lens: &[usize], vocab: usize, types: bool, seed: u64) -> BatchBuf {
-    let mut r = Rng::new(seed);
-    let mut buf = BatchBuf::new();
-    for &len in lens {
-        testkit::push_random_seq(&mut buf, &mut r, len, vocab, types);
-    }
-    buf
-}
-
-/// Between 1 and `max_seqs` sequences of 1 to `max_len` tokens.
-fn random_lens(r: &mut Rng, max_seqs: usize, max_len: usize) -> Vec<usize> {
-    let seqs = 1 + r.below(max_seqs);
-    (0..seqs).map(|_| 1 + r.below(max_len)).collect()
-}
-
-/// The encoders every backend must run: post-norm BERT and pre-norm ModernBERT shapes, tiny and
-/// a little wider (head sizes 8, 16 and 12, widths not a multiple of a SIMD width).
-fn encoders() -> Vec<(&'static str, Graph)> {
-    let wide = EncoderSpec { vocab: 97, width: 48, heads: 3, ffn: 100, layers: 2, max_pos: 128 };
-    let deep = EncoderSpec { vocab: 61, width: 36, heads: 3, ffn: 52, layers: 4, max_pos: 128 };
-    vec![
-        ("bert tiny", testkit::bert_like(EncoderSpec::TINY)),
-        ("bert wide", testkit::bert_like(wide)),
-        ("modernbert tiny", testkit::modernbert_like(EncoderSpec::TINY)),
-        ("modernbert deep", testkit::modernbert_like(deep)),
-    ]
-}
-
-fn spec_of(g: &Graph) -> (usize, bool) {
-    let l = g.limits();
-    (l.vocab as usize, l.types > 1)
-}
-
-fn whole_encoders<B: Backend>(h: &Harness<'_, B>) -> Result<(), String> {
-    let buckets: Buckets = "default 256 32 256\n".parse().expect("a valid table");
-    for (name, g) in encoders() {
-        let mut pair = h.pair(&g, 11, &buckets)?;
-        let (vocab, types) = spec_of(&g);
-        let mut r = Rng::new(5);
-        for round in 0..3 {
-            let lens = random_lens(&mut r, 8, 30);
-            h.compare(
-                &mut pair,
-                &batch(&lens, vocab, types, round),
-                &format!("{name}, lengths {lens:?}"),
-            )?;
+    };
+    (@concurrent_runs ($make:expr, $opts:expr) [concurrent_runs = $why:literal $(, $($rest:tt)*)?]) => {
+        #[test]
+        #[ignore = $why]
+        fn concurrent_runs() {}
+    };
+    (@concurrent_runs ($make:expr, $opts:expr) [$other:ident = $w:literal $(, $($rest:tt)*)?]) => {
+        $crate::tests!(@concurrent_runs ($make, $opts) [$($($rest)*)?]);
+    };
+    (@concurrent_runs ($make:expr, $opts:expr) []) => {
+        #[test]
+        fn concurrent_runs() {
+            $crate::check($crate::Check::ConcurrentRuns, $make, $opts);
         }
-    }
-    Ok(())
-}
-
-fn ragged_batches<B: Backend>(h: &Harness<'_, B>) -> Result<(), String> {
-    let bucket = Bucket::new(64, 8, 64);
-    let buckets = Buckets::single("default", &[bucket]).expect("a valid bucket");
-    for (name, g) in encoders() {
-        let mut pair = h.pair(&g, 12, &buckets)?;
-        let (vocab, types) = spec_of(&g);
-        let cases: [(&str, BatchBuf); 6] = [
-            ("one sequence", batch(&[17], vocab, types, 1)),
-            ("many sequences", batch(&[9, 3, 12, 1, 7, 5, 2, 11], vocab, types, 2)),
-            ("length-1 sequences", batch(&[1, 1, 1], vocab, types, 3)),
-            ("a single token", batch(&[1], vocab, types, 4)),
-            ("no markers", {
-                let mut b = BatchBuf::new();
-                b.push(&[1, 2, 3, 4], None, &[]).map_err(|e| e.to_string())?;
-                b.push(&[5, 6], None, &[]).map_err(|e| e.to_string())?;
-                b
-            }),
-            ("filling the bucket exactly", {
-                let mut b = BatchBuf::new();
-                let mut r = Rng::new(6);
-                for _ in 0..8 {
-                    let ids: Vec<u32> = (0..8).map(|_| r.below(vocab) as u32).collect();
-                    b.push(&ids, None, &(0..8).collect::<Vec<u32>>()).map_err(|e| e.to_string())?;
-                }
-                b
-            }),
-        ];
-        for (what, b) in cases {
-            h.compare(&mut pair, &b, &format!("{name}, {what}"))?;
+    };
+    (@errors ($make:expr, $opts:expr) [errors = $why:literal $(, $($rest:tt)*)?]) => {
+        #[test]
+        #[ignore = $why]
+        fn errors() {}
+    };
+    (@errors ($make:expr, $opts:expr) [$other:ident = $w:literal $(, $($rest:tt)*)?]) => {
+        $crate::tests!(@errors ($make, $opts) [$($($rest)*)?]);
+    };
+    (@errors ($make:expr, $opts:expr) []) => {
+        #[test]
+        fn errors() {
+            $crate::check($crate::Check::Errors, $make, $opts);
         }
-        // An empty batch: every output has zero rows.
-        let out = h.compare(&mut pair, &BatchBuf::new(), &format!("{name}, empty batch"))?;
-        if out.mats().iter().any(|m| m.rows != 0) {
-            return Err(format!("{name}: an empty batch produced rows"));
+    };
+    (@edge_graphs ($make:expr, $opts:expr) [edge_graphs = $why:literal $(, $($rest:tt)*)?]) => {
+        #[test]
+        #[ignore = $why]
+        fn edge_graphs() {}
+    };
+    (@edge_graphs ($make:expr, $opts:expr) [$other:ident = $w:literal $(, $($rest:tt)*)?]) => {
+        $crate::tests!(@edge_graphs ($make, $opts) [$($($rest)*)?]);
+    };
+    (@edge_graphs ($make:expr, $opts:expr) []) => {
+        #[test]
+        fn edge_graphs() {
+            $crate::check($crate::Check::EdgeGraphs, $make, $opts);
         }
-    }
-    Ok(())
-}
-
-/// Each sequence alone and inside a batch gives the same outputs, within tolerance.
-fn isolation<B: Backend>(h: &Harness<'_, B>) -> Result<(), String> {
-    let buckets: Buckets = "default 16 2 16\ndefault 128 16 128\n".parse().expect("a valid table");
-    for (name, g) in encoders() {
-        let mut pair = h.pair(&g, 13, &buckets)?;
-        let (vocab, types) = spec_of(&g);
-        let lens = [6, 1, 13, 4, 9];
-        let all = batch(&lens, vocab, types, 21);
-        let together = h.compare(&mut pair, &all, &format!("{name}, together"))?;
-        let b = all.batch();
-        for s in 0..b.seqs() {
-            let mut one = BatchBuf::new();
-            let r = b.seq(s);
-            one.push(&b.ids[r.clone()], Some(&b.types[r]), &b.markers[b.seq_markers(s)])
-                .map_err(|e| e.to_string())?;
-            let alone = h.compare(&mut pair, &one, &format!("{name}, sequence {s} alone"))?;
-            for (m, t) in alone.mats().iter().zip(together.mats()) {
-                let rows = match t.kind {
-                    Rows::Tokens => b.seq(s),
-                    Rows::Seqs => s..s + 1,
-                    Rows::Markers => b.seq_markers(s),
-                };
-                let cut = &t.data[rows.start * t.width..rows.end * t.width];
-                let what = format!("{name}, sequence {s} alone vs in the batch");
-                h.close_values(&m.name, &m.data, cut, m.width, &what)?;
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Many different batches through one plan, outputs reused: every result right, and the first
-/// batch again gives what it gave the first time.
-fn plan_reuse<B: Backend>(h: &Harness<'_, B>) -> Result<(), String> {
-    let buckets = Buckets::single("default", &[Bucket::new(96, 12, 96)]).expect("a valid bucket");
-    for (name, g) in encoders() {
-        let mut pair = h.pair(&g, 14, &buckets)?;
-        let (vocab, types) = spec_of(&g);
-        let mut r = Rng::new(8);
-        let first = batch(&random_lens(&mut r, 5, 12), vocab, types, 30);
-        let mut out = Outputs::new();
-        pair.test.run(LaneId::MAIN, &first.batch(), &mut out).map_err(|e| e.to_string())?;
-        let first_out = out.clone();
-        for round in 0..8 {
-            let lens = random_lens(&mut r, 12, 8);
-            let b = batch(&lens, vocab, types, 31 + round);
-            let mut want = Outputs::new();
-            pair.test.run(LaneId::MAIN, &b.batch(), &mut out).map_err(|e| e.to_string())?;
-            pair.reference.run(LaneId::MAIN, &b.batch(), &mut want).map_err(|e| e.to_string())?;
-            h.close(&out, &want, &format!("{name}, batch {round} through the reused plan"))?;
-        }
-        if pair.test.memory().plan_count != 1 {
-            return Err(format!("{name}: {} plans for one bucket", pair.test.memory().plan_count));
-        }
-        pair.test.run(LaneId::MAIN, &first.batch(), &mut out).map_err(|e| e.to_string())?;
-        h.close(&out, &first_out, &format!("{name}, the first batch again"))?;
-    }
-    Ok(())
-}
-
-/// Wrong input gives errors, never panics.
-fn errors<B: Backend>(h: &Harness<'_, B>) -> Result<(), String> {
-    let g = testkit::bert_like(EncoderSpec::TINY);
-    let weights = testkit::random_weights(&g, 1);
-    let be = (h.make)();
-    let w = be.upload(&weights.tensors(), &g).map_err(|e| e.to_string())?;
-
-    // A batch larger than the plan's bucket.
-    let mut plan = be.lower(&w, &g, Bucket::new(8, 2, 8)).map_err(|e| e.to_string())?;
-    let big = batch(&[6, 6], 50, true, 1);
-    match be.run(&mut plan, &big.batch(), &mut Outputs::new()) {
-        Err(Error::BadBatch(_)) => {}
-        other => return Err(format!("a batch larger than the bucket gave {other:?}")),
-    }
-
-    // A graph that reads more weights than were uploaded.
-    let mut more = g.clone();
-    more.weights.push(switchyard_core::WeightSpec { name: "extra".into(), shape: vec![4] });
-    if be.lower(&w, &more, Bucket::new(8, 2, 8)).is_ok() {
-        return Err("lowering a graph with more weights than uploaded succeeded".into());
-    }
-
-    // Weights whose shapes disagree with the graph.
-    let other = testkit::bert_like(EncoderSpec { width: 8, heads: 2, ..EncoderSpec::TINY });
-    if be.upload(&weights.tensors(), &other).is_ok() {
-        return Err("uploading weights of the wrong shapes succeeded".into());
-    }
-
-    // An invalid graph.
-    let mut broken = g.clone();
-    broken.ops.swap(0, 3);
-    match be.lower(&w, &broken, Bucket::new(8, 2, 8)) {
-        Err(Error::Graph(_) | Error::Unsupported(_)) => Ok(()),
-        other => Err(format!("lowering an invalid graph gave {:?}", other.map(|_| "a plan"))),
-    }
-}
-
-/// Unusual but valid graphs: each either lowers and matches the reference, or is refused at
-/// lower with [`Error::Unsupported`] — never a panic, never another error.
-fn edge_graphs<B: Backend>(h: &Harness<'_, B>) -> Result<(), String> {
-    let buckets = Buckets::single("default", &[Bucket::new(32, 4, 32)]).expect("a valid bucket");
-    for (name, g) in edge_cases() {
-        let weights = testkit::random_weights(&g, 3);
-        let stage = "default";
-        let mut test = match Executor::new(
-            (h.make)(),
-            &weights.tensors(),
-            g.clone(),
-            stage,
-            buckets.clone(),
-        ) {
-            Ok(ex) => ex,
-            Err(Error::Unsupported(_)) => continue,
-            Err(e) => return Err(format!("{name}: upload: {e}")),
-        };
-        match test.prepare(LaneId::MAIN, Bucket::new(32, 4, 32)) {
-            Ok(()) => {}
-            Err(Error::Unsupported(_)) => continue,
-            Err(e) => {
-                return Err(format!("{name}: lower gave {e}, expected success or Unsupported"));
-            }
-        }
-        let reference =
-            Executor::new(Reference, &weights.tensors(), g.clone(), stage, buckets.clone())
-                .map_err(|e| e.to_string())?;
-        let mut pair = Pair { test, reference };
-        let (vocab, types) = spec_of(&g);
-        h.compare(&mut pair, &batch(&[1, 9, 4], vocab, types, 2), name)?;
-    }
-    Ok(())
-}
-
-fn edge_cases() -> Vec<(&'static str, Graph)> {
-    let mut out = Vec::new();
-    // Attention with one head of one column, and a window of zero (each token sees itself).
-    for (name, heads, head_dim, window) in [
-        ("1x1 attention", 1, 1, None),
-        ("window 0", 2, 3, Some(0)),
-        ("window past every length", 1, 4, Some(1000)),
-    ] {
-        let mut g = GraphBuilder::new();
-        let w = heads * head_dim;
-        let table = g.weight("emb", &[20, w]);
-        let x = g.op(Shape::tokens(w), |out| Op::Embed { table, out });
-        let y = g.op(Shape::tokens(w), |out| Op::Attention {
-            q: x,
-            k: x,
-            v: x,
-            heads,
-            head_dim,
-            scale: 0.7,
-            window,
-            out,
-        });
-        g.output("y", y);
-        out.push((name, g.finish().expect("valid")));
-    }
-    // A value read twice by one op, an unread value, and an output that is also read later.
-    let mut g = GraphBuilder::new();
-    let table = g.weight("emb", &[20, 5]);
-    let x = g.op(Shape::tokens(5), |out| Op::Embed { table, out });
-    let _unread = g.op(Shape::tokens(5), |out| Op::Activation { x, act: Act::Tanh, out });
-    let d = g.op(Shape::tokens(5), |out| Op::Add { a: x, b: x, out });
-    let p = g.op(Shape::seqs(5), |out| Op::Pool { x: d, mode: PoolMode::Max, out });
-    let q = g.op(Shape::seqs(5), |out| Op::L2Norm { x: p, eps: 1e-12, out });
-    g.output("doubled", d);
-    g.output("pooled", p);
-    g.output("normed", q);
-    out.push(("shared values", g.finish().expect("valid")));
-    // Outputs of every row kind at once, and a graph output that is the first value.
-    let mut g = GraphBuilder::new();
-    let table = g.weight("emb", &[20, 3]);
-    let x: Val = g.op(Shape::tokens(3), |out| Op::Embed { table, out });
-    let m = g.op(Shape::markers(3), |out| Op::Gather { x, out });
-    let s = g.op(Shape::seqs(3), |out| Op::Pool { x, mode: PoolMode::Last, out });
-    g.output("tokens", x);
-    g.output("markers", m);
-    g.output("seqs", s);
-    out.push(("every row kind", g.finish().expect("valid")));
-    out
+    };
 }

@@ -6,7 +6,8 @@ use switchyard_core::{
     Act, Backend, BatchBuf, Buckets, Graph, GraphBuilder, Op, PoolMode, Shape, Val,
 };
 
-use crate::{ACTS, Harness, batch, random_lens};
+use crate::ACTS;
+use crate::harness::{Harness, batch, random_lens};
 
 const WIDTHS: [usize; 11] = [1, 3, 7, 8, 16, 17, 33, 64, 100, 255, 300];
 const VOCAB: usize = 40;

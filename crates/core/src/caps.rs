@@ -1,6 +1,6 @@
 //! Capabilities: what a backend and its device can do, for routing and for the user.
 
-use crate::DType;
+use crate::{DType, Error, Result};
 
 /// The kind of device a backend runs on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -18,26 +18,87 @@ pub enum DeviceKind {
 /// What a backend can do.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Caps {
-    /// The backend's name (`reference`, `flex`, ...).
+    /// The backend's name (`reference`, `flex`, `cube`, ...).
     pub backend: String,
-    /// The device it runs on, as a device name (`cpu`, `cuda:0`, ...).
+    /// The device it runs on, in words for people (`host CPU`, `wgpu:0 llvmpipe (...)`).
     pub device: String,
     /// The kind of that device.
     pub kind: DeviceKind,
-    /// Threads a run may use.
+    /// Threads a run may use on the host (1 where the device has parallelism of its own).
     pub threads: usize,
-    /// Weight dtypes the backend keeps as they are; others are converted on upload.
-    pub dtypes: Vec<DType>,
-    /// Float dtypes the device can store and compute in: f32, and f16 and bf16 where the device
-    /// supports them. A backend that can change its compute dtype accepts these.
+    /// The dtype weights are stored and activations computed in (outputs are always f32).
+    pub dtype: DType,
+    /// The dtypes [`crate::Backend::with_dtype`] accepts on this device: f32 first, then f16
+    /// and bf16 where the device stores and computes in them.
     pub float_dtypes: Vec<DType>,
-    /// Whether plans are captured with fixed shapes (device graphs), so padding costs work.
-    pub fixed_shapes: bool,
-    /// Whether attention packs sequences into a padded block with a mask rather than running
-    /// each sequence at its own length.
-    pub padded_attention: bool,
-    /// Whether the device shares memory with the host.
-    pub unified_memory: bool,
-    /// Device memory in bytes, where known.
-    pub memory_bytes: Option<u64>,
+}
+
+impl Caps {
+    /// A backend named `backend` on `device` of `kind`: one thread, computing in f32 only.
+    pub fn new(backend: impl Into<String>, device: impl Into<String>, kind: DeviceKind) -> Caps {
+        Caps {
+            backend: backend.into(),
+            device: device.into(),
+            kind,
+            threads: 1,
+            dtype: DType::F32,
+            float_dtypes: vec![DType::F32],
+        }
+    }
+
+    /// These caps with `threads` host threads.
+    pub fn with_threads(mut self, threads: usize) -> Caps {
+        self.threads = threads;
+        self
+    }
+
+    /// These caps with the dtypes the device can compute in (f32 is always among them).
+    pub fn with_float_dtypes(mut self, dtypes: Vec<DType>) -> Caps {
+        self.float_dtypes = dtypes;
+        self
+    }
+
+    /// Checks that the device can compute in `dtype`: [`Error::Unsupported`] naming the dtypes it
+    /// can compute in if not.
+    pub fn check_dtype(&self, dtype: DType) -> Result<()> {
+        if self.float_dtypes.contains(&dtype) {
+            return Ok(());
+        }
+        let can: Vec<&str> = self.float_dtypes.iter().map(|d| d.name()).collect();
+        Err(Error::Unsupported(format!(
+            "{} ({}) cannot compute in {dtype}; it can in: {}",
+            self.backend,
+            self.device,
+            can.join(", ")
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn new_caps_compute_in_f32_on_one_thread() {
+        let c = Caps::new("b", "d", DeviceKind::Cpu);
+        assert_eq!(
+            (c.threads, c.dtype, c.float_dtypes.as_slice()),
+            (1, DType::F32, &[DType::F32][..])
+        );
+        let c = c.with_threads(4).with_float_dtypes(vec![DType::F32, DType::F16]);
+        assert_eq!((c.threads, c.float_dtypes.len()), (4, 2));
+    }
+
+    #[test]
+    fn a_dtype_the_device_lacks_is_refused_naming_the_ones_it_has() {
+        let c = Caps::new("b", "the device", DeviceKind::Gpu)
+            .with_float_dtypes(vec![DType::F32, DType::F16]);
+        c.check_dtype(DType::F16).unwrap();
+        let e = c.check_dtype(DType::Bf16).unwrap_err();
+        assert!(matches!(e, Error::Unsupported(_)), "{e}");
+        assert!(
+            e.to_string().contains("b (the device) cannot compute in bf16; it can in: f32, f16"),
+            "{e}"
+        );
+    }
 }

@@ -118,8 +118,23 @@ impl Layout {
 /// Whether `op` reads `c` other than as the element-wise operand it could overwrite.
 fn read_otherwise(op: &Op, c: Val) -> bool {
     match *op {
+        // The GEMM reads all of `x` for every output row: its residual may be overwritten, `x` not.
         Op::Linear { x, .. } => x == c,
-        _ => false,
+        // The others read a candidate only at the position (or row) they write.
+        Op::Embed { .. }
+        | Op::TypeEmbed { .. }
+        | Op::PosEmbed { .. }
+        | Op::Add { .. }
+        | Op::LayerNorm { .. }
+        | Op::RmsNorm { .. }
+        | Op::Glu { .. }
+        | Op::Slice { .. }
+        | Op::Rope { .. }
+        | Op::Attention { .. }
+        | Op::Activation { .. }
+        | Op::Pool { .. }
+        | Op::Gather { .. }
+        | Op::L2Norm { .. } => false,
     }
 }
 

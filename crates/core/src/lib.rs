@@ -8,7 +8,8 @@
 //! - [`Backend`]: the trait every device implements, and [`Executor`], generic over it;
 //! - [`layout`]: one arena per bucket, shared by values whose lifetimes do not overlap;
 //! - [`reference`](mod@reference): an f64 interpreter, the oracle for every other backend;
-//! - [`testkit`]: random weights and small encoders for the tests of every crate.
+//! - `testkit` (feature `testkit`): random weights and small encoders for the tests of every
+//!   crate.
 
 mod backend;
 mod batch;
@@ -21,6 +22,7 @@ pub mod graph;
 pub mod layout;
 mod outputs;
 pub mod reference;
+#[cfg(any(test, feature = "testkit"))]
 pub mod testkit;
 
 pub use backend::Backend;
@@ -29,7 +31,7 @@ pub use bucket::{Bucket, Buckets, DEFAULT_BUCKETS, DEFAULT_STAGE};
 pub use caps::{Caps, DeviceKind};
 pub use dtype::{DType, HostTensor};
 pub use error::{Error, Result};
-pub use executor::{Executor, LaneId, Memory};
+pub use executor::{Executor, LaneId, Memory, Scratch};
 pub use graph::{
     Act, Graph, GraphBuilder, Limits, Op, Output, PoolMode, Rows, Shape, Val, W, WeightSpec,
 };

@@ -2,8 +2,8 @@
 //!
 //! It is the oracle the other backends are tested against, so clarity wins over speed: plain
 //! loops, one op at a time, each following the numerics documented on [`Op`]. It still keeps the
-//! [`Backend`] contract: `lower` lays out one arena per bucket with [`Layout`], and `run`
-//! allocates nothing. Each op computes into a scratch buffer and is then copied to its place in
+//! [`Backend`] contract: `lower` lays out one arena per bucket with [`Layout`], `state`
+//! allocates it, and `run` allocates nothing. Each op computes into a scratch buffer and is then copied to its place in
 //! the arena, so ops that [`Layout`] runs in place need no special care.
 
 use std::sync::Arc;
@@ -23,24 +23,25 @@ pub struct RefWeights {
     tensors: Vec<Vec<f64>>,
 }
 
-/// A graph lowered for one bucket: its layout, arena and scratch buffers.
+/// A graph lowered for one bucket: the weights it reads and its arena's layout.
 #[derive(Debug)]
 pub struct RefPlan {
-    state: State,
-    /// Where an op writes before its result is copied into the arena: the widest value.
-    tmp: Vec<f64>,
-    /// Attention scores of one query: one per token of the bucket.
-    scores: Vec<f64>,
-}
-
-/// What ops read during a run.
-#[derive(Debug)]
-struct State {
     weights: Arc<RefWeights>,
     graph: Graph,
     bucket: Bucket,
     layout: Layout,
+    /// Elements of the widest value of the bucket: the size of a run state's `tmp`.
+    widest: usize,
+}
+
+/// What one run writes: the arena and scratch buffers.
+#[derive(Debug)]
+pub struct RefState {
     arena: Vec<f64>,
+    /// Where an op writes before its result is copied into the arena: the widest value.
+    tmp: Vec<f64>,
+    /// Attention scores of one query: one per token of the bucket.
+    scores: Vec<f64>,
 }
 
 const F64: usize = size_of::<f64>();
@@ -48,21 +49,11 @@ const F64: usize = size_of::<f64>();
 impl Backend for Reference {
     type Weights = Arc<RefWeights>;
     type Plan = RefPlan;
+    type State = RefState;
 
     fn caps(&self) -> Caps {
-        Caps {
-            backend: "reference".into(),
-            device: "cpu".into(),
-            kind: DeviceKind::Cpu,
-            threads: 1,
-            dtypes: vec![],
-            // It computes in f64; f32 is what it reads and writes.
-            float_dtypes: vec![crate::DType::F32],
-            fixed_shapes: false,
-            padded_attention: false,
-            unified_memory: true,
-            memory_bytes: None,
-        }
+        // It computes in f64, reading and writing f32; f32 is what it stands for.
+        Caps::new("reference", "host CPU, f64", DeviceKind::Cpu)
     }
 
     fn upload(&self, tensors: &[HostTensor<'_>], graph: &Graph) -> Result<Self::Weights> {
@@ -75,31 +66,35 @@ impl Backend for Reference {
         graph.check_lowerable(w.tensors.len())?;
         let layout = Layout::plan(graph, bucket, F64);
         let widest = graph.vals.iter().map(|s| bucket.rows(s.rows) * s.width).max().unwrap_or(0);
-        Ok(RefPlan {
-            state: State {
-                weights: Arc::clone(w),
-                graph: graph.clone(),
-                bucket,
-                arena: vec![0.0; layout.total / F64],
-                layout,
-            },
-            tmp: vec![0.0; widest],
-            scores: vec![0.0; bucket.tokens],
+        Ok(RefPlan { weights: Arc::clone(w), graph: graph.clone(), bucket, layout, widest })
+    }
+
+    fn state(&self, plan: &RefPlan) -> Result<RefState> {
+        Ok(RefState {
+            arena: vec![0.0; plan.layout.total / F64],
+            tmp: vec![0.0; plan.widest],
+            scores: vec![0.0; plan.bucket.tokens],
         })
     }
 
-    fn run(&self, plan: &mut RefPlan, batch: &Batch<'_>, out: &mut Outputs) -> Result<()> {
-        plan.state.bucket.admit(batch)?;
-        for i in 0..plan.state.graph.ops.len() {
-            let st = &plan.state;
-            let o = st.graph.ops[i].out();
-            let n = batch.rows(st.graph.shape(o).rows) * st.graph.shape(o).width;
-            Ctx { st, batch }.eval(&st.graph.ops[i], &mut plan.tmp[..n], &mut plan.scores);
-            let start = st.layout.offsets[o.idx()] / F64;
-            plan.state.arena[start..start + n].copy_from_slice(&plan.tmp[..n]);
+    fn run(
+        &self,
+        plan: &RefPlan,
+        state: &mut RefState,
+        batch: &Batch<'_>,
+        out: &mut Outputs,
+    ) -> Result<()> {
+        plan.bucket.admit(batch)?;
+        for op in &plan.graph.ops {
+            let o = op.out();
+            let n = batch.rows(plan.graph.shape(o).rows) * plan.graph.shape(o).width;
+            let cx = Ctx { plan, arena: &state.arena, batch };
+            cx.eval(op, &mut state.tmp[..n], &mut state.scores);
+            let start = plan.layout.offsets[o.idx()] / F64;
+            state.arena[start..start + n].copy_from_slice(&state.tmp[..n]);
         }
-        let cx = Ctx { st: &plan.state, batch };
-        for (m, o) in out.prepare(&cx.st.graph, batch).iter_mut().zip(&cx.st.graph.outputs) {
+        let cx = Ctx { plan, arena: &state.arena, batch };
+        for (m, o) in out.prepare(&plan.graph, batch).iter_mut().zip(&plan.graph.outputs) {
             for (d, s) in m.data.iter_mut().zip(cx.val(o.val)) {
                 *d = *s as f32;
             }
@@ -111,31 +106,32 @@ impl Backend for Reference {
         w.tensors.iter().map(|t| t.len() * F64).sum()
     }
 
-    fn plan_bytes(&self, p: &RefPlan) -> usize {
-        (p.state.arena.len() + p.tmp.len() + p.scores.len()) * F64
+    fn state_bytes(&self, s: &RefState) -> usize {
+        (s.arena.len() + s.tmp.len() + s.scores.len()) * F64
     }
 }
 
-/// What an op reads while it runs: the plan's arena and weights, and the batch.
+/// What an op reads while it runs: the plan, the run's arena, and the batch.
 struct Ctx<'a> {
-    st: &'a State,
+    plan: &'a RefPlan,
+    arena: &'a [f64],
     batch: &'a Batch<'a>,
 }
 
 impl Ctx<'_> {
     /// The rows the batch has of a value, row-major.
     fn val(&self, v: Val) -> &[f64] {
-        let s = self.st.graph.shape(v);
-        let start = self.st.layout.offsets[v.idx()] / F64;
-        &self.st.arena[start..start + self.batch.rows(s.rows) * s.width]
+        let s = self.plan.graph.shape(v);
+        let start = self.plan.layout.offsets[v.idx()] / F64;
+        &self.arena[start..start + self.batch.rows(s.rows) * s.width]
     }
 
     fn w(&self, w: crate::W) -> &[f64] {
-        &self.st.weights.tensors[w.idx()]
+        &self.plan.weights.tensors[w.idx()]
     }
 
     fn width(&self, v: Val) -> usize {
-        self.st.graph.shape(v).width
+        self.plan.graph.shape(v).width
     }
 
     /// Position of token `t` within its sequence, for each token, visited in order.

@@ -1,8 +1,12 @@
 //! The executor over the reference backend: bucket choice, lanes, plan reuse and isolation.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
 use switchyard_core::testkit::{self, EncoderSpec, Rng};
 use switchyard_core::{
-    BatchBuf, Bucket, Buckets, Error, Executor, Graph, LaneId, Outputs, Reference,
+    Backend, Batch, BatchBuf, Bucket, Buckets, Caps, Error, Executor, Graph, HostTensor, LaneId,
+    Outputs, Reference, Result,
 };
 
 fn buckets() -> Buckets {
@@ -163,13 +167,13 @@ fn prepare_warm_and_memory() {
     ex.warm().unwrap();
     let m = ex.memory();
     assert_eq!(m.plan_count, 3);
-    assert!(m.plans > 0);
-    // A plan for a larger bucket holds a larger arena.
+    assert!(m.states > 0, "warm makes the executor's run states too");
+    // A larger bucket's run state holds a larger arena.
     let mut small = executor(&g);
     small.prepare(LaneId::MAIN, Bucket::new(8, 2, 8)).unwrap();
     let mut large = executor(&g);
     large.prepare(LaneId::MAIN, Bucket::new(128, 8, 128)).unwrap();
-    assert!(large.memory().plans > 4 * small.memory().plans);
+    assert!(large.memory().states > 4 * small.memory().states);
 }
 
 #[test]
@@ -192,4 +196,90 @@ fn an_empty_batch_runs_to_empty_outputs() {
     let mut out = Outputs::new();
     ex.run(LaneId::MAIN, &BatchBuf::new().batch(), &mut out).unwrap();
     assert!(out.mats().iter().all(|m| m.rows == 0 && m.data.is_empty()));
+}
+
+/// The reference, except that a run waits (up to ten seconds) until another run has started too:
+/// two runs both succeed only if they run at the same time.
+#[derive(Default)]
+struct Rendezvous {
+    started: AtomicUsize,
+}
+
+impl Backend for Rendezvous {
+    type Weights = <Reference as Backend>::Weights;
+    type Plan = <Reference as Backend>::Plan;
+    type State = <Reference as Backend>::State;
+    fn caps(&self) -> Caps {
+        Reference.caps()
+    }
+    fn upload(&self, t: &[HostTensor<'_>], g: &Graph) -> Result<Self::Weights> {
+        Reference.upload(t, g)
+    }
+    fn lower(&self, w: &Self::Weights, g: &Graph, b: Bucket) -> Result<Self::Plan> {
+        Reference.lower(w, g, b)
+    }
+    fn state(&self, p: &Self::Plan) -> Result<Self::State> {
+        Reference.state(p)
+    }
+    fn run(
+        &self,
+        p: &Self::Plan,
+        s: &mut Self::State,
+        b: &Batch<'_>,
+        out: &mut Outputs,
+    ) -> Result<()> {
+        self.started.fetch_add(1, Ordering::SeqCst);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.started.load(Ordering::SeqCst) < 2 {
+            if Instant::now() > deadline {
+                return Err(Error::Device("no other run started meanwhile".into()));
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        Reference.run(p, s, b, out)
+    }
+}
+
+#[test]
+fn two_batches_run_at_once_on_one_executor_and_plan() {
+    let g = testkit::bert_like(EncoderSpec::TINY);
+    let weights = testkit::random_weights(&g, 7);
+    let ex =
+        Executor::new(Rendezvous::default(), &weights.tensors(), g.clone(), "default", buckets())
+            .unwrap();
+    // Both batches fit the same bucket, so both runs use one plan, each with its own state.
+    let (a, b) = (batch_of(&[3, 4], 11), batch_of(&[6], 12));
+    let run = |batch: &BatchBuf| {
+        let mut scratch = ex.scratch();
+        let mut out = Outputs::new();
+        ex.run_with(&mut scratch, LaneId::MAIN, &batch.batch(), &mut out)
+            .map(|bucket| (bucket, out))
+    };
+    let (ra, rb) = std::thread::scope(|s| {
+        let ha = s.spawn(|| run(&a));
+        let hb = s.spawn(|| run(&b));
+        (ha.join().unwrap(), hb.join().unwrap())
+    });
+    let ((bucket_a, out_a), (bucket_b, out_b)) = (ra.unwrap(), rb.unwrap());
+    assert_eq!((bucket_a, bucket_b), (Bucket::new(8, 2, 8), Bucket::new(8, 2, 8)));
+    assert_eq!(ex.memory().plan_count, 1, "one plan, lowered once");
+    // Each equals the same batch run alone.
+    let mut alone = executor(&g);
+    for (batch, got) in [(&a, out_a), (&b, out_b)] {
+        let mut want = Outputs::new();
+        alone.run(LaneId::MAIN, &batch.batch(), &mut want).unwrap();
+        assert_eq!(got, want);
+    }
+}
+
+#[test]
+fn a_scratch_serves_only_the_executor_that_made_it() {
+    let g = testkit::bert_like(EncoderSpec::TINY);
+    let (first, second) = (executor(&g), executor(&g));
+    let mut scratch = first.scratch();
+    let b = batch_of(&[2], 13);
+    first.run_with(&mut scratch, LaneId::MAIN, &b.batch(), &mut Outputs::new()).unwrap();
+    let e = second.run_with(&mut scratch, LaneId::MAIN, &b.batch(), &mut Outputs::new());
+    let e = e.unwrap_err().to_string();
+    assert!(e.contains("a scratch made by another executor"), "{e}");
 }

@@ -63,9 +63,10 @@ impl Case {
         batch.check(&graph.limits()).unwrap();
         let r = Reference;
         let w = r.upload(&tensors, &graph).unwrap();
-        let mut plan = r.lower(&w, &graph, Bucket::new(16, 4, 16)).unwrap();
+        let plan = r.lower(&w, &graph, Bucket::new(16, 4, 16)).unwrap();
+        let mut state = r.state(&plan).unwrap();
         let mut out = Outputs::new();
-        r.run(&mut plan, &batch, &mut out).unwrap();
+        r.run(&plan, &mut state, &batch, &mut out).unwrap();
         out.get("y").unwrap().clone()
     }
 

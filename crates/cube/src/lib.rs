@@ -8,14 +8,14 @@
 //! behind its cargo feature (`wgpu`, `vulkan`, `metal`, `webgpu`, `cuda`, `cuda-nvrtc`, `rocm`,
 //! `cpu`); without one this crate is empty.
 
+#[cfg(feature = "wgpu")]
+mod adapters;
 #[cfg(any(feature = "wgpu", feature = "cuda", feature = "rocm", feature = "cpu"))]
 mod caps;
 #[cfg(any(feature = "wgpu", feature = "cuda", feature = "rocm", feature = "cpu"))]
 mod kernels;
 #[cfg(any(feature = "cuda", feature = "rocm", feature = "cpu"))]
 mod native;
-#[cfg(feature = "wgpu")]
-mod wgpu;
 
 /// The cube backend, on any CubeCL runtime this build has.
 #[cfg(any(feature = "wgpu", feature = "cuda", feature = "rocm", feature = "cpu"))]
@@ -31,17 +31,109 @@ pub fn with_kernels(cube: &Cube, set: KernelSet) -> Cube {
     cube.with_kernels(cube.kernels().with_set(set))
 }
 
-#[cfg(feature = "cpu")]
-pub use native::cpu;
-#[cfg(feature = "cuda")]
-pub use native::{cuda, cuda_devices};
-#[cfg(feature = "rocm")]
-pub use native::{rocm, rocm_devices};
-#[cfg(feature = "metal")]
-pub use wgpu::metal;
-#[cfg(feature = "vulkan")]
-pub use wgpu::vulkan;
-#[cfg(feature = "webgpu")]
-pub use wgpu::webgpu;
+/// `wgpu:N`: the adapters wgpu finds, on any graphics API, with WGSL kernels.
 #[cfg(feature = "wgpu")]
-pub use wgpu::{Adapter, adapters, wgpu};
+pub mod wgpu {
+    use switchyard_core::Result;
+
+    pub use crate::adapters::{Adapter, adapters};
+
+    /// How many wgpu adapters this machine has.
+    pub fn devices() -> usize {
+        adapters().len()
+    }
+
+    /// The backend on adapter `index` of [`adapters`]: an error naming the adapters there are
+    /// if there is no such adapter or it cannot start.
+    pub fn open(index: usize) -> Result<crate::Cube> {
+        crate::adapters::wgpu(index)
+    }
+}
+
+/// `vulkan:N`: the Vulkan adapters, with SPIR-V kernels.
+#[cfg(feature = "vulkan")]
+pub mod vulkan {
+    /// How many Vulkan adapters this machine has.
+    pub fn devices() -> usize {
+        crate::adapters::adapters().iter().filter(|a| a.api == "Vulkan").count()
+    }
+
+    /// The backend on the `index`-th Vulkan adapter (refused on Mesa's llvmpipe, which crashes
+    /// on SPIR-V).
+    pub fn open(index: usize) -> switchyard_core::Result<crate::Cube> {
+        crate::adapters::vulkan(index)
+    }
+}
+
+/// `metal:N`: Apple GPUs, with MSL kernels.
+#[cfg(feature = "metal")]
+pub mod metal {
+    /// How many Metal adapters this machine has.
+    pub fn devices() -> usize {
+        crate::adapters::adapters().iter().filter(|a| a.api == "Metal").count()
+    }
+
+    /// The backend on the `index`-th Metal adapter.
+    pub fn open(index: usize) -> switchyard_core::Result<crate::Cube> {
+        crate::adapters::metal(index)
+    }
+}
+
+/// `webgpu`: the browser's WebGPU adapter, in WebAssembly builds; natively, GPUs are `wgpu:N`.
+#[cfg(feature = "webgpu")]
+pub mod webgpu {
+    /// How many WebGPU adapters this machine has (none outside a browser).
+    pub fn devices() -> usize {
+        crate::adapters::adapters().iter().filter(|a| a.api == "BrowserWebGpu").count().min(1)
+    }
+
+    /// The backend on the browser's WebGPU adapter.
+    pub fn open() -> switchyard_core::Result<crate::Cube> {
+        crate::adapters::webgpu()
+    }
+}
+
+/// `cuda:N`: NVIDIA GPUs through CubeCL's CUDA runtime.
+#[cfg(feature = "cuda")]
+pub mod cuda {
+    /// How many CUDA devices this machine has (0 without NVIDIA's driver).
+    pub fn devices() -> usize {
+        crate::native::cuda_devices()
+    }
+
+    /// The backend on CUDA device `index`: an error saying how many there are if there is no
+    /// such device (none without NVIDIA's driver, `libcuda.so`, which is loaded at run time).
+    pub fn open(index: usize) -> switchyard_core::Result<crate::Cube> {
+        crate::native::cuda(index)
+    }
+}
+
+/// `rocm:N`: AMD GPUs through CubeCL's HIP runtime.
+#[cfg(feature = "rocm")]
+pub mod rocm {
+    /// How many ROCm devices this machine has (0 without AMD's HIP runtime).
+    pub fn devices() -> usize {
+        crate::native::rocm_devices()
+    }
+
+    /// The backend on ROCm device `index`: an error saying how many there are if there is no
+    /// such device (none without `libamdhip64.so`, which is loaded at run time).
+    pub fn open(index: usize) -> switchyard_core::Result<crate::Cube> {
+        crate::native::rocm(index)
+    }
+}
+
+/// `cubecl-cpu`: CubeCL's CPU runtime, which compiles kernels for this machine's CPU (not to be
+/// mistaken for flex, the default CPU backend).
+#[cfg(feature = "cpu")]
+pub mod cpu {
+    /// How many such devices there are: one, the host CPU.
+    pub fn devices() -> usize {
+        1
+    }
+
+    /// The backend on CubeCL's CPU runtime.
+    pub fn open() -> switchyard_core::Result<crate::Cube> {
+        crate::native::cpu()
+    }
+}

@@ -221,7 +221,7 @@ fn a_new_device_uses_the_kernels_measured_to_win_or_those_that_keep_f32_exact() 
 #[cfg(feature = "wgpu")]
 #[test]
 fn a_software_adapter_computes_f32_products_in_f32() {
-    let adapter = switchyard_cube::adapters().into_iter().next().expect("a wgpu adapter");
+    let adapter = switchyard_cube::wgpu::adapters().into_iter().next().expect("a wgpu adapter");
     if adapter.kind == "Cpu" && common::name() == "wgpu:0" {
         assert!(!common::open().expect("the device under test").kernels().tf32());
     }

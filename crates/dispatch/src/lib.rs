@@ -1,53 +1,96 @@
-//! switchyard-dispatch: devices picked at runtime, and one [`Backend`] over every backend this
+//! switchyard-dispatch: devices picked at runtime, and one
+//! [`Backend`](switchyard_core::Backend) over every backend this
 //! build has.
 //!
-//! [`Device`] names a device (`flex`, `cuda:1`, `remote:HOST:PORT`, ...). [`Dispatch`] is an enum
-//! with one variant per backend compiled in (cargo features `flex` (default), `ndarray`,
-//! `capture`, `tch`, `wgpu`, `vulkan`, `metal`, `webgpu`, `cuda`, `rocm`, `cpu`, `remote`); it
-//! implements [`Backend`] with enums of weights
-//! and plans that remember their device, so one process can hold models on several devices and
-//! every call goes to the backend that owns its weights and plan. Handing weights or a plan to
-//! another device is an error naming both, never a silent copy; asking for a device this build
-//! lacks is an error naming the feature to enable, never a fallback. With `remote`, [`server`]
-//! serves any device of this build that burn-remote can host to `remote:HOST:PORT` clients.
-
-#[cfg(not(any(
-    feature = "flex",
-    feature = "ndarray",
-    feature = "capture",
-    feature = "tch",
-    feature = "wgpu",
-    feature = "cuda",
-    feature = "rocm",
-    feature = "cpu",
-    feature = "remote"
-)))]
-compile_error!(
-    "switchyard-dispatch needs at least one backend feature: flex, ndarray, capture, tch, wgpu, \
-     vulkan, metal, webgpu, cuda, rocm, cpu or remote"
-);
+//! The backends are declared once, in a table (`src/backends.rs`, read by the [`backends!`]
+//! macro): each backend with the families of devices it runs, each family with its name
+//! grammar (`flex`, `cuda[:N]`, `remote:HOST:PORT`), its cargo feature, and the module of its
+//! crate that lists (`devices()`) and opens (`open(..)`) its devices. From that table come
+//! [`FAMILIES`], the parsing and printing of a [`Device`], [`Dispatch`] (an enum with one variant
+//! per backend compiled in, implementing [`Backend`](switchyard_core::Backend) with enums of weights, plans and states
+//! that remember their device), [`Dispatch::available`], and [`server`] (with `remote`).
+//!
+//! So one process can hold models on several devices, and every call goes to the backend that
+//! owns its weights and plan. Handing weights or a plan to another device is an error naming
+//! both, never a silent copy; asking for a device this build lacks is an error naming the
+//! feature to enable, never a fallback.
 
 mod device;
-mod precision;
 
-pub use device::{DEVICE_ENV, Device, FORMS};
-use precision::Precision;
-use switchyard_core::{
-    Backend, Batch, Bucket, Caps, DType, Error, Graph, HostTensor, Outputs, Result,
-};
+pub use device::{DEVICE_ENV, Device, Family, Form, forms, forms_in};
+#[cfg(feature = "capture")]
+pub use switchyard_capture as capture;
+#[cfg(any(feature = "wgpu", feature = "cuda", feature = "rocm", feature = "cubecl-cpu"))]
+pub use switchyard_cube as cube;
+#[cfg(feature = "flex")]
+pub use switchyard_flex as flex;
+#[cfg(feature = "ndarray")]
+pub use switchyard_ndarray as ndarray;
+#[cfg(feature = "remote")]
+pub use switchyard_remote as remote;
+#[cfg(feature = "tch")]
+pub use switchyard_tch as tch;
 
-/// Declares the backends: adding one is one line here (plus its feature in Cargo.toml and its
-/// name in [`Device::compiled`]). `$make` builds the backend from the device, or says why not.
+use switchyard_core::Error;
+
+/// What [`backends!`]'s expansion names, from wherever it is expanded.
+#[doc(hidden)]
+pub mod __private {
+    pub use switchyard_core as core;
+    #[cfg(feature = "remote")]
+    pub use switchyard_remote as remote;
+
+    pub use crate::device::not_compiled;
+    pub use crate::{mismatch, owned};
+}
+
+/// Generates, from a table of backends (see `src/backends.rs` for its grammar): [`FAMILIES`],
+/// [`Dispatch`] with its weights, plans and states, [`Dispatch::new`], [`Dispatch::count`],
+/// [`Dispatch::available`], and with the `remote` feature [`server`]. This crate expands it once
+/// over its table; a test expands it over a table of its own.
+#[macro_export]
 macro_rules! backends {
-    ($($feature:literal => $variant:ident($ty:ty) for $pat:pat => $make:expr;)*) => {
+    (
+        $(
+            backend $bname:literal $variant:ident = $ty:ty {
+                $(
+                    $(#[doc = $about:literal])*
+                    $name:literal $form:ident $($module:ident)::+, feature $feature:literal,
+                        ci [$($ci:tt)*] $(, $served:ident)?;
+                )+
+            }
+        )*
+    ) => {
+        #[cfg(not(any($($(feature = $feature),+),*)))]
+        compile_error!(concat!(
+            "switchyard-dispatch needs at least one backend feature:",
+            $($(" ", $feature),+),*
+        ));
+
+        /// Every device family of the table of backends, compiled into this build or not, in
+        /// the table's order.
+        pub static FAMILIES: &[$crate::Family] = &[
+            $($(
+                $crate::Family {
+                    name: $name,
+                    form: $crate::backends!(@form $form),
+                    backend: $bname,
+                    feature: $feature,
+                    compiled: cfg!(feature = $feature),
+                    served: $crate::backends!(@served $($served)?),
+                    about: concat!($($about),*),
+                },
+            )+)*
+        ];
+
         /// A backend of this build, on one device.
         pub enum Dispatch {
             $(
-                #[cfg(feature = $feature)]
-                #[doc = concat!("The `", $feature, "` backend.")]
+                #[cfg(any($(feature = $feature),+))]
+                #[doc = concat!("The `", $bname, "` backend.")]
                 $variant {
                     /// The device it runs on.
-                    device: Device,
+                    device: $crate::Device,
                     /// The backend itself.
                     backend: $ty,
                 },
@@ -57,56 +100,84 @@ macro_rules! backends {
         /// Weights on one device, in the layout of its backend.
         pub enum DispatchWeights {
             $(
-                #[cfg(feature = $feature)]
-                #[doc = concat!("Weights of the `", $feature, "` backend.")]
-                $variant(Device, <$ty as Backend>::Weights),
+                #[cfg(any($(feature = $feature),+))]
+                #[doc = concat!("Weights of the `", $bname, "` backend.")]
+                $variant($crate::Device, <$ty as $crate::__private::core::Backend>::Weights),
             )*
         }
 
         /// A plan on one device.
         pub enum DispatchPlan {
             $(
-                #[cfg(feature = $feature)]
-                #[doc = concat!("A plan of the `", $feature, "` backend.")]
-                $variant(Device, <$ty as Backend>::Plan),
+                #[cfg(any($(feature = $feature),+))]
+                #[doc = concat!("A plan of the `", $bname, "` backend.")]
+                $variant($crate::Device, <$ty as $crate::__private::core::Backend>::Plan),
+            )*
+        }
+
+        /// The state of one run of a plan.
+        pub enum DispatchState {
+            $(
+                #[cfg(any($(feature = $feature),+))]
+                #[doc = concat!("A run state of the `", $bname, "` backend.")]
+                $variant(<$ty as $crate::__private::core::Backend>::State),
             )*
         }
 
         impl Dispatch {
-            /// The backend for `device`: an error if this build does not have it.
-            pub fn new(device: &Device) -> Result<Dispatch> {
-                device.check_compiled()?;
-                #[allow(unreachable_patterns)]
-                match device {
-                    $(
-                        #[cfg(feature = $feature)]
-                        $pat => Ok(Dispatch::$variant { device: device.clone(), backend: ($make)(device)? }),
-                    )*
-                    _ => Err(Error::Device(format!("device `{device}` has no backend in this build"))),
+            /// The backend for `device`: an error if this build does not have it, or this
+            /// machine does not.
+            pub fn new(device: &$crate::Device) -> $crate::__private::core::Result<Dispatch> {
+                let family = device.family();
+                if !family.compiled {
+                    return Err($crate::__private::not_compiled(device, &Dispatch::available()));
                 }
+                #[allow(unreachable_patterns)]
+                match family.name {
+                    $($(
+                        #[cfg(feature = $feature)]
+                        $name => Ok(Dispatch::$variant {
+                            device: device.clone(),
+                            backend: $crate::backends!(@open $form ($($module)::+) device)?,
+                        }),
+                    )+)*
+                    _ => Err($crate::__private::core::Error::Device(format!(
+                        "device `{device}` is not in this build's table of backends"
+                    ))),
+                }
+            }
+
+            /// How many devices of `family` this machine has (0 for a family this build
+            /// lacks, and for servers, which are named, not found).
+            pub fn count(family: &$crate::Family) -> usize {
+                #[allow(unreachable_patterns)]
+                match family.name {
+                    $($(
+                        #[cfg(feature = $feature)]
+                        $name => $crate::backends!(@count $form ($($module)::+)),
+                    )+)*
+                    _ => 0,
+                }
+            }
+
+            /// The devices this build has compiled in and this machine has, in the table's
+            /// order.
+            pub fn available() -> Vec<$crate::Device> {
+                FAMILIES
+                    .iter()
+                    .filter(|f| f.compiled)
+                    .flat_map(|f| {
+                        (0..Dispatch::count(f)).filter_map(move |i| f.device(i as u32))
+                    })
+                    .collect()
             }
 
             /// The device this backend runs on.
-            pub fn device(&self) -> &Device {
+            pub fn device(&self) -> &$crate::Device {
                 match self {
                     $(
-                        #[cfg(feature = $feature)]
+                        #[cfg(any($(feature = $feature),+))]
                         Dispatch::$variant { device, .. } => device,
-                    )*
-                }
-            }
-
-            /// This backend computing in `dtype` (weights stored in it, activations following):
-            /// [`Error::Unsupported`] where the device or backend cannot (see
-            /// [`Caps::float_dtypes`]).
-            pub fn with_dtype(self, dtype: DType) -> Result<Dispatch> {
-                match self {
-                    $(
-                        #[cfg(feature = $feature)]
-                        Dispatch::$variant { device, backend } => Ok(Dispatch::$variant {
-                            device,
-                            backend: Precision::with_dtype(backend, dtype)?,
-                        }),
                     )*
                 }
             }
@@ -114,10 +185,10 @@ macro_rules! backends {
 
         impl DispatchWeights {
             /// The device holding these weights.
-            pub fn device(&self) -> &Device {
+            pub fn device(&self) -> &$crate::Device {
                 match self {
                     $(
-                        #[cfg(feature = $feature)]
+                        #[cfg(any($(feature = $feature),+))]
                         DispatchWeights::$variant(d, _) => d,
                     )*
                 }
@@ -126,63 +197,117 @@ macro_rules! backends {
 
         impl DispatchPlan {
             /// The device this plan runs on.
-            pub fn device(&self) -> &Device {
+            pub fn device(&self) -> &$crate::Device {
                 match self {
                     $(
-                        #[cfg(feature = $feature)]
+                        #[cfg(any($(feature = $feature),+))]
                         DispatchPlan::$variant(d, _) => d,
                     )*
                 }
             }
         }
 
-        impl Backend for Dispatch {
+        impl $crate::__private::core::Backend for Dispatch {
             type Weights = DispatchWeights;
             type Plan = DispatchPlan;
+            type State = DispatchState;
 
-            fn caps(&self) -> Caps {
+            fn caps(&self) -> $crate::__private::core::Caps {
                 match self {
                     $(
-                        #[cfg(feature = $feature)]
+                        #[cfg(any($(feature = $feature),+))]
                         Dispatch::$variant { backend, .. } => backend.caps(),
                     )*
                 }
             }
 
-            fn upload(&self, tensors: &[HostTensor<'_>], graph: &Graph) -> Result<DispatchWeights> {
+            fn upload(
+                &self,
+                tensors: &[$crate::__private::core::HostTensor<'_>],
+                graph: &$crate::__private::core::Graph,
+            ) -> $crate::__private::core::Result<DispatchWeights> {
                 match self {
                     $(
-                        #[cfg(feature = $feature)]
-                        Dispatch::$variant { device, backend } => {
-                            Ok(DispatchWeights::$variant(device.clone(), backend.upload(tensors, graph)?))
-                        }
+                        #[cfg(any($(feature = $feature),+))]
+                        Dispatch::$variant { device, backend } => Ok(DispatchWeights::$variant(
+                            device.clone(),
+                            backend.upload(tensors, graph)?,
+                        )),
                     )*
                 }
             }
 
-            fn lower(&self, w: &DispatchWeights, graph: &Graph, bucket: Bucket) -> Result<DispatchPlan> {
-                owned(self.device(), w.device(), "weights")?;
+            fn lower(
+                &self,
+                w: &DispatchWeights,
+                graph: &$crate::__private::core::Graph,
+                bucket: $crate::__private::core::Bucket,
+            ) -> $crate::__private::core::Result<DispatchPlan> {
+                $crate::__private::owned(self.device(), w.device(), "weights")?;
                 #[allow(unreachable_patterns)]
                 match (self, w) {
                     $(
-                        #[cfg(feature = $feature)]
+                        #[cfg(any($(feature = $feature),+))]
                         (Dispatch::$variant { device, backend }, DispatchWeights::$variant(_, w)) => {
                             Ok(DispatchPlan::$variant(device.clone(), backend.lower(w, graph, bucket)?))
                         }
                     )*
-                    _ => Err(mismatch(self.device(), w.device(), "weights")),
+                    _ => Err($crate::__private::mismatch(self.device(), w.device(), "weights")),
                 }
             }
 
-            fn run(&self, plan: &mut DispatchPlan, batch: &Batch<'_>, out: &mut Outputs) -> Result<()> {
-                owned(self.device(), plan.device(), "a plan")?;
+            fn state(&self, plan: &DispatchPlan) -> $crate::__private::core::Result<DispatchState> {
+                $crate::__private::owned(self.device(), plan.device(), "a plan")?;
                 #[allow(unreachable_patterns)]
                 match (self, plan) {
                     $(
-                        #[cfg(feature = $feature)]
-                        (Dispatch::$variant { backend, .. }, DispatchPlan::$variant(_, p)) => backend.run(p, batch, out),
+                        #[cfg(any($(feature = $feature),+))]
+                        (Dispatch::$variant { backend, .. }, DispatchPlan::$variant(_, p)) => {
+                            Ok(DispatchState::$variant(backend.state(p)?))
+                        }
                     )*
-                    (this, plan) => Err(mismatch(this.device(), plan.device(), "a plan")),
+                    _ => Err($crate::__private::mismatch(self.device(), plan.device(), "a plan")),
+                }
+            }
+
+            fn run(
+                &self,
+                plan: &DispatchPlan,
+                state: &mut DispatchState,
+                batch: &$crate::__private::core::Batch<'_>,
+                out: &mut $crate::__private::core::Outputs,
+            ) -> $crate::__private::core::Result<()> {
+                $crate::__private::owned(self.device(), plan.device(), "a plan")?;
+                #[allow(unreachable_patterns)]
+                match (self, plan, state) {
+                    $(
+                        #[cfg(any($(feature = $feature),+))]
+                        (
+                            Dispatch::$variant { backend, .. },
+                            DispatchPlan::$variant(_, p),
+                            DispatchState::$variant(s),
+                        ) => backend.run(p, s, batch, out),
+                    )*
+                    _ => Err($crate::__private::core::Error::Device(format!(
+                        "a run state made for another backend handed to device `{}`; make it \
+                         with this device's `state`",
+                        self.device()
+                    ))),
+                }
+            }
+
+            fn with_dtype(
+                self,
+                dtype: $crate::__private::core::DType,
+            ) -> $crate::__private::core::Result<Self> {
+                match self {
+                    $(
+                        #[cfg(any($(feature = $feature),+))]
+                        Dispatch::$variant { device, backend } => Ok(Dispatch::$variant {
+                            device,
+                            backend: backend.with_dtype(dtype)?,
+                        }),
+                    )*
                 }
             }
 
@@ -190,8 +315,10 @@ macro_rules! backends {
                 #[allow(unreachable_patterns)]
                 match (self, w) {
                     $(
-                        #[cfg(feature = $feature)]
-                        (Dispatch::$variant { backend, .. }, DispatchWeights::$variant(_, w)) => backend.weight_bytes(w),
+                        #[cfg(any($(feature = $feature),+))]
+                        (Dispatch::$variant { backend, .. }, DispatchWeights::$variant(_, w)) => {
+                            backend.weight_bytes(w)
+                        }
                     )*
                     _ => 0,
                 }
@@ -201,128 +328,146 @@ macro_rules! backends {
                 #[allow(unreachable_patterns)]
                 match (self, p) {
                     $(
-                        #[cfg(feature = $feature)]
-                        (Dispatch::$variant { backend, .. }, DispatchPlan::$variant(_, p)) => backend.plan_bytes(p),
+                        #[cfg(any($(feature = $feature),+))]
+                        (Dispatch::$variant { backend, .. }, DispatchPlan::$variant(_, p)) => {
+                            backend.plan_bytes(p)
+                        }
+                    )*
+                    _ => 0,
+                }
+            }
+
+            fn state_bytes(&self, s: &DispatchState) -> usize {
+                #[allow(unreachable_patterns)]
+                match (self, s) {
+                    $(
+                        #[cfg(any($(feature = $feature),+))]
+                        (Dispatch::$variant { backend, .. }, DispatchState::$variant(s)) => {
+                            backend.state_bytes(s)
+                        }
                     )*
                     _ => 0,
                 }
             }
         }
-    };
-}
 
-backends! {
-    "flex" => Flex(switchyard_flex::FlexBackend) for Device::Flex => |_| Ok(switchyard_flex::flex());
-    "ndarray" => NdArray(switchyard_ndarray::NdArrayBackend) for Device::NdArray => |_| Ok(switchyard_ndarray::ndarray());
-    "capture" => Capture(switchyard_capture::Capture) for Device::Capture => |_| Ok(switchyard_capture::Capture::new());
-    "tch" => Tch(switchyard_tch::TchBackend) for Device::TchCpu | Device::TchCuda(_) => tch;
-    "wgpu" => Wgpu(switchyard_cube::Cube) for Device::Wgpu(_) => cube;
-    "vulkan" => Vulkan(switchyard_cube::Cube) for Device::Vulkan(_) => cube;
-    "metal" => Metal(switchyard_cube::Cube) for Device::Metal(_) => cube;
-    "webgpu" => WebGpu(switchyard_cube::Cube) for Device::WebGpu => cube;
-    "cuda" => Cuda(switchyard_cube::Cube) for Device::Cuda(_) => cube;
-    "rocm" => Rocm(switchyard_cube::Cube) for Device::Rocm(_) => cube;
-    "cpu" => Cpu(switchyard_cube::Cube) for Device::Cpu => cube;
-    "remote" => Remote(switchyard_remote::Remote) for Device::Remote { .. } => remote;
-}
-
-/// A client of the server named by `device` (`remote:HOST:PORT`), with the timeout and token
-/// of the environment.
-#[cfg(feature = "remote")]
-fn remote(device: &Device) -> Result<switchyard_remote::Remote> {
-    match device {
-        Device::Remote { host, port } => {
-            switchyard_remote::connect(host, *port, switchyard_remote::RemoteOptions::from_env()?)
+        impl ::std::fmt::Debug for Dispatch {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+                write!(f, "Dispatch({})", self.device())
+            }
         }
-        _ => Err(Error::Device(format!("device `{device}` is not a remote device"))),
-    }
-}
 
-/// A server of `device` for `remote:HOST:PORT` clients, to clients presenting `token` if one is
-/// given: [`Error::Unsupported`] for a device burn-remote cannot host (it hosts Burn backends
-/// with an IR: flex, ndarray and the CubeCL devices; not tch, capture or another remote).
-#[cfg(feature = "remote")]
-pub fn server(device: &Device, token: Option<&str>) -> Result<Box<dyn switchyard_remote::Serve>> {
-    /// One arm per hostable backend of this build; each backend is a different type.
-    macro_rules! serve {
-        ($($feature:literal => $variant:ident),*) => {
-            #[allow(unreachable_patterns)]
+        impl ::std::fmt::Debug for DispatchWeights {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+                write!(f, "DispatchWeights({})", self.device())
+            }
+        }
+
+        impl ::std::fmt::Debug for DispatchPlan {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+                write!(f, "DispatchPlan({})", self.device())
+            }
+        }
+
+        impl ::std::fmt::Debug for DispatchState {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+                f.write_str("DispatchState")
+            }
+        }
+
+        /// A server of `device` for `remote:HOST:PORT` clients, to clients presenting `token`
+        /// if one is given: [`Error::Unsupported`](switchyard_core::Error::Unsupported) for a
+        /// device the table does not mark `served` (burn-remote hosts Burn backends with an
+        /// IR: flex, ndarray and the CubeCL devices; not tch, capture or another remote).
+        #[cfg(feature = "remote")]
+        pub fn server(
+            device: &$crate::Device,
+            token: Option<&str>,
+        ) -> $crate::__private::core::Result<Box<dyn $crate::__private::remote::Serve>> {
             match Dispatch::new(device)? {
                 $(
-                    #[cfg(feature = $feature)]
-                    Dispatch::$variant { backend, .. } => {
-                        Ok(Box::new(switchyard_remote::Server::of(&backend, token)))
-                    }
+                    #[cfg(any($(feature = $feature),+))]
+                    Dispatch::$variant { backend, .. } => match device.family().name {
+                        $(
+                            #[cfg(feature = $feature)]
+                            $name => $crate::backends!(@serve ($($served)?) backend, token, device),
+                        )+
+                        _ => unreachable!("Dispatch::new opened `{device}` as this backend"),
+                    },
                 )*
-                _ => Err(Error::Unsupported(format!(
-                    "`{device}` cannot be served: burn-remote hosts Burn backends with an IR \
-                     (flex, ndarray and the CubeCL devices), not tch, capture or another remote \
-                     device"
-                ))),
             }
-        };
-    }
-    serve!("flex" => Flex, "ndarray" => NdArray, "wgpu" => Wgpu, "vulkan" => Vulkan,
-        "metal" => Metal, "webgpu" => WebGpu, "cuda" => Cuda, "rocm" => Rocm, "cpu" => Cpu)
+        }
+    };
+
+    (@form bare) => { $crate::Form::Bare };
+    (@form indexed) => { $crate::Form::Indexed };
+    (@form server) => { $crate::Form::Server };
+
+    (@served served) => { true };
+    (@served) => { false };
+    (@served $other:ident) => {
+        compile_error!(concat!("unknown family flag `", stringify!($other), "`; expected `served`"))
+    };
+
+    (@open bare ($($m:ident)::+) $d:ident) => { $($m)::+::open() };
+    (@open indexed ($($m:ident)::+) $d:ident) => {
+        $($m)::+::open($d.index().unwrap_or(0) as usize)
+    };
+    (@open server ($($m:ident)::+) $d:ident) => {
+        match $d.server() {
+            Some((host, port)) => $($m)::+::open(host, port),
+            None => Err($crate::__private::core::Error::Device(format!(
+                "device `{}` names no server", $d
+            ))),
+        }
+    };
+
+    (@count server ($($m:ident)::+)) => { 0 };
+    (@count $form:ident ($($m:ident)::+)) => { $($m)::+::devices() };
+
+    (@serve (served) $backend:ident, $token:ident, $device:ident) => {
+        Ok(Box::new($crate::__private::remote::Server::of(&$backend, $token)))
+    };
+    (@serve ($other:ident) $backend:ident, $token:ident, $device:ident) => {
+        compile_error!(concat!("unknown family flag `", stringify!($other), "`; expected `served`"))
+    };
+    (@serve () $backend:ident, $token:ident, $device:ident) => {{
+        let _ = &$backend;
+        Err($crate::__private::core::Error::Unsupported(format!(
+            "`{}` cannot be served: remote-serve hosts Burn backends with an IR ({}), not the \
+             `{}` backend",
+            $device,
+            $crate::forms_served(FAMILIES),
+            $device.family().backend,
+        )))
+    }};
 }
 
-/// The cube backend on a CubeCL device (`wgpu:N`, `vulkan:N`, `metal:N`, `webgpu`, `cuda:N`,
-/// `rocm:N`, `cpu`).
-#[cfg(any(feature = "wgpu", feature = "cuda", feature = "rocm", feature = "cpu"))]
-fn cube(device: &Device) -> Result<switchyard_cube::Cube> {
-    match *device {
-        #[cfg(feature = "wgpu")]
-        Device::Wgpu(i) => switchyard_cube::wgpu(i as usize),
-        #[cfg(feature = "vulkan")]
-        Device::Vulkan(i) => switchyard_cube::vulkan(i as usize),
-        #[cfg(feature = "metal")]
-        Device::Metal(i) => switchyard_cube::metal(i as usize),
-        #[cfg(feature = "webgpu")]
-        Device::WebGpu => switchyard_cube::webgpu(),
-        #[cfg(feature = "cuda")]
-        Device::Cuda(i) => switchyard_cube::cuda(i as usize),
-        #[cfg(feature = "rocm")]
-        Device::Rocm(i) => switchyard_cube::rocm(i as usize),
-        #[cfg(feature = "cpu")]
-        Device::Cpu => switchyard_cube::cpu(),
-        _ => Err(Error::Device(format!("device `{device}` is not a CubeCL device of this build"))),
-    }
+include!("backends.rs");
+
+/// The device patterns of `families` that `switchyard remote-serve` can host.
+pub fn forms_served(families: &[Family]) -> String {
+    let served: Vec<String> = families.iter().filter(|f| f.served).map(Family::pattern).collect();
+    served.join(", ")
 }
 
-/// The tch backend on `device` (`tch:cpu` or `tch:cuda:N`).
-#[cfg(feature = "tch")]
-fn tch(device: &Device) -> Result<switchyard_tch::TchBackend> {
-    match *device {
-        Device::TchCuda(i) => switchyard_tch::tch_cuda(i as usize),
-        _ => Ok(switchyard_tch::tch_cpu()),
-    }
-}
-
-impl std::fmt::Debug for Dispatch {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Dispatch({})", self.device())
-    }
-}
-
-impl std::fmt::Debug for DispatchWeights {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "DispatchWeights({})", self.device())
-    }
-}
-
-impl std::fmt::Debug for DispatchPlan {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "DispatchPlan({})", self.device())
-    }
-}
-
-fn owned(this: &Device, other: &Device, what: &str) -> Result<()> {
+/// Checks that a plan or weights on `other` belong to `this` device.
+#[doc(hidden)]
+pub fn owned(this: &Device, other: &Device, what: &str) -> switchyard_core::Result<()> {
     if this == other { Ok(()) } else { Err(mismatch(this, other, what)) }
 }
 
-fn mismatch(this: &Device, other: &Device, what: &str) -> Error {
+/// The error for `what` on device `other` handed to device `this`.
+#[doc(hidden)]
+pub fn mismatch(this: &Device, other: &Device, what: &str) -> Error {
     Error::Device(format!(
         "{what} on device `{other}` handed to device `{this}`; a device only runs what it holds \
          (upload the weights to `{this}` instead)"
     ))
+}
+
+/// A [`Dispatch`] on `device` computing in `dtype`: the one call a program needs to pick a
+/// device by name.
+pub fn open(device: &Device, dtype: switchyard_core::DType) -> switchyard_core::Result<Dispatch> {
+    switchyard_core::Backend::with_dtype(Dispatch::new(device)?, dtype)
 }

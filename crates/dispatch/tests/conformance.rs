@@ -1,19 +1,24 @@
-//! The conformance suite through `Dispatch`, on every device this build has, or on the one
-//! named by `SWITCHYARD_CONFORMANCE_DEVICE` (as `cargo xtask test-all-backends` does; `remote`
-//! is a flex server this test starts).
+//! The conformance suite through `Dispatch`, on the device `SWITCHYARD_CONFORMANCE_DEVICE`
+//! names (as `cargo xtask test-all-backends` does for each device; `remote` is a flex server
+//! this test binary starts), else on flex.
 
 mod common;
 
-use switchyard_conformance::{Options, suite_with};
-use switchyard_dispatch::{Device, Dispatch};
+use switchyard_conformance::Options;
+use switchyard_dispatch::Dispatch;
 
-#[test]
-fn conformance_through_dispatch() {
-    let (devices, _servers) = common::devices();
-    for d in devices {
-        let opts = Options { compare_values: d != Device::Capture, ..Options::default() };
-        suite_with(|| Dispatch::new(&d).expect("the device is compiled in"), opts);
-    }
+/// The device under test, through `Dispatch`.
+fn open() -> Dispatch {
+    Dispatch::new(&common::device()).expect("the device under test is compiled in and present")
+}
+
+/// Capture computes nothing: its shapes and errors are checked, not its values.
+fn options() -> Options {
+    Options { compare_values: common::device().family().backend != "capture", ..Options::default() }
+}
+
+mod conformance_through_dispatch {
+    switchyard_conformance::tests!(super::open, super::options());
 }
 
 #[cfg(feature = "remote")]

@@ -3,9 +3,13 @@
 use switchyard_core::{Backend, Error};
 use switchyard_dispatch::{Device, Dispatch};
 
+fn d(s: &str) -> Device {
+    s.parse().unwrap()
+}
+
 #[test]
 fn a_device_this_build_lacks_is_an_error_not_a_fallback() {
-    let e = Dispatch::new(&Device::Rocm(0)).unwrap_err();
+    let e = Dispatch::new(&d("rocm:0")).unwrap_err();
     assert!(matches!(e, Error::Device(_)), "{e}");
     assert!(e.to_string().contains("rocm:0"), "{e}");
 }
@@ -13,7 +17,7 @@ fn a_device_this_build_lacks_is_an_error_not_a_fallback() {
 #[cfg(feature = "cuda")]
 #[test]
 fn a_cuda_device_this_machine_lacks_is_an_error_not_a_fallback() {
-    let e = Dispatch::new(&Device::Cuda(99)).unwrap_err();
+    let e = Dispatch::new(&d("cuda:99")).unwrap_err();
     assert!(matches!(e, Error::Device(_)), "{e}");
     assert!(e.to_string().contains("cuda:99") && e.to_string().contains("libcuda"), "{e}");
 }
@@ -21,7 +25,7 @@ fn a_cuda_device_this_machine_lacks_is_an_error_not_a_fallback() {
 #[cfg(feature = "webgpu")]
 #[test]
 fn webgpu_in_a_native_build_is_an_error_not_a_fallback() {
-    let e = Dispatch::new(&Device::WebGpu).unwrap_err();
+    let e = Dispatch::new(&d("webgpu")).unwrap_err();
     assert!(matches!(e, Error::Device(_)), "{e}");
     assert!(e.to_string().contains("no WebGPU adapter"), "{e}");
 }
@@ -29,7 +33,7 @@ fn webgpu_in_a_native_build_is_an_error_not_a_fallback() {
 #[cfg(all(feature = "remote", feature = "capture"))]
 #[test]
 fn a_device_burn_remote_cannot_host_is_refused_as_a_server() {
-    let Err(e) = switchyard_dispatch::server(&Device::Capture, None) else {
+    let Err(e) = switchyard_dispatch::server(&d("capture"), None) else {
         panic!("capture has no IR for burn-remote to serve")
     };
     assert!(matches!(e, Error::Unsupported(_)), "{e}");
@@ -39,28 +43,32 @@ fn a_device_burn_remote_cannot_host_is_refused_as_a_server() {
 #[cfg(feature = "flex")]
 #[test]
 fn dispatch_reports_its_device_and_caps() {
-    let d = Dispatch::new(&Device::Flex).unwrap();
-    assert_eq!(d.device(), &Device::Flex);
-    assert_eq!(d.caps().backend, "flex");
+    let flex = Dispatch::new(&Device::flex()).unwrap();
+    assert_eq!(flex.device(), &Device::flex());
+    assert_eq!(flex.caps().backend, "flex");
 }
 
 #[cfg(feature = "flex")]
 #[test]
 fn a_compute_dtype_is_chosen_where_the_device_has_it() {
     use switchyard_core::DType;
-    let d = Dispatch::new(&Device::Flex).unwrap().with_dtype(DType::Bf16).unwrap();
-    assert_eq!((d.device(), d.caps().dtypes), (&Device::Flex, vec![DType::Bf16]));
+    let bf16 = Dispatch::new(&Device::flex()).unwrap().with_dtype(DType::Bf16).unwrap();
+    assert_eq!((bf16.device(), bf16.caps().dtype), (&Device::flex(), DType::Bf16));
 }
 
 #[cfg(feature = "capture")]
 #[test]
 fn a_backend_that_computes_in_f32_only_refuses_another_dtype() {
     use switchyard_core::DType;
-    let capture = || Dispatch::new(&Device::Capture).unwrap();
+    let capture = || Dispatch::new(&d("capture")).unwrap();
     assert!(capture().with_dtype(DType::F32).is_ok());
     let Err(e) = capture().with_dtype(DType::F16) else { panic!("capture is f32 only") };
     assert!(matches!(e, Error::Unsupported(_)), "{e}");
-    assert!(e.to_string().contains("capture backend computes in f32 only"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("the capture backend (nothing: it records plans) computes in f32 only"),
+        "{e}"
+    );
 }
 
 #[cfg(all(feature = "flex", feature = "ndarray"))]
@@ -91,7 +99,7 @@ mod two_devices {
             )
             .unwrap()
         };
-        let (mut flex, mut nd) = (make(Device::Flex), make(Device::NdArray));
+        let (mut flex, mut nd) = (make(Device::flex()), make(d("ndarray")));
         let (mut a, mut b) = (Outputs::new(), Outputs::new());
         for _ in 0..2 {
             flex.run(LaneId::MAIN, &sample().batch(), &mut a).unwrap();
@@ -113,18 +121,28 @@ mod two_devices {
         let g = testkit::bert_like(EncoderSpec::TINY);
         let weights = testkit::random_weights(&g, 9);
         let (flex, nd) =
-            (Dispatch::new(&Device::Flex).unwrap(), Dispatch::new(&Device::NdArray).unwrap());
+            (Dispatch::new(&Device::flex()).unwrap(), Dispatch::new(&d("ndarray")).unwrap());
         let fw = flex.upload(&weights.tensors(), &g).unwrap();
         let e = nd.lower(&fw, &g, Bucket::new(16, 2, 16)).unwrap_err().to_string();
         assert!(e.contains("weights on device `flex` handed to device `ndarray`"), "{e}");
 
-        let mut plan = flex.lower(&fw, &g, Bucket::new(16, 2, 16)).unwrap();
-        let e = nd.run(&mut plan, &sample().batch(), &mut Outputs::new()).unwrap_err().to_string();
+        let plan = flex.lower(&fw, &g, Bucket::new(16, 2, 16)).unwrap();
+        let mut state = flex.state(&plan).unwrap();
+        let e = nd.state(&plan).unwrap_err().to_string();
+        assert!(e.contains("a plan on device `flex` handed to device `ndarray`"), "{e}");
+        let e = nd.run(&plan, &mut state, &sample().batch(), &mut Outputs::new());
+        let e = e.unwrap_err().to_string();
         assert!(e.contains("a plan on device `flex` handed to device `ndarray`"), "{e}");
         // The owner still runs it.
-        flex.run(&mut plan, &sample().batch(), &mut Outputs::new()).unwrap();
+        flex.run(&plan, &mut state, &sample().batch(), &mut Outputs::new()).unwrap();
+        // A run state of another backend is refused too.
+        let nw = nd.upload(&weights.tensors(), &g).unwrap();
+        let mut nd_state = nd.state(&nd.lower(&nw, &g, Bucket::new(16, 2, 16)).unwrap()).unwrap();
+        let e = flex.run(&plan, &mut nd_state, &sample().batch(), &mut Outputs::new());
+        let e = e.unwrap_err().to_string();
+        assert!(e.contains("a run state made for another backend handed to device `flex`"), "{e}");
         // Another flex backend is the same device and may use these weights.
-        let again = Dispatch::new(&Device::Flex).unwrap();
+        let again = Dispatch::new(&Device::flex()).unwrap();
         again.lower(&fw, &g, Bucket::new(16, 2, 16)).unwrap();
     }
 }

@@ -6,7 +6,7 @@
 
 use burn_flex::{Flex, FlexDevice};
 use switchyard_burn::{Burn, Generic};
-use switchyard_core::{Caps, DType, DeviceKind};
+use switchyard_core::{Caps, DeviceKind};
 
 /// The flex backend.
 pub type FlexBackend = Burn<Flex, Generic>;
@@ -16,18 +16,19 @@ pub fn flex() -> FlexBackend {
     Burn::new(FlexDevice, Generic, caps())
 }
 
+/// How many flex devices this machine has: one, the host CPU.
+pub fn devices() -> usize {
+    1
+}
+
+/// The flex backend, as the table of backends opens it (it cannot fail).
+pub fn open() -> switchyard_core::Result<FlexBackend> {
+    Ok(flex())
+}
+
 /// What the flex backend can do on this machine.
 pub fn caps() -> Caps {
-    Caps {
-        backend: "flex".into(),
-        device: "cpu".into(),
-        kind: DeviceKind::Cpu,
-        threads: rayon::current_num_threads(),
-        dtypes: vec![DType::F32],
-        float_dtypes: switchyard_burn::float_dtypes::<Flex>(&FlexDevice),
-        fixed_shapes: false,
-        padded_attention: false,
-        unified_memory: true,
-        memory_bytes: None,
-    }
+    Caps::new("flex", "host CPU", DeviceKind::Cpu)
+        .with_threads(rayon::current_num_threads())
+        .with_float_dtypes(switchyard_burn::float_dtypes::<Flex>(&FlexDevice))
 }

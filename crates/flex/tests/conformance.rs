@@ -4,9 +4,8 @@ use switchyard_conformance::Options;
 use switchyard_core::testkit::{self, EncoderSpec};
 use switchyard_core::{Backend, BatchBuf, Bucket, Buckets, DType, Executor, LaneId, Outputs};
 
-#[test]
-fn conformance() {
-    switchyard_conformance::suite(switchyard_flex::flex);
+mod conformance {
+    switchyard_conformance::tests!(switchyard_flex::flex);
 }
 
 #[test]
@@ -14,26 +13,29 @@ fn caps_report_the_thread_pool() {
     let caps = switchyard_flex::flex().caps();
     assert_eq!(caps.backend, "flex");
     assert_eq!(caps.threads, rayon::current_num_threads());
-    assert!(!caps.padded_attention, "flex runs attention per sequence, unpadded");
 }
 
-/// The suite with weights and activations in `dtype`, at that dtype's tolerance.
-fn conformance_in(dtype: DType) {
-    let opts = Options { dtype, ..Options::default() };
-    switchyard_conformance::suite_with(
-        || switchyard_flex::flex().with_dtype(dtype).expect("flex computes in f16 and bf16"),
-        opts,
+/// The flex backend computing in `dtype`.
+fn flex_in(dtype: DType) -> switchyard_flex::FlexBackend {
+    switchyard_flex::flex().with_dtype(dtype).expect("flex computes in f16 and bf16")
+}
+
+/// The suite with weights and activations in f16, at its tolerance.
+mod conformance_in_f16 {
+    use super::*;
+    switchyard_conformance::tests!(
+        || flex_in(DType::F16),
+        Options { dtype: DType::F16, ..Options::default() }
     );
 }
 
-#[test]
-fn conformance_in_f16() {
-    conformance_in(DType::F16);
-}
-
-#[test]
-fn conformance_in_bf16() {
-    conformance_in(DType::Bf16);
+/// The suite with weights and activations in bf16, at its tolerance.
+mod conformance_in_bf16 {
+    use super::*;
+    switchyard_conformance::tests!(
+        || flex_in(DType::Bf16),
+        Options { dtype: DType::Bf16, ..Options::default() }
+    );
 }
 
 #[test]
@@ -65,7 +67,7 @@ fn half_precision_weights_take_half_the_memory() {
     let weights = testkit::random_weights(&g, 1);
     let f32s = switchyard_flex::flex();
     let f16s = switchyard_flex::flex().with_dtype(DType::F16).expect("flex computes in f16");
-    assert_eq!(f16s.caps().dtypes, [DType::F16]);
+    assert_eq!(f16s.caps().dtype, DType::F16);
     let full = f32s.weight_bytes(&f32s.upload(&weights.tensors(), &g).expect("upload"));
     let half = f16s.weight_bytes(&f16s.upload(&weights.tensors(), &g).expect("upload"));
     assert_eq!(half * 2, full);
@@ -75,5 +77,5 @@ fn half_precision_weights_take_half_the_memory() {
 fn caps_list_the_float_dtypes_flex_computes_in() {
     let caps = switchyard_flex::flex().caps();
     assert_eq!(caps.float_dtypes, [DType::F32, DType::F16, DType::Bf16]);
-    assert_eq!(caps.dtypes, [DType::F32], "f32 until asked otherwise");
+    assert_eq!(caps.dtype, DType::F32, "f32 until asked otherwise");
 }

@@ -31,14 +31,14 @@ pub struct Checkpoint {
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
-    move |source| Error::Io { path: path.to_owned(), source }
+    move |source| Error::io(path, source)
 }
 
 /// Reads and parses a JSON file.
 pub(crate) fn read_json(path: &Path) -> Result<serde_json::Value> {
     let text = std::fs::read_to_string(path).map_err(io(path))?;
     serde_json::from_str(&text)
-        .map_err(|e| Error::Format(format!("{}: not valid JSON: {e}", path.display())))
+        .map_err(|e| Error::format(format!("{}: not valid JSON: {e}", path.display())))
 }
 
 impl Checkpoint {
@@ -47,7 +47,7 @@ impl Checkpoint {
     pub fn open(dir: &Path) -> Result<Checkpoint> {
         let _span = tracing::info_span!("load", dir = %dir.display()).entered();
         if !dir.is_dir() {
-            return Err(Error::Format(format!(
+            return Err(Error::format(format!(
                 "{} is not a directory; expected a Hugging Face checkpoint directory with \
                  config.json, model.safetensors and tokenizer.json",
                 dir.display()
@@ -55,7 +55,7 @@ impl Checkpoint {
         }
         let config_path = dir.join("config.json");
         if !config_path.is_file() {
-            return Err(Error::Format(format!("{} has no config.json", dir.display())));
+            return Err(Error::format(format!("{} has no config.json", dir.display())));
         }
         let config = read_json(&config_path)?;
         let files = Self::weight_files(dir)?;
@@ -76,7 +76,7 @@ impl Checkpoint {
         if index.is_file() {
             let v = read_json(&index)?;
             let map = v.get("weight_map").and_then(|m| m.as_object()).ok_or_else(|| {
-                Error::Format(format!("{}: no `weight_map` object", index.display()))
+                Error::format(format!("{}: no `weight_map` object", index.display()))
             })?;
             let mut shards: Vec<String> =
                 map.values().filter_map(|f| f.as_str().map(str::to_owned)).collect();
@@ -89,7 +89,7 @@ impl Checkpoint {
                 .into_iter()
                 .filter(|f| dir.join(f).exists())
                 .collect();
-        Err(Error::Format(if others.is_empty() {
+        Err(Error::format(if others.is_empty() {
             format!(
                 "{} has no model.safetensors (nor model.safetensors.index.json); Switchyard reads \
                  safetensors checkpoints",
@@ -112,7 +112,7 @@ impl Checkpoint {
         // disk while mapped would change what we read, as with any reader of the file.
         let map = unsafe { Mmap::map(&file) }.map_err(io(path))?;
         let (header, meta) = SafeTensors::read_metadata(&map).map_err(|e| {
-            Error::Format(format!("{}: not a valid safetensors file: {e:?}", path.display()))
+            Error::format(format!("{}: not a valid safetensors file: {e:?}", path.display()))
         })?;
         let base = 8 + header;
         let file_idx = self.maps.len();
@@ -125,7 +125,7 @@ impl Checkpoint {
             };
             let (start, end) = (base + info.data_offsets.0, base + info.data_offsets.1);
             if end > map.len() {
-                return Err(Error::Format(format!(
+                return Err(Error::format(format!(
                     "{}: tensor `{name}` ends at byte {end}, past the file's {} bytes",
                     path.display(),
                     map.len()
@@ -170,9 +170,9 @@ impl Checkpoint {
         let loc = self
             .tensors
             .get(name)
-            .ok_or_else(|| Error::Format(format!("the checkpoint has no tensor `{name}`")))?;
+            .ok_or_else(|| Error::format(format!("the checkpoint has no tensor `{name}`")))?;
         let dtype = loc.dtype.ok_or_else(|| {
-            Error::Format(format!(
+            Error::format(format!(
                 "tensor `{name}` is {:?}; weights must be F32, F16 or BF16",
                 loc.raw_dtype
             ))
@@ -182,7 +182,7 @@ impl Checkpoint {
             shape: &loc.shape,
             bytes: &self.maps[loc.file][loc.start..loc.end],
         };
-        t.check().map_err(|e| Error::Format(format!("tensor `{name}`: {e}")))?;
+        t.check().map_err(|e| Error::format(format!("tensor `{name}`: {e}")))?;
         Ok(t)
     }
 

@@ -69,7 +69,7 @@ const SUPPORTED: &str = "bert, roberta, xlm-roberta, distilbert, modernbert";
 
 fn get_usize(c: &Value, key: &str) -> Result<usize> {
     c.get(key).and_then(Value::as_u64).map(|v| v as usize).ok_or_else(|| {
-        Error::Format(format!("config.json: `{key}` is missing or not a whole number"))
+        Error::format(format!("config.json: `{key}` is missing or not a whole number"))
     })
 }
 
@@ -90,7 +90,7 @@ fn get_f32(c: &Value, key: &str, default: f32) -> Result<f32> {
         Some(v) => v
             .as_f64()
             .map(|x| x as f32)
-            .ok_or_else(|| Error::Format(format!("config.json: `{key}` is not a number"))),
+            .ok_or_else(|| Error::format(format!("config.json: `{key}` is not a number"))),
     }
 }
 
@@ -102,7 +102,7 @@ pub fn activation(name: &str) -> Result<Act> {
         "relu" => Ok(Act::Relu),
         "silu" | "swish" => Ok(Act::Silu),
         "tanh" => Ok(Act::Tanh),
-        other => Err(Error::Unsupported(format!(
+        other => Err(Error::unsupported(format!(
             "activation `{other}`; supported: gelu, gelu_new, gelu_pytorch_tanh, relu, silu, tanh"
         ))),
     }
@@ -120,7 +120,7 @@ impl EncoderConfig {
                 if let Some(p) = c.get("position_embedding_type").and_then(Value::as_str)
                     && p != "absolute"
                 {
-                    return Err(Error::Unsupported(format!(
+                    return Err(Error::unsupported(format!(
                         "position_embedding_type `{p}`; only absolute positions are supported"
                     )));
                 }
@@ -153,10 +153,10 @@ impl EncoderConfig {
                 modern: None,
             }),
             "modernbert" => modernbert(c),
-            "" => Err(Error::Format(format!(
+            "" => Err(Error::format(format!(
                 "config.json has no `model_type`; supported model types: {SUPPORTED}"
             ))),
-            other => Err(Error::Unsupported(format!(
+            other => Err(Error::unsupported(format!(
                 "model type `{other}`; supported model types: {SUPPORTED}"
             ))),
         }
@@ -167,14 +167,14 @@ impl EncoderConfig {
     /// ModernBERT's rotary positions also need it even.
     pub fn head_dim(&self) -> Result<usize> {
         if self.heads == 0 || !self.hidden.is_multiple_of(self.heads) {
-            return Err(Error::Format(format!(
+            return Err(Error::format(format!(
                 "config.json: {} heads do not divide the hidden size {}",
                 self.heads, self.hidden
             )));
         }
         let hd = self.hidden / self.heads;
         if self.arch == Arch::ModernBert && !hd.is_multiple_of(2) {
-            return Err(Error::Format(format!(
+            return Err(Error::format(format!(
                 "config.json: rotary positions need an even head width, not {hd}"
             )));
         }
@@ -192,7 +192,7 @@ fn modernbert(c: &Value) -> Result<EncoderConfig> {
             .map(|t| match t.as_str() {
                 Some("sliding_attention") => Ok(true),
                 Some("full_attention") => Ok(false),
-                _ => Err(Error::Unsupported(format!(
+                _ => Err(Error::unsupported(format!(
                     "config.json: layer type {t}; supported: full_attention, sliding_attention"
                 ))),
             })
@@ -203,7 +203,7 @@ fn modernbert(c: &Value) -> Result<EncoderConfig> {
         }
     };
     if local.len() != layers {
-        return Err(Error::Format(format!(
+        return Err(Error::format(format!(
             "config.json: {} layer types for {layers} layers",
             local.len()
         )));
@@ -213,7 +213,7 @@ fn modernbert(c: &Value) -> Result<EncoderConfig> {
             Some(p) => {
                 let ty = get_str(p, "rope_type", "default");
                 if ty != "default" {
-                    return Err(Error::Unsupported(format!(
+                    return Err(Error::unsupported(format!(
                         "config.json: rope_type `{ty}` for {kind}; only `default` is supported"
                     )));
                 }
@@ -223,13 +223,13 @@ fn modernbert(c: &Value) -> Result<EncoderConfig> {
         }
     };
     if c.get("rope_scaling").is_some_and(|v| !v.is_null()) {
-        return Err(Error::Unsupported("config.json: rope_scaling".into()));
+        return Err(Error::unsupported("config.json: rope_scaling"));
     }
     let pooling = match get_str(c, "classifier_pooling", "cls") {
         "cls" => PoolMode::Cls,
         "mean" => PoolMode::Mean,
         other => {
-            return Err(Error::Unsupported(format!(
+            return Err(Error::unsupported(format!(
                 "config.json: classifier_pooling `{other}`; supported: cls, mean"
             )));
         }

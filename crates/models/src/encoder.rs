@@ -21,7 +21,7 @@ impl<'a> Names<'a> {
                 return Ok(n);
             }
         }
-        Err(Error::Format(format!(
+        Err(Error::format(format!(
             "the checkpoint has no `{probe}` (under any of the prefixes bert., roberta., \
              distilbert., model., encoder.); is it the architecture its config.json names?"
         )))
@@ -43,11 +43,11 @@ impl<'a> Names<'a> {
     /// Declares the weight `name` in `g` with its checkpoint shape, checked against `want`.
     pub(crate) fn weight(&self, g: &mut GraphBuilder, name: &str, want: &[usize]) -> Result<W> {
         let full = self.find(name).ok_or_else(|| {
-            Error::Format(format!("the checkpoint has no tensor `{}{name}`", self.prefix))
+            Error::format(format!("the checkpoint has no tensor `{}{name}`", self.prefix))
         })?;
         let shape = self.ck.shape(&full).unwrap_or_default();
         if shape != want {
-            return Err(Error::Format(format!(
+            return Err(Error::format(format!(
                 "tensor `{full}` has shape {shape:?}; config.json implies {want:?}"
             )));
         }

@@ -151,7 +151,7 @@ pub(crate) fn splade(e: &mut Encoder<'_>, cfg: &EncoderConfig, x: Val, tied: boo
         e.word
     } else {
         e.head_optional(names.decoder, &[v, d])?.ok_or_else(|| {
-            Error::Format(format!(
+            Error::format(format!(
                 "config.json unties the decoder from the word embeddings, but the checkpoint \
                  has no `{}`",
                 names.decoder

@@ -25,10 +25,11 @@ mod encoder;
 pub mod heads;
 mod modernbert;
 mod runner;
+pub mod scores;
 pub mod st;
 mod tokenize;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use switchyard_core::{Backend, Buckets, Executor, Graph, HostTensor, PoolMode};
 
@@ -36,21 +37,22 @@ pub use checkpoint::Checkpoint;
 pub use config::{Arch, EncoderConfig, ModernConfig};
 pub use runner::{Marking, Runner, TokenLogits};
 pub use st::{Pooling, SentenceConfig, SentenceHead};
-pub use tokenize::{Encoded, Tokens};
+pub use tokenize::{Encoded, Tokenizer};
 
 /// The real model `name` as `cargo xtask fetch-models` puts it in this workspace
 /// (`.cache/models/NAME`; the environment variable `SWITCHYARD_MODELS_DIR` overrides the
-/// folder), or an error saying to fetch it. For tests and examples.
-pub fn fetched_model_dir(name: &str) -> Result<PathBuf> {
+/// folder), or an error saying to fetch it. For tests (feature `testkit`).
+#[cfg(feature = "testkit")]
+pub fn fetched_model_dir(name: &str) -> Result<std::path::PathBuf> {
     let root = std::env::var_os("SWITCHYARD_MODELS_DIR").map_or_else(
         || Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.cache/models"),
-        PathBuf::from,
+        std::path::PathBuf::from,
     );
     let dir = root.join(name);
     if dir.join("model.safetensors").is_file() {
         Ok(dir)
     } else {
-        Err(Error::Format(format!(
+        Err(Error::format(format!(
             "{} is missing: run `cargo xtask fetch-models` first",
             dir.display()
         )))
@@ -60,27 +62,31 @@ pub fn fetched_model_dir(name: &str) -> Result<PathBuf> {
 /// Everything that can go wrong loading or running a model.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// Reading a file failed.
-    #[error("{}: {source}", path.display())]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
-    /// A file is missing or malformed.
-    #[error("{0}")]
-    Format(String),
-    /// The checkpoint asks for something Switchyard does not support (yet).
-    #[error("unsupported: {0}")]
-    Unsupported(String),
     /// The tokenizer failed.
     #[error("tokenizer: {0}")]
     Tokenizer(String),
-    /// The graph, a batch or the device failed.
+    /// Everything else, in core's terms: a file that cannot be read (`Io`), is missing or
+    /// malformed (`Format`) or asks for what Switchyard does not support (`Unsupported`); or the
+    /// graph, a batch or the device failed.
     #[error(transparent)]
     Core(#[from] switchyard_core::Error),
+}
+
+impl Error {
+    /// A file that is missing or malformed.
+    pub(crate) fn format(msg: impl Into<String>) -> Error {
+        Error::Core(switchyard_core::Error::Format(msg.into()))
+    }
+
+    /// A checkpoint that asks for something Switchyard does not support (yet).
+    pub(crate) fn unsupported(msg: impl Into<String>) -> Error {
+        Error::Core(switchyard_core::Error::Unsupported(msg.into()))
+    }
+
+    /// Reading `path` failed.
+    pub(crate) fn io(path: &Path, source: std::io::Error) -> Error {
+        Error::Core(switchyard_core::Error::Io { path: path.to_owned(), source })
+    }
 }
 
 /// The result type of switchyard-models.
@@ -152,7 +158,7 @@ fn head_kind(ck: &Checkpoint, sentence: Option<&SentenceConfig>) -> Result<HeadK
         "ForSequenceClassification" => Ok(HeadKind::Classify),
         "ForTokenClassification" => Ok(HeadKind::ClassifyTokens),
         "ForMaskedLM" => Ok(HeadKind::Sparse),
-        other => Err(Error::Unsupported(format!(
+        other => Err(Error::unsupported(format!(
             "the head of `{arch}` ({other}); supported: a bare encoder (embeddings), \
              ForSequenceClassification, ForTokenClassification, ForMaskedLM (SPLADE)"
         ))),
@@ -164,7 +170,7 @@ pub struct Model {
     checkpoint: Checkpoint,
     graph: Graph,
     task: Task,
-    tokens: Tokens,
+    tokenizer: Tokenizer,
     config: EncoderConfig,
 }
 
@@ -187,7 +193,7 @@ impl Model {
         let position_limit = config.max_positions.saturating_sub(config.position_offset);
         let max_len = sentence.as_ref().and_then(|s| s.max_seq_length).unwrap_or(position_limit);
         if max_len > position_limit {
-            return Err(Error::Format(format!(
+            return Err(Error::format(format!(
                 "max_seq_length {max_len} exceeds the model's {position_limit} positions"
             )));
         }
@@ -227,8 +233,8 @@ impl Model {
             }
         };
         let graph = enc.g.finish()?;
-        let tokens = Tokens::load(dir, max_len)?;
-        Ok(Model { checkpoint, graph, task, tokens, config })
+        let tokenizer = Tokenizer::load(dir, max_len)?;
+        Ok(Model { checkpoint, graph, task, tokenizer, config })
     }
 
     /// The graph.
@@ -242,8 +248,8 @@ impl Model {
     }
 
     /// The tokenizer.
-    pub fn tokens(&self) -> &Tokens {
-        &self.tokens
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
     }
 
     /// The encoder's configuration.
@@ -260,13 +266,13 @@ impl Model {
     pub fn executor<B: Backend>(&self, backend: B, buckets: Buckets) -> Result<Executor<B>> {
         let largest = buckets.stage(switchyard_core::DEFAULT_STAGE).last().copied();
         if let Some(b) = largest
-            && b.tokens < self.tokens.max_len()
+            && b.tokens < self.tokenizer.max_len()
         {
-            return Err(Error::Format(format!(
+            return Err(Error::format(format!(
                 "the largest bucket holds {} tokens, fewer than one sequence of the model's \
                  maximum length {}",
                 b.tokens,
-                self.tokens.max_len()
+                self.tokenizer.max_len()
             )));
         }
         Ok(Executor::new(
@@ -294,8 +300,8 @@ fn labels(ck: &Checkpoint) -> Result<Vec<String>> {
         .find_map(|n| ck.shape(n))
         .and_then(|s| s.first().copied())
         .ok_or_else(|| {
-            Error::Format(
-                "a classifier without `classifier.weight` or `classifier.out_proj.weight`".into(),
+            Error::format(
+                "a classifier without `classifier.weight` or `classifier.out_proj.weight`",
             )
         })?;
     let names = ck.config().get("id2label").and_then(serde_json::Value::as_object);

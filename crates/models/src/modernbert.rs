@@ -17,7 +17,7 @@ pub(crate) fn build<'a>(ck: &'a Checkpoint, cfg: &EncoderConfig) -> Result<(Enco
     let m: &ModernConfig = cfg
         .modern
         .as_ref()
-        .ok_or_else(|| Error::Format("a ModernBERT graph needs ModernBERT's settings".into()))?;
+        .ok_or_else(|| Error::format("a ModernBERT graph needs ModernBERT's settings"))?;
     let names = Names::detect(ck, "embeddings.tok_embeddings.weight")?;
     let d = cfg.hidden;
     let hd = cfg.head_dim()?;

@@ -42,7 +42,7 @@ pub struct Runner<B: Backend> {
 type Marked = (Encoded, Vec<(u32, (usize, usize))>);
 
 /// An input's marked tokens and the rows of the output it asked for.
-type Ran = (Vec<(u32, (usize, usize))>, Vec<Vec<f32>>);
+type InputRows = (Vec<(u32, (usize, usize))>, Vec<Vec<f32>>);
 
 /// The executor with its reusable batch and outputs, and the batch limit.
 struct Engine<B: Backend> {
@@ -59,7 +59,7 @@ impl<B: Backend> Runner<B> {
         let limit = batch_limit(&model, &buckets);
         let exec = model.executor(backend, buckets)?;
         // `executor` refused a table whose largest bucket holds no full-length sequence.
-        let limit = limit.ok_or_else(|| Error::Format("the bucket table is empty".into()))?;
+        let limit = limit.ok_or_else(|| Error::format("the bucket table is empty"))?;
         let engine = Engine { exec, buf: BatchBuf::new(), out: Outputs::new(), limit };
         Ok(Runner { model, engine })
     }
@@ -109,7 +109,7 @@ impl<B: Backend> Runner<B> {
             |t| matches!(t, Task::Classify { .. }),
             "a cross-encoder (a sequence classifier)",
         )?;
-        let tokens = &self.model.tokens;
+        let tokens = &self.model.tokenizer;
         let inputs = docs.iter().map(|d| Ok((tokens.encode_pair(query, d)?, Vec::new())));
         let rows = self.engine.run(inputs, LOGITS, Rows::Seqs, progress)?;
         Ok(rows.into_iter().map(one_row).collect())
@@ -145,26 +145,14 @@ impl<B: Backend> Runner<B> {
     ) -> Result<Vec<Vec<(u32, f32)>>> {
         self.expect(|t| matches!(t, Task::Sparse), "a sparse (SPLADE) encoder")?;
         let rows = self.run_texts(texts, None, SPARSE, progress)?;
-        Ok(rows
-            .into_iter()
-            .map(|r| {
-                let mut terms: Vec<(u32, f32)> = one_row(r)
-                    .into_iter()
-                    .enumerate()
-                    .filter(|&(_, w)| w > 0.0)
-                    .map(|(i, w)| (i as u32, w))
-                    .collect();
-                terms.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-                terms
-            })
-            .collect())
+        Ok(rows.into_iter().map(|r| crate::scores::sparse_terms(&one_row(r))).collect())
     }
 
     fn expect(&self, ok: impl Fn(&Task) -> bool, what: &str) -> Result<()> {
         if ok(&self.model.task) {
             Ok(())
         } else {
-            Err(Error::Unsupported(format!(
+            Err(Error::unsupported(format!(
                 "this model is {}, not {what}",
                 self.model.task.describe()
             )))
@@ -179,8 +167,8 @@ impl<B: Backend> Runner<B> {
         marking: Option<Marking>,
         output: &str,
         progress: impl FnMut(usize),
-    ) -> Result<Vec<Ran>> {
-        let tokens = &self.model.tokens;
+    ) -> Result<Vec<InputRows>> {
+        let tokens = &self.model.tokenizer;
         let inputs = texts.iter().map(|t| {
             let e = tokens.encode(t)?;
             let marks = match marking {
@@ -207,7 +195,7 @@ fn batch_limit(model: &Model, buckets: &Buckets) -> Option<Bucket> {
     let g = model.graph();
     let widest = g.vals.iter().filter(|s| s.rows == Rows::Tokens).map(|s| s.width).max();
     let bytes = |b: &Bucket| b.tokens * widest.unwrap_or(0) * size_of::<f32>();
-    let max_len = model.tokens().max_len();
+    let max_len = model.tokenizer().max_len();
     stage
         .iter()
         .rev()
@@ -225,7 +213,7 @@ impl<B: Backend> Engine<B> {
         output: &str,
         rows: Rows,
         mut progress: impl FnMut(usize),
-    ) -> Result<Vec<Ran>> {
+    ) -> Result<Vec<InputRows>> {
         let mut result = Vec::new();
         let mut pending: Vec<Marked> = Vec::new();
         let (mut tokens, mut marks) = (0, 0);
@@ -258,7 +246,7 @@ impl<B: Backend> Engine<B> {
         pending: &mut Vec<Marked>,
         output: &str,
         rows: Rows,
-        result: &mut Vec<Ran>,
+        result: &mut Vec<InputRows>,
     ) -> Result<()> {
         self.buf.clear();
         let mut positions = Vec::new();
@@ -271,7 +259,7 @@ impl<B: Backend> Engine<B> {
         let m = self
             .out
             .get(output)
-            .ok_or_else(|| Error::Format(format!("the graph has no `{output}` output")))?;
+            .ok_or_else(|| Error::format(format!("the graph has no `{output}` output")))?;
         let mut it = m.iter_rows();
         for (_, marks) in pending.drain(..) {
             let n = if rows == Rows::Markers { marks.len() } else { 1 };

@@ -45,7 +45,7 @@ pub fn read(dir: &Path) -> Result<Option<SentenceConfig>> {
     }
     let modules = read_json(&modules_path)?;
     let modules = modules.as_array().ok_or_else(|| {
-        Error::Format(format!("{}: expected a list of modules", modules_path.display()))
+        Error::format(format!("{}: expected a list of modules", modules_path.display()))
     })?;
     let kind = |m: &Value| m.get("type").and_then(Value::as_str).unwrap_or("").to_owned();
     let mut pooling = None;
@@ -65,7 +65,7 @@ pub fn read(dir: &Path) -> Result<Option<SentenceConfig>> {
             }
             "Normalize" => normalize = true,
             other => {
-                return Err(Error::Unsupported(format!(
+                return Err(Error::unsupported(format!(
                     "sentence-transformers module `{other}` ({ty}); supported: Transformer, \
                      Pooling, Normalize, MLMTransformer, SpladePooling"
                 )));
@@ -76,14 +76,13 @@ pub fn read(dir: &Path) -> Result<Option<SentenceConfig>> {
         (Some(mode), false) => SentenceHead::Pooled(Pooling { mode, normalize }),
         (None, true) if !normalize => SentenceHead::Splade,
         (None, false) => {
-            return Err(Error::Unsupported(
-                "modules.json lists no Pooling or SpladePooling module; Switchyard needs one"
-                    .into(),
+            return Err(Error::unsupported(
+                "modules.json lists no Pooling or SpladePooling module; Switchyard needs one",
             ));
         }
         _ => {
-            return Err(Error::Unsupported(
-                "modules.json combines SpladePooling with Pooling or Normalize".into(),
+            return Err(Error::unsupported(
+                "modules.json combines SpladePooling with Pooling or Normalize",
             ));
         }
     };
@@ -103,7 +102,7 @@ fn splade_pooling(path: &Path) -> Result<()> {
     let strategy = c.get("pooling_strategy").and_then(Value::as_str).unwrap_or("max");
     let act = c.get("activation_function").and_then(Value::as_str).unwrap_or("relu");
     if strategy != "max" || act != "relu" {
-        return Err(Error::Unsupported(format!(
+        return Err(Error::unsupported(format!(
             "{}: SPLADE pooling `{strategy}` with activation `{act}`; supported: `max` with `relu`",
             path.display()
         )));
@@ -124,7 +123,7 @@ fn pooling_mode(path: &Path) -> Result<PoolMode> {
     .filter(|(k, _)| on(k))
     .collect();
     if on("pooling_mode_mean_sqrt_len_tokens") || on("pooling_mode_weightedmean_tokens") {
-        return Err(Error::Unsupported(format!(
+        return Err(Error::unsupported(format!(
             "{}: mean-sqrt-len and weighted-mean pooling are not supported; use cls, mean, max or \
              last token",
             path.display()
@@ -132,8 +131,8 @@ fn pooling_mode(path: &Path) -> Result<PoolMode> {
     }
     match modes.as_slice() {
         [(_, m)] => Ok(*m),
-        [] => Err(Error::Format(format!("{}: no pooling mode is on", path.display()))),
-        _ => Err(Error::Unsupported(format!(
+        [] => Err(Error::format(format!("{}: no pooling mode is on", path.display()))),
+        _ => Err(Error::unsupported(format!(
             "{}: several pooling modes at once (concatenated) are not supported",
             path.display()
         ))),

@@ -3,13 +3,13 @@
 
 use std::path::Path;
 
-use tokenizers::{PaddingParams, Tokenizer, TruncationParams};
+use tokenizers::{PaddingParams, TruncationParams};
 
 use crate::{Error, Result};
 
 /// A `tokenizer.json` with its own padding removed and truncation set to our maximum length.
-pub struct Tokens {
-    inner: Tokenizer,
+pub struct Tokenizer {
+    inner: tokenizers::Tokenizer,
     max_len: usize,
 }
 
@@ -61,17 +61,17 @@ impl Encoded {
     }
 }
 
-impl Tokens {
+impl Tokenizer {
     /// Loads `tokenizer.json` from `dir`, truncating at `max_len` tokens and never padding.
-    pub fn load(dir: &Path, max_len: usize) -> Result<Tokens> {
+    pub fn load(dir: &Path, max_len: usize) -> Result<Tokenizer> {
         let path = dir.join("tokenizer.json");
         if !path.is_file() {
-            return Err(Error::Format(format!(
+            return Err(Error::format(format!(
                 "{} has no tokenizer.json; Switchyard needs the fast tokenizer file",
                 dir.display()
             )));
         }
-        let mut inner = Tokenizer::from_file(&path)
+        let mut inner = tokenizers::Tokenizer::from_file(&path)
             .map_err(|e| Error::Tokenizer(format!("{}: {e}", path.display())))?;
         // Some shipped files pad to a fixed length or truncate shorter than the model allows;
         // sentence-transformers overrides both, and so do we.
@@ -79,7 +79,7 @@ impl Tokens {
         inner
             .with_truncation(Some(TruncationParams { max_length: max_len, ..Default::default() }))
             .map_err(|e| Error::Tokenizer(format!("{}: {e}", path.display())))?;
-        Ok(Tokens { inner, max_len })
+        Ok(Tokenizer { inner, max_len })
     }
 
     /// The maximum sequence length, special tokens included.

@@ -46,7 +46,7 @@ fn loads_as_a_normalised_mean_pooled_bert() {
     let m = Model::load(&model_dir()).unwrap();
     let c = m.config();
     assert_eq!((c.hidden, c.layers, c.heads, c.ffn, c.vocab), (384, 6, 12, 1536, 30522));
-    assert_eq!(m.tokens().max_len(), 256, "sentence_bert_config.json, not the tokenizer's 128");
+    assert_eq!(m.tokenizer().max_len(), 256, "sentence_bert_config.json, not the tokenizer's 128");
     let Task::Embed(p) = m.task() else {
         panic!("expected an embedding model, got {:?}", m.task())
     };
@@ -58,7 +58,7 @@ fn tokenizes_exactly_as_sentence_transformers() {
     let m = Model::load(&model_dir()).unwrap();
     let f = fixture();
     for (s, want) in f.sentences.iter().zip(&f.ids) {
-        let got = m.tokens().encode(s).unwrap();
+        let got = m.tokenizer().encode(s).unwrap();
         assert_eq!(&got.ids, want, "{s:?}");
     }
 }

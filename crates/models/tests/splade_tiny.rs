@@ -18,7 +18,7 @@ fn splade_tiny_matches_transformers() {
     let model = Model::load(&dir).unwrap();
     assert_eq!(model.task(), &Task::Sparse);
     assert!(model.graph().weights.iter().any(|w| w.name == "bert.embeddings.LayerNorm.gamma"));
-    assert_eq!(model.tokens().max_len(), 512);
+    assert_eq!(model.tokenizer().max_len(), 512);
 
     let v: serde_json::Value =
         serde_json::from_str(include_str!("fixtures/splade-tiny.json")).unwrap();
@@ -27,7 +27,7 @@ fn splade_tiny_matches_transformers() {
     for (s, ids) in sentences.iter().zip(v["ids"].as_array().unwrap()) {
         let want: Vec<u32> =
             ids.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect();
-        assert_eq!(model.tokens().encode(s).unwrap().ids, want, "{s:?}");
+        assert_eq!(model.tokenizer().encode(s).unwrap().ids, want, "{s:?}");
     }
     let vocab = model.config().vocab;
     let mut run = Runner::new(model, switchyard_flex::flex(), Buckets::default()).unwrap();

@@ -37,7 +37,7 @@ fn check<B: Backend>(arch: &str, backend: B) {
     let e = expected(arch);
     let model = Model::load(&tiny(arch)).unwrap();
     for (s, want) in e.sentences.iter().zip(&e.ids) {
-        assert_eq!(&model.tokens().encode(s).unwrap().ids, want, "{arch}: {s:?}");
+        assert_eq!(&model.tokenizer().encode(s).unwrap().ids, want, "{arch}: {s:?}");
     }
     let mut emb = Runner::new(model, backend, Buckets::default()).unwrap();
     let texts: Vec<&str> = e.sentences.iter().map(String::as_str).collect();

@@ -8,7 +8,7 @@
 
 use burn_ndarray::{NdArray, NdArrayDevice};
 use switchyard_burn::{Burn, Generic};
-use switchyard_core::{Caps, DType, DeviceKind};
+use switchyard_core::{Caps, DeviceKind};
 
 /// The ndarray backend.
 pub type NdArrayBackend = Burn<NdArray, Generic>;
@@ -18,18 +18,19 @@ pub fn ndarray() -> NdArrayBackend {
     Burn::new(NdArrayDevice::Cpu, Generic, caps())
 }
 
+/// How many ndarray devices this machine has: one, the host CPU.
+pub fn devices() -> usize {
+    1
+}
+
+/// The ndarray backend, as the table of backends opens it (it cannot fail).
+pub fn open() -> switchyard_core::Result<NdArrayBackend> {
+    Ok(ndarray())
+}
+
 /// What the ndarray backend can do on this machine.
 pub fn caps() -> Caps {
-    Caps {
-        backend: "ndarray".into(),
-        device: "cpu".into(),
-        kind: DeviceKind::Cpu,
-        threads: std::thread::available_parallelism().map_or(1, usize::from),
-        dtypes: vec![DType::F32],
-        float_dtypes: switchyard_burn::float_dtypes::<NdArray>(&NdArrayDevice::Cpu),
-        fixed_shapes: false,
-        padded_attention: false,
-        unified_memory: true,
-        memory_bytes: None,
-    }
+    Caps::new("ndarray", "host CPU", DeviceKind::Cpu)
+        .with_threads(std::thread::available_parallelism().map_or(1, usize::from))
+        .with_float_dtypes(switchyard_burn::float_dtypes::<NdArray>(&NdArrayDevice::Cpu))
 }

@@ -1,8 +1,7 @@
 //! The ndarray backend passes the shared conformance suite.
 
-#[test]
-fn conformance() {
-    switchyard_conformance::suite(switchyard_ndarray::ndarray);
+mod conformance {
+    switchyard_conformance::tests!(switchyard_ndarray::ndarray);
 }
 
 #[test]
@@ -10,5 +9,5 @@ fn half_precision_is_refused_naming_what_ndarray_computes_in() {
     use switchyard_core::{Backend, DType};
     assert_eq!(switchyard_ndarray::ndarray().caps().float_dtypes, [DType::F32]);
     let e = switchyard_ndarray::ndarray().with_dtype(DType::F16).unwrap_err().to_string();
-    assert!(e.contains("ndarray (cpu) cannot compute in f16; it can in: f32"), "{e}");
+    assert!(e.contains("ndarray (host CPU) cannot compute in f16; it can in: f32"), "{e}");
 }

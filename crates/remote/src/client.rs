@@ -109,19 +109,25 @@ impl std::fmt::Debug for Remote {
     }
 }
 
+/// `remote:HOST:PORT` as the table of backends opens it: [`connect`] with the timeout and token
+/// of the environment ([`RemoteOptions::from_env`]).
+pub fn open(host: &str, port: u16) -> Result<Remote> {
+    connect(host, port, RemoteOptions::from_env()?)
+}
+
 /// Connects to the server at `host:port` (the host as a name, an IPv4 address or a bracketed
 /// IPv6 address): an [`Error::Device`] within `options.timeout` if it cannot.
 pub fn connect(host: &str, port: u16, options: RemoteOptions) -> Result<Remote> {
     let name = format!("remote:{host}:{port}");
     let server = (format!("ws://{host}:{port}"), options.token.clone().unwrap_or_default());
     let _span = tracing::info_span!("connect", device = %name).entered();
-    let conn = open(&name, &server, &options)?;
+    let conn = open_conn(&name, &server, &options)?;
     Ok(Remote { name, server, options, conn: Mutex::new(Arc::new(conn)) })
 }
 
 /// Connects to the current session of `server`, with a thread of the caller's own, and checks
 /// with a round trip that the server answers in it.
-fn open(name: &str, server: &(String, String), options: &RemoteOptions) -> Result<Conn> {
+fn open_conn(name: &str, server: &(String, String), options: &RemoteOptions) -> Result<Conn> {
     let mut why = String::new();
     // A second try only after finding the session open but its server gone (restarted since).
     for _ in 0..2 {
@@ -161,21 +167,9 @@ fn open(name: &str, server: &(String, String), options: &RemoteOptions) -> Resul
 }
 
 /// What a remote device can do, as far as this side knows: the server does not describe its
-/// device.
+/// device, so it computes in f32, which always works.
 fn caps(name: &str) -> Caps {
-    Caps {
-        backend: "remote".into(),
-        device: name.to_owned(),
-        kind: DeviceKind::Remote,
-        threads: 1,
-        dtypes: vec![DType::F32],
-        // The server does not say what its device supports; f32 always works.
-        float_dtypes: vec![DType::F32],
-        fixed_shapes: false,
-        padded_attention: false,
-        unified_memory: false,
-        memory_bytes: None,
-    }
+    Caps::new("remote", name, DeviceKind::Remote)
 }
 
 /// Checkpoint tensors as they were handed to `upload`, kept to upload again after a restart.
@@ -207,8 +201,8 @@ pub struct RemotePlan {
     weights: RemoteWeights,
     graph: Graph,
     bucket: Bucket,
-    /// The plan in its session; `None` after a run that did not come back.
-    placed: Option<(u64, BurnPlan<RemoteBackend>)>,
+    /// The plan in its session.
+    placed: Mutex<Option<(u64, Arc<BurnPlan<RemoteBackend>>)>>,
     bytes: usize,
 }
 
@@ -225,7 +219,7 @@ impl Remote {
         if conn.worker.is_broken() {
             let _span = tracing::info_span!("reconnect", device = %self.name).entered();
             retire_session(&self.server, conn.session);
-            *conn = Arc::new(open(&self.name, &self.server, &self.options)?);
+            *conn = Arc::new(open_conn(&self.name, &self.server, &self.options)?);
         }
         Ok(conn.clone())
     }
@@ -257,35 +251,41 @@ impl Remote {
         Ok(on)
     }
 
-    /// `plan` lowered in `conn`'s session.
-    fn lower_in(&self, conn: &Conn, plan: &mut RemotePlan) -> Result<BurnPlan<RemoteBackend>> {
-        if let Some((session, p)) = plan.placed.take()
-            && session == conn.session
+    /// `plan` lowered in `conn`'s session (once per session).
+    fn lower_in(&self, conn: &Conn, plan: &RemotePlan) -> Result<Arc<BurnPlan<RemoteBackend>>> {
+        let mut placed = lock(&plan.placed);
+        if let Some((session, p)) = placed.as_ref()
+            && *session == conn.session
         {
-            return Ok(p);
+            return Ok(p.clone());
         }
         let w = self.place(conn, &plan.weights)?;
         let (lowering, graph, bucket) = (conn.lowering.clone(), plan.graph.clone(), plan.bucket);
-        conn.worker.call("lower a plan", move || lowering.lower(&w, &graph, bucket))?
+        let p = conn.worker.call("lower a plan", move || lowering.lower(&w, &graph, bucket))??;
+        let p = Arc::new(p);
+        *placed = Some((conn.session, p.clone()));
+        Ok(p)
     }
 
     /// Runs `batch` in `conn`'s session.
     fn run_in(
         &self,
         conn: &Conn,
-        plan: &mut RemotePlan,
+        plan: &RemotePlan,
         batch: &Arc<BatchBuf>,
         out: &mut Outputs,
     ) -> Result<()> {
-        let mut placed = self.lower_in(conn, plan)?;
+        let placed = self.lower_in(conn, plan)?;
         let (lowering, batch) = (conn.lowering.clone(), batch.clone());
         let mut outputs = std::mem::take(out);
-        let (placed, outputs, ran) = conn.worker.call("run a batch", move || {
-            let ran = lowering.run(&mut placed, &batch.batch(), &mut outputs);
-            (placed, outputs, ran)
+        let (outputs, ran) = conn.worker.call("run a batch", move || {
+            // A run's state is a slot per value, made where the run happens.
+            let ran = lowering.state(&placed).and_then(|mut state| {
+                lowering.run(&placed, &mut state, &batch.batch(), &mut outputs)
+            });
+            (outputs, ran)
         })?;
         *out = outputs;
-        plan.placed = Some((conn.session, placed));
         ran.map_err(|e| {
             // The lowering only fails a checked batch when the device does: a read came back
             // empty. Whatever the server still holds, this session is not to be trusted.
@@ -310,6 +310,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Backend for Remote {
     type Weights = RemoteWeights;
     type Plan = RemotePlan;
+    /// Nothing: a run's state lives on the connection's thread, which takes one run at a time.
+    type State = ();
 
     fn caps(&self) -> Caps {
         caps(&self.name)
@@ -334,15 +336,29 @@ impl Backend for Remote {
     fn lower(&self, w: &RemoteWeights, graph: &Graph, bucket: Bucket) -> Result<RemotePlan> {
         let _span = tracing::debug_span!("lower", device = %self.name, %bucket).entered();
         let conn = self.conn()?;
-        let mut plan =
-            RemotePlan { weights: w.clone(), graph: graph.clone(), bucket, placed: None, bytes: 0 };
-        let placed = self.lower_in(&conn, &mut plan)?;
+        let mut plan = RemotePlan {
+            weights: w.clone(),
+            graph: graph.clone(),
+            bucket,
+            placed: Mutex::new(None),
+            bytes: 0,
+        };
+        let placed = self.lower_in(&conn, &plan)?;
         plan.bytes = conn.lowering.plan_bytes(&placed);
-        plan.placed = Some((conn.session, placed));
         Ok(plan)
     }
 
-    fn run(&self, plan: &mut RemotePlan, batch: &Batch<'_>, out: &mut Outputs) -> Result<()> {
+    fn state(&self, _plan: &RemotePlan) -> Result<()> {
+        Ok(())
+    }
+
+    fn run(
+        &self,
+        plan: &RemotePlan,
+        _state: &mut (),
+        batch: &Batch<'_>,
+        out: &mut Outputs,
+    ) -> Result<()> {
         let _span =
             tracing::trace_span!("run", device = %self.name, tokens = batch.tokens()).entered();
         plan.bucket.admit(batch)?;

@@ -21,11 +21,12 @@
 
 mod client;
 mod server;
+#[cfg(feature = "testkit")]
 pub mod testing;
 mod worker;
 
 pub use burn_remote::telemetry;
-pub use client::{Remote, RemoteOptions, RemotePlan, RemoteWeights, connect};
+pub use client::{Remote, RemoteOptions, RemotePlan, RemoteWeights, connect, open};
 pub use server::{Serve, Server, Serving, bind, device_name};
 
 /// The environment variable that sets the client's timeout, in seconds.

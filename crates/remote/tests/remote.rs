@@ -1,6 +1,7 @@
 //! The remote backend against real server processes on loopback (flex on the server), which
 //! each test starts, pauses and kills: conformance, and every way a server can fail.
 
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use switchyard_core::testkit::{self, EncoderSpec, Rng};
@@ -65,15 +66,15 @@ impl Job {
     }
 
     /// Runs the batch again on a plan already lowered.
-    fn again<B: Backend>(&self, b: &B, plan: &mut B::Plan) -> switchyard_core::Result<Outputs> {
+    fn again<B: Backend>(&self, b: &B, plan: &B::Plan) -> switchyard_core::Result<Outputs> {
         let mut out = Outputs::new();
-        b.run(plan, &self.batch.batch(), &mut out)?;
+        b.run(plan, &mut b.state(plan)?, &self.batch.batch(), &mut out)?;
         Ok(out)
     }
 
     fn run<B: Backend>(&self, b: &B) -> switchyard_core::Result<Outputs> {
         let w = b.upload(&self.weights.tensors(), &self.graph)?;
-        self.again(b, &mut b.lower(&w, &self.graph, self.bucket)?)
+        self.again(b, &b.lower(&w, &self.graph, self.bucket)?)
     }
 }
 
@@ -90,12 +91,20 @@ fn assert_device_error(e: &Error, want: &str) {
     assert!(matches!(e, Error::Device(m) if m.contains(want)), "expected `{want}` in: {e}");
 }
 
-#[test]
-fn conformance_on_a_remote_flex_server() {
-    let server = start("127.0.0.1:0", None);
-    // The default timeout: this test is about results, and CI machines can be slow.
-    let make = || client_with(&server, RemoteOptions::default()).expect("the server is up");
-    switchyard_conformance::suite(make);
+/// The server the conformance checks share (it exits with this process).
+fn conformance_server() -> &'static ServerProcess {
+    static SERVER: OnceLock<ServerProcess> = OnceLock::new();
+    SERVER.get_or_init(|| start("127.0.0.1:0", None))
+}
+
+/// A client of the shared server, with the default timeout: these checks are about results,
+/// and CI machines can be slow.
+fn conformance_client() -> Remote {
+    client_with(conformance_server(), RemoteOptions::default()).expect("the server is up")
+}
+
+mod conformance_on_a_remote_flex_server {
+    switchyard_conformance::tests!(super::conformance_client);
 }
 
 #[test]
@@ -127,7 +136,7 @@ fn a_server_that_is_down_at_connect_is_an_error_in_bounded_time() {
 #[test]
 fn a_server_that_dies_mid_batch_is_an_error_in_bounded_time() {
     let mut server = start("127.0.0.1:0", None);
-    let (job, remote, mut plan) = prepared(&server);
+    let (job, remote, plan) = prepared(&server);
     // Stopped, the server cannot answer: the batch is surely in flight when it is killed.
     signal(&server, libc::SIGSTOP);
     let (tx, rx) = std::sync::mpsc::channel();
@@ -135,7 +144,7 @@ fn a_server_that_dies_mid_batch_is_an_error_in_bounded_time() {
     let started = Instant::now();
     let running = std::thread::spawn(move || {
         let mut out = Outputs::new();
-        let r = remote.run(&mut plan, &batch.batch(), &mut out);
+        let r = remote.run(&plan, &mut (), &batch.batch(), &mut out);
         let _ = tx.send(started.elapsed());
         r
     });
@@ -153,39 +162,39 @@ fn a_server_that_dies_mid_batch_is_an_error_in_bounded_time() {
 #[test]
 fn a_server_that_stops_answering_is_an_error_after_the_timeout_and_then_recovers() {
     let server = start("127.0.0.1:0", None);
-    let (job, remote, mut plan) = prepared(&server);
-    let want = job.again(&remote, &mut plan).unwrap();
+    let (job, remote, plan) = prepared(&server);
+    let want = job.again(&remote, &plan).unwrap();
 
     signal(&server, libc::SIGSTOP);
     let started = Instant::now();
-    let e = job.again(&remote, &mut plan).unwrap_err();
+    let e = job.again(&remote, &plan).unwrap_err();
     let took = started.elapsed();
     assert_device_error(&e, &format!("no answer within {TIMEOUT:?}"));
     assert!(took >= TIMEOUT && took < TIMEOUT * 3, "took {took:?} with a {TIMEOUT:?} timeout");
 
     // Answering again, the server gets a new session with the weights uploaded again.
     signal(&server, libc::SIGCONT);
-    assert_eq!(job.again(&remote, &mut plan).unwrap(), want);
+    assert_eq!(job.again(&remote, &plan).unwrap(), want);
 }
 
 #[test]
 fn after_a_restart_the_next_call_uploads_the_weights_again_and_runs() {
     let mut server = start("127.0.0.1:0", None);
     let listen = server.addr().to_string();
-    let (job, remote, mut plan) = prepared(&server);
-    let want = job.again(&remote, &mut plan).unwrap();
+    let (job, remote, plan) = prepared(&server);
+    let want = job.again(&remote, &plan).unwrap();
 
     server.kill();
-    let e = job.again(&remote, &mut plan).unwrap_err();
+    let e = job.again(&remote, &plan).unwrap_err();
     assert_device_error(&e, "failed to connect");
 
     // The same port again: the restarted server holds nothing of the old session.
     let restarted = start(&listen, None);
-    assert_eq!(job.again(&remote, &mut plan).unwrap(), want);
+    assert_eq!(job.again(&remote, &plan).unwrap(), want);
     // A restart between two calls is not even seen: the run is retried in a new session.
     drop(restarted);
     let _again = start(&listen, None);
-    assert_eq!(job.again(&remote, &mut plan).unwrap(), want);
+    assert_eq!(job.again(&remote, &plan).unwrap(), want);
 }
 
 #[test]

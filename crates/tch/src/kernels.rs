@@ -2,7 +2,7 @@
 
 use burn_tch::LibTorch;
 use switchyard_burn::generic::{MaskMeaning, attention_masked};
-use switchyard_burn::{Bound, Inputs, Kernels, Ran, RunCx};
+use switchyard_burn::{Bound, Inputs, Kernels, Outcome, RunCx};
 use switchyard_core::Op;
 
 /// burn-tch 0.22.1 hands Burn's attention mask (`true` excludes a key) to PyTorch's
@@ -19,12 +19,12 @@ impl Kernels<LibTorch> for TchKernels {
         ins: Inputs<LibTorch>,
         _w: &Bound<LibTorch>,
         cx: &RunCx<'_, LibTorch>,
-    ) -> Ran<LibTorch> {
+    ) -> Outcome<LibTorch> {
         match (op, ins) {
             (
                 &Op::Attention { heads, head_dim, scale, window: Some(window), .. },
                 [Some(q), Some(k), Some(v)],
-            ) => Ran::Done(attention_masked::<LibTorch>(
+            ) => Outcome::Done(attention_masked::<LibTorch>(
                 q,
                 k,
                 v,
@@ -35,7 +35,7 @@ impl Kernels<LibTorch> for TchKernels {
                 MaskMeaning::TrueIncludes,
                 cx,
             )),
-            (_, ins) => Ran::Declined(ins),
+            (_, ins) => Outcome::Declined(ins),
         }
     }
 }

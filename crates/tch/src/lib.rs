@@ -16,6 +16,6 @@ mod backend;
 mod kernels;
 
 #[cfg(feature = "libtorch")]
-pub use backend::{TchBackend, caps, cuda_devices, tch_cpu, tch_cuda};
+pub use backend::{TchBackend, caps, cpu, cuda};
 #[cfg(feature = "libtorch")]
 pub use kernels::TchKernels;

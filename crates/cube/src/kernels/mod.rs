@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use switchyard_burn::Kernels;
 #[cfg(not(feature = "fusion"))]
-use switchyard_burn::{Bound, Inputs, Ran, RunCx};
+use switchyard_burn::{Bound, Inputs, Outcome, RunCx};
 #[cfg(not(feature = "fusion"))]
 use switchyard_core::{Bucket, DType, Error, Graph, Op, Result};
 
@@ -167,7 +167,7 @@ impl Kernels<burn_cubecl::CubeBackend> for CubeKernels {
         ins: Inputs<burn_cubecl::CubeBackend>,
         w: &Bound<burn_cubecl::CubeBackend>,
         cx: &RunCx<'_, burn_cubecl::CubeBackend>,
-    ) -> Ran<burn_cubecl::CubeBackend> {
+    ) -> Outcome<burn_cubecl::CubeBackend> {
         match (op, ins, w) {
             (
                 &Op::Attention { heads, head_dim, scale, window, .. },
@@ -179,7 +179,7 @@ impl Kernels<burn_cubecl::CubeBackend> for CubeKernels {
                 && all_f32(&[&q, &k, &v]) =>
             {
                 self.attention.fetch_add(1, Ordering::Relaxed);
-                Ran::Done(attention::run(q, k, v, heads, head_dim, scale, window, cx.batch))
+                Outcome::Done(attention::run(q, k, v, heads, head_dim, scale, window, cx.batch))
             }
             (&Op::Linear { act, .. }, [Some(x), residual, None], Bound::Linear { wt, bias })
                 if self.set.linear
@@ -188,9 +188,9 @@ impl Kernels<burn_cubecl::CubeBackend> for CubeKernels {
                     && bias.iter().chain(&residual).all(|t| all_f32(&[t])) =>
             {
                 self.linear.fetch_add(1, Ordering::Relaxed);
-                Ran::Done(gemm::run(x, wt, bias.as_ref(), act, residual))
+                Outcome::Done(gemm::run(x, wt, bias.as_ref(), act, residual))
             }
-            (_, ins, _) => Ran::Declined(ins),
+            (_, ins, _) => Outcome::Declined(ins),
         }
     }
 }

@@ -1,6 +1,6 @@
 //! The device the cube crate's tests run on: the one `SWITCHYARD_CUBE_DEVICE` names (`wgpu:N`,
-//! `vulkan:N`, `metal:N`, `cuda:N`, `rocm:N`, `cpu`), else the first wgpu adapter (in a build
-//! without wgpu, `cuda:0`, `rocm:0` or `cpu`, the first this build has).
+//! `vulkan:N`, `metal:N`, `cuda:N`, `rocm:N`, `cubecl-cpu`), else the first wgpu adapter (in a
+//! build without wgpu, `cuda:0`, `rocm:0` or `cubecl-cpu`, the first this build has).
 
 use switchyard_core::Result;
 use switchyard_cube::Cube;
@@ -12,7 +12,7 @@ pub fn name() -> String {
         _ if cfg!(feature = "wgpu") => "wgpu:0".to_owned(),
         _ if cfg!(feature = "cuda") => "cuda:0".to_owned(),
         _ if cfg!(feature = "rocm") => "rocm:0".to_owned(),
-        _ => "cpu".to_owned(),
+        _ => "cubecl-cpu".to_owned(),
     }
 }
 
@@ -25,17 +25,17 @@ pub fn open() -> Result<Cube> {
     };
     match runtime {
         #[cfg(feature = "wgpu")]
-        "wgpu" => switchyard_cube::wgpu(index),
+        "wgpu" => switchyard_cube::wgpu::open(index),
         #[cfg(feature = "vulkan")]
-        "vulkan" => switchyard_cube::vulkan(index),
+        "vulkan" => switchyard_cube::vulkan::open(index),
         #[cfg(feature = "metal")]
-        "metal" => switchyard_cube::metal(index),
+        "metal" => switchyard_cube::metal::open(index),
         #[cfg(feature = "cuda")]
-        "cuda" => switchyard_cube::cuda(index),
+        "cuda" => switchyard_cube::cuda::open(index),
         #[cfg(feature = "rocm")]
-        "rocm" => switchyard_cube::rocm(index),
+        "rocm" => switchyard_cube::rocm::open(index),
         #[cfg(feature = "cpu")]
-        "cpu" => switchyard_cube::cpu(),
+        "cubecl-cpu" => switchyard_cube::cpu::open(),
         other => panic!("SWITCHYARD_CUBE_DEVICE={name}: this build has no `{other}` runtime"),
     }
 }

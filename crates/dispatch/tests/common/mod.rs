@@ -1,20 +1,28 @@
-//! What the per-device test binaries share: which devices to test, and the flex server the
+//! What the per-device test binaries share: the device to test, and the flex server the
 //! `remote` choice starts.
+
+#![allow(dead_code)]
+
+use std::sync::OnceLock;
 
 use switchyard_dispatch::Device;
 
-/// The devices to test: the one `SWITCHYARD_CONFORMANCE_DEVICE` names (as `cargo xtask
-/// test-all-backends` does), else every device this build has. The name `remote` stands for a
-/// flex server process this test starts on loopback; the servers live as long as the guards.
-pub fn devices() -> (Vec<Device>, Vec<Server>) {
+/// The device to test: the one `SWITCHYARD_CONFORMANCE_DEVICE` names (as `cargo xtask
+/// test-all-backends` does, one device per run), else the default device, flex. The name
+/// `remote` stands for a flex server process this test binary starts on loopback, once, shared
+/// by its tests (it exits with the binary).
+pub fn device() -> Device {
     match std::env::var("SWITCHYARD_CONFORMANCE_DEVICE") {
-        Ok(d) if d == "remote" => {
-            let server = Server::start();
-            (vec![server.device()], vec![server])
-        }
-        Ok(d) => (vec![d.parse::<Device>().expect("a device name")], Vec::new()),
-        Err(_) => (Device::available(), Vec::new()),
+        Ok(d) if d == "remote" => shared_server().device(),
+        Ok(d) => d.parse::<Device>().expect("a device name"),
+        Err(_) => Device::flex(),
     }
+}
+
+/// The flex server process the tests of this binary share.
+pub fn shared_server() -> &'static Server {
+    static SERVER: OnceLock<Server> = OnceLock::new();
+    SERVER.get_or_init(Server::start)
 }
 
 /// A flex server process of this test binary (its helper test `remote_server_process`).
@@ -43,7 +51,7 @@ impl Server {
 #[cfg(feature = "remote")]
 pub fn serve_if_asked() {
     switchyard_remote::testing::serve_if_asked(|listener| {
-        switchyard_dispatch::server(&Device::Flex, None)?.serve(listener)
+        switchyard_dispatch::server(&Device::flex(), None)?.serve(listener)
     });
 }
 

@@ -1,4 +1,5 @@
-//! The wgpu runtime: adapters by index, and the backend on one of them.
+//! The wgpu runtime: adapters by index, and the backend on one of them through a graphics API
+//! (`wgpu:N`, `vulkan:N`, `metal:N`, `webgpu`).
 
 use std::sync::Mutex;
 
@@ -6,7 +7,7 @@ use burn_wgpu::wgpu as raw;
 use burn_wgpu::{RuntimeOptions, WgpuDevice, graphics};
 use cubecl::device::WgpuDeviceKind;
 use switchyard_burn::Burn;
-use switchyard_core::{Caps, Error, Result};
+use switchyard_core::{Caps, DeviceKind, Error, Result};
 
 use crate::Cube;
 
@@ -100,7 +101,7 @@ fn pollster_block_on<F: Future>(f: F) -> F::Output {
 
 /// The backend on adapter `index` of [`adapters`]: an error naming the adapters there are if
 /// there is no such adapter or it cannot start.
-pub fn wgpu(index: usize) -> Result<Cube> {
+pub(crate) fn wgpu(index: usize) -> Result<Cube> {
     let all = adapters();
     let adapter = all
         .get(index)
@@ -110,7 +111,7 @@ pub fn wgpu(index: usize) -> Result<Cube> {
 
 /// The backend on the `index`-th Vulkan adapter, with kernels compiled to SPIR-V.
 #[cfg(feature = "vulkan")]
-pub fn vulkan(index: usize) -> Result<Cube> {
+pub(crate) fn vulkan(index: usize) -> Result<Cube> {
     let all = adapters();
     let adapter = all.iter().filter(|a| a.api == "Vulkan").nth(index).ok_or_else(|| {
         Error::Device(format!("vulkan:{index}: no such Vulkan adapter; {}", listed(&all)))
@@ -120,7 +121,7 @@ pub fn vulkan(index: usize) -> Result<Cube> {
 
 /// The backend on the `index`-th Metal adapter, with kernels compiled to MSL.
 #[cfg(feature = "metal")]
-pub fn metal(index: usize) -> Result<Cube> {
+pub(crate) fn metal(index: usize) -> Result<Cube> {
     let all = adapters();
     let adapter = all.iter().filter(|a| a.api == "Metal").nth(index).ok_or_else(|| {
         Error::Device(format!(
@@ -134,7 +135,7 @@ pub fn metal(index: usize) -> Result<Cube> {
 /// The backend on the WebGPU adapter, with WGSL kernels: the browser's WebGPU, which wgpu
 /// offers in WebAssembly builds; natively, GPUs are `wgpu:N`.
 #[cfg(feature = "webgpu")]
-pub fn webgpu() -> Result<Cube> {
+pub(crate) fn webgpu() -> Result<Cube> {
     let all = adapters();
     let adapter = all.iter().find(|a| a.api == "BrowserWebGpu").ok_or_else(|| {
         Error::Device(format!(
@@ -176,9 +177,10 @@ fn start<G: graphics::GraphicsApi>(label: &str, adapter: &Adapter) -> Result<Cub
         .map_err(|e| fail(&e))?;
     let device = burn_wgpu::try_init_device_with_api::<G>(setup, RuntimeOptions::default())
         .map_err(|e| fail(&e))?;
-    let unified = adapter.kind == "Cpu" || adapter.kind == "IntegratedGpu";
+    // A software adapter (Mesa's llvmpipe) is a CPU running shaders.
+    let kind = if adapter.kind == "Cpu" { DeviceKind::Cpu } else { DeviceKind::Gpu };
     let device = cubecl::Device::from(device);
-    let caps = crate::caps::caps(label, &device, unified);
+    let caps = crate::caps::caps(label, &device, kind);
     started.push((label.to_owned(), device.clone(), caps.clone()));
     let kernels = crate::CubeKernels::for_device(&device);
     Ok(Burn::new(device, kernels, caps))

@@ -1,0 +1,107 @@
+//! The cost model: each op's input and output shapes, FLOPs and bytes moved at given sizes.
+//!
+//! A multiply-add counts as two FLOPs, any other element-wise function as one; bytes moved are
+//! f32 reads of every input and weight plus the write of the output.
+
+use std::fmt::Write as _;
+
+use switchyard_core::{Graph, Op, Rows};
+
+use crate::OpRecord;
+
+/// Row counts of each kind, and the sequence lengths attention sees.
+pub(crate) struct Sizes<'a> {
+    pub(crate) tokens: usize,
+    pub(crate) seqs: usize,
+    pub(crate) markers: usize,
+    pub(crate) lens: &'a dyn Fn() -> Box<dyn Iterator<Item = usize> + 'a>,
+}
+
+impl Sizes<'_> {
+    fn rows(&self, r: Rows) -> usize {
+        match r {
+            Rows::Tokens => self.tokens,
+            Rows::Seqs => self.seqs,
+            Rows::Markers => self.markers,
+        }
+    }
+}
+
+fn op_record(graph: &Graph, index: usize, op: &Op, s: &Sizes<'_>) -> OpRecord {
+    let dims = |v: switchyard_core::Val| {
+        let sh = graph.shape(v);
+        [s.rows(sh.rows), sh.width]
+    };
+    let inputs: Vec<[usize; 2]> = op.inputs().into_iter().flatten().map(dims).collect();
+    let output = dims(op.out());
+    let elems = |d: [usize; 2]| (d[0] * d[1]) as u64;
+    let (n, w) = (output[0] as u64, output[1] as u64);
+    let io_bytes = 4 * (inputs.iter().map(|&d| elems(d)).sum::<u64>() + n * w);
+    let weight_bytes: u64 = op
+        .weights()
+        .into_iter()
+        .flatten()
+        .map(|wt| 4 * graph.weights[wt.idx()].shape.iter().product::<usize>() as u64)
+        .sum();
+    let (flops, detail, bytes) = match *op {
+        // A lookup reads one table row per output row, not the whole table.
+        Op::Embed { .. } | Op::TypeEmbed { .. } => (0, String::new(), 8 * n * w),
+        Op::PosEmbed { offset, .. } => (0, format!("offset {offset}"), 8 * n * w),
+        Op::Add { .. } => (n * w, String::new(), io_bytes),
+        Op::LayerNorm { eps, beta, .. } => (
+            8 * n * w,
+            format!("eps {eps:e}{}", if beta.is_some() { "" } else { ", no beta" }),
+            io_bytes + weight_bytes,
+        ),
+        Op::RmsNorm { eps, .. } => (5 * n * w, format!("eps {eps:e}"), io_bytes + weight_bytes),
+        Op::Linear { act, bias, residual, .. } => {
+            let k = inputs[0][1] as u64;
+            let epilogue = n
+                * w
+                * (u64::from(bias.is_some())
+                    + u64::from(act != switchyard_core::Act::Identity)
+                    + u64::from(residual.is_some()));
+            let mut d = format!("{k} -> {w}");
+            if bias.is_some() {
+                d.push_str(", bias");
+            }
+            if act != switchyard_core::Act::Identity {
+                let _ = write!(d, ", {act:?}");
+            }
+            if residual.is_some() {
+                d.push_str(", + residual");
+            }
+            (2 * n * k * w + epilogue, d, io_bytes + weight_bytes)
+        }
+        Op::Glu { act, .. } => (2 * n * w, format!("{act:?}"), io_bytes),
+        Op::Slice { start, .. } => (0, format!("columns {start}..{}", start as u64 + w), io_bytes),
+        Op::Rope { heads, head_dim, theta, .. } => {
+            (3 * n * w, format!("{heads}x{head_dim}, theta {theta}"), io_bytes)
+        }
+        Op::Attention { heads, head_dim, window, .. } => {
+            let pairs: u64 = (s.lens)()
+                .map(|l| {
+                    let keys = window.map_or(l, |win| l.min(2 * win + 1));
+                    (l * keys) as u64
+                })
+                .sum();
+            let hd = head_dim as u64;
+            let heads_u = heads as u64;
+            let flops = heads_u * pairs * (4 * hd + 3);
+            let d = match window {
+                Some(win) => format!("{heads}x{head_dim}, window {win}"),
+                None => format!("{heads}x{head_dim}"),
+            };
+            (flops, d, io_bytes)
+        }
+        Op::Activation { act, .. } => (n * w, format!("{act:?}"), io_bytes),
+        Op::Pool { mode, .. } => (elems(inputs[0]), format!("{mode:?}"), io_bytes),
+        Op::Gather { .. } => (0, String::new(), 8 * n * w),
+        Op::L2Norm { .. } => (3 * n * w, String::new(), io_bytes),
+    };
+    OpRecord { index, op: op.name(), detail, inputs, output, flops, bytes }
+}
+
+pub(crate) fn plan_ops(graph: &Graph, s: &Sizes<'_>) -> Vec<OpRecord> {
+    graph.ops.iter().enumerate().map(|(i, op)| op_record(graph, i, op, s)).collect()
+}

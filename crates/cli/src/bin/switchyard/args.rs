@@ -1,0 +1,144 @@
+//! The command line: every command and flag, as clap parses them.
+
+use std::path::PathBuf;
+
+use anyhow::{Result, bail};
+use clap::{Parser, Subcommand};
+use switchyard::DType;
+use switchyard::dispatch::{FAMILIES, forms, forms_served};
+
+/// Run transformer encoders (sentence embedders and more) from Hugging Face checkpoints.
+#[derive(Parser)]
+#[command(name = "switchyard", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Embed texts: one JSON line per input, in input order (dense embeddings, or SPLADE term
+    /// weights for a sparse encoder).
+    Embed {
+        #[command(flatten)]
+        model: ModelArgs,
+        #[command(flatten)]
+        input: InputArgs,
+        /// A bucket table file (STAGE TOKENS SEQS MARKERS per line) instead of the built-in one.
+        #[arg(long)]
+        buckets: Option<PathBuf>,
+    },
+    /// Embed texts and print the cosine similarity of every pair, most similar first.
+    Similarity {
+        #[command(flatten)]
+        model: ModelArgs,
+        #[command(flatten)]
+        input: InputArgs,
+    },
+    /// Classify texts (a sequence classifier), or label their words (a token classifier): one
+    /// JSON line per input, in input order.
+    Classify {
+        #[command(flatten)]
+        model: ModelArgs,
+        #[command(flatten)]
+        input: InputArgs,
+        /// With a token classifier, label every token rather than each word's first sub-token.
+        #[arg(long)]
+        every_token: bool,
+    },
+    /// Rank documents against a query with a cross-encoder: JSON lines, best first.
+    Rerank {
+        #[command(flatten)]
+        model: ModelArgs,
+        /// The query.
+        #[arg(long)]
+        query: String,
+        /// The documents (arguments, or --input).
+        #[command(flatten)]
+        input: InputArgs,
+    },
+    /// Show how texts tokenize: ids and tokens, one JSON line per input.
+    Tokenize {
+        #[command(flatten)]
+        model: ModelArgs,
+        #[command(flatten)]
+        input: InputArgs,
+    },
+    /// List the devices: which this build has, and which need another build.
+    Devices,
+    /// Show the plan a model lowers to (an EXPLAIN): ops, shapes, FLOPs, bytes, arena.
+    Inspect {
+        /// The checkpoint directory, or a Hugging Face repository id (OWNER/NAME or
+        /// OWNER/NAME@REV).
+        #[arg(long)]
+        model: String,
+        /// The bucket to lower for, as TOKENS,SEQS,MARKERS (default: one sequence of the
+        /// model's maximum length).
+        #[arg(long)]
+        bucket: Option<String>,
+        /// Print the plan as JSON for tools.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Serve a device of this machine to clients elsewhere, which name it `remote:HOST:PORT`.
+    /// The transport is unencrypted: see docs/remote.md before serving beyond loopback.
+    RemoteServe {
+        /// The device to serve (default: $SWITCHYARD_DEVICE, else flex).
+        #[arg(long, long_help = format!(
+            "The device to serve (default: $SWITCHYARD_DEVICE, else flex): one of {}",
+            forms_served(FAMILIES)
+        ))]
+        device: Option<String>,
+        /// The address to listen on (port 0: any free port, printed at start).
+        #[arg(long, default_value = "127.0.0.1:7878")]
+        listen: String,
+        /// Allow an address other than loopback, accepting that the transport is unencrypted
+        /// and that a token ($SWITCHYARD_REMOTE_TOKEN) is all that keeps other clients out.
+        #[arg(long)]
+        public: bool,
+    },
+}
+
+/// Which model, on which device, in which dtype.
+#[derive(clap::Args)]
+pub struct ModelArgs {
+    /// The checkpoint directory (config.json, model.safetensors, tokenizer.json), or a Hugging
+    /// Face repository id (OWNER/NAME, or OWNER/NAME@REVISION) fetched into the Hugging Face
+    /// cache.
+    #[arg(long)]
+    pub model: String,
+    /// The device to run on (default: $SWITCHYARD_DEVICE, else flex).
+    #[arg(long, long_help = format!(
+        "The device to run on (default: $SWITCHYARD_DEVICE, else flex). One of: {}",
+        forms()
+    ))]
+    pub device: Option<String>,
+    /// The dtype to store weights and compute in: f32, or f16 or bf16 where the device supports
+    /// them (`switchyard devices` lists them).
+    #[arg(long, default_value = "f32")]
+    pub dtype: DType,
+}
+
+/// The texts to process: arguments, or a file.
+#[derive(clap::Args)]
+pub struct InputArgs {
+    /// Texts to process.
+    pub texts: Vec<String>,
+    /// Read inputs from a file (`-` for stdin): plain lines, or JSON lines with a `text` field.
+    #[arg(long, conflicts_with = "texts")]
+    pub input: Option<PathBuf>,
+}
+
+impl InputArgs {
+    /// The texts, from the arguments or the file; an error if there are none.
+    pub fn read(&self) -> Result<Vec<String>> {
+        let texts = match &self.input {
+            Some(path) => crate::input::read(path)?,
+            None => self.texts.clone(),
+        };
+        if texts.is_empty() {
+            bail!("no input: give texts as arguments, or --input FILE (- for stdin)");
+        }
+        Ok(texts)
+    }
+}

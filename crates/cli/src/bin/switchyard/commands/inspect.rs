@@ -1,0 +1,36 @@
+//! `switchyard inspect`: the plan a model lowers to, from the capture backend.
+
+#[cfg(not(feature = "capture"))]
+use anyhow::bail;
+use anyhow::{Context, Result};
+
+/// Prints the plan of `model` for `bucket` (default: one sequence of its maximum length), as a
+/// table or as JSON.
+#[cfg(feature = "capture")]
+pub fn run(model: &str, bucket: Option<&str>, json: bool) -> Result<()> {
+    use switchyard::core::{Backend, Bucket};
+    use switchyard::dispatch::capture::Capture;
+
+    let dir = switchyard::resolve(model)?;
+    let m = switchyard::Model::load(&dir).with_context(|| format!("loading the model {model}"))?;
+    let bucket = match bucket {
+        Some(b) => b.parse::<Bucket>()?,
+        None => Bucket::new(m.tokenizer().max_len(), 1, 0),
+    };
+    let cap = Capture::new();
+    let w = cap.upload(&m.tensors()?, m.graph())?;
+    let plan = cap.lower(&w, m.graph(), bucket)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(plan.record())?);
+    } else {
+        println!("{model} ({:.1} MB of weights)", cap.weight_bytes(&w) as f64 / 1e6);
+        print!("{}", plan.record().table());
+    }
+    Ok(())
+}
+
+/// Without the capture backend there is no plan to show.
+#[cfg(not(feature = "capture"))]
+pub fn run(_: &str, _: Option<&str>, _: bool) -> Result<()> {
+    bail!("inspect needs the capture backend: rebuild switchyard with the cargo feature `capture`")
+}

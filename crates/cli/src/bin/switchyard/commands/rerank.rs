@@ -1,0 +1,36 @@
+//! `switchyard rerank`: documents ranked against a query by a cross-encoder.
+
+use std::io::Write;
+
+use anyhow::{Result, bail};
+use switchyard::Task;
+use switchyard::models::scores::{ranking, sigmoid};
+
+use super::{runner, with_progress};
+use crate::args::{InputArgs, ModelArgs};
+
+/// Ranks the inputs against `query`, printing one JSON line per document, best first.
+pub fn run(args: &ModelArgs, query: &str, input: &InputArgs) -> Result<()> {
+    let docs = input.read()?;
+    let mut run = runner(args, None)?;
+    let task = run.model().task();
+    if !matches!(task, Task::Classify { labels } if labels.len() == 1) {
+        bail!(
+            "rerank needs a cross-encoder (a sequence classifier with one label); this model is \
+             {} with labels {:?}",
+            task.describe(),
+            task.labels()
+        );
+    }
+    let rows = with_progress(input, &docs, |t, p| run.classify_pairs(query, t, p))?;
+    let logits: Vec<f32> = rows.iter().map(|r| r[0]).collect();
+    let mut out = std::io::stdout().lock();
+    for index in ranking(&logits) {
+        let (document, logit) = (&docs[index], logits[index]);
+        let line = serde_json::json!({
+            "index": index, "document": document, "score": sigmoid(logit), "logit": logit,
+        });
+        writeln!(out, "{line}")?;
+    }
+    Ok(())
+}

@@ -1,0 +1,31 @@
+//! `switchyard similarity`: every pair's cosine similarity, most similar first.
+
+use std::io::Write;
+
+use anyhow::{Result, bail};
+use switchyard::models::scores::cosine;
+
+use super::{runner, with_progress};
+use crate::args::{InputArgs, ModelArgs};
+
+/// Embeds the inputs and prints each pair's cosine similarity, most similar first.
+pub fn run(args: &ModelArgs, input: &InputArgs) -> Result<()> {
+    let texts = input.read()?;
+    if texts.len() < 2 {
+        bail!("similarity needs at least two texts");
+    }
+    let mut run = runner(args, None)?;
+    let rows = with_progress(input, &texts, |t, p| run.embed(t, p))?;
+    let mut pairs = Vec::new();
+    for i in 0..rows.len() {
+        for j in i + 1..rows.len() {
+            pairs.push((cosine(&rows[i], &rows[j]), i, j));
+        }
+    }
+    pairs.sort_by(|a, b| b.0.total_cmp(&a.0));
+    let mut out = std::io::stdout().lock();
+    for (c, i, j) in pairs {
+        writeln!(out, "{c:.4}  {:?}  {:?}", texts[i], texts[j])?;
+    }
+    Ok(())
+}

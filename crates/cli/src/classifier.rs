@@ -1,0 +1,116 @@
+//! Sequence and token classification.
+
+use switchyard_dispatch::Dispatch;
+use switchyard_models::scores::{best, probabilities, softmax};
+use switchyard_models::{Marking, Model, Runner, Task};
+
+use crate::open::{open_for, strs};
+use crate::{Options, Result};
+
+/// A sequence classifier's verdict on one text.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Prediction {
+    /// The most likely label.
+    pub label: String,
+    /// Its probability (softmax over the labels; the sigmoid for a one-label model).
+    pub score: f32,
+    /// Every label's logit, in the model's label order.
+    pub logits: Vec<f32>,
+}
+
+/// A token classifier's label for one word of a text.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WordLabel {
+    /// The word's byte range in the text.
+    pub span: (usize, usize),
+    /// The word.
+    pub text: String,
+    /// The most likely label.
+    pub label: String,
+    /// Its probability.
+    pub score: f32,
+}
+
+/// A classifier: a sequence classifier ([`Classifier::predict`]) or a token classifier
+/// ([`Classifier::label_words`]).
+///
+/// ```
+/// # let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../models/tests/fixtures/tiny");
+/// # let (model, ner) = (format!("{dir}/bert-classifier"), format!("{dir}/bert-token-classifier"));
+/// use switchyard::Classifier;
+///
+/// let mut sentiment = Classifier::open(&model, "flex")?;
+/// let p = sentiment.predict(&["cats sat on mats"])?;
+/// assert!(sentiment.labels().contains(&p[0].label));
+///
+/// let mut tagger = Classifier::open(&ner, "flex")?;
+/// let words = tagger.label_words(&["cats sat on mats"])?;
+/// assert_eq!(words[0].iter().map(|w| w.text.as_str()).collect::<Vec<_>>(), ["cats", "sat", "on", "mats"]);
+/// # Ok::<(), switchyard::Error>(())
+/// ```
+pub struct Classifier {
+    runner: Runner<Dispatch>,
+}
+
+impl Classifier {
+    /// Opens the sequence or token classifier `model` (a checkpoint directory or a Hugging Face
+    /// repository id) on the device named `device`.
+    pub fn open(model: &str, device: &str) -> Result<Classifier> {
+        Classifier::open_with(model, &Options::on(device)?)
+    }
+
+    /// Opens the classifier `model` with `options`.
+    pub fn open_with(model: &str, options: &Options) -> Result<Classifier> {
+        let fits = |t: &Task| matches!(t, Task::Classify { .. } | Task::ClassifyTokens { .. });
+        Ok(Classifier { runner: open_for(model, options, fits, "a classifier")? })
+    }
+
+    /// The labels, in the order of the model's logits.
+    pub fn labels(&self) -> &[String] {
+        self.runner.model().task().labels()
+    }
+
+    /// Each text's most likely label (for a sequence classifier).
+    pub fn predict<T: AsRef<str>>(&mut self, texts: &[T]) -> Result<Vec<Prediction>> {
+        let rows = self.runner.classify(&strs(texts), |_| {})?;
+        let labels = self.labels();
+        Ok(rows
+            .into_iter()
+            .map(|logits| {
+                let (i, score) = best(&probabilities(&logits));
+                Prediction { label: labels.get(i).cloned().unwrap_or_default(), score, logits }
+            })
+            .collect())
+    }
+
+    /// Each text's words with their most likely labels, read at each word's first sub-token
+    /// (for a token classifier).
+    pub fn label_words<T: AsRef<str>>(&mut self, texts: &[T]) -> Result<Vec<Vec<WordLabel>>> {
+        let texts = strs(texts);
+        let rows = self.runner.classify_tokens(&texts, Marking::FirstSubToken, |_| {})?;
+        let labels = self.labels();
+        Ok(texts
+            .iter()
+            .zip(rows)
+            .map(|(text, words)| {
+                words
+                    .into_iter()
+                    .map(|w| {
+                        let (i, score) = best(&softmax(&w.logits));
+                        WordLabel {
+                            span: w.span,
+                            text: text.get(w.span.0..w.span.1).unwrap_or_default().to_owned(),
+                            label: labels.get(i).cloned().unwrap_or_default(),
+                            score,
+                        }
+                    })
+                    .collect()
+            })
+            .collect())
+    }
+
+    /// The model.
+    pub fn model(&self) -> &Model {
+        self.runner.model()
+    }
+}

@@ -1,0 +1,54 @@
+//! Sentence embeddings.
+
+use switchyard_dispatch::Dispatch;
+use switchyard_models::{Model, Runner, Task};
+
+use crate::open::{open_for, strs};
+use crate::{Options, Result};
+
+/// A sentence embedder: one vector per text, pooled (and normalised) as its
+/// sentence-transformers configuration says.
+///
+/// ```
+/// # let model = concat!(env!("CARGO_MANIFEST_DIR"), "/../models/tests/fixtures/tiny/bert");
+/// use switchyard::{Embedder, models::scores::cosine};
+///
+/// let mut embedder = Embedder::open(model, "flex")?;
+/// let v = embedder.embed(&["The man is eating food.", "cats sat on mats"])?;
+/// assert!(cosine(&v[0], &v[0]) > 0.999);
+/// # Ok::<(), switchyard::Error>(())
+/// ```
+pub struct Embedder {
+    runner: Runner<Dispatch>,
+}
+
+impl Embedder {
+    /// Opens the embedding model `model` (a checkpoint directory or a Hugging Face repository
+    /// id) on the device named `device`.
+    pub fn open(model: &str, device: &str) -> Result<Embedder> {
+        Embedder::open_with(model, &Options::on(device)?)
+    }
+
+    /// Opens the embedding model `model` with `options`.
+    pub fn open_with(model: &str, options: &Options) -> Result<Embedder> {
+        let runner =
+            open_for(model, options, |t| matches!(t, Task::Embed(_)), "an embedding model")?;
+        Ok(Embedder { runner })
+    }
+
+    /// One embedding per text, in order.
+    pub fn embed<T: AsRef<str>>(&mut self, texts: &[T]) -> Result<Vec<Vec<f32>>> {
+        Ok(self.runner.embed(&strs(texts), |_| {})?)
+    }
+
+    /// The width of an embedding.
+    pub fn dim(&self) -> usize {
+        let g = self.runner.model().graph();
+        g.output(switchyard_models::heads::EMBEDDING).map_or(0, |v| g.shape(v).width)
+    }
+
+    /// The model.
+    pub fn model(&self) -> &Model {
+        self.runner.model()
+    }
+}

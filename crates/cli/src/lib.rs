@@ -1,0 +1,44 @@
+//! Switchyard: transformer encoders from Hugging Face checkpoints, in a few lines, on any device
+//! this build has.
+//!
+//! One type per task, each opened from a checkpoint directory or a Hugging Face repository id
+//! (`OWNER/NAME[@REVISION]`) and a device name (`flex`, `cuda:0`, `remote:HOST:PORT`, ...):
+//!
+//! ```
+//! # let model = concat!(env!("CARGO_MANIFEST_DIR"), "/../models/tests/fixtures/tiny/bert");
+//! let mut embedder = switchyard::Embedder::open(model, "flex")?;
+//! let vectors = embedder.embed(&["A man is eating food.", "A man eats a meal."])?;
+//! assert_eq!((vectors.len(), vectors[0].len()), (2, embedder.dim()));
+//! # Ok::<(), switchyard::Error>(())
+//! ```
+//!
+//! - [`Embedder`]: sentence embeddings (all-MiniLM, BGE, E5, GTE, ...);
+//! - [`Reranker`]: a cross-encoder's ranking of documents against a query;
+//! - [`Classifier`]: a sequence classifier's labels, or a token classifier's label per word;
+//! - [`SparseEncoder`]: SPLADE term weights.
+//!
+//! Each runs texts in ragged batches sized by the bucket table, in input order. [`Options`]
+//! chooses the device, the compute dtype and the buckets. Below the front door,
+//! [`open_runner`] gives the [`Runner`] of any model, and the crates it is built on are
+//! re-exported: [`core`] (graphs, batches, the `Backend` trait), [`dispatch`] (devices by name)
+//! and [`models`] (checkpoints).
+
+mod classifier;
+mod embedder;
+mod error;
+mod hub;
+mod open;
+mod reranker;
+mod sparse;
+
+pub use classifier::{Classifier, Prediction, WordLabel};
+pub use embedder::Embedder;
+pub use error::{Error, Result};
+pub use hub::resolve;
+pub use open::{Options, open_runner};
+pub use reranker::{Ranked, Reranker};
+pub use sparse::{SparseEncoder, Term};
+pub use switchyard_core::{Buckets, DType};
+pub use switchyard_dispatch::{Device, Dispatch};
+pub use switchyard_models::{Model, Runner, Task};
+pub use {switchyard_core as core, switchyard_dispatch as dispatch, switchyard_models as models};

@@ -1,0 +1,252 @@
+//! The op graph: a model's forward pass as a list of ops over 2-D values.
+//!
+//! Every value is a matrix of `rows x width`, where `rows` is a row *kind* ([`Rows`]): one row per
+//! token, per sequence or per marker. A graph never knows how many rows a batch has; a backend
+//! learns that from the [`crate::Batch`] at run time and from the [`crate::Bucket`] at lower time.
+//!
+//! The batch itself is the graph's implicit input: token ids, token types, positions (counted
+//! from each sequence's start) and marker positions are read by the ops that need them.
+//!
+//! Numerics are part of each op's contract, so every backend computes the same function; the
+//! reference interpreter ([`crate::reference`]) is the executable form of these documents.
+
+mod builder;
+mod ids;
+mod op;
+mod validate;
+
+use serde::{Deserialize, Serialize};
+
+pub use builder::GraphBuilder;
+pub use ids::{Rows, Shape, Val, W};
+pub use op::{Act, Op, PoolMode};
+
+use crate::{Error, Result};
+
+/// A weight the graph expects: its checkpoint name and shape.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WeightSpec {
+    /// The tensor's name in the checkpoint.
+    pub name: String,
+    /// Its dimensions, outermost first.
+    pub shape: Vec<usize>,
+}
+
+/// A named result of a graph.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Output {
+    /// The name under which [`crate::Outputs`] returns it.
+    pub name: String,
+    /// The value returned.
+    pub val: Val,
+}
+
+/// The limits a batch must respect to run through a graph, derived from its weights.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Token ids must be below this (the word embedding's row count).
+    pub vocab: u32,
+    /// Token types must be below this (the type embedding's row count, else 1).
+    pub types: u32,
+    /// A sequence may have at most this many tokens (from the position table, if any).
+    pub max_len: u32,
+}
+
+impl Limits {
+    /// No limits at all.
+    pub const NONE: Limits = Limits { vocab: u32::MAX, types: u32::MAX, max_len: u32::MAX };
+}
+
+/// A model's forward pass: values, the ops that compute them in order, and named outputs.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Graph {
+    /// The shape of every value; a [`Val`] indexes this.
+    pub vals: Vec<Shape>,
+    /// The ops, in execution order; each defines exactly one value, after its inputs.
+    pub ops: Vec<Op>,
+    /// The named results.
+    pub outputs: Vec<Output>,
+    /// The weight tensors the ops reference by [`W`], with the shapes they must have.
+    pub weights: Vec<WeightSpec>,
+}
+
+impl Graph {
+    /// The shape of a value. Panics if `v` is out of range; call [`Graph::validate`] first.
+    pub fn shape(&self, v: Val) -> Shape {
+        self.vals[v.idx()]
+    }
+
+    /// The value an output name refers to.
+    pub fn output(&self, name: &str) -> Option<Val> {
+        self.outputs.iter().find(|o| o.name == name).map(|o| o.val)
+    }
+
+    /// Checks that `tensors` match the weights this graph expects, in count, order and shape.
+    pub fn check_weights(&self, tensors: &[crate::HostTensor<'_>]) -> Result<()> {
+        if tensors.len() != self.weights.len() {
+            return Err(Error::Format(format!(
+                "the graph expects {} weight tensors, got {}",
+                self.weights.len(),
+                tensors.len()
+            )));
+        }
+        for (i, (t, spec)) in tensors.iter().zip(&self.weights).enumerate() {
+            t.check()?;
+            if t.shape != spec.shape.as_slice() {
+                return Err(Error::Format(format!(
+                    "weight {i} `{}` has shape {:?}, expected {:?}",
+                    spec.name, t.shape, spec.shape
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Validates the graph and checks that `uploaded` weights (a count) are the ones it reads:
+    /// what every backend's `lower` starts with.
+    pub fn check_lowerable(&self, uploaded: usize) -> Result<()> {
+        self.validate()?;
+        if uploaded != self.weights.len() {
+            return Err(Error::Graph(format!(
+                "the graph expects {} weights but {} were uploaded",
+                self.weights.len(),
+                uploaded
+            )));
+        }
+        Ok(())
+    }
+
+    /// The limits a batch must respect for this graph: vocabulary, token types, sequence length.
+    pub fn limits(&self) -> Limits {
+        let mut l = Limits { vocab: u32::MAX, types: 1, max_len: u32::MAX };
+        let rows_of = |w: W| {
+            let r = self.weights.get(w.idx()).and_then(|s| s.shape.first()).copied();
+            u32::try_from(r.unwrap_or(0)).unwrap_or(u32::MAX)
+        };
+        for op in &self.ops {
+            match *op {
+                Op::Embed { table, .. } => l.vocab = l.vocab.min(rows_of(table)),
+                Op::TypeEmbed { table, .. } => l.types = rows_of(table),
+                Op::PosEmbed { table, offset, .. } => {
+                    let offset = u32::try_from(offset).unwrap_or(u32::MAX);
+                    l.max_len = l.max_len.min(rows_of(table).saturating_sub(offset));
+                }
+                // The other ops read no ids, types or positions.
+                Op::Add { .. }
+                | Op::LayerNorm { .. }
+                | Op::RmsNorm { .. }
+                | Op::Linear { .. }
+                | Op::Glu { .. }
+                | Op::Slice { .. }
+                | Op::Rope { .. }
+                | Op::Attention { .. }
+                | Op::Activation { .. }
+                | Op::Pool { .. }
+                | Op::Gather { .. }
+                | Op::L2Norm { .. } => {}
+            }
+        }
+        l
+    }
+
+    /// For each value, the index of the last op that reads it, or `None` if none does.
+    pub fn last_uses(&self) -> Vec<Option<usize>> {
+        let mut last = vec![None; self.vals.len()];
+        for (i, op) in self.ops.iter().enumerate() {
+            for v in op.inputs().into_iter().flatten() {
+                last[v.idx()] = Some(i);
+            }
+        }
+        last
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A one-layer post-norm encoder block with a pooled, normalised output.
+    pub(crate) fn block() -> Graph {
+        let mut g = GraphBuilder::new();
+        let (d, heads) = (8, 2);
+        let emb = g.weight("emb", &[20, d]);
+        let pos = g.weight("pos", &[16, d]);
+        let ln_g = g.weight("ln.g", &[d]);
+        let ln_b = g.weight("ln.b", &[d]);
+        let wq = g.weight("q", &[d, d]);
+        let wo = g.weight("o", &[d, d]);
+        let t = Shape::tokens(d);
+        let e = g.op(t, |out| Op::Embed { table: emb, out });
+        let p = g.op(t, |out| Op::PosEmbed { table: pos, offset: 2, out });
+        let x = g.op(t, |out| Op::Add { a: e, b: p, out });
+        let x = g.op(t, |out| Op::LayerNorm { x, gamma: ln_g, beta: Some(ln_b), eps: 1e-12, out });
+        let q = g.op(t, |out| Op::Linear {
+            x,
+            weight: wq,
+            bias: None,
+            act: Act::Identity,
+            residual: None,
+            out,
+        });
+        let q = g.op(t, |out| Op::Rope { x: q, heads, head_dim: 4, theta: 1e4, out });
+        let a = g.op(t, |out| Op::Attention {
+            q,
+            k: q,
+            v: x,
+            heads,
+            head_dim: 4,
+            scale: 0.5,
+            window: Some(3),
+            out,
+        });
+        let y = g.op(t, |out| Op::Linear {
+            x: a,
+            weight: wo,
+            bias: None,
+            act: Act::Gelu,
+            residual: Some(x),
+            out,
+        });
+        let s = g.op(Shape::seqs(d), |out| Op::Pool { x: y, mode: PoolMode::Mean, out });
+        let s = g.op(Shape::seqs(d), |out| Op::L2Norm { x: s, eps: 1e-12, out });
+        g.output("embedding", s);
+        g.finish().unwrap()
+    }
+
+    #[test]
+    fn a_well_formed_graph_validates_and_reports_limits() {
+        let g = block();
+        g.validate().unwrap();
+        assert_eq!(g.limits(), Limits { vocab: 20, types: 1, max_len: 14 });
+        assert_eq!(g.output("embedding"), Some(Val(9)));
+        assert_eq!(g.output("nope"), None);
+    }
+
+    #[test]
+    fn graphs_round_trip_through_serde() {
+        let g = block();
+        let json = serde_json::to_string(&g).unwrap();
+        let back: Graph = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, g);
+    }
+
+    #[test]
+    fn check_weights_compares_count_and_shapes() {
+        let g = block();
+        let bytes: Vec<Vec<u8>> =
+            g.weights.iter().map(|w| vec![0; w.shape.iter().product::<usize>() * 4]).collect();
+        let ts: Vec<crate::HostTensor<'_>> = g
+            .weights
+            .iter()
+            .zip(&bytes)
+            .map(|(w, b)| crate::HostTensor { dtype: crate::DType::F32, shape: &w.shape, bytes: b })
+            .collect();
+        g.check_weights(&ts).unwrap();
+        let e = g.check_weights(&ts[..3]).unwrap_err();
+        assert!(e.to_string().contains("expects 6 weight tensors, got 3"), "{e}");
+        let mut bad = ts.clone();
+        bad[0] = crate::HostTensor { dtype: crate::DType::F32, shape: &[8, 8], bytes: &bytes[4] };
+        let e = g.check_weights(&bad).unwrap_err();
+        assert!(e.to_string().contains("weight 0 `emb` has shape [8, 8], expected [20, 8]"), "{e}");
+    }
+}

@@ -1,0 +1,374 @@
+//! The op vocabulary, with the numerics every backend follows.
+
+use serde::{Deserialize, Serialize};
+
+use super::{Val, W};
+
+/// An element-wise activation function.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Act {
+    /// `x`.
+    Identity,
+    /// Exact GELU: `0.5 x (1 + erf(x / sqrt 2))`.
+    Gelu,
+    /// GELU, tanh approximation: `0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))`.
+    GeluTanh,
+    /// `max(x, 0)`.
+    Relu,
+    /// SiLU (swish): `x / (1 + exp(-x))`.
+    Silu,
+    /// `tanh x` (the BERT pooler).
+    Tanh,
+    /// `1 / (1 + exp(-x))`.
+    Sigmoid,
+    /// `ln(1 + max(x, 0))`, SPLADE's term weighting.
+    Log1pRelu,
+}
+
+impl Act {
+    /// Applies the activation to one value, in f64. Backends must match this within tolerance.
+    pub fn apply(self, x: f64) -> f64 {
+        match self {
+            Act::Identity => x,
+            Act::Gelu => 0.5 * x * (1.0 + libm::erf(x / std::f64::consts::SQRT_2)),
+            Act::GeluTanh => {
+                let c = (2.0 / std::f64::consts::PI).sqrt();
+                0.5 * x * (1.0 + (c * (x + 0.044715 * x * x * x)).tanh())
+            }
+            Act::Relu => x.max(0.0),
+            Act::Silu => x / (1.0 + (-x).exp()),
+            Act::Tanh => x.tanh(),
+            Act::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+            Act::Log1pRelu => x.max(0.0).ln_1p(),
+        }
+    }
+}
+
+/// How [`Op::Pool`] reduces a sequence's token rows to one row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum PoolMode {
+    /// The sequence's first token (`[CLS]`).
+    Cls,
+    /// The sequence's last token.
+    Last,
+    /// The arithmetic mean over the sequence's tokens.
+    Mean,
+    /// The column-wise maximum over the sequence's tokens.
+    Max,
+}
+
+/// One step of a graph. Every op writes exactly one value, `out`.
+///
+/// Accumulation: backends accumulate sums (GEMM dot products, norms' statistics, softmax
+/// denominators, means) in at least f32; the reference uses f64.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Op {
+    /// Word embedding: `out[t] = table[id[t]]`. `table` is `[vocab, width]`; `out` is tokens rows.
+    /// The table's row count is the vocabulary a batch's ids are checked against.
+    Embed {
+        /// The `[vocab, width]` table.
+        table: W,
+        /// The token rows produced.
+        out: Val,
+    },
+    /// Token-type embedding: `out[t] = table[type[t]]`, `table` is `[type_vocab, width]`.
+    TypeEmbed {
+        /// The `[type_vocab, width]` table.
+        table: W,
+        /// The token rows produced.
+        out: Val,
+    },
+    /// Absolute position embedding: `out[t] = table[offset + p(t)]`, where `p(t)` counts from 0
+    /// at the first token of `t`'s sequence. RoBERTa uses `offset = padding_idx + 1`.
+    /// A sequence may have at most `rows(table) - offset` tokens.
+    PosEmbed {
+        /// The `[max_positions, width]` table.
+        table: W,
+        /// Added to each position before the lookup.
+        offset: usize,
+        /// The token rows produced.
+        out: Val,
+    },
+    /// `out = a + b`, element-wise, all three of one shape.
+    Add {
+        /// First addend.
+        a: Val,
+        /// Second addend.
+        b: Val,
+        /// The sum.
+        out: Val,
+    },
+    /// Layer normalisation of each row: `(x - mean) / sqrt(var + eps) * gamma + beta`, with the
+    /// biased variance (divided by the width). `beta` absent means zero (ModernBERT).
+    LayerNorm {
+        /// Input rows.
+        x: Val,
+        /// `[width]` scale.
+        gamma: W,
+        /// `[width]` shift, if any.
+        beta: Option<W>,
+        /// Added to the variance.
+        eps: f32,
+        /// Output, same shape as `x`.
+        out: Val,
+    },
+    /// RMS normalisation of each row: `x / sqrt(mean(x^2) + eps) * gamma`.
+    RmsNorm {
+        /// Input rows.
+        x: Val,
+        /// `[width]` scale.
+        gamma: W,
+        /// Added to the mean square.
+        eps: f32,
+        /// Output, same shape as `x`.
+        out: Val,
+    },
+    /// GEMM with a fused epilogue: `out = act(x . weight^T + bias) + residual`.
+    ///
+    /// `weight` is `[out_width, in_width]` (the PyTorch `nn.Linear` layout), `bias` is
+    /// `[out_width]`, `residual` has `out`'s shape. The activation applies before the residual.
+    Linear {
+        /// Input rows, `in_width` wide.
+        x: Val,
+        /// The `[out_width, in_width]` matrix.
+        weight: W,
+        /// The `[out_width]` bias, if any.
+        bias: Option<W>,
+        /// Activation applied to `x . weight^T + bias`.
+        act: Act,
+        /// Added after the activation, if any.
+        residual: Option<Val>,
+        /// Output rows, `out_width` wide, same row kind as `x`.
+        out: Val,
+    },
+    /// Gated linear unit: with `x = [a | b]` split into halves of width `h`,
+    /// `out = act(a) * b` (GeGLU with GELU, SwiGLU with SiLU). `out` is `h` wide.
+    Glu {
+        /// Input rows, `2h` wide.
+        x: Val,
+        /// Activation applied to the first half.
+        act: Act,
+        /// Output rows, `h` wide.
+        out: Val,
+    },
+    /// Columns `start .. start + width(out)` of `x` (splits a fused QKV projection).
+    Slice {
+        /// Input rows.
+        x: Val,
+        /// First column taken.
+        start: usize,
+        /// Output rows, same row kind as `x`.
+        out: Val,
+    },
+    /// Rotary position embedding on token rows holding `heads` heads of `head_dim` columns.
+    ///
+    /// For position `p` (counted from 0 at each sequence's start) and `i < head_dim / 2`, the
+    /// angle is `p * theta^(-2i / head_dim)`; within each head, with `x1 = x[i]` and
+    /// `x2 = x[i + head_dim / 2]` (the "rotate half" layout of GPT-NeoX and ModernBERT),
+    /// `out[i] = x1 cos - x2 sin` and `out[i + head_dim / 2] = x2 cos + x1 sin`.
+    Rope {
+        /// Input token rows, `heads * head_dim` wide.
+        x: Val,
+        /// Number of heads.
+        heads: usize,
+        /// Columns per head; even.
+        head_dim: usize,
+        /// The frequency base (10000 in most models; ModernBERT's global layers use 160000).
+        theta: f32,
+        /// Output, same shape as `x`.
+        out: Val,
+    },
+    /// Bidirectional multi-head self-attention within each sequence of the batch.
+    ///
+    /// Per head `h` and query token `i` of a sequence: `s_j = scale * q_i . k_j` over the key
+    /// tokens `j` of the same sequence (and, with `window = Some(w)`, only those with
+    /// `|i - j| <= w`), `a = softmax(s)` computed with the maximum subtracted, and
+    /// `out_i = sum_j a_j v_j`. Heads are consecutive `head_dim`-column blocks. No token attends
+    /// across a sequence boundary, and there is no padding to mask.
+    Attention {
+        /// Query token rows, `heads * head_dim` wide.
+        q: Val,
+        /// Key token rows, `heads * head_dim` wide.
+        k: Val,
+        /// Value token rows, `heads * head_dim` wide.
+        v: Val,
+        /// Number of heads.
+        heads: usize,
+        /// Columns per head.
+        head_dim: usize,
+        /// Multiplies every score; usually `1 / sqrt(head_dim)`.
+        scale: f32,
+        /// Sliding window: the largest `|i - j|` attended, or `None` for the whole sequence.
+        window: Option<usize>,
+        /// Output token rows, `heads * head_dim` wide.
+        out: Val,
+    },
+    /// An element-wise activation: `out = act(x)`.
+    Activation {
+        /// Input rows.
+        x: Val,
+        /// The function.
+        act: Act,
+        /// Output, same shape as `x`.
+        out: Val,
+    },
+    /// Pools each sequence's token rows into one sequence row (see [`PoolMode`]).
+    Pool {
+        /// Token rows.
+        x: Val,
+        /// The reduction.
+        mode: PoolMode,
+        /// Sequence rows, same width.
+        out: Val,
+    },
+    /// Gathers the token row at each marker: marker `m` of sequence `s` at relative position
+    /// `p` reads token row `cu[s] + p`.
+    Gather {
+        /// Token rows.
+        x: Val,
+        /// Marker rows, same width.
+        out: Val,
+    },
+    /// L2 normalisation of each row: `x / max(||x||_2, eps)` (PyTorch's `F.normalize`).
+    L2Norm {
+        /// Input rows.
+        x: Val,
+        /// Lower bound on the norm.
+        eps: f32,
+        /// Output, same shape as `x`.
+        out: Val,
+    },
+}
+
+impl Op {
+    /// The op's name, as in messages.
+    pub const fn name(&self) -> &'static str {
+        match self {
+            Op::Embed { .. } => "Embed",
+            Op::TypeEmbed { .. } => "TypeEmbed",
+            Op::PosEmbed { .. } => "PosEmbed",
+            Op::Add { .. } => "Add",
+            Op::LayerNorm { .. } => "LayerNorm",
+            Op::RmsNorm { .. } => "RmsNorm",
+            Op::Linear { .. } => "Linear",
+            Op::Glu { .. } => "Glu",
+            Op::Slice { .. } => "Slice",
+            Op::Rope { .. } => "Rope",
+            Op::Attention { .. } => "Attention",
+            Op::Activation { .. } => "Activation",
+            Op::Pool { .. } => "Pool",
+            Op::Gather { .. } => "Gather",
+            Op::L2Norm { .. } => "L2Norm",
+        }
+    }
+
+    /// The value the op writes.
+    pub const fn out(&self) -> Val {
+        match *self {
+            Op::Embed { out, .. }
+            | Op::TypeEmbed { out, .. }
+            | Op::PosEmbed { out, .. }
+            | Op::Add { out, .. }
+            | Op::LayerNorm { out, .. }
+            | Op::RmsNorm { out, .. }
+            | Op::Linear { out, .. }
+            | Op::Glu { out, .. }
+            | Op::Slice { out, .. }
+            | Op::Rope { out, .. }
+            | Op::Attention { out, .. }
+            | Op::Activation { out, .. }
+            | Op::Pool { out, .. }
+            | Op::Gather { out, .. }
+            | Op::L2Norm { out, .. } => out,
+        }
+    }
+
+    /// The values the op reads, in a fixed order (unused slots are `None`).
+    pub fn inputs(&self) -> [Option<Val>; 3] {
+        match *self {
+            Op::Embed { .. } | Op::TypeEmbed { .. } | Op::PosEmbed { .. } => [None; 3],
+            Op::Add { a, b, .. } => [Some(a), Some(b), None],
+            Op::Linear { x, residual, .. } => [Some(x), residual, None],
+            Op::Attention { q, k, v, .. } => [Some(q), Some(k), Some(v)],
+            Op::LayerNorm { x, .. }
+            | Op::RmsNorm { x, .. }
+            | Op::Glu { x, .. }
+            | Op::Slice { x, .. }
+            | Op::Rope { x, .. }
+            | Op::Activation { x, .. }
+            | Op::Pool { x, .. }
+            | Op::Gather { x, .. }
+            | Op::L2Norm { x, .. } => [Some(x), None, None],
+        }
+    }
+
+    /// The inputs whose memory `out` may reuse when that input is not read afterwards.
+    ///
+    /// These ops compute each output element from input elements at the same position (or, for
+    /// row-wise ops, from the same row, reading it whole before writing), so a backend can run
+    /// them in place.
+    pub fn in_place_candidates(&self) -> [Option<Val>; 2] {
+        match *self {
+            Op::Add { a, b, .. } => [Some(a), Some(b)],
+            Op::Linear { residual, .. } => [residual, None],
+            Op::LayerNorm { x, .. }
+            | Op::RmsNorm { x, .. }
+            | Op::Rope { x, .. }
+            | Op::Activation { x, .. }
+            | Op::L2Norm { x, .. } => [Some(x), None],
+            // These read other rows or columns than the one they write (embeddings read none).
+            Op::Embed { .. }
+            | Op::TypeEmbed { .. }
+            | Op::PosEmbed { .. }
+            | Op::Glu { .. }
+            | Op::Slice { .. }
+            | Op::Attention { .. }
+            | Op::Pool { .. }
+            | Op::Gather { .. } => [None, None],
+        }
+    }
+
+    /// The weights the op reads.
+    pub fn weights(&self) -> [Option<W>; 2] {
+        match *self {
+            Op::Embed { table, .. } | Op::TypeEmbed { table, .. } | Op::PosEmbed { table, .. } => {
+                [Some(table), None]
+            }
+            Op::LayerNorm { gamma, beta, .. } => [Some(gamma), beta],
+            Op::RmsNorm { gamma, .. } => [Some(gamma), None],
+            Op::Linear { weight, bias, .. } => [Some(weight), bias],
+            Op::Add { .. }
+            | Op::Glu { .. }
+            | Op::Slice { .. }
+            | Op::Rope { .. }
+            | Op::Attention { .. }
+            | Op::Activation { .. }
+            | Op::Pool { .. }
+            | Op::Gather { .. }
+            | Op::L2Norm { .. } => [None, None],
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn activations_match_known_values() {
+        let cases = [
+            (Act::Identity, -1.5, -1.5),
+            (Act::Gelu, 1.0, 0.841_344_746_068_542_9),
+            (Act::GeluTanh, 1.0, 0.841_191_990_608_276_8),
+            (Act::Relu, -1.0, 0.0),
+            (Act::Silu, 1.0, 0.731_058_578_630_004_9),
+            (Act::Tanh, 0.5, 0.462_117_157_260_009_8),
+            (Act::Sigmoid, 0.0, 0.5),
+            (Act::Log1pRelu, std::f64::consts::E - 1.0, 1.0),
+            (Act::Log1pRelu, -3.0, 0.0),
+        ];
+        for (act, x, want) in cases {
+            assert!((act.apply(x) - want).abs() < 1e-15, "{act:?}({x}) = {}", act.apply(x));
+        }
+    }
+}

@@ -1,0 +1,340 @@
+//! Checking a graph once, so backends can trust it: indices, definitions, widths, weights.
+
+use super::{Graph, Op, Rows, Shape, Val, W};
+use crate::{Error, Result};
+
+impl Graph {
+    /// Checks the graph: every index in range, every value defined once and before use, and
+    /// every width and weight shape consistent. The error names the op and what it expected.
+    pub fn validate(&self) -> Result<()> {
+        let mut defined = vec![false; self.vals.len()];
+        for (i, op) in self.ops.iter().enumerate() {
+            let fail = |msg: String| Error::Graph(format!("op {i} ({}): {msg}", op.name()));
+            for v in op.inputs().into_iter().flatten() {
+                if v.idx() >= self.vals.len() {
+                    return Err(fail(format!("reads value {} of {}", v.0, self.vals.len())));
+                }
+                if !defined[v.idx()] {
+                    return Err(fail(format!("reads value {} before any op defines it", v.0)));
+                }
+            }
+            for w in op.weights().into_iter().flatten() {
+                if w.idx() >= self.weights.len() {
+                    return Err(fail(format!("uses weight {} of {}", w.0, self.weights.len())));
+                }
+            }
+            let out = op.out();
+            if out.idx() >= self.vals.len() {
+                return Err(fail(format!("writes value {} of {}", out.0, self.vals.len())));
+            }
+            if std::mem::replace(&mut defined[out.idx()], true) {
+                return Err(fail(format!("writes value {}, which an earlier op defined", out.0)));
+            }
+            self.check_op(op).map_err(fail)?;
+        }
+        if let Some(v) = defined.iter().position(|d| !d) {
+            return Err(Error::Graph(format!("value {v} is never defined by any op")));
+        }
+        if self.outputs.is_empty() {
+            return Err(Error::Graph("the graph has no outputs".into()));
+        }
+        for (i, o) in self.outputs.iter().enumerate() {
+            if o.val.idx() >= self.vals.len() {
+                return Err(Error::Graph(format!("output `{}` names value {}", o.name, o.val.0)));
+            }
+            if self.outputs[..i].iter().any(|p| p.name == o.name) {
+                return Err(Error::Graph(format!("output name `{}` appears twice", o.name)));
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks one op's shapes; the message omits the op, which the caller adds.
+    fn check_op(&self, op: &Op) -> Result<(), String> {
+        let sh = |v: Val| self.vals[v.idx()];
+        let wshape = |w: W| self.weights[w.idx()].shape.as_slice();
+        let want_w = |w: W, want: &[usize]| -> Result<(), String> {
+            let spec = &self.weights[w.idx()];
+            if spec.shape == want {
+                Ok(())
+            } else {
+                Err(format!(
+                    "weight {} `{}` has shape {:?}, expected {want:?}",
+                    w.0, spec.name, spec.shape
+                ))
+            }
+        };
+        let same = |what: &str, a: Val, b: Val| -> Result<(), String> {
+            if sh(a) == sh(b) {
+                Ok(())
+            } else {
+                Err(format!("{what}: value {} is {} but value {} is {}", a.0, sh(a), b.0, sh(b)))
+            }
+        };
+        let rows = |v: Val, want: Rows| -> Result<(), String> {
+            if sh(v).rows == want {
+                Ok(())
+            } else {
+                Err(format!("value {} is {}, expected {} rows", v.0, sh(v), want.name()))
+            }
+        };
+        let positive = |what: &str, eps: f32| -> Result<(), String> {
+            if eps.is_finite() && eps > 0.0 {
+                Ok(())
+            } else {
+                Err(format!("{what} must be positive and finite, got {eps}"))
+            }
+        };
+        match *op {
+            Op::Embed { table, out } | Op::TypeEmbed { table, out } => {
+                rows(out, Rows::Tokens)?;
+                let t = wshape(table);
+                if t.len() != 2 || t[1] != sh(out).width || t[0] == 0 {
+                    return Err(format!(
+                        "weight {} `{}` has shape {t:?}, expected [rows > 0, {}]",
+                        table.0,
+                        self.weights[table.idx()].name,
+                        sh(out).width
+                    ));
+                }
+            }
+            Op::PosEmbed { table, offset, out } => {
+                rows(out, Rows::Tokens)?;
+                let t = wshape(table);
+                if t.len() != 2 || t[1] != sh(out).width || t[0] <= offset {
+                    return Err(format!(
+                        "weight {} `{}` has shape {t:?}, expected [rows > {offset}, {}]",
+                        table.0,
+                        self.weights[table.idx()].name,
+                        sh(out).width
+                    ));
+                }
+            }
+            Op::Add { a, b, out } => {
+                same("addends differ", a, b)?;
+                same("output differs from input", a, out)?;
+            }
+            Op::LayerNorm { x, gamma, beta, eps, out } => {
+                same("output differs from input", x, out)?;
+                positive("eps", eps)?;
+                want_w(gamma, &[sh(x).width])?;
+                if let Some(b) = beta {
+                    want_w(b, &[sh(x).width])?;
+                }
+            }
+            Op::RmsNorm { x, gamma, eps, out } => {
+                same("output differs from input", x, out)?;
+                positive("eps", eps)?;
+                want_w(gamma, &[sh(x).width])?;
+            }
+            Op::Linear { x, weight, bias, act: _, residual, out } => {
+                rows(out, sh(x).rows)?;
+                want_w(weight, &[sh(out).width, sh(x).width])?;
+                if let Some(b) = bias {
+                    want_w(b, &[sh(out).width])?;
+                }
+                if let Some(r) = residual {
+                    same("residual differs from output", r, out)?;
+                }
+            }
+            Op::Glu { x, act: _, out } => {
+                rows(out, sh(x).rows)?;
+                if sh(x).width != 2 * sh(out).width {
+                    return Err(format!(
+                        "input is {} wide, expected twice the output width {}",
+                        sh(x).width,
+                        sh(out).width
+                    ));
+                }
+            }
+            Op::Slice { x, start, out } => {
+                rows(out, sh(x).rows)?;
+                if start.checked_add(sh(out).width).is_none_or(|end| end > sh(x).width) {
+                    return Err(format!(
+                        "columns {start}..{}+{} exceed the input's width {}",
+                        start,
+                        sh(out).width,
+                        sh(x).width
+                    ));
+                }
+            }
+            Op::Rope { x, heads, head_dim, theta, out } => {
+                rows(x, Rows::Tokens)?;
+                same("output differs from input", x, out)?;
+                heads_fit(sh(x).width, heads, head_dim)?;
+                if head_dim % 2 != 0 {
+                    return Err(format!("head_dim {head_dim} must be even"));
+                }
+                positive("theta", theta)?;
+            }
+            Op::Attention { q, k, v, heads, head_dim, scale, window: _, out } => {
+                rows(q, Rows::Tokens)?;
+                heads_fit(sh(q).width, heads, head_dim)?;
+                same("keys differ from queries", q, k)?;
+                same("values differ from queries", q, v)?;
+                same("output differs from queries", q, out)?;
+                if !scale.is_finite() {
+                    return Err(format!("scale must be finite, got {scale}"));
+                }
+            }
+            Op::Activation { x, act: _, out } => same("output differs from input", x, out)?,
+            Op::Pool { x, mode: _, out } => {
+                rows(x, Rows::Tokens)?;
+                rows(out, Rows::Seqs)?;
+                same_width(sh(x), sh(out))?;
+            }
+            Op::Gather { x, out } => {
+                rows(x, Rows::Tokens)?;
+                rows(out, Rows::Markers)?;
+                same_width(sh(x), sh(out))?;
+            }
+            Op::L2Norm { x, eps, out } => {
+                same("output differs from input", x, out)?;
+                positive("eps", eps)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn heads_fit(width: usize, heads: usize, head_dim: usize) -> Result<(), String> {
+    if heads == 0 || head_dim == 0 || heads.checked_mul(head_dim) != Some(width) {
+        return Err(format!("{heads} heads of {head_dim} columns do not make width {width}"));
+    }
+    Ok(())
+}
+
+fn same_width(a: Shape, b: Shape) -> Result<(), String> {
+    if a.width == b.width {
+        Ok(())
+    } else {
+        Err(format!("input is {a} but output is {b}; widths must match"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::block;
+    use super::super::{Act, GraphBuilder, Output};
+    use super::*;
+
+    fn invalid(g: &Graph) -> String {
+        match g.validate() {
+            Err(Error::Graph(m)) => m,
+            other => panic!("expected an invalid graph, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn validate_names_the_op_and_what_it_expected() {
+        let base = block();
+        let mut cases: Vec<(Graph, &str)> = Vec::new();
+
+        let mut g = base.clone();
+        g.weights[5].shape = vec![8, 7]; // `o` feeds op 7
+        cases.push((g, "op 7 (Linear): weight 5 `o` has shape [8, 7], expected [8, 8]"));
+
+        let mut g = base.clone();
+        g.weights[2].shape = vec![9]; // LayerNorm gamma
+        cases.push((g, "op 3 (LayerNorm): weight 2 `ln.g` has shape [9], expected [8]"));
+
+        let mut g = base.clone();
+        g.vals[1].width = 6; // PosEmbed output
+        cases
+            .push((g, "op 1 (PosEmbed): weight 1 `pos` has shape [16, 8], expected [rows > 2, 6]"));
+
+        let mut g = base.clone();
+        g.ops[2] = Op::Add { a: Val(0), b: Val(9), out: Val(2) };
+        cases.push((g, "op 2 (Add): reads value 9 before any op defines it"));
+
+        let mut g = base.clone();
+        g.ops[4] = Op::Linear {
+            x: Val(3),
+            weight: W(42),
+            bias: None,
+            act: Act::Identity,
+            residual: None,
+            out: Val(4),
+        };
+        cases.push((g, "op 4 (Linear): uses weight 42 of 6"));
+
+        let mut g = base.clone();
+        g.ops[5] = Op::Rope { x: Val(4), heads: 3, head_dim: 4, theta: 1e4, out: Val(5) };
+        cases.push((g, "op 5 (Rope): 3 heads of 4 columns do not make width 8"));
+
+        let mut g = base.clone();
+        g.ops[5] = Op::Rope { x: Val(4), heads: 8, head_dim: 1, theta: 1e4, out: Val(5) };
+        cases.push((g, "op 5 (Rope): head_dim 1 must be even"));
+
+        let mut g = base.clone();
+        g.ops[3] = Op::LayerNorm { x: Val(2), gamma: W(2), beta: None, eps: 0.0, out: Val(3) };
+        cases.push((g, "op 3 (LayerNorm): eps must be positive"));
+
+        let mut g = base.clone();
+        g.vals[8].rows = Rows::Tokens; // Pool output
+        cases.push((g, "op 8 (Pool): value 8 is [tokens x 8], expected seqs rows"));
+
+        let mut g = base.clone();
+        g.ops[1] = Op::PosEmbed { table: W(1), offset: 0, out: Val(0) };
+        cases.push((g, "op 1 (PosEmbed): writes value 0, which an earlier op defined"));
+
+        let mut g = base.clone();
+        g.ops.pop();
+        cases.push((g, "value 9 is never defined by any op"));
+
+        let mut g = base.clone();
+        g.outputs.clear();
+        cases.push((g, "the graph has no outputs"));
+
+        let mut g = base.clone();
+        g.outputs.push(Output { name: "embedding".into(), val: Val(8) });
+        cases.push((g, "output name `embedding` appears twice"));
+
+        let mut g = base.clone();
+        g.ops[6] = Op::Attention {
+            q: Val(5),
+            k: Val(5),
+            v: Val(8),
+            heads: 2,
+            head_dim: 4,
+            scale: 1.0,
+            window: None,
+            out: Val(6),
+        };
+        cases.push((g, "op 6 (Attention): reads value 8 before any op defines it"));
+
+        for (g, want) in cases {
+            let msg = invalid(&g);
+            assert!(msg.contains(want), "expected `{want}` in `{msg}`");
+        }
+    }
+
+    #[test]
+    fn shape_checks_cover_every_row_changing_op() {
+        let mut g = GraphBuilder::new();
+        let emb = g.weight("emb", &[4, 6]);
+        let x = g.op(Shape::tokens(6), |out| Op::Embed { table: emb, out });
+        g.op(Shape::tokens(4), |out| Op::Glu { x, act: Act::Silu, out });
+        g.output("y", Val(1));
+        assert!(g.clone().finish().unwrap_err().to_string().contains("twice the output width 4"));
+
+        let mut g = GraphBuilder::new();
+        let emb = g.weight("emb", &[4, 6]);
+        let x = g.op(Shape::tokens(6), |out| Op::Embed { table: emb, out });
+        let y = g.op(Shape::tokens(4), |out| Op::Slice { x, start: 3, out });
+        g.output("y", y);
+        assert!(
+            g.finish()
+                .unwrap_err()
+                .to_string()
+                .contains("columns 3..3+4 exceed the input's width 6")
+        );
+
+        let mut g = GraphBuilder::new();
+        let emb = g.weight("emb", &[4, 6]);
+        let x = g.op(Shape::tokens(6), |out| Op::Embed { table: emb, out });
+        let y = g.op(Shape::markers(5), |out| Op::Gather { x, out });
+        g.output("y", y);
+        assert!(g.finish().unwrap_err().to_string().contains("widths must match"));
+    }
+}

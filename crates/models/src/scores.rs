@@ -1,0 +1,103 @@
+//! The rules that turn a model's outputs into what users read: similarities, probabilities,
+//! labels, rankings and sparse terms. One implementation, shared by the CLI, the library front
+//! door and the server.
+
+/// The cosine similarity of two vectors (0 if either is zero).
+pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    let norm = |v: &[f32]| v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+    let n = norm(a) * norm(b);
+    if n > 0.0 { dot / n } else { 0.0 }
+}
+
+/// The logistic function.
+pub fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+/// Softmax of `x`, with the maximum subtracted first.
+pub fn softmax(x: &[f32]) -> Vec<f32> {
+    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let e: Vec<f32> = x.iter().map(|v| (v - max).exp()).collect();
+    let sum: f32 = e.iter().sum();
+    e.iter().map(|v| v / sum).collect()
+}
+
+/// A classifier's probabilities from its logits: with one label, the sigmoid of its logit (as
+/// sentence-transformers scores a cross-encoder); with several, their softmax.
+pub fn probabilities(logits: &[f32]) -> Vec<f32> {
+    match logits {
+        [one] => vec![sigmoid(*one)],
+        many => softmax(many),
+    }
+}
+
+/// The index and value of the largest probability (the first, on a tie); `(0, 0.0)` for none.
+pub fn best(probs: &[f32]) -> (usize, f32) {
+    let mut top = (0, 0.0);
+    for (i, &p) in probs.iter().enumerate() {
+        if i == 0 || p > top.1 {
+            top = (i, p);
+        }
+    }
+    top
+}
+
+/// The indices of `scores`, best first; equal scores keep their input order.
+pub fn ranking(scores: &[f32]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..scores.len()).collect();
+    order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]).then(a.cmp(&b)));
+    order
+}
+
+/// A SPLADE row's non-zero terms as `(token id, weight)`, heaviest first (ties by id).
+pub fn sparse_terms(row: &[f32]) -> Vec<(u32, f32)> {
+    let mut terms: Vec<(u32, f32)> = row
+        .iter()
+        .enumerate()
+        .filter(|&(_, &w)| w > 0.0)
+        .map(|(i, &w)| (u32::try_from(i).unwrap_or(u32::MAX), w))
+        .collect();
+    terms.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    terms
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cosine_of_parallel_orthogonal_and_zero_vectors() {
+        assert!((cosine(&[1.0, 2.0], &[2.0, 4.0]) - 1.0).abs() < 1e-6);
+        assert_eq!(cosine(&[1.0, 0.0], &[0.0, 3.0]), 0.0);
+        assert!((cosine(&[1.0, 0.0], &[-1.0, 0.0]) + 1.0).abs() < 1e-6);
+        assert_eq!(cosine(&[0.0, 0.0], &[1.0, 1.0]), 0.0);
+    }
+
+    #[test]
+    fn one_label_is_a_sigmoid_several_a_softmax() {
+        assert_eq!(probabilities(&[0.0]), [0.5]);
+        let p = probabilities(&[1.0, 1.0, 1.0 + 2f32.ln()]);
+        assert!((p[2] - 0.5).abs() < 1e-6 && (p[0] - 0.25).abs() < 1e-6, "{p:?}");
+        // Large logits do not overflow: the maximum is subtracted first.
+        let p = probabilities(&[1000.0, 999.0]);
+        assert!(p.iter().all(|x| x.is_finite()) && (p.iter().sum::<f32>() - 1.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn best_takes_the_first_of_equals_and_survives_no_labels() {
+        assert_eq!(best(&[0.2, 0.5, 0.5, 0.1]), (1, 0.5));
+        assert_eq!(best(&[]), (0, 0.0));
+    }
+
+    #[test]
+    fn rankings_are_best_first_and_stable() {
+        assert_eq!(ranking(&[0.1, 0.9, 0.5, 0.9]), [1, 3, 2, 0]);
+        assert!(ranking(&[]).is_empty());
+    }
+
+    #[test]
+    fn sparse_terms_drop_zeros_and_sort_heaviest_first() {
+        assert_eq!(sparse_terms(&[0.0, 0.5, 0.0, 1.5, 0.5]), [(3, 1.5), (1, 0.5), (4, 0.5)]);
+    }
+}
