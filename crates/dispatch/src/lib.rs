@@ -16,6 +16,8 @@
 //! feature to enable, never a fallback.
 
 mod device;
+#[cfg(feature = "remote")]
+mod host;
 
 pub use device::{DEVICE_ENV, Device, Family, Form, forms, forms_in};
 #[cfg(feature = "capture")]
@@ -41,6 +43,8 @@ pub mod __private {
     pub use switchyard_remote as remote;
 
     pub use crate::device::not_compiled;
+    #[cfg(feature = "remote")]
+    pub use crate::host::Host;
     pub use crate::{mismatch, owned};
 }
 
@@ -426,7 +430,7 @@ macro_rules! backends {
     (@count $form:ident ($($m:ident)::+)) => { $($m)::+::devices() };
 
     (@serve (served) $backend:ident, $token:ident, $device:ident) => {
-        Ok(Box::new($crate::__private::remote::Server::of(&$backend, $token)))
+        Ok($crate::__private::Host::host(&$backend, $token))
     };
     (@serve ($other:ident) $backend:ident, $token:ident, $device:ident) => {
         compile_error!(concat!("unknown family flag `", stringify!($other), "`; expected `served`"))

@@ -1,19 +1,75 @@
-//! switchyard-flex: the default backend, on burn-flex (pure Rust, SIMD and rayon, on the CPU).
+//! switchyard-flex: the default backend, on the host CPU.
 //!
-//! A thin crate over [`switchyard_burn`]: it picks the Burn backend, its device and its
-//! [`Caps`]. Ops run through the generic Burn lowering; faster kernels of flex's own plug in
-//! through [`switchyard_burn::Kernels`] as they are measured to win.
+//! In f32 it runs its own engine ([`native`]): the GEMM with weights packed once at upload and
+//! the bias, activation and residual fused into it, ragged attention over every sequence and
+//! head of a batch in one parallel loop, and the row ops, all writing into one arena per run,
+//! multiversioned for AVX-512 or AVX2 (chosen at run time), on one thread pool of
+//! `SWITCHYARD_THREADS` threads (default: every core). A warm run allocates nothing.
+//!
+//! In f16 and bf16 ([`Backend::with_dtype`]) it runs the generic Burn lowering on burn-flex,
+//! which stores and computes in those dtypes; burn-flex is also what `switchyard remote-serve`
+//! hosts as flex ([`burn_flex()`]).
+
+mod buf;
+pub mod kernels;
+pub mod native;
+mod pool;
+
+use std::sync::Arc;
 
 use burn_flex::{Flex, FlexDevice};
-use switchyard_burn::{Burn, Generic};
-use switchyard_core::{Caps, DeviceKind};
+use switchyard_burn::{Burn, BurnPlan, BurnState, BurnWeights, Generic};
+use switchyard_core::{Backend, Batch, Bucket, Caps, DType, Graph, HostTensor, Outputs, Result};
 
-/// The flex backend.
-pub type FlexBackend = Burn<Flex, Generic>;
+use crate::kernels::Isa;
+use crate::native::{NativePlan, NativeState, NativeWeights};
+pub use crate::pool::{THREADS_ENV, threads_from_env};
 
-/// The flex backend on the host CPU, with rayon's global thread pool.
-pub fn flex() -> FlexBackend {
-    Burn::new(FlexDevice, Generic, caps())
+/// The generic Burn lowering on burn-flex: flex's engine in f16 and bf16, and what remote
+/// serving hosts.
+pub type BurnFlex = Burn<Flex, Generic>;
+
+/// The flex backend: its own engine in f32, burn-flex's in f16 and bf16, on its thread pool.
+#[derive(Debug)]
+pub struct FlexBackend {
+    caps: Caps,
+    engine: Engine,
+    pool: Arc<rayon::ThreadPool>,
+    isa: Isa,
+}
+
+/// Which engine runs: flex's own (f32), or burn-flex's (f16, bf16).
+#[derive(Debug)]
+enum Engine {
+    Native,
+    Half(BurnFlex),
+}
+
+/// Weights of the flex backend, in the form of the engine that uploaded them.
+#[derive(Debug)]
+pub enum FlexWeights {
+    /// The native engine's.
+    Native(Arc<NativeWeights>),
+    /// burn-flex's.
+    Half(BurnWeights<Flex>),
+}
+
+/// A plan of the flex backend.
+#[derive(Debug)]
+pub enum FlexPlan {
+    /// The native engine's.
+    Native(NativePlan),
+    /// burn-flex's.
+    Half(BurnPlan<Flex>),
+}
+
+/// A run state of the flex backend.
+#[derive(Debug)]
+pub enum FlexState {
+    /// The native engine's.
+    Native(NativeState),
+    /// burn-flex's.
+    Half(BurnState<Flex>),
 }
 
 /// How many flex devices this machine has: one, the host CPU.
@@ -21,14 +77,161 @@ pub fn devices() -> usize {
     1
 }
 
-/// The flex backend, as the table of backends opens it (it cannot fail).
-pub fn open() -> switchyard_core::Result<FlexBackend> {
-    Ok(flex())
+/// The flex backend as the table of backends opens it: on `SWITCHYARD_THREADS` threads (default:
+/// every core); an error if that variable is not a positive number.
+pub fn open() -> Result<FlexBackend> {
+    with_threads(threads_from_env()?)
 }
 
-/// What the flex backend can do on this machine.
-pub fn caps() -> Caps {
-    Caps::new("flex", "host CPU", DeviceKind::Cpu)
+/// The flex backend on every core (ignoring `SWITCHYARD_THREADS`, which [`open`] reads).
+///
+/// # Panics
+/// If the system cannot start a thread per core.
+pub fn flex() -> FlexBackend {
+    with_threads(None).expect("the system starts a thread per core")
+}
+
+/// The flex backend on `threads` threads (`None`: every core); an error if the system cannot
+/// start them. Backends of the same thread count share one pool.
+pub fn with_threads(threads: Option<usize>) -> Result<FlexBackend> {
+    let pool = pool::shared(threads)?;
+    let isa = Isa::detect();
+    let caps = native::caps(pool.current_num_threads(), isa)
+        .with_float_dtypes(switchyard_burn::float_dtypes::<Flex>(&FlexDevice));
+    Ok(FlexBackend { caps, engine: Engine::Native, pool, isa })
+}
+
+/// burn-flex, the Burn backend on the CPU: what `switchyard remote-serve` hosts for flex.
+pub fn burn_flex() -> BurnFlex {
+    let caps = Caps::new("flex", "host CPU, burn-flex", switchyard_core::DeviceKind::Cpu)
         .with_threads(rayon::current_num_threads())
-        .with_float_dtypes(switchyard_burn::float_dtypes::<Flex>(&FlexDevice))
+        .with_float_dtypes(switchyard_burn::float_dtypes::<Flex>(&FlexDevice));
+    Burn::new(FlexDevice, Generic, caps)
+}
+
+/// What the flex backend can do on this machine (on every core, in f32).
+pub fn caps() -> Caps {
+    flex().caps()
+}
+
+impl FlexBackend {
+    /// The instruction set its kernels use.
+    pub fn isa(&self) -> Isa {
+        self.isa
+    }
+
+    /// This backend using `isa`'s kernels instead (one this CPU has: see
+    /// [`Isa::available`]), for tests and benchmarks.
+    pub fn with_isa(self, isa: Isa) -> Result<FlexBackend> {
+        if !Isa::available().contains(&isa) {
+            return Err(switchyard_core::Error::Unsupported(format!(
+                "this CPU cannot run flex's {isa:?} kernels"
+            )));
+        }
+        Ok(FlexBackend { isa, ..self })
+    }
+}
+
+/// The error for data of one engine handed to the other.
+fn crossed(what: &str) -> switchyard_core::Error {
+    switchyard_core::Error::Device(format!(
+        "{what} of flex in another dtype; upload again after choosing the dtype"
+    ))
+}
+
+impl Backend for FlexBackend {
+    type Weights = FlexWeights;
+    type Plan = FlexPlan;
+    type State = FlexState;
+
+    fn caps(&self) -> Caps {
+        self.caps.clone()
+    }
+
+    fn upload(&self, tensors: &[HostTensor<'_>], graph: &Graph) -> Result<FlexWeights> {
+        match &self.engine {
+            Engine::Native => {
+                let _span = tracing::info_span!("upload", backend = "flex").entered();
+                Ok(FlexWeights::Native(Arc::new(native::upload(self.isa, tensors, graph)?)))
+            }
+            Engine::Half(b) => Ok(FlexWeights::Half(b.upload(tensors, graph)?)),
+        }
+    }
+
+    fn lower(&self, w: &FlexWeights, graph: &Graph, bucket: Bucket) -> Result<FlexPlan> {
+        match (&self.engine, w) {
+            (Engine::Native, FlexWeights::Native(w)) => {
+                let _span = tracing::debug_span!("lower", backend = "flex", %bucket).entered();
+                Ok(FlexPlan::Native(native::lower(w, graph, bucket)?))
+            }
+            (Engine::Half(b), FlexWeights::Half(w)) => {
+                Ok(FlexPlan::Half(b.lower(w, graph, bucket)?))
+            }
+            _ => Err(crossed("weights")),
+        }
+    }
+
+    fn state(&self, plan: &FlexPlan) -> Result<FlexState> {
+        match (&self.engine, plan) {
+            (Engine::Native, FlexPlan::Native(p)) => {
+                Ok(FlexState::Native(native::state(p, self.pool.current_num_threads())?))
+            }
+            (Engine::Half(b), FlexPlan::Half(p)) => Ok(FlexState::Half(b.state(p)?)),
+            _ => Err(crossed("a plan")),
+        }
+    }
+
+    fn run(
+        &self,
+        plan: &FlexPlan,
+        state: &mut FlexState,
+        batch: &Batch<'_>,
+        out: &mut Outputs,
+    ) -> Result<()> {
+        match (&self.engine, plan, state) {
+            (Engine::Native, FlexPlan::Native(p), FlexState::Native(s)) => {
+                let _span = tracing::trace_span!("run", backend = "flex", tokens = batch.tokens())
+                    .entered();
+                self.pool.install(|| native::run(self.isa, p, s, batch, out))
+            }
+            (Engine::Half(b), FlexPlan::Half(p), FlexState::Half(s)) => {
+                self.pool.install(|| b.run(p, s, batch, out))
+            }
+            _ => Err(crossed("a plan or run state")),
+        }
+    }
+
+    /// f32 runs flex's own engine; f16 and bf16 run burn-flex's, which stores and computes in
+    /// them.
+    fn with_dtype(self, dtype: DType) -> Result<Self> {
+        self.caps.check_dtype(dtype)?;
+        let engine = match dtype {
+            DType::F32 => Engine::Native,
+            DType::F16 | DType::Bf16 => Engine::Half(burn_flex().with_dtype(dtype)?),
+        };
+        Ok(FlexBackend { caps: Caps { dtype, ..self.caps }, engine, ..self })
+    }
+
+    fn weight_bytes(&self, w: &FlexWeights) -> usize {
+        match (&self.engine, w) {
+            (Engine::Native, FlexWeights::Native(w)) => w.bytes(),
+            (Engine::Half(b), FlexWeights::Half(w)) => b.weight_bytes(w),
+            _ => 0,
+        }
+    }
+
+    fn plan_bytes(&self, p: &FlexPlan) -> usize {
+        match (&self.engine, p) {
+            (Engine::Native, FlexPlan::Native(p)) => p.bytes(),
+            (Engine::Half(b), FlexPlan::Half(p)) => b.plan_bytes(p),
+            _ => 0,
+        }
+    }
+
+    fn state_bytes(&self, s: &FlexState) -> usize {
+        match s {
+            FlexState::Native(s) => s.bytes(),
+            FlexState::Half(_) => 0,
+        }
+    }
 }

@@ -25,6 +25,7 @@ mod server;
 pub mod testing;
 mod worker;
 
+pub use burn_ir::BackendIr;
 pub use burn_remote::telemetry;
 pub use client::{Remote, RemoteOptions, RemotePlan, RemoteWeights, connect, open};
 pub use server::{Serve, Server, Serving, bind, device_name};

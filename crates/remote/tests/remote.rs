@@ -21,7 +21,7 @@ const TIMEOUT: Duration = Duration::from_secs(5);
 fn remote_server_process() {
     switchyard_remote::testing::serve_if_asked(|listener| {
         let token = std::env::var(TOKEN_ENV).ok();
-        Server::of(&switchyard_flex::flex(), token.as_deref()).serve(listener)
+        Server::of(&switchyard_flex::burn_flex(), token.as_deref()).serve(listener)
     });
 }
 
@@ -112,7 +112,7 @@ fn results_match_flex_run_locally() {
     let server = start("127.0.0.1:0", None);
     let job = Job::new();
     let remote = job.run(&client(&server, None).unwrap()).unwrap();
-    let local = job.run(&switchyard_flex::flex()).unwrap();
+    let local = job.run(&switchyard_flex::burn_flex()).unwrap();
     // The same Burn backend runs the same ops on both sides: the values are identical.
     assert_eq!(remote, local);
     let r = client(&server, None).unwrap();
@@ -205,19 +205,19 @@ fn a_server_with_a_token_refuses_clients_without_it() {
     let e = client(&server, Some("guess")).unwrap_err();
     assert_device_error(&e, "rejected the credential");
     let job = Job::new();
-    let local = job.run(&switchyard_flex::flex()).unwrap();
+    let local = job.run(&switchyard_flex::burn_flex()).unwrap();
     assert_eq!(job.run(&client(&server, Some("s3cret")).unwrap()).unwrap(), local);
 }
 
 #[test]
 fn a_server_in_this_process_serves_until_dropped() {
     let listener = switchyard_remote::bind("127.0.0.1:0".parse().unwrap(), false).unwrap();
-    let serving = Server::of(&switchyard_flex::flex(), None).spawn(listener).unwrap();
+    let serving = Server::of(&switchyard_flex::burn_flex(), None).spawn(listener).unwrap();
     let addr = serving.addr();
     let options = RemoteOptions { timeout: TIMEOUT, token: None };
     let remote = switchyard_remote::connect("127.0.0.1", addr.port(), options.clone()).unwrap();
     let job = Job::new();
-    assert_eq!(job.run(&remote).unwrap(), job.run(&switchyard_flex::flex()).unwrap());
+    assert_eq!(job.run(&remote).unwrap(), job.run(&switchyard_flex::burn_flex()).unwrap());
     drop(serving);
     let options = RemoteOptions { timeout: Duration::from_secs(1), ..options };
     assert!(switchyard_remote::connect("127.0.0.1", addr.port(), options).is_err());

@@ -1,0 +1,470 @@
+//! `out = act(x . w^T + bias) + residual`: a GEMM whose weights were packed once, at upload, into
+//! the layout its microkernel reads, with the bias, activation and residual applied to each
+//! tile of the output while it is in cache.
+//!
+//! The output is cut into tasks of up to `RG` microkernel rows by `CG` column panels, run in
+//! parallel on the current rayon pool. A task walks `k` in blocks of `KC`: it packs its rows of
+//! `x` for the block (`MR` rows interleaved per `k`), then runs the microkernel over its tiles,
+//! accumulating in a tile buffer of its thread; after the last block it writes the epilogue's
+//! result to `out`. The microkernel computes an `MR x NR` tile from a packed `MR x kc` panel of
+//! `x` and a packed `kc x NR` panel of `w`, with `NR` columns in SIMD registers: AVX-512 (32
+//! columns) or AVX2 with FMA (16) where the CPU has them, chosen at run time, else portable code
+//! the compiler vectorises for the target (16). Sums are f32, in `k` order within a block.
+
+use rayon::prelude::*;
+use switchyard_core::Act;
+
+use super::math;
+use super::scratch::{ScratchSize, Scratches, SendPtr};
+use crate::buf::AlignedBuf;
+
+/// Rows of a microkernel tile.
+pub(crate) const MR: usize = 6;
+/// Depth of a block of `k`: a `KC x NR` panel of weights (24 KB with AVX2) stays in L1.
+pub(crate) const KC: usize = 384;
+/// Microkernel rows per task, at most.
+const RG: usize = 8;
+/// Column panels per task, at most.
+const CG: usize = 4;
+
+/// The instruction set of the microkernel, chosen once per process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Isa {
+    /// AVX-512F: 32 columns per tile.
+    Avx512,
+    /// AVX2 with FMA: 16 columns per tile.
+    Avx2,
+    /// Portable code, vectorised by the compiler for the build's target: 16 columns per tile.
+    Portable,
+}
+
+impl Isa {
+    /// The best this CPU has.
+    pub fn detect() -> Isa {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                return Isa::Avx512;
+            }
+            if std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma")
+            {
+                return Isa::Avx2;
+            }
+        }
+        Isa::Portable
+    }
+
+    /// Every instruction set this CPU can run, best first (for tests).
+    pub fn available() -> Vec<Isa> {
+        let best = Isa::detect();
+        [Isa::Avx512, Isa::Avx2, Isa::Portable]
+            .into_iter()
+            .skip_while(|&i| i != best)
+            .filter(|&i| i != Isa::Avx2 || cfg!(target_arch = "x86_64"))
+            .collect()
+    }
+
+    /// Columns of a microkernel tile.
+    pub const fn nr(self) -> usize {
+        match self {
+            Isa::Avx512 => 32,
+            Isa::Avx2 | Isa::Portable => 16,
+        }
+    }
+}
+
+/// A weight matrix `[n, k]` (PyTorch's `nn.Linear` layout) packed for `x . w^T`: panels of `nr`
+/// output columns, each `k` rows of `nr` values, zero past column `n`.
+#[derive(Clone, Debug)]
+pub struct PackedWeight {
+    n: usize,
+    k: usize,
+    isa: Isa,
+    data: AlignedBuf,
+}
+
+impl PackedWeight {
+    /// Packs the row-major `[n, k]` matrix `w` for `isa`'s microkernel.
+    pub fn pack(w: &[f32], n: usize, k: usize, isa: Isa) -> PackedWeight {
+        assert_eq!(w.len(), n * k, "a [{n}, {k}] weight");
+        let nr = isa.nr();
+        let panels = n.div_ceil(nr);
+        let mut data = AlignedBuf::zeros(panels * k * nr);
+        let d = data.as_mut_slice();
+        for (j, row) in w.chunks_exact(k.max(1)).enumerate().take(n) {
+            let (p, c) = (j / nr, j % nr);
+            let panel = &mut d[p * k * nr..(p + 1) * k * nr];
+            for (kk, &v) in row.iter().enumerate() {
+                panel[kk * nr + c] = v;
+            }
+        }
+        PackedWeight { n, k, isa, data }
+    }
+
+    /// Output columns.
+    pub fn n(&self) -> usize {
+        self.n
+    }
+
+    /// Input columns.
+    pub fn k(&self) -> usize {
+        self.k
+    }
+
+    /// Bytes held.
+    pub fn bytes(&self) -> usize {
+        self.data.len() * size_of::<f32>()
+    }
+
+    fn panel(&self, p: usize) -> &[f32] {
+        let span = self.k * self.isa.nr();
+        &self.data.as_slice()[p * span..(p + 1) * span]
+    }
+}
+
+/// One GEMM call: its operands and how it is cut into tasks.
+struct Job<'a> {
+    x: SendPtr,
+    m: usize,
+    w: &'a PackedWeight,
+    bias: Option<&'a [f32]>,
+    act: Act,
+    residual: Option<SendPtr>,
+    out: SendPtr,
+    /// Microkernel rows and column panels per task.
+    rg: usize,
+    cg: usize,
+    /// Tasks along the columns.
+    tasks_n: usize,
+}
+
+/// The scratch a GEMM over at most `m` rows of `w` needs per thread.
+pub fn scratch_size(m: usize, w: &PackedWeight) -> ScratchSize {
+    let rows = (RG * MR).min(m.next_multiple_of(MR));
+    ScratchSize {
+        apack: rows * KC.min(w.k).max(1),
+        ctile: rows * CG * w.isa.nr(),
+        ..ScratchSize::default()
+    }
+}
+
+/// `out = act(x . w^T + bias) + residual` for `m` rows, on the current rayon pool, with the
+/// threads' `scratch`.
+///
+/// # Safety
+/// `x` holds `m x w.k()` readable values (row-major) and `out` `m x w.n()` writable ones; a
+/// `residual` holds `m x w.n()` readable values and is either `out` itself or overlaps nothing
+/// written; `x` overlaps no value written; `bias` has `w.n()` values. No other thread writes
+/// any of them meanwhile.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn gemm(
+    x: *const f32,
+    m: usize,
+    w: &PackedWeight,
+    bias: Option<&[f32]>,
+    act: Act,
+    residual: Option<*const f32>,
+    out: *mut f32,
+    scratch: &Scratches,
+) {
+    if m == 0 || w.n == 0 {
+        return;
+    }
+    let panels = w.n.div_ceil(w.isa.nr());
+    let micro_rows = m.div_ceil(MR);
+    // Enough tasks for every thread several times over: narrower tasks for small batches.
+    let want = 4 * rayon::current_num_threads();
+    let (mut rg, mut cg) = (RG.min(micro_rows), CG.min(panels));
+    while micro_rows.div_ceil(rg) * panels.div_ceil(cg) < want && (cg > 1 || rg > 1) {
+        if cg > 1 {
+            cg = cg.div_ceil(2);
+        } else {
+            rg = rg.div_ceil(2);
+        }
+    }
+    let job = Job {
+        x: SendPtr(x.cast_mut()),
+        m,
+        w,
+        bias,
+        act,
+        residual: residual.map(|r| SendPtr(r.cast_mut())),
+        out: SendPtr(out),
+        rg,
+        cg,
+        tasks_n: panels.div_ceil(cg),
+    };
+    let tasks = micro_rows.div_ceil(rg) * job.tasks_n;
+    (0..tasks).into_par_iter().for_each(|t| {
+        scratch.with(|s| {
+            // SAFETY: the caller's contract covers every address a task touches; tasks write
+            // disjoint rows x columns of `out`, and the scratch is this thread's alone.
+            unsafe { run_task(&job, t, &mut s.apack, &mut s.ctile) }
+        })
+    });
+}
+
+/// Runs task `t` with the microkernel of the packed weight's instruction set.
+///
+/// # Safety
+/// As [`gemm`]'s, for the rows and columns of task `t`.
+unsafe fn run_task(job: &Job<'_>, t: usize, apack: &mut AlignedBuf, ctile: &mut AlignedBuf) {
+    match job.w.isa {
+        // SAFETY: the instruction set was detected on this CPU when the weight was packed, so
+        // the features the function enables are present; the rest is the caller's contract.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => unsafe { x86::task_avx512(job, t, apack, ctile) },
+        // SAFETY: as above.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe { x86::task_avx2(job, t, apack, ctile) },
+        // SAFETY: the caller's contract; the portable kernel needs no feature.
+        _ => unsafe { task::<Portable>(job, t, apack, ctile) },
+    }
+}
+
+/// A microkernel: an `MR x NR` tile of `c` (row stride `ldc`) from `kc` steps of a packed
+/// `MR`-row panel of `x` and a packed `NR`-column panel of `w`, added to `c` unless `first`.
+trait Micro {
+    const NR: usize;
+
+    /// # Safety
+    /// `a` holds `kc * MR` values, `b` `kc * NR`, `c` an `MR x NR` tile at row stride `ldc`;
+    /// the CPU has the kernel's target features.
+    unsafe fn tile(kc: usize, a: *const f32, b: *const f32, c: *mut f32, ldc: usize, first: bool);
+}
+
+/// One task: its rows of `x` packed block by block, the microkernel over its tiles, and the
+/// epilogue into `out`.
+///
+/// # Safety
+/// As [`gemm`]'s, for the rows and columns of task `t`; the CPU has `M`'s target features.
+#[inline(always)]
+unsafe fn task<M: Micro>(job: &Job<'_>, t: usize, apack: &mut AlignedBuf, ctile: &mut AlignedBuf) {
+    let (k, n, nr) = (job.w.k, job.w.n, M::NR);
+    let (tm, tn) = (t / job.tasks_n, t % job.tasks_n);
+    let r0 = tm * job.rg * MR;
+    let rows = (job.m - r0).min(job.rg * MR);
+    let micro_rows = rows.div_ceil(MR);
+    let p0 = tn * job.cg;
+    let panels = job.cg.min(n.div_ceil(nr) - p0);
+    let ldc = panels * nr;
+    apack.ensure(micro_rows * MR * KC.min(k).max(1));
+    ctile.ensure(micro_rows * MR * ldc);
+    let (ap, ct) = (apack.as_mut_slice(), ctile.as_mut_slice());
+    if k == 0 {
+        ct[..micro_rows * MR * ldc].fill(0.0);
+    }
+    let x = job.x.0.cast_const();
+    let mut kb = 0;
+    while kb < k {
+        let kc = KC.min(k - kb);
+        // Pack rows r0.. of x, columns kb.., MR rows interleaved per column; rows past the
+        // batch are zero.
+        for ip in 0..micro_rows {
+            let panel = &mut ap[ip * kc * MR..(ip + 1) * kc * MR];
+            for i in 0..MR {
+                let r = r0 + ip * MR + i;
+                if r < job.m {
+                    // SAFETY: row r < m of x, columns kb..kb + kc <= k.
+                    let src = unsafe { std::slice::from_raw_parts(x.add(r * k + kb), kc) };
+                    for (p, &v) in src.iter().enumerate() {
+                        panel[p * MR + i] = v;
+                    }
+                } else {
+                    for p in 0..kc {
+                        panel[p * MR + i] = 0.0;
+                    }
+                }
+            }
+        }
+        for jp in 0..panels {
+            let b = job.w.panel(p0 + jp)[kb * nr..].as_ptr();
+            for ip in 0..micro_rows {
+                let a = ap[ip * kc * MR..].as_ptr();
+                let c = ct[ip * MR * ldc + jp * nr..].as_mut_ptr();
+                // SAFETY: `a` and `b` hold kc steps of their panels; the tile lies inside
+                // `ct`, which holds micro_rows * MR rows of ldc; the features are the caller's.
+                unsafe { M::tile(kc, a, b, c, ldc, kb == 0) };
+            }
+        }
+        kb += kc;
+    }
+    // The epilogue, row by row: bias, activation, residual (read before `out` is written, so
+    // the residual may be `out` itself).
+    let (c0, cols) = (p0 * nr, (panels * nr).min(n - p0 * nr));
+    for i in 0..rows {
+        let r = r0 + i;
+        let row = &mut ct[i * ldc..i * ldc + cols];
+        if let Some(bias) = job.bias {
+            for (v, b) in row.iter_mut().zip(&bias[c0..c0 + cols]) {
+                *v += b;
+            }
+        }
+        math::act_in_place(job.act, row);
+        if let Some(res) = &job.residual {
+            // SAFETY: row r < m of the residual, columns c0..c0 + cols <= n.
+            let res = unsafe { std::slice::from_raw_parts(res.0.add(r * n + c0), cols) };
+            for (v, x) in row.iter_mut().zip(res) {
+                *v += x;
+            }
+        }
+        // SAFETY: row r < m of out, columns c0..c0 + cols <= n: this task's alone.
+        let dst = unsafe { std::slice::from_raw_parts_mut(job.out.0.add(r * n + c0), cols) };
+        dst.copy_from_slice(row);
+    }
+}
+
+/// The portable microkernel: plain loops over fixed-size arrays, vectorised by the compiler.
+struct Portable;
+
+impl Micro for Portable {
+    const NR: usize = 16;
+
+    #[inline(always)]
+    unsafe fn tile(kc: usize, a: *const f32, b: *const f32, c: *mut f32, ldc: usize, first: bool) {
+        let mut acc = [[0.0f32; 16]; MR];
+        if !first {
+            for (i, row) in acc.iter_mut().enumerate() {
+                // SAFETY: row i of the tile, 16 columns.
+                row.copy_from_slice(unsafe { std::slice::from_raw_parts(c.add(i * ldc), 16) });
+            }
+        }
+        for p in 0..kc {
+            // SAFETY: step p of both panels.
+            let (ap, bp) = unsafe {
+                (&*a.add(p * MR).cast::<[f32; MR]>(), &*b.add(p * 16).cast::<[f32; 16]>())
+            };
+            for (row, &av) in acc.iter_mut().zip(ap) {
+                for (s, &bv) in row.iter_mut().zip(bp) {
+                    *s = av.mul_add(bv, *s);
+                }
+            }
+        }
+        for (i, row) in acc.iter().enumerate() {
+            // SAFETY: row i of the tile, 16 columns.
+            unsafe { std::slice::from_raw_parts_mut(c.add(i * ldc), 16) }.copy_from_slice(row);
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    use super::{Job, MR, Micro, task};
+    use crate::buf::AlignedBuf;
+
+    /// AVX2 with FMA: 16 columns in two registers per row, 12 accumulators.
+    pub(super) struct Avx2;
+
+    impl Micro for Avx2 {
+        const NR: usize = 16;
+
+        #[inline(always)]
+        unsafe fn tile(
+            kc: usize,
+            a: *const f32,
+            b: *const f32,
+            c: *mut f32,
+            ldc: usize,
+            first: bool,
+        ) {
+            // SAFETY: every pointer stays inside the panels and tile the caller vouched for,
+            // and the caller enabled avx2 and fma.
+            unsafe {
+                let mut acc = [[_mm256_setzero_ps(); 2]; MR];
+                if !first {
+                    for (i, r) in acc.iter_mut().enumerate() {
+                        r[0] = _mm256_loadu_ps(c.add(i * ldc));
+                        r[1] = _mm256_loadu_ps(c.add(i * ldc + 8));
+                    }
+                }
+                for p in 0..kc {
+                    let b0 = _mm256_load_ps(b.add(p * 16));
+                    let b1 = _mm256_load_ps(b.add(p * 16 + 8));
+                    for (i, r) in acc.iter_mut().enumerate() {
+                        let av = _mm256_broadcast_ss(&*a.add(p * MR + i));
+                        r[0] = _mm256_fmadd_ps(av, b0, r[0]);
+                        r[1] = _mm256_fmadd_ps(av, b1, r[1]);
+                    }
+                }
+                for (i, r) in acc.iter().enumerate() {
+                    _mm256_storeu_ps(c.add(i * ldc), r[0]);
+                    _mm256_storeu_ps(c.add(i * ldc + 8), r[1]);
+                }
+            }
+        }
+    }
+
+    /// AVX-512F: 32 columns in two registers per row, 12 accumulators.
+    pub(super) struct Avx512;
+
+    impl Micro for Avx512 {
+        const NR: usize = 32;
+
+        #[inline(always)]
+        unsafe fn tile(
+            kc: usize,
+            a: *const f32,
+            b: *const f32,
+            c: *mut f32,
+            ldc: usize,
+            first: bool,
+        ) {
+            // SAFETY: as for `Avx2`, with avx512f enabled by the caller.
+            unsafe {
+                let mut acc = [[_mm512_setzero_ps(); 2]; MR];
+                if !first {
+                    for (i, r) in acc.iter_mut().enumerate() {
+                        r[0] = _mm512_loadu_ps(c.add(i * ldc));
+                        r[1] = _mm512_loadu_ps(c.add(i * ldc + 16));
+                    }
+                }
+                for p in 0..kc {
+                    let b0 = _mm512_load_ps(b.add(p * 32));
+                    let b1 = _mm512_load_ps(b.add(p * 32 + 16));
+                    for (i, r) in acc.iter_mut().enumerate() {
+                        let av = _mm512_set1_ps(*a.add(p * MR + i));
+                        r[0] = _mm512_fmadd_ps(av, b0, r[0]);
+                        r[1] = _mm512_fmadd_ps(av, b1, r[1]);
+                    }
+                }
+                for (i, r) in acc.iter().enumerate() {
+                    _mm512_storeu_ps(c.add(i * ldc), r[0]);
+                    _mm512_storeu_ps(c.add(i * ldc + 16), r[1]);
+                }
+            }
+        }
+    }
+
+    /// A task with the AVX2 microkernel, and the packing and epilogue compiled for AVX2.
+    ///
+    /// # Safety
+    /// As `task`'s; the CPU has avx2 and fma.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn task_avx2(
+        job: &Job<'_>,
+        t: usize,
+        apack: &mut AlignedBuf,
+        ctile: &mut AlignedBuf,
+    ) {
+        // SAFETY: the caller's contract, and the features are enabled here.
+        unsafe { task::<Avx2>(job, t, apack, ctile) }
+    }
+
+    /// A task with the AVX-512 microkernel, and the packing and epilogue compiled for AVX-512.
+    ///
+    /// # Safety
+    /// As `task`'s; the CPU has avx512f.
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    pub(super) unsafe fn task_avx512(
+        job: &Job<'_>,
+        t: usize,
+        apack: &mut AlignedBuf,
+        ctile: &mut AlignedBuf,
+    ) {
+        // SAFETY: the caller's contract, and the features are enabled here.
+        unsafe { task::<Avx512>(job, t, apack, ctile) }
+    }
+}

@@ -1,0 +1,105 @@
+//! The scratch memory of a run's kernels: one set per thread of the pool, allocated with the
+//! run state for the largest work its plan holds, so a warm run allocates nothing.
+
+use std::sync::{Mutex, PoisonError};
+
+use crate::buf::AlignedBuf;
+
+/// One thread's scratch.
+#[derive(Default, Debug)]
+pub struct Scratch {
+    /// Packed rows of a GEMM's input.
+    pub(crate) apack: AlignedBuf,
+    /// A GEMM task's output tile.
+    pub(crate) ctile: AlignedBuf,
+    /// Attention: one head's keys, transposed.
+    pub(crate) keys: AlignedBuf,
+    /// Attention: a block of queries' scores.
+    pub(crate) scores: AlignedBuf,
+}
+
+/// How much scratch a plan's kernels need at most, per thread.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ScratchSize {
+    /// Values of packed GEMM input.
+    pub apack: usize,
+    /// Values of a GEMM output tile.
+    pub ctile: usize,
+    /// Values of transposed attention keys.
+    pub keys: usize,
+    /// Values of attention scores.
+    pub scores: usize,
+}
+
+impl ScratchSize {
+    /// The larger of two sizes, field by field.
+    pub fn max(self, o: ScratchSize) -> ScratchSize {
+        ScratchSize {
+            apack: self.apack.max(o.apack),
+            ctile: self.ctile.max(o.ctile),
+            keys: self.keys.max(o.keys),
+            scores: self.scores.max(o.scores),
+        }
+    }
+}
+
+/// Scratch for every thread of a pool, each thread using the slot of its index in the pool.
+#[derive(Debug)]
+pub struct Scratches {
+    slots: Vec<Mutex<Scratch>>,
+}
+
+impl Scratches {
+    /// Scratch of `size` for `threads` threads.
+    pub fn new(threads: usize, size: ScratchSize) -> Scratches {
+        let slot = || {
+            Mutex::new(Scratch {
+                apack: AlignedBuf::zeros(size.apack),
+                ctile: AlignedBuf::zeros(size.ctile),
+                keys: AlignedBuf::zeros(size.keys),
+                scores: AlignedBuf::zeros(size.scores),
+            })
+        };
+        Scratches { slots: std::iter::repeat_with(slot).take(threads.max(1)).collect() }
+    }
+
+    /// Scratch for the threads of the current rayon pool, grown by the kernels as they need.
+    pub fn for_current_pool() -> Scratches {
+        Scratches::new(rayon::current_num_threads(), ScratchSize::default())
+    }
+
+    /// Bytes held.
+    pub fn bytes(&self) -> usize {
+        let per = |s: &Scratch| s.apack.len() + s.ctile.len() + s.keys.len() + s.scores.len();
+        self.slots
+            .iter()
+            .map(|m| per(&m.lock().unwrap_or_else(PoisonError::into_inner)) * size_of::<f32>())
+            .sum()
+    }
+
+    /// Runs `f` with the scratch of the calling thread's slot (its index in its rayon pool):
+    /// never contended while each thread of the pool works on one task at a time.
+    pub(crate) fn with<R>(&self, f: impl FnOnce(&mut Scratch) -> R) -> R {
+        let i = rayon::current_thread_index().unwrap_or(0) % self.slots.len();
+        f(&mut self.slots[i].lock().unwrap_or_else(PoisonError::into_inner))
+    }
+}
+
+/// A pointer that crosses into the tasks of a parallel loop; each use says why its accesses
+/// do not race.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SendPtr(pub(crate) *mut f32);
+
+impl SendPtr {
+    /// The address. (A method, so that a closure using it captures the whole `SendPtr`, which
+    /// crosses threads, not the raw pointer inside, which does not.)
+    pub(crate) fn get(self) -> *mut f32 {
+        self.0
+    }
+}
+
+// SAFETY: a `SendPtr` is only an address; every dereference is an `unsafe` block whose caller
+// guarantees that the tasks touch disjoint memory, or only read.
+unsafe impl Send for SendPtr {}
+// SAFETY: as above.
+unsafe impl Sync for SendPtr {}

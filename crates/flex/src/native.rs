@@ -1,0 +1,296 @@
+//! flex's own engine for f32: weights packed once for its GEMM, one arena per run laid out by
+//! [`switchyard_core::layout`], and its kernels over that arena, in parallel on its thread pool.
+//! A warm run allocates nothing: the arena is the run state's, and every kernel's scratch is its
+//! thread's, kept from run to run.
+
+use std::sync::Arc;
+
+use switchyard_core::{
+    Batch, Bucket, Caps, Error, Graph, HostTensor, Layout, Op, Outputs, Result, W,
+};
+
+use crate::buf::AlignedBuf;
+use crate::kernels::attention::{self, Heads};
+use crate::kernels::gemm::{self, PackedWeight};
+use crate::kernels::scratch::{ScratchSize, Scratches};
+use crate::kernels::{Isa, rows};
+
+/// Checkpoint weights in f32, each in the form its ops read it.
+#[derive(Debug)]
+pub struct NativeWeights {
+    /// As in the checkpoint (tables, norm parameters, biases), where some op reads it so.
+    plain: Vec<Option<Vec<f32>>>,
+    /// Packed for the GEMM, where a linear layer reads it.
+    packed: Vec<Option<PackedWeight>>,
+    bytes: usize,
+}
+
+impl NativeWeights {
+    fn plain(&self, w: W) -> Result<&[f32]> {
+        self.plain[w.idx()].as_deref().ok_or_else(|| missing(w))
+    }
+
+    fn packed(&self, w: W) -> Result<&PackedWeight> {
+        self.packed[w.idx()].as_ref().ok_or_else(|| missing(w))
+    }
+}
+
+fn missing(w: W) -> Error {
+    Error::Graph(format!(
+        "weight {} was not uploaded in the form an op reads it: no op of the uploading graph \
+         reads it so; upload with a graph that uses every weight as its lanes do",
+        w.0
+    ))
+}
+
+/// Rotary tables for one head size and base, for every position of the bucket.
+#[derive(Debug)]
+struct RopeTables {
+    head_dim: usize,
+    theta: f32,
+    cos: Vec<f32>,
+    sin: Vec<f32>,
+}
+
+/// A graph lowered for one bucket: the weights it reads, its arena's layout, its rotary tables.
+#[derive(Debug)]
+pub struct NativePlan {
+    weights: Arc<NativeWeights>,
+    graph: Graph,
+    bucket: Bucket,
+    layout: Layout,
+    rope: Vec<RopeTables>,
+}
+
+/// What one run writes: the arena, and the kernels' scratch for each thread of the pool.
+#[derive(Debug)]
+pub struct NativeState {
+    arena: AlignedBuf,
+    scratch: Scratches,
+}
+
+const F32: usize = size_of::<f32>();
+
+/// For each weight, whether some op reads it as it is and whether a linear layer reads it.
+fn weight_forms(graph: &Graph) -> Vec<(bool, bool)> {
+    let mut forms = vec![(false, false); graph.weights.len()];
+    for op in &graph.ops {
+        for (i, w) in op.weights().into_iter().enumerate() {
+            let Some(w) = w else { continue };
+            let f = &mut forms[w.idx()];
+            if matches!(op, Op::Linear { .. }) && i == 0 {
+                f.1 = true;
+            } else {
+                f.0 = true;
+            }
+        }
+    }
+    forms
+}
+
+/// Converts and packs the checkpoint tensors for `graph`.
+pub(crate) fn upload(isa: Isa, tensors: &[HostTensor<'_>], graph: &Graph) -> Result<NativeWeights> {
+    graph.check_weights(tensors)?;
+    let forms = weight_forms(graph);
+    let mut w = NativeWeights {
+        plain: Vec::with_capacity(tensors.len()),
+        packed: Vec::with_capacity(tensors.len()),
+        bytes: 0,
+    };
+    for (t, &(plain, linear)) in tensors.iter().zip(&forms) {
+        let mut values = Vec::new();
+        t.extend_f32(&mut values);
+        let packed = linear.then(|| PackedWeight::pack(&values, t.shape[0], t.shape[1], isa));
+        w.bytes += packed.as_ref().map_or(0, PackedWeight::bytes);
+        w.bytes += if plain { values.len() * F32 } else { 0 };
+        w.packed.push(packed);
+        w.plain.push(plain.then_some(values));
+    }
+    Ok(w)
+}
+
+/// Lowers `graph` over `w` for `bucket`.
+pub(crate) fn lower(w: &Arc<NativeWeights>, graph: &Graph, bucket: Bucket) -> Result<NativePlan> {
+    graph.check_lowerable(w.plain.len())?;
+    // Every weight an op reads must be there in the form it reads it.
+    for op in &graph.ops {
+        for (i, wt) in op.weights().into_iter().enumerate() {
+            let Some(wt) = wt else { continue };
+            if matches!(op, Op::Linear { .. }) && i == 0 {
+                w.packed(wt)?;
+            } else {
+                w.plain(wt)?;
+            }
+        }
+    }
+    let mut rope: Vec<RopeTables> = Vec::new();
+    for op in &graph.ops {
+        if let Op::Rope { head_dim, theta, .. } = *op
+            && !rope.iter().any(|r| r.head_dim == head_dim && r.theta == theta)
+        {
+            let (cos, sin) = rows::rope_tables(bucket.tokens, head_dim, theta);
+            rope.push(RopeTables { head_dim, theta, cos, sin });
+        }
+    }
+    Ok(NativePlan {
+        weights: Arc::clone(w),
+        graph: graph.clone(),
+        bucket,
+        layout: Layout::plan(graph, bucket, F32),
+        rope,
+    })
+}
+
+/// The run state of `plan` for a pool of `threads`: its arena, and scratch for the largest
+/// work of the plan's bucket.
+pub(crate) fn state(plan: &NativePlan, threads: usize) -> Result<NativeState> {
+    let g = &plan.graph;
+    let longest = (plan.bucket.tokens).min(g.limits().max_len as usize);
+    let mut size = ScratchSize::default();
+    for op in &g.ops {
+        match *op {
+            Op::Linear { x, weight, .. } => {
+                let rows = plan.bucket.rows(g.shape(x).rows);
+                size = size.max(gemm::scratch_size(rows, plan.weights.packed(weight)?));
+            }
+            Op::Attention { heads, head_dim, scale, window, .. } => {
+                let h = Heads { heads, head_dim, scale, window };
+                size = size.max(attention::scratch_size(h, longest));
+            }
+            _ => {}
+        }
+    }
+    Ok(NativeState {
+        arena: AlignedBuf::zeros(plan.layout.total / F32),
+        scratch: Scratches::new(threads, size),
+    })
+}
+
+impl NativeWeights {
+    /// Bytes held.
+    pub(crate) fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+impl NativePlan {
+    /// Bytes held besides the weights (the rotary tables).
+    pub(crate) fn bytes(&self) -> usize {
+        self.rope.iter().map(|r| (r.cos.len() + r.sin.len()) * F32).sum()
+    }
+}
+
+impl NativeState {
+    /// Bytes held (the arena and the scratch).
+    pub(crate) fn bytes(&self) -> usize {
+        self.arena.len() * F32 + self.scratch.bytes()
+    }
+}
+
+/// Runs `batch` through `plan` on the current rayon pool, writing `out`.
+pub(crate) fn run(
+    isa: Isa,
+    plan: &NativePlan,
+    state: &mut NativeState,
+    batch: &Batch<'_>,
+    out: &mut Outputs,
+) -> Result<()> {
+    plan.bucket.admit(batch)?;
+    let g = &plan.graph;
+    let scratch = &state.scratch;
+    let arena = state.arena.as_mut_slice();
+    let base = arena.as_mut_ptr();
+    // The address of value v: values live at the layout's offsets, which lie inside the arena.
+    let at = |v: switchyard_core::Val| -> *mut f32 {
+        // SAFETY: the offset of every value of the graph is inside the arena the layout sized.
+        unsafe { base.add(plan.layout.offsets[v.idx()] / F32) }
+    };
+    let w = &plan.weights;
+    for op in &g.ops {
+        let o = op.out();
+        let shape = g.shape(o);
+        let rows = batch.rows(shape.rows);
+        if rows == 0 {
+            continue;
+        }
+        let width = shape.width;
+        // SAFETY: for every kernel called below, the layout places each value where it does
+        // not overlap any other value live at the same time, except an output written in place
+        // over an input (same address, same size), which the kernels that may run in place
+        // allow; each value has room for the bucket's rows, and the batch fits the bucket.
+        unsafe {
+            match *op {
+                Op::Embed { table, .. } => {
+                    let ids = batch.ids;
+                    rows::lookup(at(o), w.plain(table)?, rows, width, |t| ids[t] as usize);
+                }
+                Op::TypeEmbed { table, .. } => {
+                    let types = batch.types;
+                    rows::lookup(at(o), w.plain(table)?, rows, width, |t| types[t] as usize);
+                }
+                Op::PosEmbed { table, offset, .. } => {
+                    let cu = batch.cu;
+                    // A token's position: its distance from its sequence's start.
+                    let pos = |t: usize| {
+                        let s = cu.partition_point(|&c| c as usize <= t) - 1;
+                        offset + t - cu[s] as usize
+                    };
+                    rows::lookup(at(o), w.plain(table)?, rows, width, pos);
+                }
+                Op::Add { a, b, .. } => rows::add(isa, at(o), at(a), at(b), rows * width),
+                Op::LayerNorm { x, gamma, beta, eps, .. } => {
+                    let beta = beta.map(|b| w.plain(b)).transpose()?;
+                    rows::layer_norm(isa, at(o), at(x), rows, width, w.plain(gamma)?, beta, eps);
+                }
+                Op::RmsNorm { x, gamma, eps, .. } => {
+                    rows::rms_norm(isa, at(o), at(x), rows, width, w.plain(gamma)?, eps);
+                }
+                Op::Linear { x, weight, bias, act, residual, .. } => {
+                    let bias = bias.map(|b| w.plain(b)).transpose()?;
+                    let residual = residual.map(|r| at(r).cast_const());
+                    let wt = w.packed(weight)?;
+                    gemm::gemm(at(x), rows, wt, bias, act, residual, at(o), scratch);
+                }
+                Op::Glu { x, act, .. } => rows::glu(isa, at(o), at(x), rows, width, act),
+                Op::Slice { x, start, .. } => {
+                    rows::slice(at(o), at(x), rows, g.shape(x).width, start, width);
+                }
+                Op::Rope { x, heads, head_dim, theta, .. } => {
+                    let t = plan
+                        .rope
+                        .iter()
+                        .find(|r| r.head_dim == head_dim && r.theta == theta)
+                        .expect("lower made a table for every rotary op");
+                    rows::rope(at(o), at(x), batch, heads, head_dim, &t.cos, &t.sin);
+                }
+                Op::Attention { q, k, v, heads, head_dim, scale, window, .. } => {
+                    let h = Heads { heads, head_dim, scale, window };
+                    attention::attention(isa, at(q), at(k), at(v), at(o), batch, h, scratch);
+                }
+                Op::Activation { x, act, .. } => {
+                    rows::activation(isa, at(o), at(x), rows, width, act);
+                }
+                Op::Pool { x, mode, .. } => rows::pool(at(o), at(x), batch, width, mode),
+                Op::Gather { x, .. } => rows::gather_markers(at(o), at(x), batch, width),
+                Op::L2Norm { x, eps, .. } => rows::l2_norm(isa, at(o), at(x), rows, width, eps),
+            }
+        }
+    }
+    let arena = state.arena.as_slice();
+    for (m, o) in out.prepare(g, batch).iter_mut().zip(&g.outputs) {
+        let start = plan.layout.offsets[o.val.idx()] / F32;
+        let n = m.data.len();
+        m.data.copy_from_slice(&arena[start..start + n]);
+    }
+    Ok(())
+}
+
+/// The caps of the native engine on `threads` threads.
+pub(crate) fn caps(threads: usize, isa: Isa) -> Caps {
+    let device = match isa {
+        Isa::Avx512 => "host CPU, AVX-512",
+        Isa::Avx2 => "host CPU, AVX2",
+        Isa::Portable => "host CPU",
+    };
+    Caps::new("flex", device, switchyard_core::DeviceKind::Cpu).with_threads(threads)
+}

@@ -1,0 +1,209 @@
+//! flex's own kernels against f64, on every instruction set this CPU has, on the shapes the
+//! conformance suite does not reach: `k` across several blocks, widths off every tile edge,
+//! residuals written in place, long sequences.
+
+use switchyard_conformance::{Check, Options, check};
+use switchyard_core::testkit::{self, EncoderSpec, Rng};
+use switchyard_core::{
+    Act, Backend, BatchBuf, Bucket, Buckets, Executor, GraphBuilder, LaneId, Op, Outputs,
+    Reference, Shape,
+};
+use switchyard_flex::kernels::Isa;
+use switchyard_flex::kernels::gemm::{PackedWeight, gemm};
+use switchyard_flex::kernels::scratch::Scratches;
+
+/// The f32 tolerance of the conformance suite.
+fn close(got: f32, want: f64) -> bool {
+    (f64::from(got) - want).abs() <= 2e-5 + 2e-5 * want.abs()
+}
+
+fn values(r: &mut Rng, n: usize, scale: f32) -> Vec<f32> {
+    (0..n).map(|_| r.unit() * scale).collect()
+}
+
+/// `act(x . w^T + bias) + residual` in f64.
+fn gemm_f64(
+    x: &[f32],
+    w: &[f32],
+    bias: &[f32],
+    res: &[f32],
+    (m, k, n): (usize, usize, usize),
+    act: Act,
+) -> Vec<f64> {
+    let mut out = vec![0.0; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            let dot: f64 = (0..k).map(|p| f64::from(x[i * k + p]) * f64::from(w[j * k + p])).sum();
+            out[i * n + j] = act.apply(dot + f64::from(bias[j])) + f64::from(res[i * n + j]);
+        }
+    }
+    out
+}
+
+#[test]
+fn gemm_matches_f64_on_every_isa_shape_and_epilogue() {
+    let shapes =
+        [(1, 1, 1), (7, 5, 3), (6, 384, 16), (13, 385, 33), (50, 1000, 70), (97, 1536, 64)];
+    let mut r = Rng::new(17);
+    let scratch = Scratches::for_current_pool();
+    for isa in Isa::available() {
+        for &(m, k, n) in &shapes {
+            let scale = 1.0 / (k as f32).sqrt();
+            let (x, w) = (values(&mut r, m * k, 1.0), values(&mut r, n * k, scale));
+            let (bias, res) = (values(&mut r, n, 1.0), values(&mut r, m * n, 1.0));
+            let packed = PackedWeight::pack(&w, n, k, isa);
+            for act in [Act::Identity, Act::Gelu, Act::Tanh] {
+                let want = gemm_f64(&x, &w, &bias, &res, (m, k, n), act);
+                // Apart, and with the residual overwritten in place.
+                let mut apart = vec![f32::NAN; m * n];
+                let mut in_place = res.clone();
+                // SAFETY: x is m x k, the outputs and residual m x n, bias n; `in_place` is its
+                // own residual, which the contract allows.
+                unsafe {
+                    gemm(
+                        x.as_ptr(),
+                        m,
+                        &packed,
+                        Some(&bias),
+                        act,
+                        Some(res.as_ptr()),
+                        apart.as_mut_ptr(),
+                        &scratch,
+                    );
+                    let p = in_place.as_mut_ptr();
+                    gemm(x.as_ptr(), m, &packed, Some(&bias), act, Some(p), p, &scratch);
+                }
+                for (i, w) in want.iter().enumerate() {
+                    assert!(
+                        close(apart[i], *w),
+                        "{isa:?} {m}x{k}x{n} {act:?} [{i}]: {} vs {w}",
+                        apart[i]
+                    );
+                    assert_eq!(apart[i], in_place[i], "{isa:?} {m}x{k}x{n}: in place differs");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn gemm_without_bias_or_residual_and_with_empty_sides() {
+    let (m, k, n) = (9, 40, 20);
+    let mut r = Rng::new(3);
+    let (x, w) = (values(&mut r, m * k, 1.0), values(&mut r, n * k, 0.2));
+    let scratch = Scratches::for_current_pool();
+    for isa in Isa::available() {
+        let packed = PackedWeight::pack(&w, n, k, isa);
+        let mut out = vec![0.0; m * n];
+        // SAFETY: sizes as the contract asks.
+        unsafe { gemm(x.as_ptr(), m, &packed, None, Act::Relu, None, out.as_mut_ptr(), &scratch) };
+        let want = gemm_f64(&x, &w, &vec![0.0; n], &vec![0.0; m * n], (m, k, n), Act::Relu);
+        assert!(out.iter().zip(&want).all(|(a, b)| close(*a, *b)), "{isa:?}");
+        // No rows: nothing is touched.
+        // SAFETY: nothing is read or written for m = 0.
+        unsafe {
+            gemm(x.as_ptr(), 0, &packed, None, Act::Identity, None, std::ptr::null_mut(), &scratch)
+        };
+    }
+}
+
+/// The whole suite on each instruction set other than the one flex picks by default (which
+/// `tests/conformance.rs` runs).
+#[test]
+fn conformance_on_every_other_isa() {
+    for isa in Isa::available().into_iter().skip(1) {
+        let make = || switchyard_flex::flex().with_isa(isa).expect("an available instruction set");
+        for c in Check::ALL {
+            check(c, make, Options::default());
+        }
+    }
+}
+
+/// One attention op over a batch of long and short sequences, on `be`.
+fn attention_out<B: Backend>(
+    be: B,
+    heads: usize,
+    head_dim: usize,
+    window: Option<usize>,
+    lens: &[usize],
+) -> Outputs {
+    let w = heads * head_dim;
+    let mut g = GraphBuilder::new();
+    let (tq, tk, tv) = (g.weight("q", &[64, w]), g.weight("k", &[64, w]), g.weight("v", &[64, w]));
+    let q = g.op(Shape::tokens(w), |out| Op::Embed { table: tq, out });
+    let k = g.op(Shape::tokens(w), |out| Op::Embed { table: tk, out });
+    let v = g.op(Shape::tokens(w), |out| Op::Embed { table: tv, out });
+    let scale = 1.0 / (head_dim as f32).sqrt();
+    let y = g.op(Shape::tokens(w), |out| Op::Attention {
+        q,
+        k,
+        v,
+        heads,
+        head_dim,
+        scale,
+        window,
+        out,
+    });
+    g.output("y", y);
+    let g = g.finish().expect("a valid graph");
+    let weights = testkit::random_weights(&g, 5);
+    let buckets = Buckets::single("b", &[Bucket::new(2048, 8, 8)]).expect("a valid bucket");
+    let mut ex = Executor::new(be, &weights.tensors(), g, "b", buckets).expect("an executor");
+    let mut batch = BatchBuf::new();
+    let mut r = Rng::new(9);
+    for &len in lens {
+        let ids: Vec<u32> = (0..len).map(|_| r.below(64) as u32).collect();
+        batch.push(&ids, None, &[]).expect("a sequence");
+    }
+    let mut out = Outputs::new();
+    ex.run(LaneId::MAIN, &batch.batch(), &mut out).expect("a run");
+    out
+}
+
+#[test]
+fn attention_over_long_sequences_and_windows_on_every_isa() {
+    let lens = [1, 700, 33, 257];
+    for isa in Isa::available() {
+        for (heads, head_dim, window) in [(2, 64, None), (3, 8, Some(5)), (1, 128, Some(300))] {
+            let flex = switchyard_flex::flex().with_isa(isa).expect("an available instruction set");
+            let got = attention_out(flex, heads, head_dim, window, &lens);
+            let want = attention_out(Reference, heads, head_dim, window, &lens);
+            let (g, w) = (&got.get("y").expect("y").data, &want.get("y").expect("y").data);
+            for (i, (a, b)) in g.iter().zip(w).enumerate() {
+                assert!(
+                    close(*a, f64::from(*b)),
+                    "{isa:?} {heads}x{head_dim} {window:?} [{i}]: {a} vs {b}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn results_do_not_depend_on_the_thread_count() {
+    let g = testkit::bert_like(EncoderSpec {
+        vocab: 97,
+        width: 48,
+        heads: 3,
+        ffn: 100,
+        layers: 2,
+        max_pos: 128,
+    });
+    let weights = testkit::random_weights(&g, 2);
+    let mut batch = BatchBuf::new();
+    let mut r = Rng::new(4);
+    for len in [40, 3, 90, 17] {
+        testkit::push_random_seq(&mut batch, &mut r, len, 97, true);
+    }
+    let run = |threads| {
+        let be = switchyard_flex::with_threads(Some(threads)).expect("a pool");
+        let mut ex =
+            Executor::new(be, &weights.tensors(), g.clone(), "default", Buckets::default())
+                .expect("an executor");
+        let mut out = Outputs::new();
+        ex.run(LaneId::MAIN, &batch.batch(), &mut out).expect("a run");
+        out
+    };
+    // Each output value is summed in one order by one task whatever the split.
+    assert_eq!(run(1), run(3));
+}
