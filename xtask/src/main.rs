@@ -6,6 +6,7 @@
 mod backends;
 mod libtorch;
 mod models;
+mod peers;
 
 use std::process::{Command, ExitCode};
 
@@ -26,11 +27,14 @@ tasks:
                builds download LLVM) or test (llvmpipe crashes on SPIR-V; Metal is Apple's);
                DOCS_RS=1 makes the LLVM build scripts skip what a check never uses
   lint         cargo fmt --check, clippy with warnings denied, and rustdoc with warnings denied
-  bench [N] [--gpu] [--gpus-only]
+  bench [N] [--gpu] [--gpus-only] [--peers [--threads 1,2]]
                the benchmarks, in release mode, each beside a peer (N repetitions, default 15);
                --gpu adds the cube backend's devices beside flex (wgpu:0 where a Vulkan driver
                is installed, cuda:0 where there is an NVIDIA GPU): a long release build;
-               --gpus-only skips the CPU and remote benchmarks
+               --gpus-only skips the CPU and remote benchmarks; --peers runs flex beside ONNX
+               Runtime and sentence-transformers on a corpus of real texts with the real
+               all-MiniLM-L6-v2, at each thread count of --threads (default 1,2), installing
+               the peers with pip into a cache on first use (about 3 GB)
   help         this text
 ";
 
@@ -110,6 +114,19 @@ fn check_gpu() -> ExitCode {
 
 /// Builds and runs the benchmarks in release mode.
 fn bench(args: Vec<String>) -> ExitCode {
+    if args.iter().any(|a| a == "--peers") {
+        let threads = match args.iter().position(|a| a == "--threads") {
+            Some(i) => args.get(i + 1).map(|t| t.split(',').map(str::parse).collect()),
+            None => Some(Ok(vec![1, 2])),
+        };
+        return match threads {
+            Some(Ok(t)) => peers::bench_peers(&t),
+            _ => {
+                eprintln!("xtask bench: --threads takes numbers, such as 1,2,8");
+                ExitCode::from(2)
+            }
+        };
+    }
     let gpu = args.iter().any(|a| a == "--gpu");
     let reps: Vec<&String> = args.iter().filter(|a| *a != "--gpu").collect();
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());

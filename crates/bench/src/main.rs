@@ -7,6 +7,8 @@
 // A benchmark reports to its user on stdout.
 #![allow(clippy::print_stdout)]
 
+mod corpus;
+
 use std::time::{Duration, Instant};
 
 use switchyard_core::testkit::{self, EncoderSpec, Rng};
@@ -176,8 +178,10 @@ fn bench_encoder(reps: usize) {
     println!("  one batch of 32 sequences, {} tokens; median of {reps}", batch.tokens());
     println!("  {:<34} {:>9} {:>12} {:>8}", "", "time", "tokens/s", "ratio");
     let flex = time_plan(open("flex"), &g, &batch, reps);
+    let burn_flex = time_plan(switchyard_dispatch::flex::burn_flex(), &g, &batch, reps);
     let nd = time_plan(open("ndarray"), &g, &batch, reps);
-    for (name, t) in [("flex", flex), ("ndarray (peer)", nd)] {
+    for (name, t) in [("flex", flex), ("burn-flex (Burn's ops)", burn_flex), ("ndarray (peer)", nd)]
+    {
         println!(
             "  {:<34} {:>7.1}ms {:>12.0} {:>8.2}",
             name,
@@ -351,7 +355,7 @@ fn bench_remote(reps: usize) {
     let (probe, mut sub) = remote::telemetry::TelemetryProbe::channel(1 << 20);
     let listener =
         remote::bind("127.0.0.1:0".parse().expect("an address"), false).expect("a loopback port");
-    let serving = Server::of(&switchyard_dispatch::flex::flex(), None)
+    let serving = Server::of(&switchyard_dispatch::flex::burn_flex(), None)
         .with_telemetry(probe)
         .spawn(listener)
         .expect("a server");
@@ -395,9 +399,14 @@ fn bench_remote(reps: usize) {
     println!("  ops, dropped `drops` tensors, and answered `reads` reads, each a round trip)");
 }
 
-/// `switchyard-bench [REPS] [--gpus-only]`: every benchmark, or only the GPU devices'.
+/// `switchyard-bench [REPS] [--gpus-only]`: every benchmark, or only the GPU devices';
+/// `switchyard-bench corpus ...`: see [`corpus::run`].
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("corpus") {
+        corpus::run(&args[1..]);
+        return;
+    }
     let gpus_only = args.iter().any(|a| a == "--gpus-only");
     let reps = args.iter().find_map(|a| a.parse().ok()).unwrap_or(15);
     if !gpus_only {

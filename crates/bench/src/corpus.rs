@@ -1,0 +1,88 @@
+//! `switchyard-bench corpus`: Switchyard embedding a corpus of real texts with a real model, the
+//! way `switchyard embed` does, timed as `peers/peers.py` times its peers, for `cargo xtask bench
+//! --peers` to set side by side.
+
+use std::time::Instant;
+
+use switchyard_core::Buckets;
+use switchyard_dispatch::{Device, Dispatch};
+use switchyard_models::{Model, Runner};
+
+/// Process CPU seconds so far (every thread's, user and system).
+fn cpu_seconds() -> f64 {
+    // SAFETY: getrusage writes a `rusage` it is given a valid pointer to.
+    let usage = unsafe {
+        let mut u: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut u);
+        u
+    };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    secs(usage.ru_utime) + secs(usage.ru_stime)
+}
+
+/// The texts of a corpus of JSON lines with a `text` field.
+fn load(path: &str) -> Vec<String> {
+    let data = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    data.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).expect("a JSON line");
+            v["text"].as_str().expect("a `text` field").to_owned()
+        })
+        .collect()
+}
+
+/// `corpus --model DIR --corpus FILE --threads N`: flex in file order and sorted by length
+/// (characters, as the peers sort), a tab-separated line each, as the peers print theirs: `run`,
+/// engine, order, threads, texts, tokens, wall seconds, CPU seconds, largest difference from the
+/// first run's embeddings.
+pub fn run(args: &[String]) {
+    let arg = |name: &str| {
+        let i = args.iter().position(|a| a == name).unwrap_or_else(|| panic!("{name} is needed"));
+        args.get(i + 1).unwrap_or_else(|| panic!("{name} takes a value")).clone()
+    };
+    let (model_dir, corpus) = (arg("--model"), arg("--corpus"));
+    let threads: usize = arg("--threads").parse().expect("a number of threads");
+    let texts = load(&corpus);
+    let model = Model::load(model_dir.as_ref()).expect("the model loads");
+    let tokens: usize = texts
+        .iter()
+        .map(|t| model.tokenizer().encode(t).expect("a text tokenizes").ids.len())
+        .sum();
+    let flex = switchyard_dispatch::flex::with_threads(Some(threads)).expect("a thread pool");
+    let backend = Dispatch::Flex { device: Device::flex(), backend: flex };
+    let mut runner = Runner::new(model, backend, Buckets::default()).expect("the model uploads");
+    let mut order: Vec<usize> = (0..texts.len()).collect();
+    order.sort_by_key(|&i| texts[i].len());
+    let mut first: Option<Vec<Vec<f32>>> = None;
+    for (label, perm) in [("file", None), ("sorted", Some(&order))] {
+        let inputs: Vec<&str> = match perm {
+            None => texts.iter().map(String::as_str).collect(),
+            Some(p) => p.iter().map(|&i| texts[i].as_str()).collect(),
+        };
+        runner.embed(&inputs[..32.min(inputs.len())], |_| {}).expect("a warm-up batch");
+        let (wall, cpu) = (Instant::now(), cpu_seconds());
+        let emb = runner.embed(&inputs, |_| {}).expect("the corpus embeds");
+        let (wall, cpu) = (wall.elapsed().as_secs_f64(), cpu_seconds() - cpu);
+        let emb = match perm {
+            None => emb,
+            Some(p) => {
+                let mut back = vec![Vec::new(); emb.len()];
+                for (row, &i) in emb.into_iter().zip(p) {
+                    back[i] = row;
+                }
+                back
+            }
+        };
+        let first = first.get_or_insert_with(|| emb.clone());
+        let max_diff = emb
+            .iter()
+            .flatten()
+            .zip(first.iter().flatten())
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0f32, f32::max);
+        let engine = format!("switchyard {}", runner.executor().caps().backend);
+        let n = texts.len();
+        println!("run\t{engine}\t{label}\t{threads}\t{n}\t{tokens}\t{wall}\t{cpu}\t{max_diff}");
+    }
+}

@@ -1,0 +1,239 @@
+//! `cargo xtask bench --peers`: Switchyard's flex beside ONNX Runtime (fp32 and int8) and
+//! sentence-transformers, embedding one corpus of real texts with the real all-MiniLM-L6-v2, at
+//! each thread count asked for, in one run.
+//!
+//! Everything it needs is made on first use and kept in caches: a Python environment with the
+//! peers (pinned versions, installed with pip into `$HOME/.cache/switchyard/bench-venv`, about
+//! 3 GB, for PyPI's torch is a CUDA build), the corpus (`crates/bench/peers/corpus.py`, into
+//! `.cache/bench/`), and the ONNX exports (`crates/bench/peers/export_onnx.py`).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+/// The peers' packages, pinned so that runs compare.
+const PACKAGES: [&str; 5] = [
+    "torch==2.9.0",
+    "transformers==5.24.0",
+    "sentence-transformers==6.2.0",
+    "onnxruntime==1.32.0",
+    "onnx==1.23.2",
+];
+
+/// Texts in the corpus.
+const TEXTS: usize = 1000;
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn home_cache() -> PathBuf {
+    std::env::var_os("HOME")
+        .map_or_else(|| PathBuf::from("/tmp"), PathBuf::from)
+        .join(".cache/switchyard")
+}
+
+/// Runs `cmd`, saying what it does; an error naming it if it fails.
+fn step(what: &str, cmd: &mut Command) -> Result<(), String> {
+    eprintln!("xtask bench: {what}");
+    match cmd.status() {
+        Ok(s) if s.success() => Ok(()),
+        Ok(s) => Err(format!("{what} failed ({s})")),
+        Err(e) => Err(format!("{what}: could not start it: {e}")),
+    }
+}
+
+/// The Python of the peers' environment, made and filled on first use.
+fn python() -> Result<PathBuf, String> {
+    let venv = home_cache().join("bench-venv");
+    let py = venv.join("bin/python");
+    let stamp = venv.join("switchyard-packages.txt");
+    let want = PACKAGES.join("\n");
+    if std::fs::read_to_string(&stamp).ok().as_deref() == Some(want.as_str()) {
+        return Ok(py);
+    }
+    step(
+        "making the peers' Python environment",
+        Command::new("python3").args(["-m", "venv"]).arg(&venv),
+    )?;
+    step(
+        "installing the peers with pip (about 3 GB the first time)",
+        Command::new(&py).args(["-m", "pip", "install", "--quiet"]).args(PACKAGES),
+    )?;
+    std::fs::write(&stamp, want).map_err(|e| format!("{}: {e}", stamp.display()))?;
+    Ok(py)
+}
+
+/// One timed run, as `peers.py` and `switchyard-bench corpus` print it.
+#[derive(Debug)]
+struct Run {
+    engine: String,
+    order: String,
+    threads: usize,
+    texts: usize,
+    tokens: usize,
+    wall: f64,
+    cpu: f64,
+    max_diff: f64,
+}
+
+/// A `run` line: tab-separated engine, order, threads, texts, tokens, wall and CPU seconds,
+/// largest difference.
+fn parse(line: &str) -> Option<Run> {
+    let f: Vec<&str> = line.trim_end().split('\t').collect();
+    let [tag, engine, order, threads, texts, tokens, wall, cpu, max_diff] = f[..] else {
+        return None;
+    };
+    (tag == "run").then_some(())?;
+    Some(Run {
+        engine: engine.to_owned(),
+        order: order.to_owned(),
+        threads: threads.parse().ok()?,
+        texts: texts.parse().ok()?,
+        tokens: tokens.parse().ok()?,
+        wall: wall.parse().ok()?,
+        cpu: cpu.parse().ok()?,
+        max_diff: max_diff.parse().ok()?,
+    })
+}
+
+/// Runs `cmd` and reads the runs it prints.
+fn runs(what: &str, cmd: &mut Command) -> Result<Vec<Run>, String> {
+    eprintln!("xtask bench: {what}");
+    let out = cmd.output().map_err(|e| format!("{what}: could not start it: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{what} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).lines().filter_map(parse).collect())
+}
+
+/// The task: exits non-zero if any step fails.
+pub fn bench_peers(threads: &[usize]) -> ExitCode {
+    match run(threads) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask bench --peers: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(threads: &[usize]) -> Result<(), String> {
+    if crate::models::fetch_models() != ExitCode::SUCCESS {
+        return Err("the real models could not be fetched".into());
+    }
+    let root = workspace();
+    let model = root.join(".cache/models/all-MiniLM-L6-v2");
+    let peers = root.join("crates/bench/peers");
+    let cache = root.join(".cache/bench");
+    let corpus = cache.join("corpus.jsonl");
+    if !corpus.is_file() {
+        step(
+            "building the corpus",
+            Command::new("python3")
+                .arg(peers.join("corpus.py"))
+                .arg(&corpus)
+                .arg(TEXTS.to_string()),
+        )?;
+    }
+    let py = python()?;
+    let onnx = cache.join("onnx");
+    if !onnx.join("model-int8.onnx").is_file() {
+        step(
+            "exporting all-MiniLM-L6-v2 to ONNX (fp32, int8)",
+            Command::new(&py).arg(peers.join("export_onnx.py")).arg(&model).arg(&onnx),
+        )?;
+    }
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    step(
+        "building switchyard-bench (release)",
+        Command::new(&cargo).args([
+            "build",
+            "--release",
+            "--quiet",
+            "--package",
+            "switchyard-bench",
+        ]),
+    )?;
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
+    let bench = target.join("release/switchyard-bench");
+    let mut all = Vec::new();
+    for &n in threads {
+        all.extend(runs(
+            &format!("Switchyard flex, {n} threads"),
+            Command::new(&bench)
+                .args(["corpus", "--model"])
+                .arg(&model)
+                .arg("--corpus")
+                .arg(&corpus)
+                .args(["--threads", &n.to_string()]),
+        )?);
+        all.extend(runs(
+            &format!("ONNX Runtime and sentence-transformers, {n} threads"),
+            Command::new(&py)
+                .arg(peers.join("peers.py"))
+                .arg("--model")
+                .arg(&model)
+                .arg("--onnx")
+                .arg(&onnx)
+                .arg("--corpus")
+                .arg(&corpus)
+                .args(["--threads", &n.to_string()]),
+        )?);
+    }
+    report(&all);
+    Ok(())
+}
+
+/// The table: texts per wall second and per CPU second, and each as a ratio to ONNX Runtime
+/// fp32 sorted by length at the same thread count.
+fn report(all: &[Run]) {
+    let Some(first) = all.first() else { return };
+    println!();
+    println!(
+        "all-MiniLM-L6-v2 on {} real texts ({} tokens, truncated at 256); embeddings, tokenizing included",
+        first.texts, first.tokens
+    );
+    println!(
+        "{:>7}  {:<30} {:<22} {:>10} {:>10} {:>9} {:>9} {:>9}",
+        "threads", "engine", "order", "texts/s", "per CPU-s", "x ORT", "x ORT CPU", "max diff"
+    );
+    for r in all {
+        let peer =
+            all.iter().find(|p| p.threads == r.threads && p.engine == "ort" && p.order == "sorted");
+        let tps = r.texts as f64 / r.wall;
+        let per_cpu = r.texts as f64 / r.cpu;
+        let (x, xc) = peer.map_or((f64::NAN, f64::NAN), |p| {
+            (tps / (p.texts as f64 / p.wall), per_cpu / (p.texts as f64 / p.cpu))
+        });
+        println!(
+            "{:>7}  {:<30} {:<22} {:>10.1} {:>10.1} {:>9.2} {:>9.2} {:>9.1e}",
+            r.threads, r.engine, r.order, tps, per_cpu, x, xc, r.max_diff
+        );
+    }
+    println!(
+        "(x ORT: speed relative to ONNX Runtime fp32 sorted by length at the same thread count; \
+         max diff: the largest difference from the engine's first run's embeddings)"
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_lines_parse_and_other_lines_do_not() {
+        let r = parse("run\tort\tsorted\t2\t1000\t90000\t3.5\t6.9\t0.0\n").unwrap();
+        assert_eq!(
+            (r.engine.as_str(), r.order.as_str(), r.threads, r.tokens),
+            ("ort", "sorted", 2, 90000)
+        );
+        assert_eq!((r.wall, r.cpu), (3.5, 6.9));
+        assert!(parse("Batches: 100%").is_none());
+        assert!(parse("run\tort\tsorted").is_none());
+    }
+}
