@@ -3,13 +3,14 @@
 //! tile of the output while it is in cache.
 //!
 //! The output is cut into tasks of up to `RG` microkernel rows by `CG` column panels, run in
-//! parallel on the current rayon pool. A task walks `k` in blocks of `KC`: it packs its rows of
-//! `x` for the block (`MR` rows interleaved per `k`), then runs the microkernel over its tiles,
-//! accumulating in a tile buffer of its thread; after the last block it writes the epilogue's
-//! result to `out`. The microkernel computes an `MR x NR` tile from a packed `MR x kc` panel of
-//! `x` and a packed `kc x NR` panel of `w`, with `NR` columns in SIMD registers: AVX-512 (32
-//! columns) or AVX2 with FMA (16) where the CPU has them, chosen at run time, else portable code
-//! the compiler vectorises for the target (16). Sums are f32, in `k` order within a block.
+//! parallel on the current rayon pool. A task walks `k` in blocks of `KC`, running the
+//! microkernel over its tiles and accumulating in a tile buffer of its thread; after the last
+//! block it writes the epilogue's result to `out`. The microkernel computes an `MR x NR` tile
+//! from `MR` rows of `x`, read in place (each step broadcasts one value of each row; packing them
+//! cost more than it saved, measured), and a packed `kc x NR` panel of `w`, with `NR` columns in
+//! SIMD registers: AVX-512 (32 columns) or AVX2 with FMA (16) where the CPU has them, chosen at
+//! run time, else portable code the compiler vectorises for the target (16). Sums are f32, in
+//! `k` order.
 
 use rayon::prelude::*;
 use switchyard_core::Act;
@@ -142,11 +143,7 @@ struct Job<'a> {
 /// The scratch a GEMM over at most `m` rows of `w` needs per thread.
 pub fn scratch_size(m: usize, w: &PackedWeight) -> ScratchSize {
     let rows = (RG * MR).min(m.next_multiple_of(MR));
-    ScratchSize {
-        apack: rows * KC.min(w.k).max(1),
-        ctile: rows * CG * w.isa.nr(),
-        ..ScratchSize::default()
-    }
+    ScratchSize { ctile: rows * CG * w.isa.nr(), ..ScratchSize::default() }
 }
 
 /// `out = act(x . w^T + bias) + residual` for `m` rows, on the current rayon pool, with the
@@ -200,7 +197,7 @@ pub unsafe fn gemm(
         scratch.with(|s| {
             // SAFETY: the caller's contract covers every address a task touches; tasks write
             // disjoint rows x columns of `out`, and the scratch is this thread's alone.
-            unsafe { run_task(&job, t, &mut s.apack, &mut s.ctile) }
+            unsafe { run_task(&job, t, &mut s.ctile) }
         })
     });
 }
@@ -209,38 +206,46 @@ pub unsafe fn gemm(
 ///
 /// # Safety
 /// As [`gemm`]'s, for the rows and columns of task `t`.
-unsafe fn run_task(job: &Job<'_>, t: usize, apack: &mut AlignedBuf, ctile: &mut AlignedBuf) {
+unsafe fn run_task(job: &Job<'_>, t: usize, ctile: &mut AlignedBuf) {
     match job.w.isa {
         // SAFETY: the instruction set was detected on this CPU when the weight was packed, so
         // the features the function enables are present; the rest is the caller's contract.
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => unsafe { x86::task_avx512(job, t, apack, ctile) },
+        Isa::Avx512 => unsafe { x86::task_avx512(job, t, ctile) },
         // SAFETY: as above.
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => unsafe { x86::task_avx2(job, t, apack, ctile) },
+        Isa::Avx2 => unsafe { x86::task_avx2(job, t, ctile) },
         // SAFETY: the caller's contract; the portable kernel needs no feature.
-        _ => unsafe { task::<Portable>(job, t, apack, ctile) },
+        _ => unsafe { task::<Portable>(job, t, ctile) },
     }
 }
 
-/// A microkernel: an `MR x NR` tile of `c` (row stride `ldc`) from `kc` steps of a packed
-/// `MR`-row panel of `x` and a packed `NR`-column panel of `w`, added to `c` unless `first`.
+/// A microkernel: an `MR x NR` tile of `c` (row stride `ldc`) from `kc` steps of `MR` rows of
+/// `x` (the `kc` values at each of `a`) and a packed `NR`-column panel of `w`, added to `c`
+/// unless `first`.
 trait Micro {
     const NR: usize;
 
     /// # Safety
-    /// `a` holds `kc * MR` values, `b` `kc * NR`, `c` an `MR x NR` tile at row stride `ldc`;
+    /// Each of `a` holds `kc` values, `b` `kc * NR`, `c` an `MR x NR` tile at row stride `ldc`;
     /// the CPU has the kernel's target features.
-    unsafe fn tile(kc: usize, a: *const f32, b: *const f32, c: *mut f32, ldc: usize, first: bool);
+    unsafe fn tile(
+        kc: usize,
+        a: &[*const f32; MR],
+        b: *const f32,
+        c: *mut f32,
+        ldc: usize,
+        first: bool,
+    );
 }
 
-/// One task: its rows of `x` packed block by block, the microkernel over its tiles, and the
-/// epilogue into `out`.
+/// One task: the microkernel over its tiles, block of `k` by block, then the epilogue into
+/// `out`.
 ///
 /// # Safety
 /// As [`gemm`]'s, for the rows and columns of task `t`; the CPU has `M`'s target features.
 #[inline(always)]
-unsafe fn task<M: Micro>(job: &Job<'_>, t: usize, apack: &mut AlignedBuf, ctile: &mut AlignedBuf) {
+unsafe fn task<M: Micro>(job: &Job<'_>, t: usize, ctile: &mut AlignedBuf) {
     let (k, n, nr) = (job.w.k, job.w.n, M::NR);
     let (tm, tn) = (t / job.tasks_n, t % job.tasks_n);
     let r0 = tm * job.rg * MR;
@@ -249,9 +254,8 @@ unsafe fn task<M: Micro>(job: &Job<'_>, t: usize, apack: &mut AlignedBuf, ctile:
     let p0 = tn * job.cg;
     let panels = job.cg.min(n.div_ceil(nr) - p0);
     let ldc = panels * nr;
-    apack.ensure(micro_rows * MR * KC.min(k).max(1));
     ctile.ensure(micro_rows * MR * ldc);
-    let (ap, ct) = (apack.as_mut_slice(), ctile.as_mut_slice());
+    let ct = ctile.as_mut_slice();
     if k == 0 {
         ct[..micro_rows * MR * ldc].fill(0.0);
     }
@@ -259,33 +263,20 @@ unsafe fn task<M: Micro>(job: &Job<'_>, t: usize, apack: &mut AlignedBuf, ctile:
     let mut kb = 0;
     while kb < k {
         let kc = KC.min(k - kb);
-        // Pack rows r0.. of x, columns kb.., MR rows interleaved per column; rows past the
-        // batch are zero.
-        for ip in 0..micro_rows {
-            let panel = &mut ap[ip * kc * MR..(ip + 1) * kc * MR];
-            for i in 0..MR {
-                let r = r0 + ip * MR + i;
-                if r < job.m {
-                    // SAFETY: row r < m of x, columns kb..kb + kc <= k.
-                    let src = unsafe { std::slice::from_raw_parts(x.add(r * k + kb), kc) };
-                    for (p, &v) in src.iter().enumerate() {
-                        panel[p * MR + i] = v;
-                    }
-                } else {
-                    for p in 0..kc {
-                        panel[p * MR + i] = 0.0;
-                    }
-                }
-            }
-        }
         for jp in 0..panels {
             let b = job.w.panel(p0 + jp)[kb * nr..].as_ptr();
             for ip in 0..micro_rows {
-                let a = ap[ip * kc * MR..].as_ptr();
+                // The tile's rows of x from column kb; past the batch, its last row again,
+                // whose results are not written.
+                // SAFETY: every row index is below m, and kb < k.
+                let a: [*const f32; MR] = std::array::from_fn(|i| unsafe {
+                    x.add((r0 + ip * MR + i).min(job.m - 1) * k + kb)
+                });
                 let c = ct[ip * MR * ldc + jp * nr..].as_mut_ptr();
-                // SAFETY: `a` and `b` hold kc steps of their panels; the tile lies inside
-                // `ct`, which holds micro_rows * MR rows of ldc; the features are the caller's.
-                unsafe { M::tile(kc, a, b, c, ldc, kb == 0) };
+                // SAFETY: each row holds kc values from kb; `b` holds kc steps of its panel; the
+                // tile lies inside `ct`, which holds micro_rows * MR rows of ldc; the features
+                // are the caller's.
+                unsafe { M::tile(kc, &a, b, c, ldc, kb == 0) };
             }
         }
         kb += kc;
@@ -322,7 +313,14 @@ impl Micro for Portable {
     const NR: usize = 16;
 
     #[inline(always)]
-    unsafe fn tile(kc: usize, a: *const f32, b: *const f32, c: *mut f32, ldc: usize, first: bool) {
+    unsafe fn tile(
+        kc: usize,
+        a: &[*const f32; MR],
+        b: *const f32,
+        c: *mut f32,
+        ldc: usize,
+        first: bool,
+    ) {
         let mut acc = [[0.0f32; 16]; MR];
         if !first {
             for (i, row) in acc.iter_mut().enumerate() {
@@ -331,11 +329,10 @@ impl Micro for Portable {
             }
         }
         for p in 0..kc {
-            // SAFETY: step p of both panels.
-            let (ap, bp) = unsafe {
-                (&*a.add(p * MR).cast::<[f32; MR]>(), &*b.add(p * 16).cast::<[f32; 16]>())
-            };
-            for (row, &av) in acc.iter_mut().zip(ap) {
+            // SAFETY: step p of each row and of the panel.
+            let (ap, bp): ([f32; MR], &[f32; 16]) =
+                unsafe { (a.map(|r| *r.add(p)), &*b.add(p * 16).cast::<[f32; 16]>()) };
+            for (row, &av) in acc.iter_mut().zip(&ap) {
                 for (s, &bv) in row.iter_mut().zip(bp) {
                     *s = av.mul_add(bv, *s);
                 }
@@ -364,14 +361,14 @@ mod x86 {
         #[inline(always)]
         unsafe fn tile(
             kc: usize,
-            a: *const f32,
+            a: &[*const f32; MR],
             b: *const f32,
             c: *mut f32,
             ldc: usize,
             first: bool,
         ) {
-            // SAFETY: every pointer stays inside the panels and tile the caller vouched for,
-            // and the caller enabled avx2 and fma.
+            // SAFETY: every pointer stays inside the rows, panel and tile the caller vouched
+            // for, and the caller enabled avx2 and fma.
             unsafe {
                 let mut acc = [[_mm256_setzero_ps(); 2]; MR];
                 if !first {
@@ -383,8 +380,8 @@ mod x86 {
                 for p in 0..kc {
                     let b0 = _mm256_load_ps(b.add(p * 16));
                     let b1 = _mm256_load_ps(b.add(p * 16 + 8));
-                    for (i, r) in acc.iter_mut().enumerate() {
-                        let av = _mm256_broadcast_ss(&*a.add(p * MR + i));
+                    for (r, ai) in acc.iter_mut().zip(a) {
+                        let av = _mm256_broadcast_ss(&*ai.add(p));
                         r[0] = _mm256_fmadd_ps(av, b0, r[0]);
                         r[1] = _mm256_fmadd_ps(av, b1, r[1]);
                     }
@@ -406,7 +403,7 @@ mod x86 {
         #[inline(always)]
         unsafe fn tile(
             kc: usize,
-            a: *const f32,
+            a: &[*const f32; MR],
             b: *const f32,
             c: *mut f32,
             ldc: usize,
@@ -424,8 +421,8 @@ mod x86 {
                 for p in 0..kc {
                     let b0 = _mm512_load_ps(b.add(p * 32));
                     let b1 = _mm512_load_ps(b.add(p * 32 + 16));
-                    for (i, r) in acc.iter_mut().enumerate() {
-                        let av = _mm512_set1_ps(*a.add(p * MR + i));
+                    for (r, ai) in acc.iter_mut().zip(a) {
+                        let av = _mm512_set1_ps(*ai.add(p));
                         r[0] = _mm512_fmadd_ps(av, b0, r[0]);
                         r[1] = _mm512_fmadd_ps(av, b1, r[1]);
                     }
@@ -443,14 +440,9 @@ mod x86 {
     /// # Safety
     /// As `task`'s; the CPU has avx2 and fma.
     #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn task_avx2(
-        job: &Job<'_>,
-        t: usize,
-        apack: &mut AlignedBuf,
-        ctile: &mut AlignedBuf,
-    ) {
+    pub(super) unsafe fn task_avx2(job: &Job<'_>, t: usize, ctile: &mut AlignedBuf) {
         // SAFETY: the caller's contract, and the features are enabled here.
-        unsafe { task::<Avx2>(job, t, apack, ctile) }
+        unsafe { task::<Avx2>(job, t, ctile) }
     }
 
     /// A task with the AVX-512 microkernel, and the packing and epilogue compiled for AVX-512.
@@ -458,13 +450,8 @@ mod x86 {
     /// # Safety
     /// As `task`'s; the CPU has avx512f.
     #[target_feature(enable = "avx512f,avx2,fma")]
-    pub(super) unsafe fn task_avx512(
-        job: &Job<'_>,
-        t: usize,
-        apack: &mut AlignedBuf,
-        ctile: &mut AlignedBuf,
-    ) {
+    pub(super) unsafe fn task_avx512(job: &Job<'_>, t: usize, ctile: &mut AlignedBuf) {
         // SAFETY: the caller's contract, and the features are enabled here.
-        unsafe { task::<Avx512>(job, t, apack, ctile) }
+        unsafe { task::<Avx512>(job, t, ctile) }
     }
 }

@@ -8,8 +8,6 @@ use crate::buf::AlignedBuf;
 /// One thread's scratch.
 #[derive(Default, Debug)]
 pub struct Scratch {
-    /// Packed rows of a GEMM's input.
-    pub(crate) apack: AlignedBuf,
     /// A GEMM task's output tile.
     pub(crate) ctile: AlignedBuf,
     /// Attention: one head's keys, transposed.
@@ -21,8 +19,6 @@ pub struct Scratch {
 /// How much scratch a plan's kernels need at most, per thread.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ScratchSize {
-    /// Values of packed GEMM input.
-    pub apack: usize,
     /// Values of a GEMM output tile.
     pub ctile: usize,
     /// Values of transposed attention keys.
@@ -35,7 +31,6 @@ impl ScratchSize {
     /// The larger of two sizes, field by field.
     pub fn max(self, o: ScratchSize) -> ScratchSize {
         ScratchSize {
-            apack: self.apack.max(o.apack),
             ctile: self.ctile.max(o.ctile),
             keys: self.keys.max(o.keys),
             scores: self.scores.max(o.scores),
@@ -54,7 +49,6 @@ impl Scratches {
     pub fn new(threads: usize, size: ScratchSize) -> Scratches {
         let slot = || {
             Mutex::new(Scratch {
-                apack: AlignedBuf::zeros(size.apack),
                 ctile: AlignedBuf::zeros(size.ctile),
                 keys: AlignedBuf::zeros(size.keys),
                 scores: AlignedBuf::zeros(size.scores),
@@ -70,7 +64,7 @@ impl Scratches {
 
     /// Bytes held.
     pub fn bytes(&self) -> usize {
-        let per = |s: &Scratch| s.apack.len() + s.ctile.len() + s.keys.len() + s.scores.len();
+        let per = |s: &Scratch| s.ctile.len() + s.keys.len() + s.scores.len();
         self.slots
             .iter()
             .map(|m| per(&m.lock().unwrap_or_else(PoisonError::into_inner)) * size_of::<f32>())
