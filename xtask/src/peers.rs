@@ -2,10 +2,12 @@
 //! sentence-transformers, embedding one corpus of real texts with the real all-MiniLM-L6-v2, at
 //! each thread count asked for, in one run.
 //!
-//! Everything it needs is made on first use and kept in caches: a Python environment with the
-//! peers (pinned versions, installed with pip into `$HOME/.cache/switchyard/bench-venv`, about
-//! 3 GB, for PyPI's torch is a CUDA build), the corpus (`crates/bench/peers/corpus.py`, into
-//! `.cache/bench/`), and the ONNX exports (`crates/bench/peers/export_onnx.py`).
+//! Two corpora: real texts of mixed lengths (truncated at 256 tokens), and real texts all cut to
+//! 128 tokens, where sorting and ragged batches cannot save anyone padding. Everything it needs
+//! is made on first use and kept in caches: a Python environment with the peers (pinned
+//! versions, installed with pip into `$HOME/.cache/switchyard/bench-venv`, about 3 GB, for PyPI's
+//! torch is a CUDA build), the corpora (`crates/bench/peers/corpus.py`, into `.cache/bench/`),
+//! and the ONNX exports (`crates/bench/peers/export_onnx.py`).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -19,8 +21,33 @@ const PACKAGES: [&str; 5] = [
     "onnx==1.23.2",
 ];
 
-/// Texts in the corpus.
-const TEXTS: usize = 1000;
+/// A corpus the peers and flex embed: its file under `.cache/bench`, how many texts of at least
+/// how many words `corpus.py` picks, and where every engine truncates.
+struct Corpus {
+    file: &'static str,
+    texts: usize,
+    min_words: usize,
+    max_len: usize,
+    about: &'static str,
+}
+
+/// Mixed lengths, as embedding sees them; then equal lengths, where padding cannot help anyone.
+const CORPORA: [Corpus; 2] = [
+    Corpus {
+        file: "corpus.jsonl",
+        texts: 1000,
+        min_words: 20,
+        max_len: 256,
+        about: "real texts of mixed lengths, truncated at 256 tokens",
+    },
+    Corpus {
+        file: "corpus-128.jsonl",
+        texts: 500,
+        min_words: 120,
+        max_len: 128,
+        about: "real texts of at least 120 words, all truncated to 128 tokens",
+    },
+];
 
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -129,16 +156,6 @@ fn run(threads: &[usize]) -> Result<(), String> {
     let model = root.join(".cache/models/all-MiniLM-L6-v2");
     let peers = root.join("crates/bench/peers");
     let cache = root.join(".cache/bench");
-    let corpus = cache.join("corpus.jsonl");
-    if !corpus.is_file() {
-        step(
-            "building the corpus",
-            Command::new("python3")
-                .arg(peers.join("corpus.py"))
-                .arg(&corpus)
-                .arg(TEXTS.to_string()),
-        )?;
-    }
     let py = python()?;
     let onnx = cache.join("onnx");
     if !onnx.join("model-int8.onnx").is_file() {
@@ -161,41 +178,56 @@ fn run(threads: &[usize]) -> Result<(), String> {
     let target =
         std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
     let bench = target.join("release/switchyard-bench");
-    let mut all = Vec::new();
-    for &n in threads {
-        all.extend(runs(
-            &format!("Switchyard flex, {n} threads"),
-            Command::new(&bench)
-                .args(["corpus", "--model"])
-                .arg(&model)
-                .arg("--corpus")
-                .arg(&corpus)
-                .args(["--threads", &n.to_string()]),
-        )?);
-        all.extend(runs(
-            &format!("ONNX Runtime and sentence-transformers, {n} threads"),
-            Command::new(&py)
-                .arg(peers.join("peers.py"))
-                .arg("--model")
-                .arg(&model)
-                .arg("--onnx")
-                .arg(&onnx)
-                .arg("--corpus")
-                .arg(&corpus)
-                .args(["--threads", &n.to_string()]),
-        )?);
+    for c in &CORPORA {
+        let corpus = cache.join(c.file);
+        if !corpus.is_file() {
+            step(
+                &format!("building the corpus {}", c.file),
+                Command::new("python3")
+                    .arg(peers.join("corpus.py"))
+                    .arg(&corpus)
+                    .arg(c.texts.to_string())
+                    .arg(c.min_words.to_string()),
+            )?;
+        }
+        let max_len = c.max_len.to_string();
+        let mut all = Vec::new();
+        for &n in threads {
+            let n = n.to_string();
+            all.extend(runs(
+                &format!("Switchyard flex on {}, {n} threads", c.file),
+                Command::new(&bench)
+                    .args(["corpus", "--model"])
+                    .arg(&model)
+                    .arg("--corpus")
+                    .arg(&corpus)
+                    .args(["--threads", &n, "--max-len", &max_len]),
+            )?);
+            all.extend(runs(
+                &format!("ONNX Runtime and sentence-transformers on {}, {n} threads", c.file),
+                Command::new(&py)
+                    .arg(peers.join("peers.py"))
+                    .arg("--model")
+                    .arg(&model)
+                    .arg("--onnx")
+                    .arg(&onnx)
+                    .arg("--corpus")
+                    .arg(&corpus)
+                    .args(["--threads", &n, "--max-len", &max_len]),
+            )?);
+        }
+        report(c.about, &all);
     }
-    report(&all);
     Ok(())
 }
 
 /// The table: texts per wall second and per CPU second, and each as a ratio to ONNX Runtime
 /// fp32 sorted by length at the same thread count.
-fn report(all: &[Run]) {
+fn report(about: &str, all: &[Run]) {
     let Some(first) = all.first() else { return };
     println!();
     println!(
-        "all-MiniLM-L6-v2 on {} real texts ({} tokens, truncated at 256); embeddings, tokenizing included",
+        "all-MiniLM-L6-v2 on {} {about} ({} tokens); embeddings, tokenizing included",
         first.texts, first.tokens
     );
     println!(

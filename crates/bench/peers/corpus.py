@@ -1,12 +1,13 @@
 """A corpus of real texts of mixed lengths, from files every Debian machine has.
 
-    python3 corpus.py OUT.jsonl [COUNT]
+    python3 corpus.py OUT.jsonl [COUNT [MIN_WORDS]]
 
 Sources, read in sorted order: the licences in /usr/share/common-licenses, the copyright files
 and Debian changelogs in /usr/share/doc, and the docstrings of Python's standard library. Each
-is cut into paragraphs (blank-line separated), whitespace collapsed; paragraphs of at least 20
-words and at most 4000 characters are kept (shorter ones are mostly changelog headers and
-signatures), duplicates dropped, and COUNT of them (default 1000) picked with a fixed seed. The texts are people's writing, never a model's output. Writes one JSON line per text,
+is cut into paragraphs (blank-line separated), whitespace collapsed; paragraphs of at least
+MIN_WORDS words (default 20: shorter ones are mostly changelog headers and signatures) and at
+most 4000 characters are kept, duplicates dropped, and COUNT of them (default 1000) picked with
+a fixed seed. The texts are people's writing, never a model's output. Writes one JSON line per text,
 `{"text": ...}`, and prints how many texts and characters it wrote.
 """
 
@@ -19,12 +20,15 @@ import sys
 import sysconfig
 
 
+MIN_WORDS = 20
+
+
 def paragraphs(text):
     """The paragraphs of `text`, whitespace collapsed."""
     out = []
     for block in text.replace("\r", "").split("\n\n"):
         p = " ".join(block.split())
-        if len(p.split()) >= 20 and len(p) <= 4000:
+        if len(p.split()) >= MIN_WORDS and len(p) <= 4000:
             out.append(p)
     return out
 
@@ -58,6 +62,8 @@ def docstrings(path):
 def main():
     out = pathlib.Path(sys.argv[1])
     count = int(sys.argv[2]) if len(sys.argv) > 2 else 1000
+    global MIN_WORDS
+    MIN_WORDS = int(sys.argv[3]) if len(sys.argv) > 3 else MIN_WORDS
     doc = pathlib.Path("/usr/share/doc")
     texts = []
     for f in sorted(pathlib.Path("/usr/share/common-licenses").glob("*")):

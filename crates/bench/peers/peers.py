@@ -1,8 +1,8 @@
 """Switchyard's peers on a corpus: ONNX Runtime, fp32 and int8, and sentence-transformers,
-embedding all-MiniLM-L6-v2 the way `switchyard embed` does: truncation at 256 tokens, batches of
-32, mean pooling over the tokens, L2 normalisation.
+embedding all-MiniLM-L6-v2 the way `switchyard embed` does: truncation at 256 tokens (or
+--max-len), batches of 32, mean pooling over the tokens, L2 normalisation.
 
-    python peers.py --model DIR --onnx DIR --corpus FILE --threads N [--engines LIST]
+    python peers.py --model DIR --onnx DIR --corpus FILE --threads N [--engines LIST] [--max-len N]
 
 Engines: `ort` and `ort-int8` (ONNX Runtime's CPU provider on OUT/model.onnx and
 model-int8.onnx from export_onnx.py, all graph optimisations on), each in file order and
@@ -38,7 +38,7 @@ def timed(run, texts):
     return out, time.perf_counter() - w, time.process_time() - c
 
 
-def ort_engine(model_dir, onnx_path, threads):
+def ort_engine(model_dir, onnx_path, threads, max_len):
     import numpy as np
     import onnxruntime as ort
     from tokenizers import Tokenizer
@@ -49,7 +49,7 @@ def ort_engine(model_dir, onnx_path, threads):
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     sess = ort.InferenceSession(onnx_path, so, providers=["CPUExecutionProvider"])
     tok = Tokenizer.from_file(os.path.join(model_dir, "tokenizer.json"))
-    tok.enable_truncation(256)
+    tok.enable_truncation(max_len)
     tok.enable_padding(pad_id=0, pad_token="[PAD]")
 
     def run(texts):
@@ -68,13 +68,13 @@ def ort_engine(model_dir, onnx_path, threads):
     return run
 
 
-def st_engine(model_dir, threads):
+def st_engine(model_dir, threads, max_len):
     import torch
     from sentence_transformers import SentenceTransformer
 
     torch.set_num_threads(threads)
     model = SentenceTransformer(model_dir, device="cpu")
-    model.max_seq_length = 256
+    model.max_seq_length = max_len
     return lambda texts: model.encode(texts, batch_size=32, convert_to_numpy=True)
 
 
@@ -85,6 +85,7 @@ def main():
     p.add_argument("--corpus", required=True)
     p.add_argument("--threads", type=int, required=True)
     p.add_argument("--engines", default="ort,ort-int8,st")
+    p.add_argument("--max-len", type=int, default=256)
     a = p.parse_args()
     # The tokenizer's own threads follow the run's.
     os.environ["RAYON_NUM_THREADS"] = str(a.threads)
@@ -93,16 +94,16 @@ def main():
 
     texts = load_corpus(a.corpus)
     counter = Tokenizer.from_file(os.path.join(a.model, "tokenizer.json"))
-    counter.enable_truncation(256)
+    counter.enable_truncation(a.max_len)
     tokens = sum(len(e.ids) for e in counter.encode_batch(texts))
     order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
     first = None
     for engine in a.engines.split(","):
         if engine == "st":
-            runs = [("sorted by the engine", st_engine(a.model, a.threads), None)]
+            runs = [("sorted by the engine", st_engine(a.model, a.threads, a.max_len), None)]
         else:
             name = "model.onnx" if engine == "ort" else "model-int8.onnx"
-            run = ort_engine(a.model, os.path.join(a.onnx, name), a.threads)
+            run = ort_engine(a.model, os.path.join(a.onnx, name), a.threads, a.max_len)
             runs = [("file", run, None), ("sorted", run, order)]
         for label, run, perm in runs:
             inputs = texts if perm is None else [texts[i] for i in perm]

@@ -32,19 +32,25 @@ fn load(path: &str) -> Vec<String> {
         .collect()
 }
 
-/// `corpus --model DIR --corpus FILE --threads N`: flex in file order and sorted by length
+/// `corpus --model DIR --corpus FILE --threads N [--max-len N]`: flex in file order and sorted by length
 /// (characters, as the peers sort), a tab-separated line each, as the peers print theirs: `run`,
 /// engine, order, threads, texts, tokens, wall seconds, CPU seconds, largest difference from the
 /// first run's embeddings.
 pub fn run(args: &[String]) {
-    let arg = |name: &str| {
-        let i = args.iter().position(|a| a == name).unwrap_or_else(|| panic!("{name} is needed"));
-        args.get(i + 1).unwrap_or_else(|| panic!("{name} takes a value")).clone()
+    let opt = |name: &str| {
+        let i = args.iter().position(|a| a == name)?;
+        Some(args.get(i + 1).unwrap_or_else(|| panic!("{name} takes a value")).clone())
     };
+    let arg = |name: &str| opt(name).unwrap_or_else(|| panic!("{name} is needed"));
     let (model_dir, corpus) = (arg("--model"), arg("--corpus"));
     let threads: usize = arg("--threads").parse().expect("a number of threads");
     let texts = load(&corpus);
-    let model = Model::load(model_dir.as_ref()).expect("the model loads");
+    let mut model = Model::load(model_dir.as_ref()).expect("the model loads");
+    if let Some(n) = opt("--max-len") {
+        model
+            .set_max_len(n.parse().expect("a number of tokens"))
+            .expect("a length the model takes");
+    }
     let tokens: usize = texts
         .iter()
         .map(|t| model.tokenizer().encode(t).expect("a text tokenizes").ids.len())

@@ -345,8 +345,9 @@ fn traffic(sub: &mut switchyard_dispatch::remote::telemetry::TelemetrySubscripti
     t
 }
 
-/// A remote device on loopback (a flex server in this process) beside flex run locally: the
-/// per-batch overhead of going through burn-remote, and what a batch sends.
+/// A remote device on loopback (a flex server in this process, which hosts burn-flex) beside
+/// burn-flex run locally, the same engine: the per-batch overhead of going through burn-remote,
+/// and what a batch sends.
 fn bench_remote(reps: usize) {
     use switchyard_dispatch::remote::{self, RemoteOptions, Serve, Server};
     let spec =
@@ -364,7 +365,8 @@ fn bench_remote(reps: usize) {
             .expect("the server in this process")
     };
     println!();
-    println!("Remote: a flex server on loopback (in this process) beside flex run locally,");
+    println!("Remote: a flex server on loopback (in this process, hosting burn-flex) beside");
+    println!("  burn-flex run locally,");
     println!("  all-MiniLM-L6-v2's shape, random weights; median of {reps}");
     println!(
         "  {:<34} {:>9} {:>9} {:>8} {:>6} {:>6} {:>6}",
@@ -374,7 +376,7 @@ fn bench_remote(reps: usize) {
         ("1 seq, 16 tokens", ragged(1, 16, 16, spec.vocab)),
         ("32 seqs", ragged(32, 11, 120, spec.vocab)),
     ] {
-        let local = time_plan(open("flex"), &g, &batch, reps);
+        let local = time_plan(switchyard_dispatch::flex::burn_flex(), &g, &batch, reps);
         let remote = time_plan(connect(), &g, &batch, reps);
         // One more batch alone, to count what it sends.
         let bucket = Bucket::new(batch.tokens(), batch.seqs(), batch.batch().markers().max(1));
@@ -395,7 +397,7 @@ fn bench_remote(reps: usize) {
             t.reads
         );
     }
-    println!("  (ratio: remote speed relative to local flex; per batch, the server ran `ops`");
+    println!("  (ratio: remote speed relative to local burn-flex; per batch, the server ran `ops`");
     println!("  ops, dropped `drops` tensors, and answered `reads` reads, each a round trip)");
 }
 

@@ -252,6 +252,19 @@ impl Model {
         &self.tokenizer
     }
 
+    /// Truncates inputs at `max_len` tokens (special tokens included) instead of the
+    /// checkpoint's length, as sentence-transformers' `max_seq_length` does: an error if the
+    /// model's positions do not reach that far or `max_len` cannot hold the special tokens.
+    pub fn set_max_len(&mut self, max_len: usize) -> Result<()> {
+        let limit = self.config.max_positions.saturating_sub(self.config.position_offset);
+        if max_len < 2 || max_len > limit {
+            return Err(Error::format(format!(
+                "a maximum length of {max_len} tokens: the model takes 2 to {limit}"
+            )));
+        }
+        self.tokenizer.set_max_len(max_len)
+    }
+
     /// The encoder's configuration.
     pub fn config(&self) -> &EncoderConfig {
         &self.config

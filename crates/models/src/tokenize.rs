@@ -87,6 +87,15 @@ impl Tokenizer {
         self.max_len
     }
 
+    /// Truncates at `max_len` tokens from now on.
+    pub(crate) fn set_max_len(&mut self, max_len: usize) -> Result<()> {
+        self.inner
+            .with_truncation(Some(TruncationParams { max_length: max_len, ..Default::default() }))
+            .map_err(|e| Error::Tokenizer(e.to_string()))?;
+        self.max_len = max_len;
+        Ok(())
+    }
+
     /// The text of token `id`, if the vocabulary has it.
     pub fn token(&self, id: u32) -> Option<String> {
         self.inner.id_to_token(id)

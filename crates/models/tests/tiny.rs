@@ -237,3 +237,20 @@ fn cross_encoders_score_pairs_like_transformers() {
         .to_string();
     assert!(err.contains("is an embedding model, not a cross-encoder"), "{err}");
 }
+
+#[test]
+fn the_maximum_length_can_be_lowered_within_the_positions() {
+    let mut model = Model::load(&tiny("bert")).unwrap();
+    let long = "a quick brown fox jumps over the lazy dog and over the lazy dog again";
+    let full = model.tokenizer().encode(long).unwrap();
+    assert!(full.ids.len() > 8);
+    model.set_max_len(8).unwrap();
+    let e = model.tokenizer().encode(long).unwrap();
+    assert_eq!((e.ids.len(), model.tokenizer().max_len()), (8, 8));
+    assert_eq!(e.ids.last(), full.ids.last(), "the truncated input still ends with [SEP]");
+    for bad in [1, 65] {
+        let err = model.set_max_len(bad).unwrap_err().to_string();
+        let want = format!("a maximum length of {bad} tokens: the model takes 2 to 64");
+        assert!(err.contains(&want), "{err}");
+    }
+}
