@@ -10,6 +10,8 @@ pub fn burn_dtype(dtype: DType) -> burn_backend::DType {
         DType::F32 => burn_backend::DType::F32,
         DType::F16 => burn_backend::DType::F16,
         DType::Bf16 => burn_backend::DType::BF16,
+        // No Burn backend here lists int8 as a compute dtype, so weights never go up as it.
+        DType::I8 => burn_backend::DType::I8,
     }
 }
 

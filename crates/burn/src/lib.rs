@@ -106,7 +106,7 @@ pub struct Burn<B: BurnBackend, K = Generic> {
 }
 
 /// The float dtypes the Burn backend `B` can store and compute in on `device`, f32 first: what
-/// [`Caps::float_dtypes`] says for it.
+/// [`Caps::dtypes`] says for it.
 pub fn float_dtypes<B: BurnBackend>(device: &B::Device) -> Vec<DType> {
     [DType::F32, DType::F16, DType::Bf16]
         .into_iter()
@@ -116,7 +116,7 @@ pub fn float_dtypes<B: BurnBackend>(device: &B::Device) -> Vec<DType> {
 
 impl<B: BurnBackend, K: Kernels<B>> Burn<B, K> {
     /// A backend on `device` computing in f32, describing itself with `caps` (whose
-    /// [`Caps::float_dtypes`] [`float_dtypes`] gives for `B`).
+    /// [`Caps::dtypes`] [`float_dtypes`] gives for `B`).
     pub fn new(device: B::Device, kernels: K, caps: Caps) -> Self {
         Burn { device, kernels, caps: Caps { dtype: DType::F32, ..caps }, dtype: DType::F32 }
     }

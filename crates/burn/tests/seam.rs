@@ -111,7 +111,7 @@ impl Kernels<Flex> for NoHalfLinear {
 
 #[test]
 fn the_check_at_lower_time_sees_the_compute_dtype() {
-    let caps = caps().with_float_dtypes(switchyard_burn::float_dtypes::<Flex>(&FlexDevice));
+    let caps = caps().with_dtypes(switchyard_burn::float_dtypes::<Flex>(&FlexDevice));
     let f32 = Burn::<Flex, _>::new(FlexDevice, NoHalfLinear, caps);
     let weights = testkit::random_weights(&one_linear(), SEED);
     let bucket = Bucket::new(16, 2, 16);
@@ -127,7 +127,7 @@ fn the_check_at_lower_time_sees_the_compute_dtype() {
 
 #[test]
 fn changing_kernels_keeps_the_device_caps_and_compute_dtype() {
-    let caps = caps().with_float_dtypes(switchyard_burn::float_dtypes::<Flex>(&FlexDevice));
+    let caps = caps().with_dtypes(switchyard_burn::float_dtypes::<Flex>(&FlexDevice));
     let half =
         Burn::<Flex, Generic>::new(FlexDevice, Generic, caps).with_dtype(DType::F16).unwrap();
     let doubled = half.with_kernels(Doubling);

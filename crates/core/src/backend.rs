@@ -43,7 +43,7 @@ pub trait Backend: Send + Sync {
     ) -> Result<()>;
 
     /// This backend storing weights and computing in `dtype`, one of
-    /// [`Caps::float_dtypes`]; [`Error::Unsupported`] naming those otherwise. By default a
+    /// [`Caps::dtypes`]; [`Error::Unsupported`] naming those otherwise. By default a
     /// backend computes in f32 only.
     fn with_dtype(self, dtype: DType) -> Result<Self>
     where

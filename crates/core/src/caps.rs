@@ -28,9 +28,9 @@ pub struct Caps {
     pub threads: usize,
     /// The dtype weights are stored and activations computed in (outputs are always f32).
     pub dtype: DType,
-    /// The dtypes [`crate::Backend::with_dtype`] accepts on this device: f32 first, then f16
-    /// and bf16 where the device stores and computes in them.
-    pub float_dtypes: Vec<DType>,
+    /// The dtypes [`crate::Backend::with_dtype`] accepts on this device: f32 first, then f16,
+    /// bf16 and int8 where the device stores and computes in them.
+    pub dtypes: Vec<DType>,
 }
 
 impl Caps {
@@ -42,7 +42,7 @@ impl Caps {
             kind,
             threads: 1,
             dtype: DType::F32,
-            float_dtypes: vec![DType::F32],
+            dtypes: vec![DType::F32],
         }
     }
 
@@ -53,18 +53,18 @@ impl Caps {
     }
 
     /// These caps with the dtypes the device can compute in (f32 is always among them).
-    pub fn with_float_dtypes(mut self, dtypes: Vec<DType>) -> Caps {
-        self.float_dtypes = dtypes;
+    pub fn with_dtypes(mut self, dtypes: Vec<DType>) -> Caps {
+        self.dtypes = dtypes;
         self
     }
 
     /// Checks that the device can compute in `dtype`: [`Error::Unsupported`] naming the dtypes it
     /// can compute in if not.
     pub fn check_dtype(&self, dtype: DType) -> Result<()> {
-        if self.float_dtypes.contains(&dtype) {
+        if self.dtypes.contains(&dtype) {
             return Ok(());
         }
-        let can: Vec<&str> = self.float_dtypes.iter().map(|d| d.name()).collect();
+        let can: Vec<&str> = self.dtypes.iter().map(|d| d.name()).collect();
         Err(Error::Unsupported(format!(
             "{} ({}) cannot compute in {dtype}; it can in: {}",
             self.backend,
@@ -81,18 +81,15 @@ mod tests {
     #[test]
     fn new_caps_compute_in_f32_on_one_thread() {
         let c = Caps::new("b", "d", DeviceKind::Cpu);
-        assert_eq!(
-            (c.threads, c.dtype, c.float_dtypes.as_slice()),
-            (1, DType::F32, &[DType::F32][..])
-        );
-        let c = c.with_threads(4).with_float_dtypes(vec![DType::F32, DType::F16]);
-        assert_eq!((c.threads, c.float_dtypes.len()), (4, 2));
+        assert_eq!((c.threads, c.dtype, c.dtypes.as_slice()), (1, DType::F32, &[DType::F32][..]));
+        let c = c.with_threads(4).with_dtypes(vec![DType::F32, DType::F16]);
+        assert_eq!((c.threads, c.dtypes.len()), (4, 2));
     }
 
     #[test]
     fn a_dtype_the_device_lacks_is_refused_naming_the_ones_it_has() {
-        let c = Caps::new("b", "the device", DeviceKind::Gpu)
-            .with_float_dtypes(vec![DType::F32, DType::F16]);
+        let c =
+            Caps::new("b", "the device", DeviceKind::Gpu).with_dtypes(vec![DType::F32, DType::F16]);
         c.check_dtype(DType::F16).unwrap();
         let e = c.check_dtype(DType::Bf16).unwrap_err();
         assert!(matches!(e, Error::Unsupported(_)), "{e}");

@@ -4,7 +4,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::{Error, Result};
 
-/// The floating-point element types a checkpoint tensor may have.
+/// Element types: of a checkpoint tensor (f32, f16, bf16), and what a backend computes in
+/// (those, and int8: weights quantized at upload, activations at run time).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum DType {
     /// IEEE 754 binary32.
@@ -13,6 +14,10 @@ pub enum DType {
     F16,
     /// bfloat16: binary32 with the low 16 mantissa bits dropped.
     Bf16,
+    /// Signed 8-bit integers. A checkpoint tensor of them is read as its integer values; as a
+    /// compute dtype, linear layers run on int8 weights (per output channel) and int8
+    /// activations (per row), each with an f32 scale.
+    I8,
 }
 
 impl DType {
@@ -21,15 +26,17 @@ impl DType {
         match self {
             DType::F32 => 4,
             DType::F16 | DType::Bf16 => 2,
+            DType::I8 => 1,
         }
     }
 
-    /// The lower-case name used in files and messages (`f32`, `f16`, `bf16`).
+    /// The lower-case name used in files and messages (`f32`, `f16`, `bf16`, `int8`).
     pub const fn name(self) -> &'static str {
         match self {
             DType::F32 => "f32",
             DType::F16 => "f16",
             DType::Bf16 => "bf16",
+            DType::I8 => "int8",
         }
     }
 }
@@ -48,7 +55,10 @@ impl std::str::FromStr for DType {
             "f32" | "float32" => Ok(DType::F32),
             "f16" | "float16" => Ok(DType::F16),
             "bf16" | "bfloat16" => Ok(DType::Bf16),
-            _ => Err(Error::Format(format!("unknown dtype `{s}`; expected f32, f16 or bf16"))),
+            "int8" | "i8" => Ok(DType::I8),
+            _ => {
+                Err(Error::Format(format!("unknown dtype `{s}`; expected f32, f16, bf16 or int8")))
+            }
         }
     }
 }
@@ -99,13 +109,14 @@ impl<'a> HostTensor<'a> {
             DType::F32 => f64::from(f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
             DType::F16 => half::f16::from_le_bytes([b[0], b[1]]).to_f64(),
             DType::Bf16 => half::bf16::from_le_bytes([b[0], b[1]]).to_f64(),
+            DType::I8 => f64::from(i8::from_le_bytes([b[0]])),
         })
     }
 
     /// The elements converted to `f32` (exact for every supported dtype), appended to `out`.
     pub fn extend_f32(&self, out: &mut Vec<f32>) {
         out.reserve(self.numel());
-        // Every f16 and bf16 value is exactly representable in f32, so the cast is lossless.
+        // Every f16, bf16 and i8 value is exactly representable in f32: the cast is lossless.
         out.extend(self.iter_f64().map(|x| x as f32));
     }
 }
@@ -116,12 +127,13 @@ mod tests {
 
     #[test]
     fn sizes_and_names_round_trip() {
-        for d in [DType::F32, DType::F16, DType::Bf16] {
+        for d in [DType::F32, DType::F16, DType::Bf16, DType::I8] {
             assert_eq!(d.name().parse::<DType>().unwrap(), d);
         }
         assert_eq!(DType::F32.size(), 4);
         assert_eq!(DType::Bf16.size(), 2);
-        assert!("int8".parse::<DType>().unwrap_err().to_string().contains("expected f32"));
+        assert_eq!(DType::I8.size(), 1);
+        assert!("f8".parse::<DType>().unwrap_err().to_string().contains("expected f32"));
     }
 
     #[test]
@@ -141,6 +153,10 @@ mod tests {
         let mut v = Vec::new();
         t.extend_f32(&mut v);
         assert_eq!(v, [1.5]);
+
+        let i8s = [0x7f, 0x80, 0xff];
+        let t = HostTensor::new(DType::I8, &[3], &i8s).unwrap();
+        assert_eq!(t.iter_f64().collect::<Vec<_>>(), [127.0, -128.0, -1.0]);
     }
 
     #[test]

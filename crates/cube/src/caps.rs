@@ -8,5 +8,5 @@ pub(crate) fn caps(label: &str, device: &cubecl::Device, kind: DeviceKind) -> Ca
     let client = device.client();
     let props = client.properties();
     Caps::new("cube", format!("{label} {}", props.identity.name), kind)
-        .with_float_dtypes(switchyard_burn::float_dtypes::<burn_cubecl::Cube>(device))
+        .with_dtypes(switchyard_burn::float_dtypes::<burn_cubecl::Cube>(device))
 }

@@ -31,10 +31,10 @@ fn half_precision_passes_where_the_adapter_has_it_and_is_refused_where_not() {
     use switchyard_conformance::{Check, Options, check};
     use switchyard_core::DType;
     let caps = common::open().expect("the device under test").caps();
-    assert_eq!(caps.float_dtypes.first(), Some(&DType::F32), "{caps:?}");
+    assert_eq!(caps.dtypes.first(), Some(&DType::F32), "{caps:?}");
     for dtype in [DType::F16, DType::Bf16] {
         let half = common::open().expect("the device under test").with_dtype(dtype);
-        if caps.float_dtypes.contains(&dtype) {
+        if caps.dtypes.contains(&dtype) {
             assert_eq!(half.expect("a listed dtype is accepted").caps().dtype, dtype);
             let make = || common::open().and_then(|c| c.with_dtype(dtype)).unwrap();
             for c in Check::ALL {

@@ -32,5 +32,5 @@ pub fn open() -> switchyard_core::Result<NdArrayBackend> {
 pub fn caps() -> Caps {
     Caps::new("ndarray", "host CPU", DeviceKind::Cpu)
         .with_threads(std::thread::available_parallelism().map_or(1, usize::from))
-        .with_float_dtypes(switchyard_burn::float_dtypes::<NdArray>(&NdArrayDevice::Cpu))
+        .with_dtypes(switchyard_burn::float_dtypes::<NdArray>(&NdArrayDevice::Cpu))
 }

@@ -63,7 +63,7 @@ pub fn caps(cuda: Option<usize>) -> Caps {
     };
     Caps::new("tch", device, kind)
         .with_threads(usize::try_from(tch::get_num_threads()).unwrap_or(1))
-        .with_float_dtypes(switchyard_burn::float_dtypes::<LibTorch>(
+        .with_dtypes(switchyard_burn::float_dtypes::<LibTorch>(
             &cuda.map_or(LibTorchDevice::Cpu, LibTorchDevice::Cuda),
         ))
 }

@@ -56,7 +56,7 @@ fn status(d: &Device) -> String {
             "available (records plans, executes nothing)".to_owned()
         }
         Ok(caps) => {
-            let dtypes: Vec<&str> = caps.float_dtypes.iter().map(|d| d.name()).collect();
+            let dtypes: Vec<&str> = caps.dtypes.iter().map(|d| d.name()).collect();
             let threads = match caps.threads {
                 1 => "1 thread".to_owned(),
                 n => format!("{n} threads"),
