@@ -42,10 +42,14 @@ pub struct Tol {
 /// ndarray is about 4% of this bound (under 1e-6). The bound leaves that headroom for other
 /// summation orders (GPU reductions) while still catching a wrong constant: a GELU-tanh
 /// coefficient off by 0.6% errs by 1.7e-4 and fails. f16 and bf16 keep 11 and 8 significant bits.
-pub const TOLERANCES: [(DType, Tol); 3] = [
+/// int8 rounds each weight and each linear layer's input to a multiple of 1/127 of its column's
+/// or row's largest magnitude: on the suite's unit-sized random values a layer errs by about
+/// 1%, and the worst error measured on flex is 43% of this bound (flex int8, every check).
+pub const TOLERANCES: [(DType, Tol); 4] = [
     (DType::F32, Tol { abs: 2e-5, rel: 2e-5 }),
     (DType::F16, Tol { abs: 1e-2, rel: 1e-2 }),
     (DType::Bf16, Tol { abs: 5e-2, rel: 5e-2 }),
+    (DType::I8, Tol { abs: 4e-2, rel: 4e-2 }),
 ];
 
 /// Every activation, for checks that cover them all.

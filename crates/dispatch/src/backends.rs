@@ -15,7 +15,7 @@
 
 backends! {
     backend "flex" Flex = switchyard_flex::FlexBackend {
-        /// burn-flex, pure Rust with SIMD and rayon, on the host CPU: the default device.
+        /// Pure Rust on the host CPU, an engine of its own (f32, int8): the default device.
         "flex" bare switchyard_flex, feature "flex", ci [run], served;
     }
     backend "ndarray" NdArray = switchyard_ndarray::NdArrayBackend {

@@ -1,7 +1,11 @@
-//! flex's own engine for f32: weights packed once for its GEMM, one arena per run laid out by
+//! flex's own engine: weights packed once for its GEMM, one arena per run laid out by
 //! [`switchyard_core::layout`], and its kernels over that arena, in parallel on its thread pool.
 //! A warm run allocates nothing: the arena is the run state's, and every kernel's scratch is its
 //! thread's, kept from run to run.
+//!
+//! Activations are f32 throughout. In int8 ([`Precision::Int8`]) the linear layers' weights are
+//! quantized at upload and each linear layer's input rows just before it, the GEMM summing in
+//! i32 ([`gemm8`]); every other op is the f32 engine's.
 
 use std::sync::Arc;
 
@@ -12,16 +16,43 @@ use switchyard_core::{
 use crate::buf::AlignedBuf;
 use crate::kernels::attention::{self, Heads};
 use crate::kernels::gemm::{self, PackedWeight};
+use crate::kernels::gemm8::{self, Isa8, PackedWeight8};
 use crate::kernels::scratch::{ScratchSize, Scratches};
 use crate::kernels::{Isa, rows};
 
-/// Checkpoint weights in f32, each in the form its ops read it.
+/// What the linear layers compute in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Precision {
+    /// f32 weights and sums.
+    F32,
+    /// int8 weights (per output column) and input rows (per row), i32 sums, with `Isa8`'s
+    /// microkernel.
+    Int8(Isa8),
+}
+
+/// A linear layer's weight, packed for the GEMM of its precision.
+#[derive(Debug)]
+enum Linear {
+    F32(PackedWeight),
+    Int8(PackedWeight8),
+}
+
+impl Linear {
+    fn bytes(&self) -> usize {
+        match self {
+            Linear::F32(p) => p.bytes(),
+            Linear::Int8(p) => p.bytes(),
+        }
+    }
+}
+
+/// Checkpoint weights, each in the form its ops read it.
 #[derive(Debug)]
 pub struct NativeWeights {
-    /// As in the checkpoint (tables, norm parameters, biases), where some op reads it so.
+    /// As in the checkpoint, in f32 (tables, norm parameters, biases), where some op reads it so.
     plain: Vec<Option<Vec<f32>>>,
     /// Packed for the GEMM, where a linear layer reads it.
-    packed: Vec<Option<PackedWeight>>,
+    linear: Vec<Option<Linear>>,
     bytes: usize,
 }
 
@@ -30,8 +61,8 @@ impl NativeWeights {
         self.plain[w.idx()].as_deref().ok_or_else(|| missing(w))
     }
 
-    fn packed(&self, w: W) -> Result<&PackedWeight> {
-        self.packed[w.idx()].as_ref().ok_or_else(|| missing(w))
+    fn linear(&self, w: W) -> Result<&Linear> {
+        self.linear[w.idx()].as_ref().ok_or_else(|| missing(w))
     }
 }
 
@@ -62,11 +93,14 @@ pub struct NativePlan {
     rope: Vec<RopeTables>,
 }
 
-/// What one run writes: the arena, and the kernels' scratch for each thread of the pool.
+/// What one run writes: the arena, the kernels' scratch for each thread of the pool, and in
+/// int8 the quantized input rows of the linear layer running.
 #[derive(Debug)]
 pub struct NativeState {
     arena: AlignedBuf,
     scratch: Scratches,
+    quantized: Vec<u8>,
+    row_scales: Vec<f32>,
 }
 
 const F32: usize = size_of::<f32>();
@@ -88,22 +122,31 @@ fn weight_forms(graph: &Graph) -> Vec<(bool, bool)> {
     forms
 }
 
-/// Converts and packs the checkpoint tensors for `graph`.
-pub(crate) fn upload(isa: Isa, tensors: &[HostTensor<'_>], graph: &Graph) -> Result<NativeWeights> {
+/// Converts and packs the checkpoint tensors for `graph`, the linear layers' in `precision`.
+pub(crate) fn upload(
+    isa: Isa,
+    precision: Precision,
+    tensors: &[HostTensor<'_>],
+    graph: &Graph,
+) -> Result<NativeWeights> {
     graph.check_weights(tensors)?;
     let forms = weight_forms(graph);
     let mut w = NativeWeights {
         plain: Vec::with_capacity(tensors.len()),
-        packed: Vec::with_capacity(tensors.len()),
+        linear: Vec::with_capacity(tensors.len()),
         bytes: 0,
     };
     for (t, &(plain, linear)) in tensors.iter().zip(&forms) {
         let mut values = Vec::new();
         t.extend_f32(&mut values);
-        let packed = linear.then(|| PackedWeight::pack(&values, t.shape[0], t.shape[1], isa));
-        w.bytes += packed.as_ref().map_or(0, PackedWeight::bytes);
+        let (n, k) = (t.shape[0], t.shape.get(1).copied().unwrap_or(1));
+        let packed = linear.then(|| match precision {
+            Precision::F32 => Linear::F32(PackedWeight::pack(&values, n, k, isa)),
+            Precision::Int8(isa8) => Linear::Int8(PackedWeight8::pack(&values, n, k, isa8)),
+        });
+        w.bytes += packed.as_ref().map_or(0, Linear::bytes);
         w.bytes += if plain { values.len() * F32 } else { 0 };
-        w.packed.push(packed);
+        w.linear.push(packed);
         w.plain.push(plain.then_some(values));
     }
     Ok(w)
@@ -117,7 +160,7 @@ pub(crate) fn lower(w: &Arc<NativeWeights>, graph: &Graph, bucket: Bucket) -> Re
         for (i, wt) in op.weights().into_iter().enumerate() {
             let Some(wt) = wt else { continue };
             if matches!(op, Op::Linear { .. }) && i == 0 {
-                w.packed(wt)?;
+                w.linear(wt)?;
             } else {
                 w.plain(wt)?;
             }
@@ -147,11 +190,19 @@ pub(crate) fn state(plan: &NativePlan, threads: usize) -> Result<NativeState> {
     let g = &plan.graph;
     let longest = (plan.bucket.tokens).min(g.limits().max_len as usize);
     let mut size = ScratchSize::default();
+    let (mut quantized, mut row_scales) = (0, 0);
     for op in &g.ops {
         match *op {
             Op::Linear { x, weight, .. } => {
                 let rows = plan.bucket.rows(g.shape(x).rows);
-                size = size.max(gemm::scratch_size(rows, plan.weights.packed(weight)?));
+                size = size.max(match plan.weights.linear(weight)? {
+                    Linear::F32(w) => gemm::scratch_size(rows, w),
+                    Linear::Int8(w) => {
+                        quantized = quantized.max(rows * w.k4());
+                        row_scales = row_scales.max(rows);
+                        gemm8::scratch_size(rows, w)
+                    }
+                });
             }
             Op::Attention { heads, head_dim, scale, window, .. } => {
                 let h = Heads { heads, head_dim, scale, window };
@@ -163,6 +214,8 @@ pub(crate) fn state(plan: &NativePlan, threads: usize) -> Result<NativeState> {
     Ok(NativeState {
         arena: AlignedBuf::zeros(plan.layout.total / F32),
         scratch: Scratches::new(threads, size),
+        quantized: vec![0; quantized],
+        row_scales: vec![0.0; row_scales],
     })
 }
 
@@ -181,9 +234,12 @@ impl NativePlan {
 }
 
 impl NativeState {
-    /// Bytes held (the arena and the scratch).
+    /// Bytes held (the arena, the scratch, the quantized rows).
     pub(crate) fn bytes(&self) -> usize {
-        self.arena.len() * F32 + self.scratch.bytes()
+        self.arena.len() * F32
+            + self.scratch.bytes()
+            + self.quantized.len()
+            + self.row_scales.len() * F32
     }
 }
 
@@ -197,8 +253,8 @@ pub(crate) fn run(
 ) -> Result<()> {
     plan.bucket.admit(batch)?;
     let g = &plan.graph;
-    let scratch = &state.scratch;
-    let arena = state.arena.as_mut_slice();
+    let NativeState { arena, scratch, quantized, row_scales } = state;
+    let arena = arena.as_mut_slice();
     let base = arena.as_mut_ptr();
     // The address of value v: values live at the layout's offsets, which lie inside the arena.
     let at = |v: switchyard_core::Val| -> *mut f32 {
@@ -206,6 +262,9 @@ pub(crate) fn run(
         unsafe { base.add(plan.layout.offsets[v.idx()] / F32) }
     };
     let w = &plan.weights;
+    // In int8, the value whose rows `quantized` holds: linear layers reading the same input
+    // (a BERT layer's query, key and value) quantize it once.
+    let mut quantized_from = None;
     for op in &g.ops {
         let o = op.out();
         let shape = g.shape(o);
@@ -248,8 +307,22 @@ pub(crate) fn run(
                 Op::Linear { x, weight, bias, act, residual, .. } => {
                     let bias = bias.map(|b| w.plain(b)).transpose()?;
                     let residual = residual.map(|r| at(r).cast_const());
-                    let wt = w.packed(weight)?;
-                    gemm::gemm(at(x), rows, wt, bias, act, residual, at(o), scratch);
+                    match w.linear(weight)? {
+                        Linear::F32(wt) => {
+                            gemm::gemm(at(x), rows, wt, bias, act, residual, at(o), scratch);
+                        }
+                        Linear::Int8(wt) => {
+                            // Values are written once, and `x`, read here, is not yet
+                            // overwritten: its rows are what they were when quantized.
+                            if quantized_from != Some(x) {
+                                let (q, s) = (&mut quantized[..], &mut row_scales[..]);
+                                gemm8::quantize_rows(isa, at(x), rows, wt.k(), wt.k4(), q, s);
+                                quantized_from = Some(x);
+                            }
+                            let (q, s) = (&quantized[..], &row_scales[..]);
+                            gemm8::gemm8(q, s, rows, wt, bias, act, residual, at(o), scratch);
+                        }
+                    }
                 }
                 Op::Glu { x, act, .. } => rows::glu(isa, at(o), at(x), rows, width, act),
                 Op::Slice { x, start, .. } => {

@@ -1,4 +1,4 @@
-//! The flex backend passes the shared conformance suite, in f32 and in f16 and bf16.
+//! The flex backend passes the shared conformance suite, in f32, f16, bf16 and int8.
 
 use switchyard_conformance::Options;
 use switchyard_core::testkit::{self, EncoderSpec};
@@ -19,7 +19,7 @@ fn caps_report_the_thread_pool() {
 
 /// The flex backend computing in `dtype`.
 fn flex_in(dtype: DType) -> switchyard_flex::FlexBackend {
-    switchyard_flex::flex().with_dtype(dtype).expect("flex computes in f16 and bf16")
+    switchyard_flex::flex().with_dtype(dtype).expect("flex computes in f16, bf16 and int8")
 }
 
 /// The suite with weights and activations in f16, at its tolerance.
@@ -40,9 +40,17 @@ mod conformance_in_bf16 {
     );
 }
 
-#[test]
-fn f16_really_computes_in_f16() {
-    // The suite's f16 tolerance would pass f32 results too: check that f16 rounding shows.
+/// The suite with int8 linear layers, at its tolerance.
+mod conformance_in_int8 {
+    use super::*;
+    switchyard_conformance::tests!(
+        || flex_in(DType::I8),
+        Options { dtype: DType::I8, ..Options::default() }
+    );
+}
+
+/// The largest difference between a small encoder's outputs in f32 and in `dtype`.
+fn worst_difference_from_f32(dtype: DType) -> f32 {
     let spec = EncoderSpec { vocab: 50, width: 32, heads: 2, ffn: 64, layers: 1, max_pos: 64 };
     let g = testkit::bert_like(spec);
     let weights = testkit::random_weights(&g, 1);
@@ -57,9 +65,23 @@ fn f16_really_computes_in_f16() {
         out.mats()[0].data.clone()
     };
     let full = run(switchyard_flex::flex());
-    let half = run(switchyard_flex::flex().with_dtype(DType::F16).expect("flex has f16"));
-    let worst = full.iter().zip(&half).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+    let other = run(flex_in(dtype));
+    full.iter().zip(&other).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max)
+}
+
+#[test]
+fn f16_really_computes_in_f16() {
+    // The suite's f16 tolerance would pass f32 results too: check that f16 rounding shows.
+    let worst = worst_difference_from_f32(DType::F16);
     assert!(worst > 1e-5 && worst < 2e-2, "f16 against f32: worst difference {worst}");
+}
+
+#[test]
+fn int8_really_quantizes() {
+    // Likewise for int8: its rounding (a step of 1/127 of a row's or column's largest value)
+    // shows, at about the size the suite's tolerance allows.
+    let worst = worst_difference_from_f32(DType::I8);
+    assert!(worst > 1e-3 && worst < 4e-2, "int8 against f32: worst difference {worst}");
 }
 
 #[test]
@@ -75,8 +97,35 @@ fn half_precision_weights_take_half_the_memory() {
 }
 
 #[test]
-fn caps_list_the_float_dtypes_flex_computes_in() {
+fn int8_weights_take_about_a_quarter_of_the_memory() {
+    let spec = EncoderSpec { vocab: 50, width: 64, heads: 2, ffn: 128, layers: 2, max_pos: 64 };
+    let g = testkit::bert_like(spec);
+    let weights = testkit::random_weights(&g, 1);
+    let bytes = |be: switchyard_flex::FlexBackend| {
+        be.weight_bytes(&be.upload(&weights.tensors(), &g).expect("upload"))
+    };
+    let (f32s, int8s) = (bytes(switchyard_flex::flex()), bytes(flex_in(DType::I8)));
+    // The linear layers' weights shrink fourfold; the embedding tables and norms stay f32.
+    let linear: usize = g
+        .ops
+        .iter()
+        .filter_map(|op| match op {
+            switchyard_core::Op::Linear { weight, .. } => {
+                Some(g.weights[weight.idx()].shape.iter().product::<usize>())
+            }
+            _ => None,
+        })
+        .sum();
+    let saved = f32s - int8s;
+    assert!(
+        saved >= linear * 3 * 9 / 10 && saved <= linear * 3,
+        "{f32s} bytes in f32, {int8s} in int8, {linear} linear weights"
+    );
+}
+
+#[test]
+fn caps_list_the_dtypes_flex_computes_in() {
     let caps = switchyard_flex::flex().caps();
-    assert_eq!(caps.float_dtypes, [DType::F32, DType::F16, DType::Bf16]);
+    assert_eq!(caps.dtypes, [DType::F32, DType::F16, DType::Bf16, DType::I8]);
     assert_eq!(caps.dtype, DType::F32, "f32 until asked otherwise");
 }

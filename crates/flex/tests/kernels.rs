@@ -5,12 +5,13 @@
 use switchyard_conformance::{Check, Options, check};
 use switchyard_core::testkit::{self, EncoderSpec, Rng};
 use switchyard_core::{
-    Act, Backend, BatchBuf, Bucket, Buckets, Executor, GraphBuilder, LaneId, Op, Outputs,
+    Act, Backend, BatchBuf, Bucket, Buckets, DType, Executor, GraphBuilder, LaneId, Op, Outputs,
     Reference, Shape,
 };
-use switchyard_flex::kernels::Isa;
 use switchyard_flex::kernels::gemm::{PackedWeight, gemm};
+use switchyard_flex::kernels::gemm8::{PackedWeight8, gemm8, quantize_rows};
 use switchyard_flex::kernels::scratch::Scratches;
+use switchyard_flex::kernels::{Isa, Isa8};
 
 /// The f32 tolerance of the conformance suite.
 fn close(got: f32, want: f64) -> bool {
@@ -107,6 +108,129 @@ fn gemm_without_bias_or_residual_and_with_empty_sides() {
     }
 }
 
+/// Each row's (or column's) largest magnitude over 127: the step int8 quantization rounds to.
+fn steps(v: &[f32], cols: usize) -> Vec<f64> {
+    v.chunks(cols.max(1))
+        .map(|r| f64::from(r.iter().fold(0.0f32, |m, x| m.max(x.abs()))) / 127.0)
+        .collect()
+}
+
+/// The int8 GEMM `act(x . w^T + bias) + residual` on `isa8`, its input quantized on `isa`,
+/// apart and with the residual overwritten in place (which must agree exactly).
+#[allow(clippy::too_many_arguments)]
+fn run_gemm8(
+    isa: Isa,
+    isa8: Isa8,
+    x: &[f32],
+    w: &[f32],
+    bias: &[f32],
+    res: &[f32],
+    (m, k, n): (usize, usize, usize),
+    act: Act,
+) -> Vec<f32> {
+    let packed = PackedWeight8::pack(w, n, k, isa8);
+    let scratch = Scratches::for_current_pool();
+    let (mut q, mut scales) = (vec![0u8; m * packed.k4()], vec![0.0f32; m]);
+    let mut apart = vec![f32::NAN; m * n];
+    let mut in_place = res.to_vec();
+    // SAFETY: x is m x k, q and scales hold m rows, the outputs and residual m x n, bias n;
+    // `in_place` is its own residual, which the contract allows.
+    unsafe {
+        quantize_rows(isa, x.as_ptr(), m, k, packed.k4(), &mut q, &mut scales);
+        let r = Some(res.as_ptr());
+        gemm8(&q, &scales, m, &packed, Some(bias), act, r, apart.as_mut_ptr(), &scratch);
+        let p = in_place.as_mut_ptr();
+        gemm8(&q, &scales, m, &packed, Some(bias), act, Some(p), p, &scratch);
+    }
+    assert_eq!(apart, in_place, "{isa8:?} {m}x{k}x{n}: in place differs");
+    apart
+}
+
+#[test]
+fn int8_gemm_is_within_its_rounding_of_f64_on_every_isa_and_shape() {
+    // k off multiples of four, across blocks of k (1024 per block); n off tile edges; a zero
+    // row; rows past several tasks.
+    let shapes =
+        [(1, 1, 1), (7, 5, 3), (6, 384, 16), (13, 385, 33), (50, 1000, 70), (97, 1536, 64)];
+    let mut r = Rng::new(29);
+    for &(m, k, n) in &shapes {
+        let mut x = values(&mut r, m * k, 1.0);
+        x[..k].fill(0.0);
+        let w = values(&mut r, n * k, 1.0 / (k as f32).sqrt());
+        let (bias, res) = (values(&mut r, n, 1.0), values(&mut r, m * n, 1.0));
+        let (sx, sw) = (steps(&x, k), steps(&w, k));
+        // Relu and identity move no value further than their input moved.
+        for act in [Act::Identity, Act::Relu] {
+            let want = gemm_f64(&x, &w, &bias, &res, (m, k, n), act);
+            let best = (Isa::available()[0], Isa8::available()[0]);
+            let first = run_gemm8(best.0, best.1, &x, &w, &bias, &res, (m, k, n), act);
+            let isas = Isa8::available().into_iter().map(|i| (best.0, i));
+            for (isa, isa8) in isas.chain(Isa::available().into_iter().map(|i| (i, best.1))) {
+                let got = run_gemm8(isa, isa8, &x, &w, &bias, &res, (m, k, n), act);
+                // Quantizing rounds the same everywhere and sums of integers are exact, so
+                // every instruction set agrees to the bit.
+                let at = format!("{isa:?} {isa8:?} {m}x{k}x{n}");
+                assert_eq!(got, first, "{at}: differs from {:?}", first);
+                for (idx, (&g, &v)) in got.iter().zip(&want).enumerate() {
+                    let (i, j) = (idx / n, idx % n);
+                    // Each product errs by at most half a step of x times |w| plus half a step
+                    // of w times |x| plus a quarter of both steps; f32 rounding adds the rest.
+                    let bound: f64 = (0..k)
+                        .map(|p| {
+                            let (a, b) = (f64::from(x[i * k + p]), f64::from(w[j * k + p]));
+                            sx[i] / 2.0 * b.abs() + sw[j] / 2.0 * a.abs() + sx[i] * sw[j] / 4.0
+                        })
+                        .sum::<f64>()
+                        + 1e-5 * (1.0 + v.abs());
+                    let err = (f64::from(g) - v).abs();
+                    assert!(err <= bound, "{at} {act:?} [{i},{j}]: {g} vs {v}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn quantizing_rounds_to_nearest_even_and_spreads_nan_on_every_isa() {
+    // Row 0 reaches 127 at 127 (scale 1), so its values are their own steps: 2.5, -3.5, 1.5
+    // and -0.5 are ties. Row 1 is zeros (scale 1); row 2 holds a NaN, which becomes its scale.
+    let x = [127.0f32, 2.5, -3.5, 1.5, -0.5, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, f32::NAN, 2.0, 3.0, 4.0];
+    let (m, k, k4) = (3, 5, 8);
+    for isa in Isa::available() {
+        let (mut q, mut scales) = (vec![7u8; m * k4], vec![0.0f32; m]);
+        // SAFETY: x holds m x k values; q has k4 bytes per row.
+        unsafe { quantize_rows(isa, x.as_ptr(), m, k, k4, &mut q, &mut scales) };
+        // 127, 2, -4, 2, 0, shifted by 128.
+        assert_eq!(&q[..k], &[255, 130, 124, 130, 128], "{isa:?}");
+        assert_eq!(&q[..k4][k..], &[128; 3], "{isa:?}: past k is zero");
+        assert_eq!(&q[k4..2 * k4], &[128; 8], "{isa:?}: a row of zeros");
+        assert_eq!((scales[0], scales[1]), (1.0, 1.0), "{isa:?}");
+        assert!(scales[2].is_nan(), "{isa:?}: a NaN spreads through its row's scale");
+    }
+}
+
+#[test]
+fn int8_gemm_of_nothing_touches_nothing() {
+    let w = vec![0.5f32; 8 * 12];
+    for isa8 in Isa8::available() {
+        let packed = PackedWeight8::pack(&w, 8, 12, isa8);
+        // SAFETY: nothing is read or written for m = 0.
+        unsafe {
+            gemm8(
+                &[],
+                &[],
+                0,
+                &packed,
+                None,
+                Act::Identity,
+                None,
+                std::ptr::null_mut(),
+                &Scratches::for_current_pool(),
+            )
+        };
+    }
+}
+
 /// The whole suite on each instruction set other than the one flex picks by default (which
 /// `tests/conformance.rs` runs).
 #[test]
@@ -115,6 +239,16 @@ fn conformance_on_every_other_isa() {
         let make = || switchyard_flex::flex().with_isa(isa).expect("an available instruction set");
         for c in Check::ALL {
             check(c, make, Options::default());
+        }
+    }
+    let int8 = Options { dtype: DType::I8, ..Options::default() };
+    for isa8 in Isa8::available().into_iter().skip(1) {
+        let make = || {
+            let be = switchyard_flex::flex().with_dtype(DType::I8).expect("flex has int8");
+            be.with_isa8(isa8).expect("an available instruction set")
+        };
+        for c in Check::ALL {
+            check(c, make, int8);
         }
     }
 }

@@ -1,4 +1,4 @@
-//! A warm run of flex's own engine allocates nothing, on any of its threads.
+//! A warm run of flex's own engine, in f32 and in int8, allocates nothing, on any of its threads.
 //!
 //! The counting allocator counts every thread's allocations (flex's kernels run on its pool's
 //! threads), so this binary holds one test: nothing else may allocate while it counts.
@@ -7,7 +7,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use switchyard_core::testkit::{self, EncoderSpec, Rng};
-use switchyard_core::{BatchBuf, Buckets, Executor, LaneId, Outputs};
+use switchyard_core::{Backend, BatchBuf, Buckets, DType, Executor, LaneId, Outputs};
 
 struct Counting;
 
@@ -44,10 +44,12 @@ fn a_warm_run_allocates_nothing_on_any_thread() {
     drop(v);
 
     let spec = EncoderSpec { vocab: 97, width: 48, heads: 3, ffn: 100, layers: 2, max_pos: 128 };
-    for g in [testkit::bert_like(spec), testkit::modernbert_like(spec)] {
-        let weights = testkit::random_weights(&g, 3);
+    let graphs = [testkit::bert_like(spec), testkit::modernbert_like(spec)];
+    for (g, dtype) in graphs.iter().flat_map(|g| [(g, DType::F32), (g, DType::I8)]) {
+        let weights = testkit::random_weights(g, 3);
         let buckets: Buckets = "default 256 8 256\n".parse().expect("a bucket table");
         let be = switchyard_flex::with_threads(Some(2)).expect("a pool");
+        let be = be.with_dtype(dtype).expect("flex computes in f32 and int8");
         let mut ex = Executor::new(be, &weights.tensors(), g.clone(), "default", buckets)
             .expect("an executor");
         let types = g.limits().types > 1;
@@ -67,6 +69,6 @@ fn a_warm_run_allocates_nothing_on_any_thread() {
         ex.run(LaneId::MAIN, &small.batch(), &mut out).expect("a run");
         ex.run(LaneId::MAIN, &big.batch(), &mut out).expect("a run");
         let allocated = ALLOCS.load(Ordering::SeqCst) - before;
-        assert_eq!(allocated, 0, "a warm run allocated {allocated} times");
+        assert_eq!(allocated, 0, "a warm run in {dtype} allocated {allocated} times");
     }
 }

@@ -1,14 +1,16 @@
-//! The flex backend's kernels: plain Rust over f32 slices, multiversioned for the CPU's vector
-//! instructions (AVX-512 or AVX2 with FMA, chosen at run time; elsewhere what the build's target
-//! has), parallel on the current rayon pool.
+//! The flex backend's kernels: plain Rust over f32 slices (and int8 ones for the int8 GEMM),
+//! multiversioned for the CPU's vector instructions (AVX-512 or AVX2 with FMA, chosen at run
+//! time; elsewhere what the build's target has), parallel on the current rayon pool.
 
 pub mod attention;
 pub mod gemm;
+pub mod gemm8;
 pub mod math;
 pub mod rows;
 pub mod scratch;
 
 pub use gemm::Isa;
+pub use gemm8::Isa8;
 
 /// Defines `fn $name(isa: Isa, args..)`, which runs `$body` compiled for `isa`'s target features:
 /// the body once per instruction set, each copy free to vectorise with its registers.

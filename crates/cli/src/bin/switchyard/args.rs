@@ -113,8 +113,8 @@ pub struct ModelArgs {
         forms()
     ))]
     pub device: Option<String>,
-    /// The dtype to store weights and compute in: f32, or f16 or bf16 where the device supports
-    /// them (`switchyard devices` lists them).
+    /// The dtype to store weights and compute in: f32, or f16, bf16 or int8 (linear layers
+    /// quantized, flex only) where the device supports them (`switchyard devices` lists them).
     #[arg(long, default_value = "f32")]
     pub dtype: DType,
 }

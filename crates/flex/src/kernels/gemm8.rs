@@ -1,0 +1,505 @@
+//! The GEMM in int8: `out = act(x . w^T + bias) + residual` with `w` quantized once, at upload,
+//! per output column, and `x` quantized per row just before, sums of products in i32.
+//!
+//! Quantization is symmetric: a column `j` of `w` becomes `round(w / sw_j)` in -127..=127 with
+//! `sw_j = max |w_j| / 127`, and likewise a row `r` of `x` with `sx_r`, so `x . w^T` is about
+//! `sx_r sw_j (qx_r . qw_j)`. The row's values are stored shifted by 128, as unsigned bytes, for
+//! the instructions that multiply unsigned by signed bytes (VNNI's `vpdpbusd`), and the shift's
+//! share, `128 * sum(qw_j)`, is taken off each column's sum once. The weights are packed in
+//! panels of `NR` columns, groups of four consecutive `k` per column (what `vpdpbusd` reads);
+//! `k` is padded to a multiple of four with zero weights.
+//!
+//! Tasks, tiling and the epilogue are the f32 GEMM's ([`super::gemm`]): a task accumulates its
+//! tiles in its thread's tile buffer (as i32), block of `k` by block, then turns each sum into
+//! f32 with the row's and the column's scales and finishes it as the f32 GEMM does. The
+//! microkernel runs on AVX-512 VNNI (32 columns) or AVX-VNNI (16), chosen at run time, else on
+//! portable code (16).
+
+use rayon::prelude::*;
+use switchyard_core::Act;
+
+use super::gemm::{CG, Epilogue, Isa, MR, RG, Span, Tiling};
+use super::multiversion;
+use super::scratch::{ScratchSize, Scratches, SendPtr};
+use crate::buf::AlignedBuf;
+
+/// Groups of four `k` per block of `k`: a block's panel of weights (32 KB with AVX-512 VNNI)
+/// stays in L1.
+const KG: usize = 256;
+
+/// The instruction set of the int8 microkernel, chosen once per process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Isa8 {
+    /// AVX-512 with VNNI: 32 columns per tile.
+    Avx512Vnni,
+    /// AVX2 with AVX-VNNI: 16 columns per tile.
+    AvxVnni,
+    /// Portable code, vectorised by the compiler for the build's target: 16 columns per tile.
+    Portable,
+}
+
+impl Isa8 {
+    /// The best this CPU has.
+    pub fn detect() -> Isa8 {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::is_x86_feature_detected as has;
+            if has!("avx512f") && has!("avx512bw") && has!("avx512vnni") {
+                return Isa8::Avx512Vnni;
+            }
+            if has!("avx2") && has!("avxvnni") {
+                return Isa8::AvxVnni;
+            }
+        }
+        Isa8::Portable
+    }
+
+    /// Every instruction set this CPU can run, best first (for tests).
+    pub fn available() -> Vec<Isa8> {
+        let best = Isa8::detect();
+        [Isa8::Avx512Vnni, Isa8::AvxVnni, Isa8::Portable]
+            .into_iter()
+            .skip_while(|&i| i != best)
+            .filter(|&i| {
+                i != Isa8::AvxVnni || {
+                    #[cfg(target_arch = "x86_64")]
+                    {
+                        std::arch::is_x86_feature_detected!("avxvnni")
+                    }
+                    #[cfg(not(target_arch = "x86_64"))]
+                    {
+                        false
+                    }
+                }
+            })
+            .collect()
+    }
+
+    /// Columns of a microkernel tile.
+    pub const fn nr(self) -> usize {
+        match self {
+            Isa8::Avx512Vnni => 32,
+            Isa8::AvxVnni | Isa8::Portable => 16,
+        }
+    }
+}
+
+/// A weight matrix `[n, k]` quantized to int8 per output column and packed for `x . w^T`.
+#[derive(Clone, Debug)]
+pub struct PackedWeight8 {
+    n: usize,
+    k: usize,
+    isa: Isa8,
+    /// Panels of `nr` columns, each `k4 / 4` groups of `nr x 4` values.
+    data: Vec<i8>,
+    /// Each column's scale.
+    scales: Vec<f32>,
+    /// Each column's `128 * sum(q)`: the share of the rows' shift by 128.
+    shift: Vec<i32>,
+}
+
+impl PackedWeight8 {
+    /// Quantizes and packs the row-major `[n, k]` matrix `w` for `isa`'s microkernel.
+    pub fn pack(w: &[f32], n: usize, k: usize, isa: Isa8) -> PackedWeight8 {
+        assert_eq!(w.len(), n * k, "a [{n}, {k}] weight");
+        let (nr, k4) = (isa.nr(), k.next_multiple_of(4));
+        let panels = n.div_ceil(nr);
+        let mut data = vec![0i8; panels * k4 * nr];
+        let (mut scales, mut shift) = (Vec::with_capacity(n), Vec::with_capacity(n));
+        for (j, row) in w.chunks_exact(k.max(1)).enumerate().take(n) {
+            let amax = row.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+            let scale = if amax > 0.0 { amax / 127.0 } else { 1.0 };
+            let inv = 1.0 / scale;
+            let (p, c) = (j / nr, j % nr);
+            let panel = &mut data[p * k4 * nr..(p + 1) * k4 * nr];
+            let mut sum = 0i32;
+            for (kk, &v) in row.iter().enumerate() {
+                let q = (v * inv).round_ties_even().clamp(-127.0, 127.0) as i8;
+                panel[(kk / 4) * nr * 4 + c * 4 + kk % 4] = q;
+                sum += i32::from(q);
+            }
+            scales.push(scale);
+            shift.push(128 * sum);
+        }
+        PackedWeight8 { n, k, isa, data, scales, shift }
+    }
+
+    /// Output columns.
+    pub fn n(&self) -> usize {
+        self.n
+    }
+
+    /// Input columns.
+    pub fn k(&self) -> usize {
+        self.k
+    }
+
+    /// `k` padded to a multiple of four: the row stride of quantized input rows.
+    pub fn k4(&self) -> usize {
+        self.k.next_multiple_of(4)
+    }
+
+    /// Bytes held.
+    pub fn bytes(&self) -> usize {
+        self.data.len() + (self.scales.len() + self.shift.len()) * 4
+    }
+
+    fn panel(&self, p: usize) -> &[i8] {
+        let span = self.k4() * self.isa.nr();
+        &self.data[p * span..(p + 1) * span]
+    }
+}
+
+/// Quantizes `m` rows of `k` values at `x` for the int8 GEMM: each row's scale into `scales`,
+/// its values shifted to unsigned bytes into `q` (`k4` per row, zero-valued past `k`), in
+/// parallel on the current rayon pool, compiled for `isa`.
+///
+/// # Safety
+/// `x` holds `m x k` readable values that no thread writes meanwhile.
+pub unsafe fn quantize_rows(
+    isa: Isa,
+    x: *const f32,
+    m: usize,
+    k: usize,
+    k4: usize,
+    q: &mut [u8],
+    scales: &mut [f32],
+) {
+    let x = SendPtr(x.cast_mut());
+    q[..m * k4].par_chunks_mut(k4.max(1)).zip(&mut scales[..m]).enumerate().for_each(
+        |(r, (row, scale))| {
+            // SAFETY: row r < m of x, and a row of k4 >= k bytes.
+            unsafe { quantize_row(isa, SendPtr(x.get().add(r * k)), k, row, scale) }
+        },
+    );
+}
+
+/// `2^23 + 128`: added to a value in -127..=127, it leaves that value rounded (to nearest, ties
+/// to even, as the FPU rounds) plus 128 in the low byte of the sum's bits.
+const ROUND_AND_SHIFT: f32 = 8_388_736.0;
+
+multiversion! {
+    /// One row of [`quantize_rows`]: `k` values at `x` into `row`, the rest of `row` zero-valued.
+    ///
+    /// # Safety
+    /// `x` holds `k` readable values, and `row` has at least `k` bytes.
+    unsafe fn quantize_row(x: SendPtr, k: usize, row: &mut [u8], scale: &mut f32) {
+        // SAFETY: the caller's contract.
+        let xr = unsafe { std::slice::from_raw_parts(x.get().cast_const(), k) };
+        // |v| compared as bits, which order as the values do; a NaN compares above them all.
+        let amax = f32::from_bits(xr.iter().fold(0, |a, v| a.max(v.to_bits() & 0x7fff_ffff)));
+        // A row of zeros keeps scale 1; a NaN becomes the scale, so it spreads to the row's sums.
+        *scale = if amax > 0.0 || amax.is_nan() { amax / 127.0 } else { 1.0 };
+        let inv = 1.0 / *scale;
+        for (d, &v) in row.iter_mut().zip(xr) {
+            *d = ((v * inv).clamp(-127.0, 127.0) + ROUND_AND_SHIFT).to_bits() as u8;
+        }
+        row[k..].fill(128);
+    }
+}
+
+/// The scratch an int8 GEMM over at most `m` rows of `w` needs per thread.
+pub fn scratch_size(m: usize, w: &PackedWeight8) -> ScratchSize {
+    let rows = (RG * MR).min(m.next_multiple_of(MR));
+    ScratchSize { ctile: rows * CG * w.isa.nr(), ..ScratchSize::default() }
+}
+
+/// One int8 GEMM call.
+struct Job<'a> {
+    q: &'a [u8],
+    scales: &'a [f32],
+    m: usize,
+    w: &'a PackedWeight8,
+    epilogue: Epilogue<'a>,
+    tiling: Tiling,
+}
+
+/// `out = act(x . w^T + bias) + residual` for `m` rows given as [`quantize_rows`] left them (`q`,
+/// `scales`), on the current rayon pool, with the threads' `scratch`.
+///
+/// # Safety
+/// `out` holds `m x w.n()` writable values; a `residual` holds `m x w.n()` readable values and
+/// is either `out` itself or overlaps nothing written; `bias` has `w.n()` values; `q` and
+/// `scales` hold `m` rows quantized for `w` (`w.k4()` bytes each). No other thread writes any of
+/// them meanwhile.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn gemm8(
+    q: &[u8],
+    scales: &[f32],
+    m: usize,
+    w: &PackedWeight8,
+    bias: Option<&[f32]>,
+    act: Act,
+    residual: Option<*const f32>,
+    out: *mut f32,
+    scratch: &Scratches,
+) {
+    if m == 0 || w.n == 0 {
+        return;
+    }
+    assert!(q.len() >= m * w.k4() && scales.len() >= m, "rows quantized for this weight");
+    let tiling = Tiling::new(m, w.n.div_ceil(w.isa.nr()));
+    let job = Job {
+        q,
+        scales,
+        m,
+        w,
+        epilogue: Epilogue {
+            n: w.n,
+            bias,
+            act,
+            residual: residual.map(|r| SendPtr(r.cast_mut())),
+            out: SendPtr(out),
+        },
+        tiling,
+    };
+    (0..tiling.tasks()).into_par_iter().for_each(|t| {
+        scratch.with(|s| {
+            // SAFETY: the caller's contract covers every address a task touches; tasks write
+            // disjoint rows x columns of `out`, and the scratch is this thread's alone.
+            unsafe { run_task(&job, t, &mut s.ctile) }
+        })
+    });
+}
+
+/// Runs task `t` with the microkernel of the packed weight's instruction set.
+///
+/// # Safety
+/// As [`gemm8`]'s, for the rows and columns of task `t`.
+unsafe fn run_task(job: &Job<'_>, t: usize, ctile: &mut AlignedBuf) {
+    match job.w.isa {
+        // SAFETY: the instruction set was detected on this CPU when the weight was packed, so
+        // the features the function enables are present; the rest is the caller's contract.
+        #[cfg(target_arch = "x86_64")]
+        Isa8::Avx512Vnni => unsafe { x86::task_avx512(job, t, ctile) },
+        // SAFETY: as above.
+        #[cfg(target_arch = "x86_64")]
+        Isa8::AvxVnni => unsafe { x86::task_avx2(job, t, ctile) },
+        // SAFETY: the caller's contract; the portable kernel needs no feature.
+        _ => unsafe { task::<Portable>(job, t, ctile) },
+    }
+}
+
+/// An int8 microkernel: an `MR x NR` tile of i32 sums at `c` (row stride `ldc`) from `groups`
+/// groups of four bytes of `MR` rows (at `a`) and a packed panel of `NR` columns, added to `c`
+/// unless `first`.
+trait Micro {
+    const NR: usize;
+
+    /// # Safety
+    /// Each of `a` holds `4 * groups` bytes, `b` `groups * NR * 4`, `c` an `MR x NR` tile at row
+    /// stride `ldc`; the CPU has the kernel's target features.
+    unsafe fn tile(
+        groups: usize,
+        a: &[*const u8; MR],
+        b: *const i8,
+        c: *mut i32,
+        ldc: usize,
+        first: bool,
+    );
+}
+
+/// One task: the microkernel over its tiles, block of `k` by block, then each sum scaled to f32
+/// and finished as the f32 GEMM does.
+///
+/// # Safety
+/// As [`gemm8`]'s, for the rows and columns of task `t`; the CPU has `M`'s target features.
+#[inline(always)]
+unsafe fn task<M: Micro>(job: &Job<'_>, t: usize, ctile: &mut AlignedBuf) {
+    let (k4, n, nr) = (job.w.k4(), job.w.n, M::NR);
+    let Span { r0, rows, p0, panels } = job.tiling.span(t, job.m);
+    let micro_rows = rows.div_ceil(MR);
+    let ldc = panels * nr;
+    ctile.ensure(micro_rows * MR * ldc);
+    let ct = ctile.as_mut_slice();
+    // The tile holds i32 sums, then their f32 values, in the same words.
+    let ci = ct.as_mut_ptr().cast::<i32>();
+    let groups = k4 / 4;
+    if groups == 0 {
+        ct[..micro_rows * MR * ldc].fill(0.0);
+    }
+    let mut g0 = 0;
+    while g0 < groups {
+        let gc = KG.min(groups - g0);
+        for jp in 0..panels {
+            let b = job.w.panel(p0 + jp)[g0 * nr * 4..].as_ptr();
+            for ip in 0..micro_rows {
+                // The tile's quantized rows from group g0; past the batch, its last row again,
+                // whose results are not written.
+                let a: [*const u8; MR] = std::array::from_fn(|i| {
+                    job.q[(r0 + ip * MR + i).min(job.m - 1) * k4 + g0 * 4..].as_ptr()
+                });
+                // SAFETY: each row holds gc groups from g0, the panel gc groups; the tile lies
+                // inside the tile buffer; the features are the caller's.
+                unsafe { M::tile(gc, &a, b, ci.add(ip * MR * ldc + jp * nr), ldc, g0 == 0) };
+            }
+        }
+        g0 += gc;
+    }
+    let (c0, cols) = (p0 * nr, (panels * nr).min(n - p0 * nr));
+    let (ws, shift) = (&job.w.scales[c0..c0 + cols], &job.w.shift[c0..c0 + cols]);
+    for i in 0..rows {
+        let r = r0 + i;
+        let row = &mut ct[i * ldc..i * ldc + cols];
+        let xs = job.scales[r];
+        for ((v, &s), &sh) in row.iter_mut().zip(ws).zip(shift) {
+            // The word holds the i32 sum; it becomes the f32 value.
+            *v = (v.to_bits() as i32 - sh) as f32 * (xs * s);
+        }
+        // SAFETY: row r < m, columns c0..c0 + cols <= n: this task's alone.
+        unsafe { job.epilogue.finish(r, c0, row) };
+    }
+}
+
+/// The portable microkernel: plain loops over fixed-size arrays of i32.
+struct Portable;
+
+impl Micro for Portable {
+    const NR: usize = 16;
+
+    #[inline(always)]
+    unsafe fn tile(
+        groups: usize,
+        a: &[*const u8; MR],
+        b: *const i8,
+        c: *mut i32,
+        ldc: usize,
+        first: bool,
+    ) {
+        let mut acc = [[0i32; 16]; MR];
+        if !first {
+            for (i, row) in acc.iter_mut().enumerate() {
+                // SAFETY: row i of the tile, 16 columns.
+                row.copy_from_slice(unsafe { std::slice::from_raw_parts(c.add(i * ldc), 16) });
+            }
+        }
+        for g in 0..groups {
+            // SAFETY: group g of each row and of the panel.
+            let bg: &[i8; 64] = unsafe { &*b.add(g * 64).cast::<[i8; 64]>() };
+            for (row, ai) in acc.iter_mut().zip(a) {
+                // SAFETY: group g of the row.
+                let av: [u8; 4] = unsafe { ai.add(g * 4).cast::<[u8; 4]>().read_unaligned() };
+                for (col, s) in row.iter_mut().enumerate() {
+                    for t in 0..4 {
+                        *s += i32::from(av[t]) * i32::from(bg[col * 4 + t]);
+                    }
+                }
+            }
+        }
+        for (i, row) in acc.iter().enumerate() {
+            // SAFETY: row i of the tile, 16 columns.
+            unsafe { std::slice::from_raw_parts_mut(c.add(i * ldc), 16) }.copy_from_slice(row);
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    use super::{Job, MR, Micro, task};
+    use crate::buf::AlignedBuf;
+
+    /// AVX-512 VNNI: 32 columns in two registers of i32 per row, 12 accumulators.
+    pub(super) struct Avx512;
+
+    impl Micro for Avx512 {
+        const NR: usize = 32;
+
+        #[inline(always)]
+        unsafe fn tile(
+            groups: usize,
+            a: &[*const u8; MR],
+            b: *const i8,
+            c: *mut i32,
+            ldc: usize,
+            first: bool,
+        ) {
+            // SAFETY: every pointer stays inside the rows, panel and tile the caller vouched
+            // for, and the caller enabled avx512f, avx512bw and avx512vnni.
+            unsafe {
+                let mut acc = [[_mm512_setzero_si512(); 2]; MR];
+                if !first {
+                    for (i, r) in acc.iter_mut().enumerate() {
+                        r[0] = _mm512_loadu_si512(c.add(i * ldc).cast());
+                        r[1] = _mm512_loadu_si512(c.add(i * ldc + 16).cast());
+                    }
+                }
+                for g in 0..groups {
+                    let b0 = _mm512_loadu_si512(b.add(g * 128).cast());
+                    let b1 = _mm512_loadu_si512(b.add(g * 128 + 64).cast());
+                    for (r, ai) in acc.iter_mut().zip(a) {
+                        let av = _mm512_set1_epi32(ai.add(g * 4).cast::<i32>().read_unaligned());
+                        r[0] = _mm512_dpbusd_epi32(r[0], av, b0);
+                        r[1] = _mm512_dpbusd_epi32(r[1], av, b1);
+                    }
+                }
+                for (i, r) in acc.iter().enumerate() {
+                    _mm512_storeu_si512(c.add(i * ldc).cast(), r[0]);
+                    _mm512_storeu_si512(c.add(i * ldc + 16).cast(), r[1]);
+                }
+            }
+        }
+    }
+
+    /// AVX-VNNI: 16 columns in two registers of i32 per row, 12 accumulators.
+    pub(super) struct Avx2;
+
+    impl Micro for Avx2 {
+        const NR: usize = 16;
+
+        #[inline(always)]
+        unsafe fn tile(
+            groups: usize,
+            a: &[*const u8; MR],
+            b: *const i8,
+            c: *mut i32,
+            ldc: usize,
+            first: bool,
+        ) {
+            // SAFETY: as for `Avx512`, with avx2 and avxvnni enabled by the caller.
+            unsafe {
+                let mut acc = [[_mm256_setzero_si256(); 2]; MR];
+                if !first {
+                    for (i, r) in acc.iter_mut().enumerate() {
+                        r[0] = _mm256_loadu_si256(c.add(i * ldc).cast());
+                        r[1] = _mm256_loadu_si256(c.add(i * ldc + 8).cast());
+                    }
+                }
+                for g in 0..groups {
+                    let b0 = _mm256_loadu_si256(b.add(g * 64).cast());
+                    let b1 = _mm256_loadu_si256(b.add(g * 64 + 32).cast());
+                    for (r, ai) in acc.iter_mut().zip(a) {
+                        let av = _mm256_set1_epi32(ai.add(g * 4).cast::<i32>().read_unaligned());
+                        r[0] = _mm256_dpbusd_avx_epi32(r[0], av, b0);
+                        r[1] = _mm256_dpbusd_avx_epi32(r[1], av, b1);
+                    }
+                }
+                for (i, r) in acc.iter().enumerate() {
+                    _mm256_storeu_si256(c.add(i * ldc).cast(), r[0]);
+                    _mm256_storeu_si256(c.add(i * ldc + 8).cast(), r[1]);
+                }
+            }
+        }
+    }
+
+    /// A task with the AVX-512 VNNI microkernel, the rest compiled for AVX-512 too.
+    ///
+    /// # Safety
+    /// As `task`'s; the CPU has avx512f, avx512bw and avx512vnni.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma")]
+    pub(super) unsafe fn task_avx512(job: &Job<'_>, t: usize, ctile: &mut AlignedBuf) {
+        // SAFETY: the caller's contract, and the features are enabled here.
+        unsafe { task::<Avx512>(job, t, ctile) }
+    }
+
+    /// A task with the AVX-VNNI microkernel, the rest compiled for AVX2.
+    ///
+    /// # Safety
+    /// As `task`'s; the CPU has avx2 and avxvnni.
+    #[target_feature(enable = "avx2,avxvnni,fma")]
+    pub(super) unsafe fn task_avx2(job: &Job<'_>, t: usize, ctile: &mut AlignedBuf) {
+        // SAFETY: the caller's contract, and the features are enabled here.
+        unsafe { task::<Avx2>(job, t, ctile) }
+    }
+}
