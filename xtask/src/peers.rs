@@ -221,8 +221,16 @@ fn run(threads: &[usize]) -> Result<(), String> {
     Ok(())
 }
 
-/// The table: texts per wall second and per CPU second, and each as a ratio to ONNX Runtime
-/// fp32 sorted by length at the same thread count.
+/// Texts per wall second and per CPU second of `r` as ratios to those of `engine`'s run sorted by
+/// length at the same thread count (NaN without one).
+fn ratios(all: &[Run], r: &Run, engine: &str) -> (f64, f64) {
+    let peer =
+        all.iter().find(|p| p.threads == r.threads && p.engine == engine && p.order == "sorted");
+    peer.map_or((f64::NAN, f64::NAN), |p| (p.wall / r.wall, p.cpu / r.cpu))
+}
+
+/// The table: texts per wall second and per CPU second, each as a ratio to ONNX Runtime fp32
+/// sorted by length at the same thread count, and speed as a ratio to ONNX Runtime int8.
 fn report(about: &str, all: &[Run]) {
     let Some(first) = all.first() else { return };
     println!();
@@ -231,25 +239,37 @@ fn report(about: &str, all: &[Run]) {
         first.texts, first.tokens
     );
     println!(
-        "{:>7}  {:<30} {:<22} {:>10} {:>10} {:>9} {:>9} {:>9}",
-        "threads", "engine", "order", "texts/s", "per CPU-s", "x ORT", "x ORT CPU", "max diff"
+        "{:>7}  {:<30} {:<22} {:>10} {:>10} {:>9} {:>9} {:>10} {:>9}",
+        "threads",
+        "engine",
+        "order",
+        "texts/s",
+        "per CPU-s",
+        "x ORT",
+        "x ORT CPU",
+        "x ORT-int8",
+        "max diff"
     );
     for r in all {
-        let peer =
-            all.iter().find(|p| p.threads == r.threads && p.engine == "ort" && p.order == "sorted");
-        let tps = r.texts as f64 / r.wall;
-        let per_cpu = r.texts as f64 / r.cpu;
-        let (x, xc) = peer.map_or((f64::NAN, f64::NAN), |p| {
-            (tps / (p.texts as f64 / p.wall), per_cpu / (p.texts as f64 / p.cpu))
-        });
+        let (x, xc) = ratios(all, r, "ort");
+        let (x8, _) = ratios(all, r, "ort-int8");
         println!(
-            "{:>7}  {:<30} {:<22} {:>10.1} {:>10.1} {:>9.2} {:>9.2} {:>9.1e}",
-            r.threads, r.engine, r.order, tps, per_cpu, x, xc, r.max_diff
+            "{:>7}  {:<30} {:<22} {:>10.1} {:>10.1} {:>9.2} {:>9.2} {:>10.2} {:>9.1e}",
+            r.threads,
+            r.engine,
+            r.order,
+            r.texts as f64 / r.wall,
+            r.texts as f64 / r.cpu,
+            x,
+            xc,
+            x8,
+            r.max_diff
         );
     }
     println!(
-        "(x ORT: speed relative to ONNX Runtime fp32 sorted by length at the same thread count; \
-         max diff: the largest difference from the engine's first run's embeddings)"
+        "(x ORT, x ORT-int8: speed relative to ONNX Runtime fp32 or int8 sorted by length at the \
+         same thread count; max diff: the largest difference from the program's first run's \
+         embeddings, f32 in file order: so for int8 runs, from f32)"
     );
 }
 

@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use switchyard_core::Buckets;
+use switchyard_core::{Backend, Buckets, DType};
 use switchyard_dispatch::{Device, Dispatch};
 use switchyard_models::{Model, Runner};
 
@@ -32,10 +32,11 @@ fn load(path: &str) -> Vec<String> {
         .collect()
 }
 
-/// `corpus --model DIR --corpus FILE --threads N [--max-len N]`: flex in file order and sorted by length
-/// (characters, as the peers sort), a tab-separated line each, as the peers print theirs: `run`,
-/// engine, order, threads, texts, tokens, wall seconds, CPU seconds, largest difference from the
-/// first run's embeddings.
+/// `corpus --model DIR --corpus FILE --threads N [--max-len N] [--dtypes LIST]`: flex in each
+/// dtype of `LIST` (default `f32,int8`), in file order and sorted by length (characters, as the
+/// peers sort), a tab-separated line each, as the peers print theirs: `run`, engine, order,
+/// threads, texts, tokens, wall seconds, CPU seconds, largest difference from the first run's
+/// embeddings (f32 in file order, by default).
 pub fn run(args: &[String]) {
     let opt = |name: &str| {
         let i = args.iter().position(|a| a == name)?;
@@ -44,51 +45,68 @@ pub fn run(args: &[String]) {
     let arg = |name: &str| opt(name).unwrap_or_else(|| panic!("{name} is needed"));
     let (model_dir, corpus) = (arg("--model"), arg("--corpus"));
     let threads: usize = arg("--threads").parse().expect("a number of threads");
+    let dtypes: Vec<DType> = opt("--dtypes")
+        .unwrap_or_else(|| "f32,int8".into())
+        .split(',')
+        .map(|d| d.parse().expect("a dtype"))
+        .collect();
     let texts = load(&corpus);
-    let mut model = Model::load(model_dir.as_ref()).expect("the model loads");
-    if let Some(n) = opt("--max-len") {
+    let load_model = || {
+        let mut model = Model::load(model_dir.as_ref()).expect("the model loads");
+        if let Some(n) = opt("--max-len") {
+            model
+                .set_max_len(n.parse().expect("a number of tokens"))
+                .expect("a length the model takes");
+        }
         model
-            .set_max_len(n.parse().expect("a number of tokens"))
-            .expect("a length the model takes");
-    }
+    };
+    let model = load_model();
     let tokens: usize = texts
         .iter()
         .map(|t| model.tokenizer().encode(t).expect("a text tokenizes").ids.len())
         .sum();
-    let flex = switchyard_dispatch::flex::with_threads(Some(threads)).expect("a thread pool");
-    let backend = Dispatch::Flex { device: Device::flex(), backend: flex };
-    let mut runner = Runner::new(model, backend, Buckets::default()).expect("the model uploads");
     let mut order: Vec<usize> = (0..texts.len()).collect();
     order.sort_by_key(|&i| texts[i].len());
     let mut first: Option<Vec<Vec<f32>>> = None;
-    for (label, perm) in [("file", None), ("sorted", Some(&order))] {
-        let inputs: Vec<&str> = match perm {
-            None => texts.iter().map(String::as_str).collect(),
-            Some(p) => p.iter().map(|&i| texts[i].as_str()).collect(),
+    for dtype in dtypes {
+        let flex = switchyard_dispatch::flex::with_threads(Some(threads))
+            .and_then(|f| f.with_dtype(dtype))
+            .expect("flex in this dtype");
+        let backend = Dispatch::Flex { device: Device::flex(), backend: flex };
+        let mut runner =
+            Runner::new(load_model(), backend, Buckets::default()).expect("the model uploads");
+        let engine = match dtype {
+            DType::F32 => "switchyard flex".to_owned(),
+            d => format!("switchyard flex {d}"),
         };
-        runner.embed(&inputs[..32.min(inputs.len())], |_| {}).expect("a warm-up batch");
-        let (wall, cpu) = (Instant::now(), cpu_seconds());
-        let emb = runner.embed(&inputs, |_| {}).expect("the corpus embeds");
-        let (wall, cpu) = (wall.elapsed().as_secs_f64(), cpu_seconds() - cpu);
-        let emb = match perm {
-            None => emb,
-            Some(p) => {
-                let mut back = vec![Vec::new(); emb.len()];
-                for (row, &i) in emb.into_iter().zip(p) {
-                    back[i] = row;
+        for (label, perm) in [("file", None), ("sorted", Some(&order))] {
+            let inputs: Vec<&str> = match perm {
+                None => texts.iter().map(String::as_str).collect(),
+                Some(p) => p.iter().map(|&i| texts[i].as_str()).collect(),
+            };
+            runner.embed(&inputs[..32.min(inputs.len())], |_| {}).expect("a warm-up batch");
+            let (wall, cpu) = (Instant::now(), cpu_seconds());
+            let emb = runner.embed(&inputs, |_| {}).expect("the corpus embeds");
+            let (wall, cpu) = (wall.elapsed().as_secs_f64(), cpu_seconds() - cpu);
+            let emb = match perm {
+                None => emb,
+                Some(p) => {
+                    let mut back = vec![Vec::new(); emb.len()];
+                    for (row, &i) in emb.into_iter().zip(p) {
+                        back[i] = row;
+                    }
+                    back
                 }
-                back
-            }
-        };
-        let first = first.get_or_insert_with(|| emb.clone());
-        let max_diff = emb
-            .iter()
-            .flatten()
-            .zip(first.iter().flatten())
-            .map(|(a, b)| (a - b).abs())
-            .fold(0.0f32, f32::max);
-        let engine = format!("switchyard {}", runner.executor().caps().backend);
-        let n = texts.len();
-        println!("run\t{engine}\t{label}\t{threads}\t{n}\t{tokens}\t{wall}\t{cpu}\t{max_diff}");
+            };
+            let first = first.get_or_insert_with(|| emb.clone());
+            let max_diff = emb
+                .iter()
+                .flatten()
+                .zip(first.iter().flatten())
+                .map(|(a, b)| (a - b).abs())
+                .fold(0.0f32, f32::max);
+            let n = texts.len();
+            println!("run\t{engine}\t{label}\t{threads}\t{n}\t{tokens}\t{wall}\t{cpu}\t{max_diff}");
+        }
     }
 }

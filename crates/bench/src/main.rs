@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use switchyard_core::testkit::{self, EncoderSpec, Rng};
 use switchyard_core::{
-    Act, Backend, BatchBuf, Bucket, Buckets, Executor, Graph, GraphBuilder, LaneId, Op, Outputs,
-    Shape,
+    Act, Backend, BatchBuf, Bucket, Buckets, DType, Executor, Graph, GraphBuilder, LaneId, Op,
+    Outputs, Shape,
 };
 use switchyard_dispatch::{Device, Dispatch};
 
@@ -22,6 +22,11 @@ use switchyard_dispatch::{Device, Dispatch};
 fn open(name: &str) -> Dispatch {
     let device: Device = name.parse().expect("a device name");
     Dispatch::new(&device).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+/// flex with its linear layers in int8.
+fn flex_int8() -> Dispatch {
+    open("flex").with_dtype(DType::I8).expect("flex computes in int8")
 }
 
 /// Median wall time of `reps` calls of `f`, after `warm` untimed calls.
@@ -158,6 +163,11 @@ fn bench_gemm(reps: usize) {
             time_plan(open(name), &base, &batch, reps),
         );
     }
+    row(
+        "flex int8",
+        time_plan(flex_int8(), &g, &batch, reps),
+        time_plan(flex_int8(), &base, &batch, reps),
+    );
 }
 
 fn ms(t: Duration) -> f64 {
@@ -179,9 +189,14 @@ fn bench_encoder(reps: usize) {
     println!("  {:<34} {:>9} {:>12} {:>8}", "", "time", "tokens/s", "ratio");
     let flex = time_plan(open("flex"), &g, &batch, reps);
     let burn_flex = time_plan(switchyard_dispatch::flex::burn_flex(), &g, &batch, reps);
+    let int8 = time_plan(flex_int8(), &g, &batch, reps);
     let nd = time_plan(open("ndarray"), &g, &batch, reps);
-    for (name, t) in [("flex", flex), ("burn-flex (Burn's ops)", burn_flex), ("ndarray (peer)", nd)]
-    {
+    for (name, t) in [
+        ("flex", flex),
+        ("flex int8", int8),
+        ("burn-flex (Burn's ops)", burn_flex),
+        ("ndarray (peer)", nd),
+    ] {
         println!(
             "  {:<34} {:>7.1}ms {:>12.0} {:>8.2}",
             name,
@@ -241,7 +256,6 @@ fn with_kernels(be: &Dispatch, set: switchyard_dispatch::cube::KernelSet) -> Dis
 /// bge-base's, also in f16 and bf16 where the device has them.
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 fn bench_gpus(reps: usize) {
-    use switchyard_core::DType;
     use switchyard_dispatch::cube::KernelSet;
     let minilm =
         EncoderSpec { vocab: 30522, width: 384, heads: 12, ffn: 1536, layers: 6, max_pos: 512 };
@@ -290,7 +304,7 @@ fn bench_gpus(reps: usize) {
             // Half-precision weights and activations, on a real GPU that has them (our kernels
             // are f32, so these rows run Burn's ops).
             for dtype in [DType::F16, DType::Bf16] {
-                if software || !caps.float_dtypes.contains(&dtype) {
+                if software || !caps.dtypes.contains(&dtype) {
                     continue;
                 }
                 let be = with_kernels(&cube, KernelSet::NONE)
