@@ -18,7 +18,7 @@
 //! - [`SparseEncoder`]: SPLADE term weights.
 //!
 //! Each runs texts in ragged batches sized by the bucket table, in input order. [`Options`]
-//! chooses the device, the compute dtype and the buckets. Below the front door,
+//! chooses the device, the compute dtype, the buckets and flex's threads. Below the front door,
 //! [`open_runner`] gives the [`Runner`] of any model, and the crates it is built on are
 //! re-exported: [`core`] (graphs, batches, the `Backend` trait), [`dispatch`] (devices by name)
 //! and [`models`] (checkpoints).

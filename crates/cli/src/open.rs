@@ -1,13 +1,15 @@
 //! Opening a model on a device: what every task type of the front door starts with.
 
+use std::num::NonZeroUsize;
+
 use switchyard_core::{Buckets, DType};
 use switchyard_dispatch::{Device, Dispatch};
 use switchyard_models::{Model, Runner, Task};
 
 use crate::{Error, Result};
 
-/// Where and how a model runs: the device, the dtype it computes in, and the bucket table its
-/// batches are sized by.
+/// Where and how a model runs: the device, the dtype it computes in, the bucket table its
+/// batches are sized by, and flex's thread count.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Options {
     /// The device (default: flex).
@@ -16,11 +18,19 @@ pub struct Options {
     pub dtype: DType,
     /// The bucket table (default: the compiled-in one).
     pub buckets: Buckets,
+    /// flex's thread count (default: `SWITCHYARD_THREADS`, else every core); set for another
+    /// device, an error when opening.
+    pub threads: Option<NonZeroUsize>,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { device: Device::flex(), dtype: DType::F32, buckets: Buckets::default() }
+        Options {
+            device: Device::flex(),
+            dtype: DType::F32,
+            buckets: Buckets::default(),
+            threads: None,
+        }
     }
 }
 
@@ -34,6 +44,28 @@ impl Options {
     pub fn dtype(self, dtype: DType) -> Options {
         Options { dtype, ..self }
     }
+
+    /// These options on `threads` threads (flex only).
+    pub fn threads(self, threads: NonZeroUsize) -> Options {
+        Options { threads: Some(threads), ..self }
+    }
+}
+
+/// The backend on the device of `options`, on its thread count where one is set.
+fn backend(options: &Options) -> Result<Dispatch> {
+    match options.threads {
+        None => Ok(Dispatch::new(&options.device)?),
+        #[cfg(feature = "flex")]
+        Some(n) if options.device == Device::flex() => {
+            let backend = switchyard_dispatch::flex::with_threads(Some(n.get()))?;
+            Ok(Dispatch::Flex { device: options.device.clone(), backend })
+        }
+        Some(_) => Err(switchyard_core::Error::Unsupported(format!(
+            "a thread count can be set for flex only; {} uses its own threads",
+            options.device
+        ))
+        .into()),
+    }
 }
 
 /// Loads `model` (a checkpoint directory, or a Hugging Face repository id fetched into the
@@ -41,8 +73,7 @@ impl Options {
 pub fn open_runner(model: &str, options: &Options) -> Result<Runner<Dispatch>> {
     let dir = crate::resolve(model)?;
     let loaded = Model::load(&dir)?;
-    let backend = Dispatch::new(&options.device)?;
-    let backend = switchyard_core::Backend::with_dtype(backend, options.dtype)?;
+    let backend = switchyard_core::Backend::with_dtype(backend(options)?, options.dtype)?;
     Ok(Runner::new(loaded, backend, options.buckets.clone())?)
 }
 
@@ -74,4 +105,20 @@ pub(crate) fn open_for(
 /// Texts as the runner takes them.
 pub(crate) fn strs<T: AsRef<str>>(texts: &[T]) -> Vec<&str> {
     texts.iter().map(AsRef::as_ref).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use switchyard_core::Backend;
+
+    use super::*;
+
+    #[test]
+    fn a_thread_count_sizes_flex_and_is_refused_elsewhere() {
+        let three = NonZeroUsize::new(3).unwrap();
+        let flex = backend(&Options::default().threads(three)).unwrap();
+        assert_eq!(flex.caps().threads, 3);
+        let e = backend(&Options::on("ndarray").unwrap().threads(three)).unwrap_err();
+        assert!(e.to_string().contains("flex only"), "{e}");
+    }
 }

@@ -471,3 +471,24 @@ fn dtype_f16_embeds_close_to_f32_and_a_device_without_it_refuses() {
     let o = switchyard(&["embed", "--model", m, "--dtype", "f8", "hi"]);
     assert!(text(&o.stderr).contains("unknown dtype `f8`"), "{}", text(&o.stderr));
 }
+
+#[test]
+fn int8_and_a_thread_count_embed_close_to_f32_and_other_devices_refuse_threads() {
+    let m = model_dir();
+    let m = m.to_str().unwrap();
+    let full = switchyard(&["embed", "--model", m, THREE[0]]);
+    let int8 = switchyard(&["embed", "--model", m, "--dtype", "int8", "--threads", "1", THREE[0]]);
+    assert!(int8.status.success(), "{}", text(&int8.stderr));
+    let (a, b) = (lines(&full), lines(&int8));
+    let (a, b) = (a[0]["embedding"].as_array().unwrap(), b[0]["embedding"].as_array().unwrap());
+    // int8 keeps a cosine of at least 0.98 on MiniLM (crates/models/tests/minilm.rs).
+    let c = cosine(a, b);
+    assert!(c > 0.98 && c < 0.99999, "int8 against f32: cosine {c}");
+    let o = switchyard(&["embed", "--model", m, "--device", "ndarray", "--threads", "2", "hi"]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = text(&o.stderr);
+    assert!(err.contains("thread count can be set for flex only"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    let o = switchyard(&["embed", "--model", m, "--threads", "0", "hi"]);
+    assert_eq!(o.status.code(), Some(2), "clap refuses zero threads");
+}

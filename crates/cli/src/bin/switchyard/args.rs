@@ -1,5 +1,6 @@
 //! The command line: every command and flag, as clap parses them.
 
+use std::num::NonZeroUsize;
 use std::path::PathBuf;
 
 use anyhow::{Result, bail};
@@ -117,6 +118,10 @@ pub struct ModelArgs {
     /// quantized, flex only) where the device supports them (`switchyard devices` lists them).
     #[arg(long, default_value = "f32")]
     pub dtype: DType,
+    /// Threads for flex (default: $SWITCHYARD_THREADS, else every core); other devices refuse
+    /// it.
+    #[arg(long)]
+    pub threads: Option<NonZeroUsize>,
 }
 
 /// The texts to process: arguments, or a file.

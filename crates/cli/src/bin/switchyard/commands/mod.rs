@@ -52,6 +52,7 @@ fn runner(args: &ModelArgs, buckets: Option<&Path>) -> Result<Runner<Dispatch>> 
             Some(p) => Buckets::from_file(p)?,
             None => Buckets::default(),
         },
+        threads: args.threads,
     };
     switchyard::open_runner(&args.model, &options)
         .with_context(|| format!("loading the model {}", args.model))
