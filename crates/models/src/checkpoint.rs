@@ -41,6 +41,22 @@ pub(crate) fn read_json(path: &Path) -> Result<serde_json::Value> {
         .map_err(|e| Error::format(format!("{}: not valid JSON: {e}", path.display())))
 }
 
+/// The shard file that `index` maps `tensor` to: a file name or a relative path inside `dir`
+/// (no `..`, no root), so that an index cannot make us open files elsewhere.
+fn shard_path(dir: &Path, index: &Path, tensor: &str, file: &serde_json::Value) -> Result<PathBuf> {
+    let bad = |why: &str| {
+        Error::format(format!("{}: tensor `{tensor}` is mapped to {file}, {why}", index.display()))
+    };
+    let name = file.as_str().ok_or_else(|| bad("not a file name"))?;
+    let rel = Path::new(name);
+    let inside =
+        !name.is_empty() && rel.components().all(|c| matches!(c, std::path::Component::Normal(_)));
+    if !inside {
+        return Err(bad("which is not a file inside the checkpoint directory"));
+    }
+    Ok(dir.join(rel))
+}
+
 impl Checkpoint {
     /// Opens `dir`: reads `config.json` and maps `model.safetensors` (or the shards listed in
     /// `model.safetensors.index.json`).
@@ -78,11 +94,13 @@ impl Checkpoint {
             let map = v.get("weight_map").and_then(|m| m.as_object()).ok_or_else(|| {
                 Error::format(format!("{}: no `weight_map` object", index.display()))
             })?;
-            let mut shards: Vec<String> =
-                map.values().filter_map(|f| f.as_str().map(str::to_owned)).collect();
+            let mut shards = Vec::with_capacity(map.len());
+            for (tensor, file) in map {
+                shards.push(shard_path(dir, &index, tensor, file)?);
+            }
             shards.sort();
             shards.dedup();
-            return Ok(shards.into_iter().map(|s| dir.join(s)).collect());
+            return Ok(shards);
         }
         let others: Vec<&str> =
             ["pytorch_model.bin", "model.onnx", "tf_model.h5", "flax_model.msgpack"]

@@ -109,8 +109,24 @@ pub fn activation(name: &str) -> Result<Act> {
 }
 
 impl EncoderConfig {
-    /// Reads the encoder's sizes from a parsed `config.json`.
+    /// Reads the encoder's sizes from a parsed `config.json`; an error if one of them is zero.
     pub fn from_json(c: &Value) -> Result<EncoderConfig> {
+        let config = Self::read(c)?;
+        let sizes = [
+            ("number of layers", config.layers),
+            ("number of attention heads", config.heads),
+            ("hidden size", config.hidden),
+            ("feed-forward size", config.ffn),
+            ("vocabulary size", config.vocab),
+            ("number of positions", config.max_positions.saturating_sub(config.position_offset)),
+        ];
+        if let Some((what, _)) = sizes.iter().find(|(_, n)| *n == 0) {
+            return Err(Error::format(format!("config.json: the {what} is 0")));
+        }
+        Ok(config)
+    }
+
+    fn read(c: &Value) -> Result<EncoderConfig> {
         let model_type = c.get("model_type").and_then(Value::as_str).unwrap_or("");
         match model_type {
             "bert" | "roberta" | "xlm-roberta" => {

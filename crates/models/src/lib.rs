@@ -318,6 +318,15 @@ fn labels(ck: &Checkpoint) -> Result<Vec<String>> {
             )
         })?;
     let names = ck.config().get("id2label").and_then(serde_json::Value::as_object);
+    if let Some(names) = names
+        && (names.len() != rows || (0..rows).any(|i| !names.contains_key(&i.to_string())))
+    {
+        return Err(Error::format(format!(
+            "config.json: id2label names {} labels, but the classifier has {rows} outputs              (ids 0 to {})",
+            names.len(),
+            rows.saturating_sub(1)
+        )));
+    }
     Ok((0..rows)
         .map(|i| {
             names

@@ -88,7 +88,18 @@ pub fn read(dir: &Path) -> Result<Option<SentenceConfig>> {
     };
     let sbert = dir.join("sentence_bert_config.json");
     let max_seq_length = if sbert.is_file() {
-        read_json(&sbert)?.get("max_seq_length").and_then(Value::as_u64).map(|v| v as usize)
+        match read_json(&sbert)?.get("max_seq_length") {
+            None | Some(Value::Null) => None,
+            Some(v) => match v.as_u64() {
+                Some(n) if n > 0 => Some(usize::try_from(n).unwrap_or(usize::MAX)),
+                _ => {
+                    return Err(Error::format(format!(
+                        "{}: max_seq_length {v} is not a positive whole number",
+                        sbert.display()
+                    )));
+                }
+            },
+        }
     } else {
         None
     };

@@ -150,6 +150,52 @@ fn broken_checkpoints_are_clear_errors() {
 }
 
 #[test]
+fn inconsistent_configs_are_errors() {
+    let edit = |arch: &str, tag: &str, f: &dyn Fn(&mut serde_json::Value)| {
+        let s = Scratch::of(arch, tag);
+        let path = s.0.join("config.json");
+        let mut c: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        f(&mut c);
+        std::fs::write(&path, c.to_string()).unwrap();
+        s
+    };
+    let s = edit("bert", "nolayers", &|c| c["num_hidden_layers"] = 0.into());
+    assert!(load_err(&s.0).contains("config.json: the number of layers is 0"));
+    let s = edit("distilbert", "novocab", &|c| c["vocab_size"] = 0.into());
+    assert!(load_err(&s.0).contains("the vocabulary size is 0"));
+
+    // The tiny classifier has three outputs: two labels, four, or ids off 0..3 are errors.
+    let two = serde_json::json!({"0": "a", "1": "b"});
+    let four = serde_json::json!({"0": "a", "1": "b", "2": "c", "3": "d"});
+    let gap = serde_json::json!({"0": "a", "1": "b", "5": "c"});
+    for (tag, labels) in [("two", two), ("four", four), ("gap", gap)] {
+        let s = edit("bert-classifier", tag, &|c| c["id2label"] = labels.clone());
+        let e = load_err(&s.0);
+        assert!(e.contains("but the classifier has 3 outputs"), "{tag}: {e}");
+    }
+
+    // sentence-transformers' max_seq_length must be a positive whole number.
+    let s = Scratch::of("bert", "maxlen");
+    let modules = serde_json::json!([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}
+    ]);
+    std::fs::write(s.0.join("modules.json"), modules.to_string()).unwrap();
+    std::fs::create_dir(s.0.join("1_Pooling")).unwrap();
+    let pooling = r#"{"pooling_mode_mean_tokens": true}"#;
+    std::fs::write(s.0.join("1_Pooling/config.json"), pooling).unwrap();
+    let sbert = s.0.join("sentence_bert_config.json");
+    std::fs::write(&sbert, r#"{"max_seq_length": 8}"#).unwrap();
+    assert_eq!(Model::load(&s.0).unwrap().tokenizer().max_len(), 8);
+    for bad in ["0", "-1", "2.5", "\"long\""] {
+        std::fs::write(&sbert, format!(r#"{{"max_seq_length": {bad}}}"#)).unwrap();
+        let e = load_err(&s.0);
+        assert!(e.contains(&format!("max_seq_length {bad} is not a positive whole")), "{e}");
+    }
+}
+
+#[test]
 fn sharded_checkpoints_load_from_their_index() {
     // One shard listed in an index is still the sharded path.
     let s = Scratch::of("bert", "shard");
@@ -171,6 +217,29 @@ fn sharded_checkpoints_load_from_their_index() {
     .unwrap();
     let m = Model::load(&s.0).unwrap();
     assert_eq!(m.tensors().unwrap().len(), names.len());
+
+    // A shard in a subdirectory is inside the checkpoint; one outside it is refused unopened.
+    let index = |first: serde_json::Value| {
+        let mut map = map.clone();
+        map.insert(names[0].clone(), first);
+        let text = serde_json::json!({ "weight_map": map }).to_string();
+        std::fs::write(s.0.join("model.safetensors.index.json"), text).unwrap();
+    };
+    std::fs::create_dir(s.0.join("sub")).unwrap();
+    std::fs::copy(
+        s.0.join("model-00001-of-00001.safetensors"),
+        s.0.join("sub/model-00001-of-00001.safetensors"),
+    )
+    .unwrap();
+    index("sub/model-00001-of-00001.safetensors".into());
+    Model::load(&s.0).unwrap();
+    for outside in ["../model-00001-of-00001.safetensors", "/etc/passwd", "sub/../../x", ""] {
+        index(outside.into());
+        let e = load_err(&s.0);
+        assert!(e.contains("not a file inside the checkpoint directory"), "{outside}: {e}");
+    }
+    index(7.into());
+    assert!(load_err(&s.0).contains("is mapped to 7, not a file name"));
 }
 
 struct Logits {
