@@ -168,6 +168,19 @@ fn inspect_prints_the_plan_with_totals_and_as_json() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["bucket"], serde_json::json!([256, 1, 0]));
     assert!(v["flops"].as_u64().unwrap() > 1_000_000_000);
+
+    // Buckets no batch could fill are one-line errors, at once (this one used to run forever).
+    for (bucket, why) in [
+        ("256,4294967296,0", "more sequences than tokens"),
+        ("0,1,0", "has no room"),
+        ("99999999999,1,0", "too large"),
+        ("257,1,0", "more tokens than 1 sequences of at most 256 tokens"),
+    ] {
+        let o = switchyard(&["inspect", "--model", m.to_str().unwrap(), "--bucket", bucket]);
+        assert_eq!(o.status.code(), Some(1), "{bucket}");
+        let err = text(&o.stderr);
+        assert!(err.contains(why) && err.lines().count() == 1, "{bucket}: {err}");
+    }
 }
 
 #[test]

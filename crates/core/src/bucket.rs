@@ -21,6 +21,11 @@ use crate::{Error, Result};
 /// The bucket table compiled into every build, used when none is given.
 pub const DEFAULT_BUCKETS: &str = include_str!("default_buckets.txt");
 
+/// The most tokens, sequences or markers a bucket may hold: 4Mi rows, far beyond any batch
+/// that fits a device (all-MiniLM-L6-v2's activations alone take 6 KB a token), so that a
+/// mistyped size is an error rather than an attempt to plan terabytes.
+pub const MAX_BUCKET_ROWS: usize = 1 << 22;
+
 /// The stage a lane uses unless told otherwise.
 pub const DEFAULT_STAGE: &str = "default";
 
@@ -68,6 +73,27 @@ impl Bucket {
         )))
     }
 
+    /// Checks that a batch could fill this bucket: at least one token and one sequence, no more
+    /// sequences than tokens, and no size beyond [`MAX_BUCKET_ROWS`].
+    pub fn check(&self) -> Result<(), String> {
+        let b = self;
+        if b.tokens == 0 || b.seqs == 0 {
+            return Err(format!("bucket {b} has no room; tokens and seqs must be at least 1"));
+        }
+        if b.seqs > b.tokens {
+            return Err(format!(
+                "bucket {b} has room for more sequences than tokens; every sequence has a token"
+            ));
+        }
+        if b.tokens.max(b.markers) > MAX_BUCKET_ROWS {
+            return Err(format!(
+                "bucket {b} is too large; a bucket holds at most {MAX_BUCKET_ROWS} tokens and \
+                 markers"
+            ));
+        }
+        Ok(())
+    }
+
     /// Whether `self` is at least `other` in every dimension.
     const fn covers(&self, other: &Bucket) -> bool {
         self.holds(other.tokens, other.seqs, other.markers)
@@ -95,6 +121,7 @@ impl std::str::FromStr for Bucket {
         if it.next().is_some() {
             return Err(bad());
         }
+        b.check().map_err(Error::Format)?;
         Ok(b)
     }
 }
@@ -151,14 +178,7 @@ impl Buckets {
     }
 
     fn push(&mut self, stage: &str, b: Bucket) -> Result<(), String> {
-        if b.tokens == 0 || b.seqs == 0 {
-            return Err(format!("bucket {b} has no room; tokens and seqs must be at least 1"));
-        }
-        if b.seqs > b.tokens {
-            return Err(format!(
-                "bucket {b} has room for more sequences than tokens; every sequence has a token"
-            ));
-        }
+        b.check()?;
         let list = self.stages.entry(stage.to_owned()).or_default();
         if let Some(prev) = list.last()
             && (!b.covers(prev) || b == *prev)
@@ -236,6 +256,26 @@ mod tests {
         assert!(!b.holds(129, 1, 0));
         assert!(!b.holds(1, 5, 0));
         assert!(!b.holds(1, 1, 17));
+    }
+
+    #[test]
+    fn buckets_that_no_batch_could_fill_are_refused_where_parsed() {
+        assert_eq!("256, 8,0".parse::<Bucket>().unwrap(), Bucket::new(256, 8, 0));
+        let limit = MAX_BUCKET_ROWS;
+        for (text, why) in [
+            ("0,1,0", "has no room"),
+            ("256,0,0", "has no room"),
+            ("256,4294967296,0", "more sequences than tokens"),
+            (&format!("{},1,0", limit + 1), "too large"),
+            (&format!("{limit},1,{}", limit + 1), "too large"),
+            ("18446744073709551616,1,0", "expected TOKENS,SEQS,MARKERS"),
+        ] {
+            let e = text.parse::<Bucket>().unwrap_err().to_string();
+            assert!(e.contains(why), "{text}: {e}");
+            let table = format!("s {}", text.replace(',', " "));
+            assert!(table.parse::<Buckets>().is_err(), "the table `{table}` parsed");
+        }
+        format!("{limit},1,{limit}").parse::<Bucket>().unwrap();
     }
 
     #[test]

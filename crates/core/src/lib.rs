@@ -27,7 +27,7 @@ pub mod testkit;
 
 pub use backend::Backend;
 pub use batch::{Batch, BatchBuf};
-pub use bucket::{Bucket, Buckets, DEFAULT_BUCKETS, DEFAULT_STAGE};
+pub use bucket::{Bucket, Buckets, DEFAULT_BUCKETS, DEFAULT_STAGE, MAX_BUCKET_ROWS};
 pub use caps::{Caps, DeviceKind};
 pub use dtype::{DType, HostTensor};
 pub use error::{Error, Result};

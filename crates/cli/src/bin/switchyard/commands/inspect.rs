@@ -1,8 +1,6 @@
 //! `switchyard inspect`: the plan a model lowers to, from the capture backend.
 
-#[cfg(not(feature = "capture"))]
-use anyhow::bail;
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 
 /// Prints the plan of `model` for `bucket` (default: one sequence of its maximum length), as a
 /// table or as JSON.
@@ -13,10 +11,17 @@ pub fn run(model: &str, bucket: Option<&str>, json: bool) -> Result<()> {
 
     let dir = switchyard::resolve(model)?;
     let m = switchyard::Model::load(&dir).with_context(|| format!("loading the model {model}"))?;
+    let max_len = m.tokenizer().max_len();
     let bucket = match bucket {
         Some(b) => b.parse::<Bucket>()?,
-        None => Bucket::new(m.tokenizer().max_len(), 1, 0),
+        None => Bucket::new(max_len, 1, 0),
     };
+    if bucket.tokens > bucket.seqs.saturating_mul(max_len) {
+        bail!(
+            "bucket {bucket} holds more tokens than {} sequences of at most {max_len} tokens              (the model's maximum length) could fill",
+            bucket.seqs
+        );
+    }
     let cap = Capture::new();
     let w = cap.upload(&m.tensors()?, m.graph())?;
     let plan = cap.lower(&w, m.graph(), bucket)?;
