@@ -89,7 +89,7 @@ fn fetch(arg: &str) -> Result<PathBuf> {
     if has("model.safetensors") {
         get("model.safetensors")?;
     } else if has("model.safetensors.index.json") {
-        for shard in shards(&get("model.safetensors.index.json")?)? {
+        for shard in shards(&get("model.safetensors.index.json")?, &files)? {
             get(&shard)?;
         }
     } else {
@@ -151,22 +151,49 @@ fn module_dirs(modules: &Path) -> Result<Vec<String>> {
         .unwrap_or_default())
 }
 
-/// The shard files a `model.safetensors.index.json` lists.
+/// The shard files a `model.safetensors.index.json` lists, each one of the repository's
+/// `files`: an error for any other name (such as `../x`), which is never fetched.
 #[cfg(feature = "hub")]
-fn shards(index: &Path) -> Result<Vec<String>> {
+fn shards(index: &Path, files: &[String]) -> Result<Vec<String>> {
     let v = json(index)?;
-    let mut files: Vec<String> = v["weight_map"]
+    let mut shards: Vec<String> = v["weight_map"]
         .as_object()
         .map(|m| m.values().filter_map(|f| f.as_str().map(str::to_owned)).collect())
         .unwrap_or_default();
-    files.sort();
-    files.dedup();
-    Ok(files)
+    shards.sort();
+    shards.dedup();
+    if let Some(stray) = shards.iter().find(|s| !files.contains(s)) {
+        return fail(format!(
+            "{}: names the shard {stray:?}, which is not a file of the repository",
+            index.display()
+        ));
+    }
+    Ok(shards)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(feature = "hub")]
+    #[test]
+    fn an_index_can_name_only_the_repositorys_files() {
+        let dir = std::env::temp_dir().join(format!("switchyard-hub-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let index = dir.join("model.safetensors.index.json");
+        let files = ["a.safetensors".to_owned(), "b.safetensors".to_owned()];
+        let write = |map: serde_json::Value| {
+            std::fs::write(&index, serde_json::json!({ "weight_map": map }).to_string()).unwrap()
+        };
+        write(
+            serde_json::json!({"x": "b.safetensors", "y": "a.safetensors", "z": "a.safetensors"}),
+        );
+        assert_eq!(shards(&index, &files).unwrap(), files);
+        write(serde_json::json!({"x": "a.safetensors", "y": "../../outside"}));
+        let e = shards(&index, &files).unwrap_err().to_string();
+        assert!(e.contains("\"../../outside\", which is not a file of the repository"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn repo_ids_and_paths_are_told_apart() {
