@@ -34,6 +34,18 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
     move |source| Error::io(path, source)
 }
 
+/// Whether `path` is a regular file, following links: `false` if nothing is there; an error
+/// naming it if it cannot be looked at (no permission, a loop of links) or is something else
+/// (a directory, a FIFO), rather than "missing".
+pub(crate) fn is_file(path: &Path) -> Result<bool> {
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_file() => Ok(true),
+        Ok(_) => Err(Error::format(format!("{} is not a regular file", path.display()))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(Error::io(path, e)),
+    }
+}
+
 /// Reads and parses a JSON file.
 pub(crate) fn read_json(path: &Path) -> Result<serde_json::Value> {
     let text = std::fs::read_to_string(path).map_err(io(path))?;
@@ -62,7 +74,12 @@ impl Checkpoint {
     /// `model.safetensors.index.json`).
     pub fn open(dir: &Path) -> Result<Checkpoint> {
         let _span = tracing::info_span!("load", dir = %dir.display()).entered();
-        if !dir.is_dir() {
+        let is_dir = match std::fs::metadata(dir) {
+            Ok(m) => m.is_dir(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+            Err(e) => return Err(Error::io(dir, e)),
+        };
+        if !is_dir {
             return Err(Error::format(format!(
                 "{} is not a directory; expected a Hugging Face checkpoint directory with \
                  config.json, model.safetensors and tokenizer.json",
@@ -70,7 +87,7 @@ impl Checkpoint {
             )));
         }
         let config_path = dir.join("config.json");
-        if !config_path.is_file() {
+        if !is_file(&config_path)? {
             return Err(Error::format(format!("{} has no config.json", dir.display())));
         }
         let config = read_json(&config_path)?;
@@ -85,11 +102,11 @@ impl Checkpoint {
 
     fn weight_files(dir: &Path) -> Result<Vec<PathBuf>> {
         let single = dir.join("model.safetensors");
-        if single.is_file() {
+        if is_file(&single)? {
             return Ok(vec![single]);
         }
         let index = dir.join("model.safetensors.index.json");
-        if index.is_file() {
+        if is_file(&index)? {
             let v = read_json(&index)?;
             let map = v.get("weight_map").and_then(|m| m.as_object()).ok_or_else(|| {
                 Error::format(format!("{}: no `weight_map` object", index.display()))

@@ -6,7 +6,7 @@ use std::path::Path;
 use serde_json::Value;
 use switchyard_core::PoolMode;
 
-use crate::checkpoint::read_json;
+use crate::checkpoint::{is_file, read_json};
 use crate::{Error, Result};
 
 /// How sentence-transformers turns token rows into one embedding.
@@ -40,7 +40,7 @@ pub struct SentenceConfig {
 /// Reads the sentence-transformers configuration of `dir`; `None` if it has no `modules.json`.
 pub fn read(dir: &Path) -> Result<Option<SentenceConfig>> {
     let modules_path = dir.join("modules.json");
-    if !modules_path.is_file() {
+    if !is_file(&modules_path)? {
         return Ok(None);
     }
     let modules = read_json(&modules_path)?;
@@ -87,7 +87,7 @@ pub fn read(dir: &Path) -> Result<Option<SentenceConfig>> {
         }
     };
     let sbert = dir.join("sentence_bert_config.json");
-    let max_seq_length = if sbert.is_file() {
+    let max_seq_length = if is_file(&sbert)? {
         match read_json(&sbert)?.get("max_seq_length") {
             None | Some(Value::Null) => None,
             Some(v) => match v.as_u64() {
@@ -109,7 +109,7 @@ pub fn read(dir: &Path) -> Result<Option<SentenceConfig>> {
 /// Checks a `SpladePooling` configuration: max pooling with `relu` is what Switchyard computes.
 fn splade_pooling(path: &Path) -> Result<()> {
     // The module's configuration file is optional; its defaults are max and relu.
-    let c = if path.is_file() { read_json(path)? } else { Value::Null };
+    let c = if is_file(path)? { read_json(path)? } else { Value::Null };
     let strategy = c.get("pooling_strategy").and_then(Value::as_str).unwrap_or("max");
     let act = c.get("activation_function").and_then(Value::as_str).unwrap_or("relu");
     if strategy != "max" || act != "relu" {

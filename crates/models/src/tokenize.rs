@@ -65,7 +65,7 @@ impl Tokenizer {
     /// Loads `tokenizer.json` from `dir`, truncating at `max_len` tokens and never padding.
     pub fn load(dir: &Path, max_len: usize) -> Result<Tokenizer> {
         let path = dir.join("tokenizer.json");
-        if !path.is_file() {
+        if !crate::checkpoint::is_file(&path)? {
             return Err(Error::format(format!(
                 "{} has no tokenizer.json; Switchyard needs the fast tokenizer file",
                 dir.display()

@@ -149,6 +149,31 @@ fn broken_checkpoints_are_clear_errors() {
     assert!(load_err(&s.0).contains("has no tokenizer.json"));
 }
 
+/// Files that are there but cannot be read as files are named as such, never as missing.
+#[cfg(unix)]
+#[test]
+fn unreadable_files_are_not_reported_missing() {
+    let s = Scratch::of("bert", "fifo");
+    std::fs::remove_file(s.0.join("config.json")).unwrap();
+    let made = std::process::Command::new("mkfifo").arg(s.0.join("config.json")).status();
+    assert!(made.unwrap().success(), "mkfifo");
+    let e = load_err(&s.0);
+    assert!(e.contains("config.json is not a regular file"), "{e}");
+
+    let s = Scratch::of("bert", "loop");
+    std::fs::remove_file(s.0.join("model.safetensors")).unwrap();
+    std::os::unix::fs::symlink(s.0.join("b"), s.0.join("a")).unwrap();
+    std::os::unix::fs::symlink(s.0.join("a"), s.0.join("b")).unwrap();
+    std::os::unix::fs::symlink(s.0.join("a"), s.0.join("model.safetensors")).unwrap();
+    let e = load_err(&s.0);
+    assert!(e.contains("model.safetensors: ") && !e.contains("has no model.safetensors"), "{e}");
+
+    let s = Scratch::of("bert", "tokdir");
+    std::fs::remove_file(s.0.join("tokenizer.json")).unwrap();
+    std::fs::create_dir(s.0.join("tokenizer.json")).unwrap();
+    assert!(load_err(&s.0).contains("tokenizer.json is not a regular file"));
+}
+
 #[test]
 fn inconsistent_configs_are_errors() {
     let edit = |arch: &str, tag: &str, f: &dyn Fn(&mut serde_json::Value)| {
