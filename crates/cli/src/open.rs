@@ -51,8 +51,17 @@ impl Options {
     }
 }
 
-/// The backend on the device of `options`, on its thread count where one is set.
+/// The backend on the device of `options`, on its thread count where one is set; an error for
+/// a device that computes nothing, whose outputs would be made up.
 fn backend(options: &Options) -> Result<Dispatch> {
+    if options.device.family().backend == "capture" {
+        return Err(switchyard_core::Error::Unsupported(
+            "the capture device records plans and computes nothing, so it has no results to \
+             give; `switchyard inspect --model MODEL` shows the plan"
+                .into(),
+        )
+        .into());
+    }
     match options.threads {
         None => Ok(Dispatch::new(&options.device)?),
         #[cfg(feature = "flex")]
@@ -120,5 +129,12 @@ mod tests {
         assert_eq!(flex.caps().threads, 3);
         let e = backend(&Options::on("ndarray").unwrap().threads(three)).unwrap_err();
         assert!(e.to_string().contains("flex only"), "{e}");
+    }
+
+    #[cfg(feature = "capture")]
+    #[test]
+    fn the_capture_device_gives_no_made_up_results() {
+        let e = backend(&Options::on("capture").unwrap()).unwrap_err().to_string();
+        assert!(e.contains("computes nothing") && e.contains("switchyard inspect"), "{e}");
     }
 }

@@ -486,7 +486,7 @@ fn dtype_f16_embeds_close_to_f32_and_a_device_without_it_refuses() {
 }
 
 #[test]
-fn int8_and_a_thread_count_embed_close_to_f32_and_other_devices_refuse_threads() {
+fn int8_and_threads_embed_close_to_f32_and_what_cannot_apply_is_refused() {
     let m = model_dir();
     let m = m.to_str().unwrap();
     let full = switchyard(&["embed", "--model", m, THREE[0]]);
@@ -502,6 +502,9 @@ fn int8_and_a_thread_count_embed_close_to_f32_and_other_devices_refuse_threads()
     let err = text(&o.stderr);
     assert!(err.contains("thread count can be set for flex only"), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
+    let o = switchyard(&["embed", "--model", m, "--device", "capture", "hi"]);
+    assert_eq!(o.status.code(), Some(1), "capture makes up no embeddings");
+    assert!(text(&o.stdout).is_empty() && text(&o.stderr).contains("switchyard inspect"));
     let o = switchyard(&["embed", "--model", m, "--threads", "0", "hi"]);
     assert_eq!(o.status.code(), Some(2), "clap refuses zero threads");
 }
