@@ -64,12 +64,12 @@ fn embed_prints_one_normalised_embedding_per_input_in_order() {
 }
 
 #[test]
-fn embed_reads_plain_and_json_lines_from_a_file_and_runs_on_other_devices() {
+fn embed_reads_json_lines_from_a_file_and_runs_on_other_devices() {
     let m = model_dir();
     let dir = std::env::temp_dir().join(format!("switchyard-cli-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("in.jsonl");
-    std::fs::write(&file, "first line\n{\"text\": \"second\"}\n\n").unwrap();
+    std::fs::write(&file, "{\"text\": \"first line\"}\n{\"text\": \"second\"}\n\n").unwrap();
     let flex =
         switchyard(&["embed", "--model", m.to_str().unwrap(), "--input", file.to_str().unwrap()]);
     assert!(flex.status.success(), "{}", text(&flex.stderr));

@@ -8,6 +8,8 @@ use clap::{Parser, Subcommand};
 use switchyard::DType;
 use switchyard::dispatch::{FAMILIES, forms, forms_served};
 
+use crate::input::{Format, MAX_INPUT_BYTES};
+
 /// Run transformer encoders (sentence embedders and more) from Hugging Face checkpoints.
 #[derive(Parser)]
 #[command(name = "switchyard", version, about)]
@@ -132,17 +134,29 @@ pub struct InputArgs {
     /// Read inputs from a file (`-` for stdin): plain lines, or JSON lines with a `text` field.
     #[arg(long, conflicts_with = "texts")]
     pub input: Option<PathBuf>,
+    /// How --input's lines are read: auto (JSON lines if the first line is a JSON object, else
+    /// plain text), jsonl, or text.
+    #[arg(long, value_enum, default_value = "auto", requires = "input")]
+    pub format: Format,
 }
 
 impl InputArgs {
-    /// The texts, from the arguments or the file; an error if there are none.
+    /// The texts, from the arguments or the file; an error if there are none, or if one is
+    /// longer than [`MAX_INPUT_BYTES`].
     pub fn read(&self) -> Result<Vec<String>> {
         let texts = match &self.input {
-            Some(path) => crate::input::read(path)?,
+            Some(path) => crate::input::read(path, self.format)?,
             None => self.texts.clone(),
         };
         if texts.is_empty() {
             bail!("no input: give texts as arguments, or --input FILE (- for stdin)");
+        }
+        if let Some((i, t)) = texts.iter().enumerate().find(|(_, t)| t.len() > MAX_INPUT_BYTES) {
+            bail!(
+                "text {}: an input of {} bytes; inputs are limited to {MAX_INPUT_BYTES}",
+                i + 1,
+                t.len()
+            );
         }
         Ok(texts)
     }
