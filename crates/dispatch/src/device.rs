@@ -80,6 +80,9 @@ impl Family {
                 let Ok(port) = port.parse::<u16>() else {
                     return bad(format!(" (`{port}` is not a port)"));
                 };
+                if port == 0 {
+                    return bad(" (port 0 is no server's port)".into());
+                }
                 if host.is_empty() {
                     return bad(" (no host)".into());
                 }
@@ -270,6 +273,7 @@ mod tests {
             ("cuda:x", "`x` is not a device index"),
             ("remote:host", "no port"),
             ("remote:host:99999", "`99999` is not a port"),
+            ("remote:127.0.0.1:0", "port 0 is no server's port"),
             ("remote::80", "no host"),
             ("tch:rocm", "unknown device `tch:rocm`"),
             ("flex:1", "unknown device `flex:1`"),

@@ -121,8 +121,39 @@ pub fn connect(host: &str, port: u16, options: RemoteOptions) -> Result<Remote> 
     let name = format!("remote:{host}:{port}");
     let server = (format!("ws://{host}:{port}"), options.token.clone().unwrap_or_default());
     let _span = tracing::info_span!("connect", device = %name).entered();
+    refused_at_once(&name, host, port, options.timeout)?;
     let conn = open_conn(&name, &server, &options)?;
     Ok(Remote { name, server, options, conn: Mutex::new(Arc::new(conn)) })
+}
+
+/// The error of a connect to a server that is not there.
+fn unreachable(name: &str, why: &str) -> Error {
+    Error::Device(format!(
+        "{name} failed to connect: {why} (is `switchyard remote-serve` running there, and does \
+         {TOKEN_ENV} match its token?)"
+    ))
+}
+
+/// An error at once where nothing can listen at `host:port` (the name does not resolve, or every
+/// address refuses a TCP connection), where burn-remote would retry for about 15 s; `Ok` where
+/// something answers or the network is only slow, for burn-remote's connect to decide.
+fn refused_at_once(name: &str, host: &str, port: u16, timeout: Duration) -> Result<()> {
+    use std::net::{TcpStream, ToSocketAddrs};
+    let bare = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
+    let addrs: Vec<_> = (bare, port)
+        .to_socket_addrs()
+        .map_err(|e| unreachable(name, &format!("cannot resolve {host}: {e}")))?
+        .collect();
+    let mut refused = format!("{host} has no address");
+    for addr in &addrs {
+        match TcpStream::connect_timeout(addr, timeout) {
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                refused = format!("{addr} refused the connection ({e})");
+            }
+            _ => return Ok(()),
+        }
+    }
+    Err(unreachable(name, &refused))
 }
 
 /// Connects to the current session of `server`, with a thread of the caller's own, and checks

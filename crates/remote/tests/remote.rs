@@ -134,6 +134,19 @@ fn a_server_that_is_down_at_connect_is_an_error_in_bounded_time() {
 }
 
 #[test]
+fn a_port_nothing_listens_on_is_refused_at_once_whatever_the_timeout() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let start = Instant::now();
+    let options = RemoteOptions { timeout: Duration::from_secs(60), token: None };
+    let e = switchyard_remote::connect("127.0.0.1", port, options.clone()).unwrap_err();
+    // burn-remote alone retried for about 15 s.
+    assert!(start.elapsed() < Duration::from_secs(5), "took {:?}", start.elapsed());
+    assert_device_error(&e, "refused the connection");
+    let e = switchyard_remote::connect("no-such-host.invalid", 7878, options).unwrap_err();
+    assert_device_error(&e, "cannot resolve no-such-host.invalid");
+}
+
+#[test]
 fn a_server_that_dies_mid_batch_is_an_error_in_bounded_time() {
     let mut server = start("127.0.0.1:0", None);
     let (job, remote, plan) = prepared(&server);
