@@ -508,3 +508,39 @@ fn int8_and_threads_embed_close_to_f32_and_what_cannot_apply_is_refused() {
     let o = switchyard(&["embed", "--model", m, "--threads", "0", "hi"]);
     assert_eq!(o.status.code(), Some(2), "clap refuses zero threads");
 }
+
+/// `embed` prints each chunk of 1024 inputs before it reads the next: here the first results
+/// arrive while stdin is still open, which they could not if the whole input were read first.
+#[test]
+fn embed_streams_results_before_its_input_ends() {
+    use std::io::{BufRead, Write};
+    let m = model_dir();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .args(["embed", "--model", m.to_str().unwrap(), "--input", "-"])
+        .env_remove("SWITCHYARD_DEVICE")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the binary runs");
+    let mut stdin = child.stdin.take().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let mut lines = std::io::BufReader::new(stdout).lines();
+        tx.send(lines.next().map(Result::unwrap)).unwrap();
+        lines.count() + 1
+    });
+    for i in 0..1024 {
+        writeln!(stdin, "sentence number {i}").unwrap();
+    }
+    stdin.flush().unwrap();
+    let first = rx.recv_timeout(std::time::Duration::from_secs(120));
+    // Ended either way, so that a failure does not leave the child waiting on its stdin.
+    writeln!(stdin, "one more").unwrap();
+    drop(stdin);
+    let first = first.expect("a first result while stdin is open").expect("a line");
+    assert!(first.contains("\"sentence number 0\""), "{first}");
+    assert!(child.wait().unwrap().success());
+    assert_eq!(reader.join().unwrap(), 1025);
+}

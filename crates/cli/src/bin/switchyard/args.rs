@@ -8,7 +8,7 @@ use clap::{Parser, Subcommand};
 use switchyard::DType;
 use switchyard::dispatch::{FAMILIES, forms, forms_served};
 
-use crate::input::{Format, MAX_INPUT_BYTES};
+use crate::input::{Format, Inputs};
 
 /// Run transformer encoders (sentence embedders and more) from Hugging Face checkpoints.
 #[derive(Parser)]
@@ -141,23 +141,23 @@ pub struct InputArgs {
 }
 
 impl InputArgs {
-    /// The texts, from the arguments or the file; an error if there are none, or if one is
-    /// longer than [`MAX_INPUT_BYTES`].
-    pub fn read(&self) -> Result<Vec<String>> {
-        let texts = match &self.input {
-            Some(path) => crate::input::read(path, self.format)?,
-            None => self.texts.clone(),
-        };
-        if texts.is_empty() {
-            bail!("no input: give texts as arguments, or --input FILE (- for stdin)");
+    /// The inputs, a chunk at a time.
+    pub fn inputs(&self) -> Result<Inputs> {
+        match &self.input {
+            Some(path) => Inputs::open(path, self.format),
+            None => Ok(Inputs::texts(self.texts.clone())),
         }
-        if let Some((i, t)) = texts.iter().enumerate().find(|(_, t)| t.len() > MAX_INPUT_BYTES) {
-            bail!(
-                "text {}: an input of {} bytes; inputs are limited to {MAX_INPUT_BYTES}",
-                i + 1,
-                t.len()
-            );
+    }
+
+    /// Every input; an error if there are none (see [`Inputs::next_chunk`] for the others).
+    pub fn read(&self) -> Result<Vec<String>> {
+        let texts = self.inputs()?.all()?;
+        if texts.is_empty() {
+            bail!("{NO_INPUT}");
         }
         Ok(texts)
     }
 }
+
+/// The error for a command given nothing to process.
+pub const NO_INPUT: &str = "no input: give texts as arguments, or --input FILE (- for stdin)";

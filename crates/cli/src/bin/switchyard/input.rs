@@ -1,6 +1,7 @@
-//! Reading inputs: plain lines, or JSON lines with a `text` field, from a file or stdin.
+//! Reading inputs: plain lines, or JSON lines with a `text` field, from a file or stdin, a
+//! chunk at a time.
 
-use std::io::Read;
+use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 
 use anyhow::{Context, Result, bail};
@@ -8,6 +9,13 @@ use anyhow::{Context, Result, bail};
 /// The most bytes one input may have: far more than any model reads (8192 tokens are tens of
 /// kilobytes of text), so that a runaway line is an error rather than gigabytes of tokenizing.
 pub const MAX_INPUT_BYTES: usize = 1 << 20;
+
+/// The most bytes one line of a file may have: room for an input at the limit written as JSON,
+/// escapes included. Longer, it is an error before the rest of it is read.
+const MAX_LINE_BYTES: usize = 4 * MAX_INPUT_BYTES;
+
+/// Inputs per chunk: what the commands that stream hold in memory at once.
+pub const CHUNK: usize = 1024;
 
 /// How an input file's lines are read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -20,65 +28,147 @@ pub enum Format {
     Text,
 }
 
-/// Reads the inputs in `path` (`-` for stdin) in `format`. Empty lines are skipped, and a
-/// byte-order mark at the start is dropped.
-pub fn read(path: &Path, format: Format) -> Result<Vec<String>> {
-    let mut bytes = Vec::new();
-    if path.as_os_str() == "-" {
-        std::io::stdin().read_to_end(&mut bytes).context("reading stdin")?;
-    } else {
-        bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    }
-    parse(&bytes, format).with_context(|| format!("in {}", path.display()))
+/// Inputs, a chunk at a time: texts given as arguments, or the lines of a file or stdin. Empty
+/// lines are skipped, a byte-order mark at the start is dropped, and every error names its line.
+pub struct Inputs {
+    source: Source,
+    format: Format,
+    /// Whether the file is JSON lines, once its first non-empty line has said.
+    jsonl: Option<bool>,
+    /// Lines read so far.
+    line: usize,
 }
 
-/// Parses input lines (see [`read`]); every error names its line.
-pub fn parse(bytes: &[u8], format: Format) -> Result<Vec<String>> {
-    let bytes = bytes.strip_prefix("\u{feff}".as_bytes()).unwrap_or(bytes);
-    let lines = bytes.split(|&b| b == b'\n').enumerate().map(|(i, raw)| {
-        let raw = raw.strip_suffix(b"\r").unwrap_or(raw);
-        let line = std::str::from_utf8(raw).with_context(|| format!("line {}: not UTF-8", i + 1));
-        (i + 1, line)
-    });
-    let mut out = Vec::new();
-    let mut jsonl = None;
-    for (n, line) in lines {
-        let line = line?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let jsonl = *jsonl.get_or_insert(match format {
-            Format::Auto => {
-                line.trim_start().starts_with('{')
-                    && serde_json::from_str::<serde_json::Value>(line).is_ok_and(|v| v.is_object())
-            }
-            Format::Jsonl => true,
-            Format::Text => false,
-        });
-        let text = if jsonl {
-            let v: serde_json::Value = serde_json::from_str(line)
-                .with_context(|| format!("line {n}: not valid JSON (the file is JSON lines)"))?;
-            match v.get("text").and_then(serde_json::Value::as_str) {
-                Some(t) => t.to_owned(),
-                None => bail!("line {n}: a JSON line needs a string field `text`"),
-            }
-        } else {
-            line.to_owned()
-        };
-        if text.len() > MAX_INPUT_BYTES {
-            bail!(
-                "line {n}: an input of {} bytes; inputs are limited to {MAX_INPUT_BYTES}",
-                text.len()
-            );
-        }
-        out.push(text);
+enum Source {
+    Texts(Vec<String>),
+    Lines { name: String, reader: Box<dyn BufRead> },
+}
+
+impl Inputs {
+    /// The texts given as arguments, as one chunk.
+    pub fn texts(texts: Vec<String>) -> Inputs {
+        Inputs { source: Source::Texts(texts), format: Format::Text, jsonl: None, line: 0 }
     }
-    Ok(out)
+
+    /// The lines of `path` (`-` for stdin), in `format`.
+    pub fn open(path: &Path, format: Format) -> Result<Inputs> {
+        let reader: Box<dyn BufRead> = if path.as_os_str() == "-" {
+            Box::new(BufReader::new(std::io::stdin()))
+        } else {
+            let file =
+                std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
+            Box::new(BufReader::new(file))
+        };
+        Ok(Inputs::lines(path.display().to_string(), reader, format))
+    }
+
+    /// The lines `reader` gives, in `format`; errors say they are in `name`.
+    pub fn lines(name: String, reader: Box<dyn BufRead>, format: Format) -> Inputs {
+        Inputs { source: Source::Lines { name, reader }, format, jsonl: None, line: 0 }
+    }
+
+    /// The next inputs, at most [`CHUNK`] of them from a file; `None` when there are no more.
+    pub fn next_chunk(&mut self) -> Result<Option<Vec<String>>> {
+        let chunk = match &mut self.source {
+            Source::Texts(texts) => std::mem::take(texts),
+            Source::Lines { name, reader } => {
+                let mut chunk = Vec::new();
+                while chunk.len() < CHUNK {
+                    let Some(raw) = read_line(reader.as_mut(), self.line + 1)
+                        .with_context(|| format!("in {name}"))?
+                    else {
+                        break;
+                    };
+                    self.line += 1;
+                    let text = parse_line(&raw, self.line, self.format, &mut self.jsonl)
+                        .with_context(|| format!("in {name}"))?;
+                    chunk.extend(text);
+                }
+                chunk
+            }
+        };
+        if let Some((i, t)) = chunk.iter().enumerate().find(|(_, t)| t.len() > MAX_INPUT_BYTES) {
+            let at = match self.source {
+                Source::Texts(_) => format!("text {}", i + 1),
+                Source::Lines { .. } => "an input".to_owned(),
+            };
+            bail!("{at} of {} bytes; inputs are limited to {MAX_INPUT_BYTES}", t.len());
+        }
+        Ok((!chunk.is_empty()).then_some(chunk))
+    }
+
+    /// Every input, in one list.
+    pub fn all(mut self) -> Result<Vec<String>> {
+        let mut all = Vec::new();
+        while let Some(chunk) = self.next_chunk()? {
+            all.extend(chunk);
+        }
+        Ok(all)
+    }
+}
+
+/// Line `n` of `reader` without its line ending, or `None` at the end; an error past
+/// [`MAX_LINE_BYTES`], before the rest of the line is read.
+fn read_line(reader: &mut dyn BufRead, n: usize) -> Result<Option<Vec<u8>>> {
+    let mut raw = Vec::new();
+    let limit = MAX_LINE_BYTES as u64 + 1;
+    let read = reader.take(limit).read_until(b'\n', &mut raw).context("reading")?;
+    if read == 0 {
+        return Ok(None);
+    }
+    if raw.last() == Some(&b'\n') {
+        raw.pop();
+    } else if raw.len() > MAX_LINE_BYTES {
+        bail!(
+            "line {n} is longer than {MAX_LINE_BYTES} bytes; inputs are limited to {MAX_INPUT_BYTES}"
+        );
+    }
+    if raw.last() == Some(&b'\r') {
+        raw.pop();
+    }
+    Ok(Some(raw))
+}
+
+/// The input on line `n` (`None` for an empty line), the file's format decided by its first
+/// non-empty line where `format` is auto.
+fn parse_line(
+    raw: &[u8],
+    n: usize,
+    format: Format,
+    jsonl: &mut Option<bool>,
+) -> Result<Option<String>> {
+    let raw = if n == 1 { raw.strip_prefix("\u{feff}".as_bytes()).unwrap_or(raw) } else { raw };
+    let line = std::str::from_utf8(raw).with_context(|| format!("line {n}: not UTF-8"))?;
+    if line.trim().is_empty() {
+        return Ok(None);
+    }
+    let is_jsonl = *jsonl.get_or_insert(match format {
+        Format::Auto => {
+            line.trim_start().starts_with('{')
+                && serde_json::from_str::<serde_json::Value>(line).is_ok_and(|v| v.is_object())
+        }
+        Format::Jsonl => true,
+        Format::Text => false,
+    });
+    if !is_jsonl {
+        return Ok(Some(line.to_owned()));
+    }
+    let v: serde_json::Value = serde_json::from_str(line)
+        .with_context(|| format!("line {n}: not valid JSON (the file is JSON lines)"))?;
+    match v.get("text").and_then(serde_json::Value::as_str) {
+        Some(t) => Ok(Some(t.to_owned())),
+        None => bail!("line {n}: a JSON line needs a string field `text`"),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn parse(bytes: &[u8], format: Format) -> Result<Vec<String>> {
+        let reader = Box::new(std::io::Cursor::new(bytes.to_vec()));
+        Inputs::lines("test".into(), reader, format).all()
+    }
 
     fn auto(text: &str) -> Result<Vec<String>> {
         parse(text.as_bytes(), Format::Auto)
@@ -109,16 +199,31 @@ mod tests {
         let e = auto("{\"text\": \"ok\"}\n\n{broken\n").unwrap_err();
         assert!(format!("{e:#}").contains("line 3: not valid JSON"), "{e:#}");
         let e = parse(b"{broken\n", Format::Jsonl).unwrap_err();
-        assert!(format!("{e:#}").contains("line 1: not valid JSON"), "{e:#}");
+        assert!(format!("{e:#}").contains("in test: line 1: not valid JSON"), "{e:#}");
         let e = parse(b"fine\nbad \xff byte\n", Format::Auto).unwrap_err();
         assert!(format!("{e:#}").contains("line 2: not UTF-8"), "{e:#}");
     }
 
     #[test]
-    fn an_input_over_the_limit_is_an_error() {
+    fn inputs_over_the_limit_are_errors() {
         let long = "a".repeat(MAX_INPUT_BYTES + 1);
         let e = auto(&format!("short\n{long}\n")).unwrap_err();
-        assert!(format!("{e:#}").contains("line 2: an input of 1048577 bytes"), "{e:#}");
+        assert!(format!("{e:#}").contains("an input of 1048577 bytes"), "{e:#}");
         assert_eq!(auto(&"b".repeat(MAX_INPUT_BYTES)).unwrap().len(), 1);
+        // A line far past the limit is refused before it is read whole.
+        let e = auto(&"c".repeat(MAX_LINE_BYTES + 10)).unwrap_err();
+        assert!(format!("{e:#}").contains("line 1 is longer than"), "{e:#}");
+        let e = Inputs::texts(vec!["ok".into(), long]).all().unwrap_err();
+        assert!(e.to_string().contains("text 2 of 1048577 bytes"), "{e}");
+    }
+
+    #[test]
+    fn a_file_comes_a_chunk_at_a_time() {
+        let text: String = (0..CHUNK * 2 + 3).map(|i| format!("line {i}\n")).collect();
+        let mut inputs =
+            Inputs::lines("t".into(), Box::new(std::io::Cursor::new(text)), Format::Auto);
+        let sizes: Vec<usize> =
+            std::iter::from_fn(|| inputs.next_chunk().unwrap()).map(|c| c.len()).collect();
+        assert_eq!(sizes, [CHUNK, CHUNK, 3]);
     }
 }

@@ -1,37 +1,43 @@
-//! `switchyard embed`: one JSON line per input, dense or sparse.
+//! `switchyard embed`: one JSON line per input, dense or sparse, streamed.
 
-use std::io::Write;
 use std::path::Path;
 
 use anyhow::Result;
 use switchyard::Task;
 
-use super::{runner, with_progress};
+use super::{open_inputs, runner, streamed};
 use crate::args::{InputArgs, ModelArgs};
 
-/// Embeds the inputs, printing `{"text", "embedding"}` (or `"sparse"` terms for SPLADE) per line.
+/// Embeds the inputs, printing `{"text", "embedding"}` (or `"sparse"` terms for SPLADE) per line,
+/// a chunk of inputs at a time.
 pub fn run(args: &ModelArgs, input: &InputArgs, buckets: Option<&Path>) -> Result<()> {
-    let texts = input.read()?;
+    let inputs = open_inputs(input)?;
     let mut run = runner(args, buckets)?;
-    let mut out = std::io::stdout().lock();
-    if *run.model().task() == Task::Sparse {
-        let rows = with_progress(input, &texts, |t, p| run.sparse(t, p))?;
-        let tokenizer = run.model().tokenizer();
-        for (text, terms) in texts.iter().zip(rows) {
-            let terms: Vec<serde_json::Value> = terms
+    let sparse = *run.model().task() == Task::Sparse;
+    streamed(input, inputs, |texts, progress| {
+        if sparse {
+            let rows = run.sparse(texts, progress)?;
+            let tokenizer = run.model().tokenizer();
+            return Ok(texts
                 .iter()
-                .map(|&(id, weight)| {
-                    serde_json::json!({ "id": id, "token": tokenizer.token(id), "weight": weight })
+                .zip(rows)
+                .map(|(text, terms)| {
+                    let terms: Vec<serde_json::Value> = terms
+                        .iter()
+                        .map(|&(id, weight)| {
+                            let token = tokenizer.token(id);
+                            serde_json::json!({ "id": id, "token": token, "weight": weight })
+                        })
+                        .collect();
+                    serde_json::json!({ "text": text, "sparse": terms }).to_string()
                 })
-                .collect();
-            writeln!(out, "{}", serde_json::json!({ "text": text, "sparse": terms }))?;
+                .collect());
         }
-        return Ok(());
-    }
-    let rows = with_progress(input, &texts, |t, p| run.embed(t, p))?;
-    for (text, row) in texts.iter().zip(rows) {
-        let line = serde_json::json!({ "text": text, "embedding": row });
-        writeln!(out, "{line}")?;
-    }
-    Ok(())
+        let rows = run.embed(texts, progress)?;
+        Ok(texts
+            .iter()
+            .zip(rows)
+            .map(|(text, row)| serde_json::json!({ "text": text, "embedding": row }).to_string())
+            .collect())
+    })
 }

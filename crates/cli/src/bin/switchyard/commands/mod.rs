@@ -9,12 +9,14 @@ mod rerank;
 mod similarity;
 mod tokenize;
 
+use std::io::Write;
 use std::path::Path;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use switchyard::{Buckets, Device, Dispatch, Options, Runner};
 
-use crate::args::{Cli, Command, InputArgs, ModelArgs};
+use crate::args::{Cli, Command, InputArgs, ModelArgs, NO_INPUT};
+use crate::input::Inputs;
 use crate::progress::Progress;
 
 /// Runs the command the command line asks for.
@@ -65,8 +67,43 @@ fn with_progress<T>(
     f: impl FnOnce(&[&str], &mut dyn FnMut(usize)) -> switchyard::models::Result<T>,
 ) -> Result<T> {
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-    let bar = Progress::new(texts.len(), input.input.is_some());
+    let bar = Progress::new(Some(texts.len()), input.input.is_some());
     let out = f(&refs, &mut |done| bar.show(done))?;
     bar.finish();
     Ok(out)
+}
+
+/// The inputs, opened before the model loads so that a wrong path fails first; an error if no
+/// texts are given at all.
+fn open_inputs(input: &InputArgs) -> Result<Inputs> {
+    if input.input.is_none() && input.texts.is_empty() {
+        bail!("{NO_INPUT}");
+    }
+    input.inputs()
+}
+
+/// Prints the JSON lines `f` makes of the inputs, a chunk at a time, before reading the next
+/// chunk: memory holds one chunk, not the file, and results appear as they come. A progress
+/// line shows for file input on a terminal.
+fn streamed(
+    input: &InputArgs,
+    mut inputs: Inputs,
+    mut f: impl FnMut(&[&str], &mut dyn FnMut(usize)) -> Result<Vec<String>>,
+) -> Result<()> {
+    let bar = Progress::new(None, input.input.is_some());
+    let mut out = std::io::stdout().lock();
+    let mut done = 0;
+    while let Some(texts) = inputs.next_chunk()? {
+        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        for line in f(&refs, &mut |d| bar.show(done + d))? {
+            writeln!(out, "{line}")?;
+        }
+        out.flush()?;
+        done += texts.len();
+    }
+    bar.finish();
+    if done == 0 {
+        bail!("{NO_INPUT}");
+    }
+    Ok(())
 }
