@@ -91,7 +91,8 @@ fn streamed(
     mut f: impl FnMut(&[&str], &mut dyn FnMut(usize)) -> Result<Vec<String>>,
 ) -> Result<()> {
     let bar = Progress::new(None, input.input.is_some());
-    let mut out = std::io::stdout().lock();
+    // Written a chunk at a time: stdout alone would write each line separately.
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let mut done = 0;
     while let Some(texts) = inputs.next_chunk()? {
         let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
