@@ -27,6 +27,11 @@ tasks:
                builds download LLVM) or test (llvmpipe crashes on SPIR-V; Metal is Apple's);
                DOCS_RS=1 makes the LLVM build scripts skip what a check never uses
   lint         cargo fmt --check, clippy with warnings denied, and rustdoc with warnings denied
+  fuzz [--cases N] [--seed S]
+               every fuzz target of crates/fuzz (bucket tables, batches, config.json,
+               safetensors headers, tokenizer input) N times each (default 100000) from seed S
+               (default 1), in the test profile the test suite builds; prints each target's
+               tally and the peak memory
   bench [N] [--gpu] [--gpus-only] [--peers [--threads 1,2]]
                the benchmarks, in release mode, each beside a peer (N repetitions, default 15);
                --gpu adds the cube backend's devices beside flex (wgpu:0 where a Vulkan driver
@@ -47,6 +52,7 @@ fn main() -> ExitCode {
         Some("fetch-libtorch") => libtorch::fetch_libtorch(),
         Some("test-all-backends") => backends::test_all(),
         Some("bench") => bench(std::env::args().skip(2).collect()),
+        Some("fuzz") => fuzz(&std::env::args().skip(2).collect::<Vec<_>>()),
         Some("help" | "-h" | "--help") | None => {
             print!("{HELP}");
             ExitCode::SUCCESS
@@ -107,6 +113,35 @@ fn check_gpu() -> ExitCode {
         }
         Err(e) => {
             eprintln!("xtask check-gpu: could not start cargo: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs every fuzz target `--cases` times from `--seed`.
+fn fuzz(args: &[String]) -> ExitCode {
+    let value = |flag: &str, default: u64| match args.iter().position(|a| a == flag) {
+        Some(i) => args.get(i + 1).and_then(|v| v.parse::<u64>().ok()).ok_or(()),
+        None => Ok(default),
+    };
+    let (Ok(cases), Ok(seed)) = (value("--cases", 100_000), value("--seed", 1)) else {
+        eprintln!("xtask fuzz: --cases and --seed take whole numbers");
+        return ExitCode::from(2);
+    };
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = Command::new(cargo)
+        .args(["test", "--package", "switchyard-fuzz", "--test", "fuzz", "--", "--nocapture"])
+        .env("SWITCHYARD_FUZZ_CASES", cases.to_string())
+        .env("SWITCHYARD_FUZZ_SEED", seed.to_string())
+        .status();
+    match status {
+        Ok(s) if s.success() => ExitCode::SUCCESS,
+        Ok(s) => {
+            eprintln!("xtask fuzz: a target failed ({s}); its message names the seed and case");
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("xtask fuzz: could not start cargo: {e}");
             ExitCode::FAILURE
         }
     }

@@ -1,0 +1,290 @@
+//! Fuzz targets for what Switchyard parses and checks: bucket tables, ragged batches,
+//! `config.json`, safetensors checkpoints and tokenizer input.
+//!
+//! Each target mutates valid seeds (the tiny checkpoints the model tests use, a bucket table, a
+//! real batch) with a deterministic generator, so a failure is reproduced by its seed and case
+//! number, on stable Rust and without a fuzzing engine. A case passes when the code under test
+//! returns, `Ok` or an error, without panicking and with what it accepted being consistent (a
+//! bucket that parses is valid; a batch that passes `Batch::check` runs). `cargo xtask fuzz
+//! --cases N` runs every target N times; the test suite runs a short pass.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::{Path, PathBuf};
+
+use switchyard_core::testkit::{self, EncoderSpec, Rng};
+use switchyard_core::{
+    BatchBuf, Bucket, Buckets, Executor, LaneId, MAX_BUCKET_ROWS, Outputs, Reference,
+};
+use switchyard_models::{EncoderConfig, Model};
+
+/// What a target saw: inputs accepted and inputs refused with an error.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Tally {
+    /// Inputs the code under test accepted.
+    pub accepted: usize,
+    /// Inputs it refused with an error.
+    pub refused: usize,
+}
+
+impl Tally {
+    fn count(&mut self, ok: bool) {
+        if ok {
+            self.accepted += 1;
+        } else {
+            self.refused += 1;
+        }
+    }
+}
+
+/// Values that break parsers more often than random bytes do.
+const INTERESTING: [&str; 16] = [
+    "0",
+    "-1",
+    "1",
+    "255",
+    "65536",
+    "4294967295",
+    "4294967296",
+    "18446744073709551616",
+    "1e309",
+    "-0.0",
+    "NaN",
+    "null",
+    "[]",
+    "{}",
+    "\"\"",
+    "\u{feff}",
+];
+
+/// Applies one to four random edits to `bytes`: a byte flipped, inserted or removed, a range
+/// removed or repeated, or an [`INTERESTING`] value put in.
+pub fn mutate(r: &mut Rng, bytes: &mut Vec<u8>) {
+    for _ in 0..=r.below(4) {
+        let at = r.below(bytes.len() + 1);
+        match r.below(6) {
+            0 if at < bytes.len() => bytes[at] ^= 1 << r.below(8),
+            1 => bytes.insert(at, r.next_u64() as u8),
+            2 if at < bytes.len() => {
+                bytes.remove(at);
+            }
+            3 => {
+                let end = (at + r.below(16)).min(bytes.len());
+                bytes.drain(at..end);
+            }
+            4 => {
+                let end = (at + r.below(16)).min(bytes.len());
+                let copy = bytes[at..end].to_vec();
+                bytes.splice(at..at, copy);
+            }
+            _ => {
+                let v = INTERESTING[r.below(INTERESTING.len())].as_bytes();
+                bytes.splice(at..at, v.iter().copied());
+            }
+        }
+    }
+}
+
+/// Runs `case` for case numbers `0..cases`, naming the seed, case and input (which the case
+/// writes into its second argument before using it) of any that panics.
+fn each(
+    target: &str,
+    seed: u64,
+    cases: usize,
+    mut case: impl FnMut(&mut Rng, &mut String) -> bool,
+) -> Tally {
+    let mut tally = Tally::default();
+    for n in 0..cases {
+        let mut r = Rng::new(seed ^ (n as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        let mut input = String::new();
+        let outcome = catch_unwind(AssertUnwindSafe(|| case(&mut r, &mut input)));
+        match outcome {
+            Ok(ok) => tally.count(ok),
+            Err(_) => panic!("{target}: seed {seed} case {n} panicked (input: {input})"),
+        }
+    }
+    tally
+}
+
+/// The tiny checkpoints of the model tests.
+pub fn tiny(arch: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/tests/fixtures/tiny").join(arch)
+}
+
+/// A shortened, printable view of bytes, for reports.
+fn show(bytes: &[u8]) -> String {
+    let text = String::from_utf8_lossy(&bytes[..bytes.len().min(200)]);
+    format!("{text:?}")
+}
+
+/// Bucket tables and single buckets: whatever parses is a valid, ordered table.
+pub fn buckets(seed: u64, cases: usize) -> Tally {
+    let table = b"default 256 8 256\ndefault 2048 64 2048 # big\nsmall 16 1 0\n".to_vec();
+    each("buckets", seed, cases, |r, shown| {
+        let mut text = table.clone();
+        mutate(r, &mut text);
+        *shown = show(&text);
+        let text = String::from_utf8_lossy(&text).into_owned();
+        let table = text.parse::<Buckets>();
+        if let Ok(t) = &table {
+            for stage in t.stages() {
+                for b in t.stage(stage) {
+                    assert!(b.check().is_ok() && b.tokens <= MAX_BUCKET_ROWS, "{b} parsed");
+                }
+            }
+        }
+        let one = text.lines().next().unwrap_or("").replace(' ', ",");
+        if let Ok(b) = one.parse::<Bucket>() {
+            assert!(b.check().is_ok(), "{b} parsed");
+        }
+        table.is_ok()
+    })
+}
+
+/// Ragged batches with their arrays edited: whatever `Batch::check` accepts runs on the
+/// reference backend, and the rest is refused by `run` itself, never a panic.
+pub fn batches(seed: u64, cases: usize) -> Tally {
+    let spec = EncoderSpec { vocab: 50, width: 8, heads: 2, ffn: 12, layers: 1, max_pos: 24 };
+    let graph = testkit::bert_like(spec);
+    let weights = testkit::random_weights(&graph, 1);
+    let buckets = Buckets::single("b", &[Bucket::new(64, 8, 64)]).expect("a valid bucket");
+    let mut ex = Executor::new(Reference, &weights.tensors(), graph.clone(), "b", buckets)
+        .expect("the graph uploads");
+    let mut out = Outputs::new();
+    each("batches", seed, cases, |r, shown| {
+        let mut buf = BatchBuf::new();
+        for _ in 0..1 + r.below(4) {
+            let len = 1 + r.below(12);
+            testkit::push_random_seq(&mut buf, r, len, spec.vocab, true);
+        }
+        let b = buf.batch();
+        let mut arrays =
+            [b.ids.to_vec(), b.types.to_vec(), b.cu.to_vec(), b.markers.to_vec(), b.mcu.to_vec()];
+        for _ in 0..r.below(3) {
+            let a = &mut arrays[r.below(5)];
+            match r.below(4) {
+                0 if !a.is_empty() => {
+                    let i = r.below(a.len());
+                    a[i] = [0, 1, 23, 24, 49, 50, u32::MAX][r.below(7)];
+                }
+                1 => a.push(r.below(64) as u32),
+                2 => {
+                    a.pop();
+                }
+                _ => a.clear(),
+            }
+        }
+        let [ids, types, cu, markers, mcu] = &arrays;
+        let batch = switchyard_core::Batch { ids, types, cu, markers, mcu };
+        *shown = format!("{batch:?}");
+        let checked = batch.check(&graph.limits()).is_ok();
+        let ran = ex.run(LaneId::MAIN, &batch, &mut out).is_ok();
+        // What passes the check fits this bucket here (at most 4 x 24 tokens is not, so a
+        // refusal by the bucket is allowed), and what fails it is refused by run.
+        assert!(checked || !ran, "a batch that fails Batch::check ran");
+        if checked && batch.tokens() <= 64 && batch.seqs() <= 8 && batch.markers() <= 64 {
+            assert!(ran, "a batch that passed Batch::check and fits the bucket failed to run");
+        }
+        checked
+    })
+}
+
+/// `config.json` edited as text: parsed, read as an encoder's sizes, and loaded beside the tiny
+/// BERT's weights.
+pub fn configs(seed: u64, cases: usize) -> Tally {
+    let dir = tiny("bert");
+    let text = std::fs::read(dir.join("config.json")).expect("the tiny BERT's config.json");
+    let scratch = Scratch::new("configs", &dir);
+    each("configs", seed, cases, |r, shown| {
+        let mut bytes = text.clone();
+        mutate(r, &mut bytes);
+        *shown = show(&bytes);
+        let Ok(v) = serde_json::from_slice::<serde_json::Value>(&bytes) else {
+            return false;
+        };
+        if let Ok(c) = EncoderConfig::from_json(&v) {
+            let _ = c.head_dim();
+        }
+        std::fs::write(scratch.0.join("config.json"), &bytes).expect("a scratch file");
+        Model::load(&scratch.0).is_ok()
+    })
+}
+
+/// The tiny BERT's `model.safetensors` edited in its header and first bytes: loaded, and if
+/// it loads, every tensor read.
+pub fn checkpoints(seed: u64, cases: usize) -> Tally {
+    let dir = tiny("bert");
+    let weights = std::fs::read(dir.join("model.safetensors")).expect("the tiny BERT's weights");
+    let scratch = Scratch::new("checkpoints", &dir);
+    each("checkpoints", seed, cases, |r, shown| {
+        // Edits within the 8-byte length and the JSON header, where parsing happens.
+        let header = 8 + u64::from_le_bytes(weights[..8].try_into().expect("8 bytes")) as usize;
+        let mut head = weights[..header.min(weights.len())].to_vec();
+        mutate(r, &mut head);
+        *shown = show(&head);
+        let mut bytes = head;
+        bytes.extend_from_slice(&weights[header.min(weights.len())..]);
+        std::fs::write(scratch.0.join("model.safetensors"), &bytes).expect("a scratch file");
+        Model::load(&scratch.0).and_then(|m| m.tensors().map(|t| t.len())).is_ok()
+    })
+}
+
+/// Random text, valid seeds edited and arbitrary code points, through the tiny BERT's
+/// tokenizer, alone and in pairs: never more than the maximum length, and the ids checked as a
+/// batch against the model's limits (the tiny tokenizer can give an id one past the model's
+/// vocabulary, as a mismatched checkpoint would, which the check must refuse, not pass on).
+pub fn tokenizer_inputs(seed: u64, cases: usize) -> Tally {
+    let model = Model::load(&tiny("bert")).expect("the tiny BERT");
+    let (tok, limits) = (model.tokenizer(), model.graph().limits());
+    let seeds = ["A man is eating food.", "naïve café — 東京 🚆", "", "   ", "[CLS] [SEP] [PAD]"];
+    each("tokenizer", seed, cases, |r, shown| {
+        let text = if r.below(2) == 0 {
+            let mut bytes = seeds[r.below(seeds.len())].as_bytes().to_vec();
+            mutate(r, &mut bytes);
+            String::from_utf8_lossy(&bytes).into_owned()
+        } else {
+            (0..r.below(64)).filter_map(|_| char::from_u32(r.below(0x11_0000) as u32)).collect()
+        };
+        *shown = format!("{text:?}");
+        let (one, pair) = (tok.encode(&text), tok.encode_pair(&text, seeds[0]));
+        let mut fits = one.is_ok() && pair.is_ok();
+        for e in [&one, &pair].into_iter().flatten() {
+            assert!(e.ids.len() <= tok.max_len(), "{} tokens", e.ids.len());
+            let mut buf = BatchBuf::new();
+            let pushed = buf.push(&e.ids, Some(&e.types), &[]).is_ok();
+            let checked = pushed && buf.batch().check(&limits).is_ok();
+            let vocab = limits.vocab;
+            assert_eq!(checked, e.ids.iter().all(|&i| i < vocab), "the check of {:?}", e.ids);
+            fits &= checked;
+        }
+        fits
+    })
+}
+
+/// A scratch copy of a tiny checkpoint directory, removed on drop.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(tag: &str, from: &Path) -> Scratch {
+        let dir =
+            std::env::temp_dir().join(format!("switchyard-fuzz-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("a scratch directory");
+        for f in ["config.json", "model.safetensors", "tokenizer.json"] {
+            std::fs::copy(from.join(f), dir.join(f)).expect("a copy of the tiny checkpoint");
+        }
+        Scratch(dir)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The largest this process's memory has been, in KiB, where the system says (Linux).
+pub fn peak_memory_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
