@@ -37,7 +37,7 @@ impl Tally {
 }
 
 /// Values that break parsers more often than random bytes do.
-const INTERESTING: [&str; 16] = [
+pub const INTERESTING: [&str; 16] = [
     "0",
     "-1",
     "1",
