@@ -203,24 +203,6 @@ pub struct BurnState<B: BurnBackend> {
     vals: Vec<Option<FloatTensor<B>>>,
 }
 
-/// For each weight, whether some op reads it as it is and whether a linear layer reads it
-/// (transposed).
-fn weight_forms(graph: &Graph) -> Vec<(bool, bool)> {
-    let mut forms = vec![(false, false); graph.weights.len()];
-    for op in &graph.ops {
-        for (i, w) in op.weights().into_iter().enumerate() {
-            let Some(w) = w else { continue };
-            let f = &mut forms[w.idx()];
-            if matches!(op, Op::Linear { .. }) && i == 0 {
-                f.1 = true;
-            } else {
-                f.0 = true;
-            }
-        }
-    }
-    forms
-}
-
 impl<B: BurnBackend, K: Kernels<B>> Backend for Burn<B, K> {
     type Weights = BurnWeights<B>;
     type Plan = BurnPlan<B>;
@@ -243,7 +225,7 @@ impl<B: BurnBackend, K: Kernels<B>> Backend for Burn<B, K> {
             tracing::info_span!("upload", backend = %self.caps.backend, tensors = tensors.len())
                 .entered();
         graph.check_weights(tensors)?;
-        let forms = weight_forms(graph);
+        let forms = graph.weight_reads();
         let mut w = BurnWeights {
             plain: Vec::with_capacity(tensors.len()),
             transposed: Vec::with_capacity(tensors.len()),

@@ -105,23 +105,6 @@ pub struct NativeState {
 
 const F32: usize = size_of::<f32>();
 
-/// For each weight, whether some op reads it as it is and whether a linear layer reads it.
-fn weight_forms(graph: &Graph) -> Vec<(bool, bool)> {
-    let mut forms = vec![(false, false); graph.weights.len()];
-    for op in &graph.ops {
-        for (i, w) in op.weights().into_iter().enumerate() {
-            let Some(w) = w else { continue };
-            let f = &mut forms[w.idx()];
-            if matches!(op, Op::Linear { .. }) && i == 0 {
-                f.1 = true;
-            } else {
-                f.0 = true;
-            }
-        }
-    }
-    forms
-}
-
 /// Converts and packs the checkpoint tensors for `graph`, the linear layers' in `precision`.
 pub(crate) fn upload(
     isa: Isa,
@@ -130,7 +113,7 @@ pub(crate) fn upload(
     graph: &Graph,
 ) -> Result<NativeWeights> {
     graph.check_weights(tensors)?;
-    let forms = weight_forms(graph);
+    let forms = graph.weight_reads();
     let mut w = NativeWeights {
         plain: Vec::with_capacity(tensors.len()),
         linear: Vec::with_capacity(tensors.len()),

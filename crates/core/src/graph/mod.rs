@@ -116,6 +116,24 @@ impl Graph {
         Ok(())
     }
 
+    /// For each weight, `(plain, linear)`: whether some op reads it as it is, and whether a
+    /// linear layer reads it as its weight matrix (a form a backend may store apart, packed or
+    /// transposed).
+    pub fn weight_reads(&self) -> Vec<(bool, bool)> {
+        let mut reads = vec![(false, false); self.weights.len()];
+        for op in &self.ops {
+            for (i, w) in op.weights().into_iter().enumerate() {
+                let Some(r) = w.and_then(|w| reads.get_mut(w.idx())) else { continue };
+                if matches!(op, Op::Linear { .. }) && i == 0 {
+                    r.1 = true;
+                } else {
+                    r.0 = true;
+                }
+            }
+        }
+        reads
+    }
+
     /// The limits a batch must respect for this graph: vocabulary, token types, sequence length.
     pub fn limits(&self) -> Limits {
         let mut l = Limits { vocab: u32::MAX, types: 1, max_len: u32::MAX };
@@ -211,6 +229,28 @@ pub(crate) mod tests {
         let s = g.op(Shape::seqs(d), |out| Op::L2Norm { x: s, eps: 1e-12, out });
         g.output("embedding", s);
         g.finish().unwrap()
+    }
+
+    #[test]
+    fn weight_reads_tell_linear_weights_from_plain_ones() {
+        let reads = block().weight_reads();
+        let plain = (true, false);
+        assert_eq!(reads, [plain, plain, plain, plain, (false, true), (false, true)]);
+        // A table tied to a linear layer (as a masked-LM decoder is) is read both ways.
+        let mut g = GraphBuilder::new();
+        let (emb, bias) = (g.weight("emb", &[20, 8]), g.weight("bias", &[20]));
+        let x = g.op(Shape::tokens(8), |out| Op::Embed { table: emb, out });
+        let act = Act::Identity;
+        let y = g.op(Shape::tokens(20), |out| Op::Linear {
+            x,
+            weight: emb,
+            bias: Some(bias),
+            act,
+            residual: None,
+            out,
+        });
+        g.output("logits", y);
+        assert_eq!(g.finish().unwrap().weight_reads(), [(true, true), plain]);
     }
 
     #[test]

@@ -23,11 +23,11 @@ use crate::buf::AlignedBuf;
 pub(crate) const MR: usize = 6;
 /// Depth of a block of `k`: a `KC x NR` panel of weights (32 KB with AVX-512, 16 KB with AVX2)
 /// stays in L1. 192, 256 and 384 measured within 4% of each other on the corpus bench; 256 best.
-pub(crate) const KC: usize = 256;
+const KC: usize = 256;
 /// Microkernel rows per task, at most.
-pub(crate) const RG: usize = 8;
+const RG: usize = 8;
 /// Column panels per task, at most.
-pub(crate) const CG: usize = 4;
+const CG: usize = 4;
 
 /// The instruction set of the microkernel, chosen once per process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -190,7 +190,19 @@ pub(crate) struct Epilogue<'a> {
     pub(crate) out: SendPtr,
 }
 
-impl Epilogue<'_> {
+impl<'a> Epilogue<'a> {
+    /// `act(y + bias) + residual` into the `n` columns of each row at `out`.
+    pub(crate) fn new(
+        n: usize,
+        bias: Option<&'a [f32]>,
+        act: Act,
+        residual: Option<*const f32>,
+        out: *mut f32,
+    ) -> Self {
+        let residual = residual.map(|r| SendPtr(r.cast_mut()));
+        Epilogue { n, bias, act, residual, out: SendPtr(out) }
+    }
+
     /// Finishes `row`, columns `c0..` of output row `r`, and writes it to `out`. The residual is
     /// read before `out` is written, so it may be `out` itself.
     ///
@@ -230,8 +242,24 @@ struct Job<'a> {
 
 /// The scratch a GEMM over at most `m` rows of `w` needs per thread.
 pub fn scratch_size(m: usize, w: &PackedWeight) -> ScratchSize {
+    tile_scratch(m, w.isa.nr())
+}
+
+/// The tile buffer a task over at most `m` rows of panels `nr` columns wide needs (f32 or i32
+/// words).
+pub(crate) fn tile_scratch(m: usize, nr: usize) -> ScratchSize {
     let rows = (RG * MR).min(m.next_multiple_of(MR));
-    ScratchSize { ctile: rows * CG * w.isa.nr(), ..ScratchSize::default() }
+    ScratchSize { ctile: rows * CG * nr, ..ScratchSize::default() }
+}
+
+/// Runs `task(t, tile buffer)` for every task of `tiling` on the current rayon pool, each with
+/// its thread's tile buffer from `scratch`.
+pub(crate) fn for_each_task(
+    tiling: Tiling,
+    scratch: &Scratches,
+    task: impl Fn(usize, &mut AlignedBuf) + Sync,
+) {
+    (0..tiling.tasks()).into_par_iter().for_each(|t| scratch.with(|s| task(t, &mut s.ctile)));
 }
 
 /// `out = act(x . w^T + bias) + residual` for `m` rows, on the current rayon pool, with the
@@ -257,26 +285,11 @@ pub unsafe fn gemm(
         return;
     }
     let tiling = Tiling::new(m, w.n.div_ceil(w.isa.nr()));
-    let job = Job {
-        x: SendPtr(x.cast_mut()),
-        m,
-        w,
-        epilogue: Epilogue {
-            n: w.n,
-            bias,
-            act,
-            residual: residual.map(|r| SendPtr(r.cast_mut())),
-            out: SendPtr(out),
-        },
-        tiling,
-    };
-    (0..tiling.tasks()).into_par_iter().for_each(|t| {
-        scratch.with(|s| {
-            // SAFETY: the caller's contract covers every address a task touches; tasks write
-            // disjoint rows x columns of `out`, and the scratch is this thread's alone.
-            unsafe { run_task(&job, t, &mut s.ctile) }
-        })
-    });
+    let epilogue = Epilogue::new(w.n, bias, act, residual, out);
+    let job = Job { x: SendPtr(x.cast_mut()), m, w, epilogue, tiling };
+    // SAFETY: the caller's contract covers every address a task touches; tasks write disjoint
+    // rows x columns of `out`, and each tile buffer is its thread's alone.
+    for_each_task(tiling, scratch, |t, ctile| unsafe { run_task(&job, t, ctile) });
 }
 
 /// Runs task `t` with the microkernel of the packed weight's instruction set.

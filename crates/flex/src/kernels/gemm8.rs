@@ -18,7 +18,7 @@
 use rayon::prelude::*;
 use switchyard_core::Act;
 
-use super::gemm::{CG, Epilogue, Isa, MR, RG, Span, Tiling};
+use super::gemm::{Epilogue, Isa, MR, Span, Tiling, for_each_task, tile_scratch};
 use super::multiversion;
 use super::scratch::{ScratchSize, Scratches, SendPtr};
 use crate::buf::AlignedBuf;
@@ -200,8 +200,7 @@ multiversion! {
 
 /// The scratch an int8 GEMM over at most `m` rows of `w` needs per thread.
 pub fn scratch_size(m: usize, w: &PackedWeight8) -> ScratchSize {
-    let rows = (RG * MR).min(m.next_multiple_of(MR));
-    ScratchSize { ctile: rows * CG * w.isa.nr(), ..ScratchSize::default() }
+    tile_scratch(m, w.isa.nr())
 }
 
 /// One int8 GEMM call.
@@ -239,27 +238,11 @@ pub unsafe fn gemm8(
     }
     assert!(q.len() >= m * w.k4() && scales.len() >= m, "rows quantized for this weight");
     let tiling = Tiling::new(m, w.n.div_ceil(w.isa.nr()));
-    let job = Job {
-        q,
-        scales,
-        m,
-        w,
-        epilogue: Epilogue {
-            n: w.n,
-            bias,
-            act,
-            residual: residual.map(|r| SendPtr(r.cast_mut())),
-            out: SendPtr(out),
-        },
-        tiling,
-    };
-    (0..tiling.tasks()).into_par_iter().for_each(|t| {
-        scratch.with(|s| {
-            // SAFETY: the caller's contract covers every address a task touches; tasks write
-            // disjoint rows x columns of `out`, and the scratch is this thread's alone.
-            unsafe { run_task(&job, t, &mut s.ctile) }
-        })
-    });
+    let epilogue = Epilogue::new(w.n, bias, act, residual, out);
+    let job = Job { q, scales, m, w, epilogue, tiling };
+    // SAFETY: the caller's contract covers every address a task touches; tasks write disjoint
+    // rows x columns of `out`, and each tile buffer is its thread's alone.
+    for_each_task(tiling, scratch, |t, ctile| unsafe { run_task(&job, t, ctile) });
 }
 
 /// Runs task `t` with the microkernel of the packed weight's instruction set.
