@@ -127,7 +127,7 @@ pub fn connect(host: &str, port: u16, options: RemoteOptions) -> Result<Remote> 
 }
 
 /// The error of a connect to a server that is not there.
-fn unreachable(name: &str, why: &str) -> Error {
+fn cannot_reach(name: &str, why: &str) -> Error {
     Error::Device(format!(
         "{name} failed to connect: {why} (is `switchyard remote-serve` running there, and does \
          {TOKEN_ENV} match its token?)"
@@ -142,7 +142,7 @@ fn refused_at_once(name: &str, host: &str, port: u16, timeout: Duration) -> Resu
     let bare = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
     let addrs: Vec<_> = (bare, port)
         .to_socket_addrs()
-        .map_err(|e| unreachable(name, &format!("cannot resolve {host}: {e}")))?
+        .map_err(|e| cannot_reach(name, &format!("cannot resolve {host}: {e}")))?
         .collect();
     let mut refused = format!("{host} has no address");
     for addr in &addrs {
@@ -153,7 +153,7 @@ fn refused_at_once(name: &str, host: &str, port: u16, timeout: Duration) -> Resu
             _ => return Ok(()),
         }
     }
-    Err(unreachable(name, &refused))
+    Err(cannot_reach(name, &refused))
 }
 
 /// Connects to the current session of `server`, with a thread of the caller's own, and checks

@@ -70,7 +70,12 @@ impl Inputs {
     /// The next inputs, at most [`CHUNK`] of them from a file; `None` when there are no more.
     pub fn next_chunk(&mut self) -> Result<Option<Vec<String>>> {
         let chunk = match &mut self.source {
-            Source::Texts(texts) => std::mem::take(texts),
+            Source::Texts(texts) => {
+                for (i, t) in texts.iter().enumerate() {
+                    too_long(t).with_context(|| format!("text {}", i + 1))?;
+                }
+                std::mem::take(texts)
+            }
             Source::Lines { name, reader } => {
                 let mut chunk = Vec::new();
                 while chunk.len() < CHUNK {
@@ -87,13 +92,6 @@ impl Inputs {
                 chunk
             }
         };
-        if let Some((i, t)) = chunk.iter().enumerate().find(|(_, t)| t.len() > MAX_INPUT_BYTES) {
-            let at = match self.source {
-                Source::Texts(_) => format!("text {}", i + 1),
-                Source::Lines { .. } => "an input".to_owned(),
-            };
-            bail!("{at} of {} bytes; inputs are limited to {MAX_INPUT_BYTES}", t.len());
-        }
         Ok((!chunk.is_empty()).then_some(chunk))
     }
 
@@ -150,15 +148,26 @@ fn parse_line(
         Format::Jsonl => true,
         Format::Text => false,
     });
-    if !is_jsonl {
-        return Ok(Some(line.to_owned()));
+    let text = if is_jsonl {
+        let v: serde_json::Value = serde_json::from_str(line)
+            .with_context(|| format!("line {n}: not valid JSON (the file is JSON lines)"))?;
+        match v.get("text").and_then(serde_json::Value::as_str) {
+            Some(t) => t.to_owned(),
+            None => bail!("line {n}: a JSON line needs a string field `text`"),
+        }
+    } else {
+        line.to_owned()
+    };
+    too_long(&text).with_context(|| format!("line {n}"))?;
+    Ok(Some(text))
+}
+
+/// An error if `text` is longer than [`MAX_INPUT_BYTES`].
+fn too_long(text: &str) -> Result<()> {
+    if text.len() > MAX_INPUT_BYTES {
+        bail!("an input of {} bytes; inputs are limited to {MAX_INPUT_BYTES}", text.len());
     }
-    let v: serde_json::Value = serde_json::from_str(line)
-        .with_context(|| format!("line {n}: not valid JSON (the file is JSON lines)"))?;
-    match v.get("text").and_then(serde_json::Value::as_str) {
-        Some(t) => Ok(Some(t.to_owned())),
-        None => bail!("line {n}: a JSON line needs a string field `text`"),
-    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -208,13 +217,13 @@ mod tests {
     fn inputs_over_the_limit_are_errors() {
         let long = "a".repeat(MAX_INPUT_BYTES + 1);
         let e = auto(&format!("short\n{long}\n")).unwrap_err();
-        assert!(format!("{e:#}").contains("an input of 1048577 bytes"), "{e:#}");
+        assert!(format!("{e:#}").contains("line 2: an input of 1048577 bytes"), "{e:#}");
         assert_eq!(auto(&"b".repeat(MAX_INPUT_BYTES)).unwrap().len(), 1);
         // A line far past the limit is refused before it is read whole.
         let e = auto(&"c".repeat(MAX_LINE_BYTES + 10)).unwrap_err();
         assert!(format!("{e:#}").contains("line 1 is longer than"), "{e:#}");
         let e = Inputs::texts(vec!["ok".into(), long]).all().unwrap_err();
-        assert!(e.to_string().contains("text 2 of 1048577 bytes"), "{e}");
+        assert!(format!("{e:#}").contains("text 2: an input of 1048577 bytes"), "{e:#}");
     }
 
     #[test]
