@@ -35,9 +35,9 @@ use switchyard_core::{Backend, Buckets, Executor, Graph, HostTensor, PoolMode};
 
 pub use checkpoint::Checkpoint;
 pub use config::{Arch, EncoderConfig, ModernConfig};
-pub use runner::{Marking, Runner, TokenLogits};
+pub use runner::{Marked, Marking, Runner, TokenLogits};
 pub use st::{Pooling, SentenceConfig, SentenceHead};
-pub use tokenize::{Encoded, Tokenizer};
+pub use tokenize::{Encoded, Tokenizer, Truncation};
 
 /// The real model `name` as `cargo xtask fetch-models` puts it in this workspace
 /// (`.cache/models/NAME`; the environment variable `SWITCHYARD_MODELS_DIR` overrides the
@@ -65,6 +65,14 @@ pub enum Error {
     /// The tokenizer failed.
     #[error("tokenizer: {0}")]
     Tokenizer(String),
+    /// An input longer than the model takes, where truncation was refused.
+    #[error("the input has {tokens} tokens; the model takes at most {max}")]
+    TooLong {
+        /// The input's length in tokens, special tokens included.
+        tokens: usize,
+        /// The model's maximum length.
+        max: usize,
+    },
     /// Everything else, in core's terms: a file that cannot be read (`Io`), is missing or
     /// malformed (`Format`) or asks for what Switchyard does not support (`Unsupported`); or the
     /// graph, a batch or the device failed.
@@ -322,7 +330,8 @@ fn labels(ck: &Checkpoint) -> Result<Vec<String>> {
         && (names.len() != rows || (0..rows).any(|i| !names.contains_key(&i.to_string())))
     {
         return Err(Error::format(format!(
-            "config.json: id2label names {} labels, but the classifier has {rows} outputs              (ids 0 to {})",
+            "config.json: id2label names {} labels, but the classifier has {rows} outputs \
+             (ids 0 to {})",
             names.len(),
             rows.saturating_sub(1)
         )));

@@ -38,8 +38,9 @@ pub struct Runner<B: Backend> {
     engine: Engine<B>,
 }
 
-/// A tokenized input with its marked tokens (position, byte range in the text).
-type Marked = (Encoded, Vec<(u32, (usize, usize))>);
+/// A tokenized input with its marked tokens (position, byte range in the text): the
+/// tokens a per-marker output (a token classifier's) is read at.
+pub type Marked = (Encoded, Vec<(u32, (usize, usize))>);
 
 /// An input's marked tokens and the rows of the output it asked for.
 type InputRows = (Vec<(u32, (usize, usize))>, Vec<Vec<f32>>);
@@ -146,6 +147,20 @@ impl<B: Backend> Runner<B> {
         self.expect(|t| matches!(t, Task::Sparse), "a sparse (SPLADE) encoder")?;
         let rows = self.run_texts(texts, None, SPARSE, progress)?;
         Ok(rows.into_iter().map(|r| crate::scores::sparse_terms(&one_row(r))).collect())
+    }
+
+    /// The rows of the model's output for inputs tokenized elsewhere, per input: one row for a
+    /// per-sequence output (embeddings, logits, SPLADE weights a vocabulary wide), one per
+    /// marked token for a token classifier. Batches are cut at the batch limit.
+    pub fn run_encoded(&mut self, inputs: Vec<Marked>) -> Result<Vec<Vec<Vec<f32>>>> {
+        let (output, rows) = match self.model.task {
+            Task::Embed(_) => (EMBEDDING, Rows::Seqs),
+            Task::Classify { .. } => (LOGITS, Rows::Seqs),
+            Task::ClassifyTokens { .. } => (LOGITS, Rows::Markers),
+            Task::Sparse => (SPARSE, Rows::Seqs),
+        };
+        let rows = self.engine.run(inputs.into_iter().map(Ok), output, rows, |_| {})?;
+        Ok(rows.into_iter().map(|(_, r)| r).collect())
     }
 
     fn expect(&self, ok: impl Fn(&Task) -> bool, what: &str) -> Result<()> {

@@ -2,15 +2,33 @@
 //! never padding (batches are ragged).
 
 use std::path::Path;
+use std::sync::OnceLock;
 
-use tokenizers::{PaddingParams, TruncationParams};
+use tokenizers::{PaddingParams, TruncationDirection, TruncationParams};
 
 use crate::{Error, Result};
 
 /// A `tokenizer.json` with its own padding removed and truncation set to our maximum length.
 pub struct Tokenizer {
+    /// Keeps the first `max_len` tokens.
     inner: tokenizers::Tokenizer,
+    /// Keeps the last `max_len` tokens; made on first use.
+    left: OnceLock<tokenizers::Tokenizer>,
+    /// Never truncates; made on first use.
+    whole: OnceLock<tokenizers::Tokenizer>,
     max_len: usize,
+}
+
+/// What happens to an input longer than the model's maximum length.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Truncation {
+    /// Keep the first tokens, as sentence-transformers does.
+    #[default]
+    Right,
+    /// Keep the last tokens.
+    Left,
+    /// Refuse the input with [`Error::TooLong`].
+    Refuse,
 }
 
 /// One tokenized input.
@@ -26,6 +44,8 @@ pub struct Encoded {
     pub words: Vec<Option<u32>>,
     /// For each token, its byte range in the input text (empty for special tokens).
     pub offsets: Vec<(usize, usize)>,
+    /// For each token, whether the tokenizer added it (`[CLS]`, `[SEP]`, ...).
+    pub special: Vec<bool>,
 }
 
 impl Encoded {
@@ -76,10 +96,9 @@ impl Tokenizer {
         // Some shipped files pad to a fixed length or truncate shorter than the model allows;
         // sentence-transformers overrides both, and so do we.
         inner.with_padding(None::<PaddingParams>);
-        inner
-            .with_truncation(Some(TruncationParams { max_length: max_len, ..Default::default() }))
+        truncate(&mut inner, Some(max_len), TruncationDirection::Right)
             .map_err(|e| Error::Tokenizer(format!("{}: {e}", path.display())))?;
-        Ok(Tokenizer { inner, max_len })
+        Ok(Tokenizer { inner, left: OnceLock::new(), whole: OnceLock::new(), max_len })
     }
 
     /// The maximum sequence length, special tokens included.
@@ -89,9 +108,9 @@ impl Tokenizer {
 
     /// Truncates at `max_len` tokens from now on.
     pub(crate) fn set_max_len(&mut self, max_len: usize) -> Result<()> {
-        self.inner
-            .with_truncation(Some(TruncationParams { max_length: max_len, ..Default::default() }))
+        truncate(&mut self.inner, Some(max_len), TruncationDirection::Right)
             .map_err(|e| Error::Tokenizer(e.to_string()))?;
+        self.left = OnceLock::new();
         self.max_len = max_len;
         Ok(())
     }
@@ -103,15 +122,71 @@ impl Tokenizer {
 
     /// Tokenizes one text.
     pub fn encode(&self, text: &str) -> Result<Encoded> {
-        let e = self.inner.encode(text, true).map_err(|e| Error::Tokenizer(e.to_string()))?;
-        Ok(convert(&e))
+        self.encode_with(text, None, Truncation::Right, true)
     }
 
     /// Tokenizes a pair (a query and a document for a cross-encoder), with its token types.
     pub fn encode_pair(&self, a: &str, b: &str) -> Result<Encoded> {
-        let e = self.inner.encode((a, b), true).map_err(|e| Error::Tokenizer(e.to_string()))?;
+        self.encode_with(a, Some(b), Truncation::Right, true)
+    }
+
+    /// Tokenizes a text, or a pair when `pair` is given, truncated as `truncation` says, with
+    /// the special tokens or without them.
+    pub fn encode_with(
+        &self,
+        text: &str,
+        pair: Option<&str>,
+        truncation: Truncation,
+        special_tokens: bool,
+    ) -> Result<Encoded> {
+        let tokenizer = match truncation {
+            Truncation::Right => &self.inner,
+            Truncation::Left => self.variant(&self.left, Some(self.max_len))?,
+            Truncation::Refuse => self.variant(&self.whole, None)?,
+        };
+        let e = match pair {
+            None => tokenizer.encode(text, special_tokens),
+            Some(b) => tokenizer.encode((text, b), special_tokens),
+        }
+        .map_err(|e| Error::Tokenizer(e.to_string()))?;
+        if truncation == Truncation::Refuse && e.len() > self.max_len {
+            return Err(Error::TooLong { tokens: e.len(), max: self.max_len });
+        }
         Ok(convert(&e))
     }
+
+    /// The text of `ids`, without the special tokens if `skip_special` is set.
+    pub fn decode(&self, ids: &[u32], skip_special: bool) -> Result<String> {
+        self.inner.decode(ids, skip_special).map_err(|e| Error::Tokenizer(e.to_string()))
+    }
+
+    /// The tokenizer in `cell`, made on first use from ours truncating at `max_len` from the
+    /// left (or never, for `None`).
+    fn variant<'a>(
+        &'a self,
+        cell: &'a OnceLock<tokenizers::Tokenizer>,
+        max_len: Option<usize>,
+    ) -> Result<&'a tokenizers::Tokenizer> {
+        if let Some(t) = cell.get() {
+            return Ok(t);
+        }
+        let mut t = self.inner.clone();
+        truncate(&mut t, max_len, TruncationDirection::Left)
+            .map_err(|e| Error::Tokenizer(e.to_string()))?;
+        Ok(cell.get_or_init(|| t))
+    }
+}
+
+/// Sets `t` to truncate at `max_len` tokens from `direction` (never, for `None`).
+fn truncate(
+    t: &mut tokenizers::Tokenizer,
+    max_len: Option<usize>,
+    direction: TruncationDirection,
+) -> tokenizers::Result<()> {
+    let params =
+        max_len.map(|max_length| TruncationParams { max_length, direction, ..Default::default() });
+    t.with_truncation(params)?;
+    Ok(())
 }
 
 fn convert(e: &tokenizers::Encoding) -> Encoded {
@@ -121,5 +196,6 @@ fn convert(e: &tokenizers::Encoding) -> Encoded {
         tokens: e.get_tokens().to_vec(),
         words: e.get_word_ids().to_vec(),
         offsets: e.get_offsets().to_vec(),
+        special: e.get_special_tokens_mask().iter().map(|&m| m == 1).collect(),
     }
 }
