@@ -1,5 +1,7 @@
 //! [`Runner`]: a model on a backend, turning texts into its outputs in batches that fit.
 
+use std::borrow::Borrow;
+
 use switchyard_core::{Backend, BatchBuf, Bucket, Buckets, Executor, LaneId, Outputs, Rows};
 
 use crate::heads::{EMBEDDING, LOGITS, SPARSE};
@@ -152,7 +154,10 @@ impl<B: Backend> Runner<B> {
     /// The rows of the model's output for inputs tokenized elsewhere, per input: one row for a
     /// per-sequence output (embeddings, logits, SPLADE weights a vocabulary wide), one per
     /// marked token for a token classifier. Batches are cut at the batch limit.
-    pub fn run_encoded(&mut self, inputs: Vec<Marked>) -> Result<Vec<Vec<Vec<f32>>>> {
+    pub fn run_encoded<'a>(
+        &mut self,
+        inputs: impl IntoIterator<Item = &'a Marked>,
+    ) -> Result<Vec<Vec<Vec<f32>>>> {
         let (output, rows) = match self.model.task {
             Task::Embed(_) => (EMBEDDING, Rows::Seqs),
             Task::Classify { .. } => (LOGITS, Rows::Seqs),
@@ -194,7 +199,8 @@ impl<B: Backend> Runner<B> {
             Ok((e, marks))
         });
         let rows = if marking.is_some() { Rows::Markers } else { Rows::Seqs };
-        self.engine.run(inputs, output, rows, progress)
+        let result = self.engine.run(inputs, output, rows, progress)?;
+        Ok(result.into_iter().map(|((_, marks), rows)| (marks, rows)).collect())
     }
 }
 
@@ -220,21 +226,21 @@ fn batch_limit(model: &Model, buckets: &Buckets) -> Option<Bucket> {
 }
 
 impl<B: Backend> Engine<B> {
-    /// Runs inputs in batches within the limit; per input, its marks and `output`'s rows: one
+    /// Runs inputs in batches within the limit; per input, the input and `output`'s rows: one
     /// for a per-sequence output (`rows` is [`Rows::Seqs`]), one per mark for a per-marker one.
-    fn run(
+    fn run<M: Borrow<Marked>>(
         &mut self,
-        inputs: impl Iterator<Item = Result<Marked>>,
+        inputs: impl Iterator<Item = Result<M>>,
         output: &str,
         rows: Rows,
         mut progress: impl FnMut(usize),
-    ) -> Result<Vec<InputRows>> {
+    ) -> Result<Vec<(M, Vec<Vec<f32>>)>> {
         let mut result = Vec::new();
-        let mut pending: Vec<Marked> = Vec::new();
+        let mut pending: Vec<M> = Vec::new();
         let (mut tokens, mut marks) = (0, 0);
         for input in inputs {
             let input = input?;
-            let (n, m) = (input.0.ids.len(), input.1.len());
+            let (n, m) = (input.borrow().0.ids.len(), input.borrow().1.len());
             if !pending.is_empty()
                 && (tokens + n > self.limit.tokens
                     || marks + m > self.limit.markers
@@ -256,16 +262,16 @@ impl<B: Backend> Engine<B> {
     }
 
     /// Runs the pending inputs as one batch and appends their rows to `result`.
-    fn flush(
+    fn flush<M: Borrow<Marked>>(
         &mut self,
-        pending: &mut Vec<Marked>,
+        pending: &mut Vec<M>,
         output: &str,
         rows: Rows,
-        result: &mut Vec<InputRows>,
+        result: &mut Vec<(M, Vec<Vec<f32>>)>,
     ) -> Result<()> {
         self.buf.clear();
         let mut positions = Vec::new();
-        for (e, marks) in pending.iter() {
+        for (e, marks) in pending.iter().map(Borrow::borrow) {
             positions.clear();
             positions.extend(marks.iter().map(|&(p, _)| p));
             self.buf.push(&e.ids, Some(&e.types), &positions)?;
@@ -276,10 +282,10 @@ impl<B: Backend> Engine<B> {
             .get(output)
             .ok_or_else(|| Error::format(format!("the graph has no `{output}` output")))?;
         let mut it = m.iter_rows();
-        for (_, marks) in pending.drain(..) {
-            let n = if rows == Rows::Markers { marks.len() } else { 1 };
+        for input in pending.drain(..) {
+            let n = if rows == Rows::Markers { input.borrow().1.len() } else { 1 };
             let taken: Vec<Vec<f32>> = it.by_ref().take(n).map(<[f32]>::to_vec).collect();
-            result.push((marks, taken));
+            result.push((input, taken));
         }
         Ok(())
     }

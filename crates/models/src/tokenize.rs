@@ -9,6 +9,7 @@ use tokenizers::{PaddingParams, TruncationDirection, TruncationParams};
 use crate::{Error, Result};
 
 /// A `tokenizer.json` with its own padding removed and truncation set to our maximum length.
+#[derive(Clone)]
 pub struct Tokenizer {
     /// Keeps the first `max_len` tokens.
     inner: tokenizers::Tokenizer,

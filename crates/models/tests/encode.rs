@@ -57,7 +57,7 @@ fn inputs_tokenized_outside_run_as_the_runner_would() {
     let mut r = embed("bert").unwrap();
     let want = r.embed(&texts, |_| {}).unwrap();
     let inputs = texts.iter().map(|t| (r.model().tokenizer().encode(t).unwrap(), Vec::new()));
-    let got = r.run_encoded(inputs.collect()).unwrap();
+    let got = r.run_encoded(&inputs.collect::<Vec<_>>()).unwrap();
     assert_eq!(got, want.into_iter().map(|v| vec![v]).collect::<Vec<_>>());
 
     // A token classifier gives one row per marked token.
@@ -68,7 +68,7 @@ fn inputs_tokenized_outside_run_as_the_runner_would() {
         let marks = e.word_starts();
         (e, marks)
     });
-    let got = r.run_encoded(inputs.collect()).unwrap();
+    let got = r.run_encoded(&inputs.collect::<Vec<_>>()).unwrap();
     let want: Vec<Vec<Vec<f32>>> =
         want.into_iter().map(|w| w.into_iter().map(|t| t.logits).collect()).collect();
     assert_eq!(got, want);

@@ -1,0 +1,140 @@
+//! OpenAI's embeddings routes, with its request, response and error shapes.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::State;
+use axum::extract::rejection::JsonRejection;
+use axum::response::{IntoResponse, Response};
+use base64::Engine as _;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use switchyard_models::Task;
+
+use super::tei::{normalized, normalizes};
+use super::{ApiError, App, Encoding, OpenAiError, Text, compute};
+
+/// The body of `/v1/embeddings`.
+#[derive(Deserialize)]
+pub(crate) struct EmbeddingsRequest {
+    input: Value,
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    encoding_format: Option<String>,
+    #[serde(default)]
+    dimensions: Option<usize>,
+    /// Accepted and unused, as OpenAI's clients send it.
+    #[serde(default)]
+    #[allow(dead_code)]
+    user: Option<String>,
+}
+
+/// `input`: a string, a list of strings, a list of token ids, or a list of such lists.
+fn inputs(v: Value) -> Result<Vec<Text>, ApiError> {
+    let shape = "`input` is a string, a list of strings, a list of token ids, or a list of \
+                 lists of token ids";
+    let ids = |v: &[Value]| -> Result<Vec<u32>, ApiError> {
+        v.iter()
+            .map(|x| {
+                x.as_u64()
+                    .and_then(|n| u32::try_from(n).ok())
+                    .ok_or_else(|| ApiError::invalid(shape))
+            })
+            .collect()
+    };
+    match v {
+        Value::String(s) => Ok(vec![Text::One(s)]),
+        Value::Array(items) => match items.first() {
+            None => Err(ApiError::invalid("`input` cannot be empty")),
+            Some(Value::String(_)) => items
+                .into_iter()
+                .map(|i| match i {
+                    Value::String(s) => Ok(Text::One(s)),
+                    _ => Err(ApiError::invalid(shape)),
+                })
+                .collect(),
+            Some(Value::Number(_)) => Ok(vec![Text::Ids(ids(&items)?)]),
+            Some(Value::Array(_)) => items
+                .iter()
+                .map(|i| match i {
+                    Value::Array(list) => Ok(Text::Ids(ids(list)?)),
+                    _ => Err(ApiError::invalid(shape)),
+                })
+                .collect(),
+            Some(_) => Err(ApiError::invalid(shape)),
+        },
+        _ => Err(ApiError::invalid(shape)),
+    }
+}
+
+/// `POST /v1/embeddings`: unit-length embeddings, as floats or base64 (little-endian f32),
+/// optionally cut to `dimensions` and renormalised, with the tokens used.
+pub(crate) async fn embeddings(
+    State(app): State<Arc<App>>,
+    body: Result<Json<EmbeddingsRequest>, JsonRejection>,
+) -> Result<Response, OpenAiError> {
+    let Json(req) = body.map_err(ApiError::from)?;
+    let m = app.model(req.model.as_deref())?;
+    let served = &app.models[m];
+    if !matches!(served.meta.task, Task::Embed(_)) {
+        return Err(ApiError::wrong_model(format!(
+            "/v1/embeddings needs an embedding model, and {} is {}",
+            served.name,
+            served.meta.task.describe()
+        ))
+        .into());
+    }
+    let base64 = match req.encoding_format.as_deref() {
+        None | Some("float") => false,
+        Some("base64") => true,
+        Some(other) => {
+            return Err(ApiError::invalid(format!(
+                "encoding_format {other:?}: use \"float\" or \"base64\""
+            ))
+            .into());
+        }
+    };
+    let texts = inputs(req.input)?;
+    let c = compute(&app, m, texts, Encoding::default()).await?;
+    let in_graph = normalizes(&app, m);
+    let mut data = Vec::with_capacity(c.rows.len());
+    for (index, rows) in c.rows.iter().enumerate() {
+        let mut v = rows.first().cloned().unwrap_or_default();
+        if let Some(d) = req.dimensions {
+            if d == 0 || d > v.len() {
+                let msg = format!("dimensions {d}: this model's embeddings have 1 to {}", v.len());
+                return Err(ApiError::invalid(msg).into());
+            }
+            v.truncate(d);
+            v = normalized(v);
+        } else if !in_graph {
+            v = normalized(v);
+        }
+        let embedding = if base64 {
+            let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+            json!(base64::engine::general_purpose::STANDARD.encode(bytes))
+        } else {
+            json!(v)
+        };
+        data.push(json!({ "object": "embedding", "embedding": embedding, "index": index }));
+    }
+    let tokens: usize = c.tokens.iter().sum();
+    let body = json!({
+        "object": "list",
+        "data": data,
+        "model": served.name,
+        "usage": { "prompt_tokens": tokens, "total_tokens": tokens },
+    });
+    Ok((c.headers(), Json(body)).into_response())
+}
+
+/// `GET /v1/models`: the models this server has.
+pub(crate) async fn models(State(app): State<Arc<App>>) -> Response {
+    let data: Vec<Value> = app
+        .models
+        .iter()
+        .map(|m| json!({ "id": m.name, "object": "model", "created": 0, "owned_by": "switchyard" }))
+        .collect();
+    Json(json!({ "object": "list", "data": data })).into_response()
+}

@@ -1,0 +1,571 @@
+//! text-embeddings-inference's routes, with its request and response shapes.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::{Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use switchyard_core::{DType, PoolMode};
+use switchyard_models::{Marking, Task, Truncation, scores};
+
+use super::{ApiError, App, Encoding, Text, check_count, compute};
+
+/// `?model=NAME`: which model a route uses (default: the first).
+#[derive(Deserialize)]
+pub(crate) struct ModelQuery {
+    model: Option<String>,
+}
+
+/// One text or a list of texts.
+#[derive(Deserialize)]
+#[serde(untagged)]
+pub(crate) enum Inputs {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl Inputs {
+    fn texts(self) -> Vec<String> {
+        match self {
+            Inputs::One(t) => vec![t],
+            Inputs::Many(v) => v,
+        }
+    }
+}
+
+/// Which end of an over-long input truncation keeps.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+pub(crate) enum Direction {
+    #[default]
+    #[serde(alias = "right")]
+    Right,
+    #[serde(alias = "left")]
+    Left,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// The body of `/embed`, `/embed_sparse` and `/embed_all`.
+#[derive(Deserialize)]
+pub(crate) struct EmbedRequest {
+    inputs: Inputs,
+    #[serde(default)]
+    truncate: Option<bool>,
+    #[serde(default)]
+    truncation_direction: Direction,
+    #[serde(default = "yes")]
+    normalize: bool,
+    #[serde(default)]
+    prompt_name: Option<String>,
+}
+
+impl EmbedRequest {
+    fn encoding(&self) -> Result<Encoding, ApiError> {
+        if let Some(p) = &self.prompt_name {
+            return Err(ApiError::invalid(format!(
+                "prompt_name {p:?}: this server has no prompts; put the prompt in the text"
+            )));
+        }
+        Ok(Encoding {
+            truncate: self.truncate.unwrap_or(false),
+            left: self.truncation_direction == Direction::Left,
+            ..Encoding::default()
+        })
+    }
+}
+
+/// The model a request names (or the first) after checking it does what the route does.
+fn pick(
+    app: &App,
+    query: Result<Query<ModelQuery>, QueryRejection>,
+    fits: impl Fn(&Task) -> bool,
+    route: &str,
+    wanted: &str,
+) -> Result<usize, ApiError> {
+    let Query(q) = query.map_err(|e| ApiError::invalid(e.body_text()))?;
+    let m = app.model(q.model.as_deref())?;
+    let served = &app.models[m];
+    if fits(&served.meta.task) {
+        return Ok(m);
+    }
+    Err(ApiError::wrong_model(format!(
+        "{route} needs {wanted}, and {} is {}",
+        served.name,
+        served.meta.task.describe()
+    )))
+}
+
+/// `v` scaled to unit length (left alone if zero).
+pub(crate) fn normalized(mut v: Vec<f32>) -> Vec<f32> {
+    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if norm > 0.0 {
+        v.iter_mut().for_each(|x| *x /= norm);
+    }
+    v
+}
+
+/// Whether model `m`'s graph normalises its embeddings itself.
+pub(crate) fn normalizes(app: &App, m: usize) -> bool {
+    matches!(&app.models[m].meta.task, Task::Embed(p) if p.normalize)
+}
+
+/// `POST /embed`: one vector per input.
+pub(crate) async fn embed(
+    State(app): State<Arc<App>>,
+    query: Result<Query<ModelQuery>, QueryRejection>,
+    body: Result<Json<EmbedRequest>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let m = pick(&app, query, |t| matches!(t, Task::Embed(_)), "/embed", "an embedding model")?;
+    let Json(req) = body?;
+    let encoding = req.encoding()?;
+    let texts = req.inputs.texts().into_iter().map(Text::One).collect();
+    let c = compute(&app, m, texts, encoding).await?;
+    let normalize = req.normalize && !normalizes(&app, m);
+    let vectors: Vec<Vec<f32>> = c
+        .rows
+        .iter()
+        .map(|r| {
+            let v = r.first().cloned().unwrap_or_default();
+            if normalize { normalized(v) } else { v }
+        })
+        .collect();
+    Ok((c.headers(), Json(vectors)).into_response())
+}
+
+/// One SPLADE term.
+#[derive(Serialize)]
+struct SparseValue {
+    index: u32,
+    value: f32,
+}
+
+/// `POST /embed_sparse`: each input's non-zero SPLADE terms, heaviest first.
+pub(crate) async fn embed_sparse(
+    State(app): State<Arc<App>>,
+    query: Result<Query<ModelQuery>, QueryRejection>,
+    body: Result<Json<EmbedRequest>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let m = pick(&app, query, |t| matches!(t, Task::Sparse), "/embed_sparse", "a SPLADE model")?;
+    let Json(req) = body?;
+    let encoding = req.encoding()?;
+    let texts = req.inputs.texts().into_iter().map(Text::One).collect();
+    let c = compute(&app, m, texts, encoding).await?;
+    let terms: Vec<Vec<SparseValue>> = c
+        .rows
+        .iter()
+        .map(|r| {
+            let row = r.first().map_or(&[][..], Vec::as_slice);
+            let terms = scores::sparse_terms(row).into_iter();
+            terms.map(|(index, value)| SparseValue { index, value }).collect()
+        })
+        .collect();
+    Ok((c.headers(), Json(terms)).into_response())
+}
+
+/// `POST /embed_all`: per-token vectors, which no graph of ours gives yet.
+pub(crate) async fn embed_all() -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_IMPLEMENTED,
+        "Validation",
+        "/embed_all is not supported yet: Switchyard's graphs give pooled vectors only",
+    )
+}
+
+/// The body of `/rerank`.
+#[derive(Deserialize)]
+pub(crate) struct RerankRequest {
+    query: String,
+    texts: Vec<String>,
+    #[serde(default)]
+    truncate: Option<bool>,
+    #[serde(default)]
+    truncation_direction: Direction,
+    #[serde(default)]
+    raw_scores: bool,
+    #[serde(default)]
+    return_text: bool,
+}
+
+/// One ranked text.
+#[derive(Serialize)]
+struct Rank {
+    index: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    text: Option<String>,
+    score: f32,
+}
+
+/// `POST /rerank`: the texts ranked against the query by a cross-encoder, best first.
+pub(crate) async fn rerank(
+    State(app): State<Arc<App>>,
+    query: Result<Query<ModelQuery>, QueryRejection>,
+    body: Result<Json<RerankRequest>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let one_label = |t: &Task| matches!(t, Task::Classify { labels } if labels.len() == 1);
+    let m = pick(&app, query, one_label, "/rerank", "a cross-encoder (one label)")?;
+    let Json(req) = body?;
+    if req.query.is_empty() {
+        return Err(ApiError::invalid("`query` cannot be empty"));
+    }
+    let encoding = Encoding {
+        truncate: req.truncate.unwrap_or(false),
+        left: req.truncation_direction == Direction::Left,
+        ..Encoding::default()
+    };
+    let pairs = req.texts.iter().map(|t| Text::Pair(req.query.clone(), t.clone())).collect();
+    let c = compute(&app, m, pairs, encoding).await?;
+    let logits: Vec<f32> = c.rows.iter().map(|r| r.first().map_or(0.0, |l| l[0])).collect();
+    let score = |l: f32| if req.raw_scores { l } else { scores::sigmoid(l) };
+    let mut texts: Vec<Option<String>> = req.texts.into_iter().map(Some).collect();
+    let ranked: Vec<Rank> = scores::ranking(&logits)
+        .into_iter()
+        .map(|index| Rank {
+            index,
+            text: if req.return_text { texts[index].take() } else { None },
+            score: score(logits[index]),
+        })
+        .collect();
+    Ok((c.headers(), Json(ranked)).into_response())
+}
+
+/// The body of `/predict`.
+#[derive(Deserialize)]
+pub(crate) struct PredictRequest {
+    inputs: Value,
+    #[serde(default)]
+    truncate: Option<bool>,
+    #[serde(default)]
+    truncation_direction: Direction,
+    #[serde(default)]
+    raw_scores: bool,
+    /// A token classifier labels every token, not only each word's first.
+    #[serde(default)]
+    every_token: bool,
+}
+
+/// `/predict`'s inputs: a text, a pair `[a, b]`, or a batch `[[a], [a, b], ...]`; whether it
+/// was a batch, and the inputs.
+fn predict_inputs(v: Value) -> Result<(bool, Vec<Text>), ApiError> {
+    let shape = "`inputs` is a string, a pair [string, string], or a batch of [string] and \
+                 [string, string]";
+    let sequence = |v: &[Value]| -> Result<Text, ApiError> {
+        let s: Vec<&str> = v.iter().filter_map(Value::as_str).collect();
+        match (v.len(), s.as_slice()) {
+            (1, [a]) => Ok(Text::One((*a).to_owned())),
+            (2, [a, b]) => Ok(Text::Pair((*a).to_owned(), (*b).to_owned())),
+            _ => Err(ApiError::invalid(shape)),
+        }
+    };
+    match v {
+        Value::String(s) => Ok((false, vec![Text::One(s)])),
+        Value::Array(items) if items.first().is_some_and(Value::is_array) => {
+            let batch = items.iter().map(|i| match i {
+                Value::Array(seq) => sequence(seq),
+                _ => Err(ApiError::invalid(shape)),
+            });
+            Ok((true, batch.collect::<Result<_, _>>()?))
+        }
+        Value::Array(items) if !items.is_empty() => Ok((false, vec![sequence(&items)?])),
+        Value::Array(_) => Err(ApiError::invalid("`inputs` cannot be empty")),
+        _ => Err(ApiError::invalid(shape)),
+    }
+}
+
+/// A label and its score.
+#[derive(Serialize)]
+struct Prediction {
+    score: f32,
+    label: String,
+}
+
+/// A word (or token) of a token classifier's input with its label.
+#[derive(Serialize)]
+struct WordPrediction {
+    text: String,
+    label: String,
+    score: f32,
+    start: usize,
+    end: usize,
+}
+
+/// `POST /predict`: a sequence classifier's labels, best first, or a token classifier's label
+/// per word with its byte span.
+pub(crate) async fn predict(
+    State(app): State<Arc<App>>,
+    query: Result<Query<ModelQuery>, QueryRejection>,
+    body: Result<Json<PredictRequest>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let classifier = |t: &Task| matches!(t, Task::Classify { .. } | Task::ClassifyTokens { .. });
+    let m = pick(&app, query, classifier, "/predict", "a classifier")?;
+    let Json(req) = body?;
+    let (batch, inputs) = predict_inputs(req.inputs)?;
+    let task = &app.models[m].meta.task;
+    let tokens = matches!(task, Task::ClassifyTokens { .. });
+    if tokens && inputs.iter().any(|t| matches!(t, Text::Pair(..))) {
+        return Err(ApiError::invalid("a token classifier labels single texts, not pairs"));
+    }
+    let texts: Vec<String> = inputs
+        .iter()
+        .map(|t| match t {
+            Text::One(s) => s.clone(),
+            Text::Pair(..) | Text::Ids(_) => String::new(),
+        })
+        .collect();
+    let encoding = Encoding {
+        truncate: req.truncate.unwrap_or(false),
+        left: req.truncation_direction == Direction::Left,
+        marking: if req.every_token { Marking::EveryToken } else { Marking::FirstSubToken },
+    };
+    let c = compute(&app, m, inputs, encoding).await?;
+    let labels = task.labels();
+    let score = |logits: &[f32]| {
+        if req.raw_scores { logits.to_vec() } else { scores::probabilities(logits) }
+    };
+    let answers: Vec<Value> = if tokens {
+        c.rows
+            .iter()
+            .zip(&c.marks)
+            .zip(&texts)
+            .map(|((rows, marks), text)| {
+                let words: Vec<WordPrediction> = rows
+                    .iter()
+                    .zip(marks)
+                    .map(|(logits, &(_, (start, end)))| {
+                        let (best, s) = scores::best(&score(logits));
+                        WordPrediction {
+                            text: text.get(start..end).unwrap_or_default().to_owned(),
+                            label: labels[best].clone(),
+                            score: s,
+                            start,
+                            end,
+                        }
+                    })
+                    .collect();
+                json!(words)
+            })
+            .collect()
+    } else {
+        c.rows
+            .iter()
+            .map(|rows| {
+                let s = score(rows.first().map_or(&[][..], Vec::as_slice));
+                let ranked: Vec<Prediction> = scores::ranking(&s)
+                    .into_iter()
+                    .map(|i| Prediction { score: s[i], label: labels[i].clone() })
+                    .collect();
+                json!(ranked)
+            })
+            .collect()
+    };
+    let body =
+        if batch { json!(answers) } else { answers.into_iter().next().unwrap_or(Value::Null) };
+    Ok((c.headers(), Json(body)).into_response())
+}
+
+/// The body of `/tokenize`.
+#[derive(Deserialize)]
+pub(crate) struct TokenizeRequest {
+    inputs: Inputs,
+    #[serde(default = "yes")]
+    add_special_tokens: bool,
+}
+
+/// One token of `/tokenize`'s answer.
+#[derive(Serialize)]
+struct Token {
+    id: u32,
+    text: String,
+    special: bool,
+    start: Option<usize>,
+    stop: Option<usize>,
+}
+
+/// `POST /tokenize`: the tokens the model sees for each input (truncated as it would be).
+pub(crate) async fn tokenize(
+    State(app): State<Arc<App>>,
+    query: Result<Query<ModelQuery>, QueryRejection>,
+    body: Result<Json<TokenizeRequest>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let m = pick(&app, query, |_| true, "/tokenize", "a model")?;
+    let Json(req) = body?;
+    let texts = req.inputs.texts();
+    check_count(&app, texts.len())?;
+    let special = req.add_special_tokens;
+    let worker = Arc::clone(&app);
+    let tokenized = tokio::task::spawn_blocking(move || {
+        let tokenizer = &worker.models[m].meta.tokenizer;
+        texts
+            .iter()
+            .map(|t| {
+                let e = tokenizer.encode_with(t, None, Truncation::Right, special)?;
+                let tokens = (0..e.ids.len()).map(|i| {
+                    let (start, stop) = e.offsets[i];
+                    let real = !e.special[i];
+                    Token {
+                        id: e.ids[i],
+                        text: e.tokens[i].clone(),
+                        special: e.special[i],
+                        start: real.then_some(start),
+                        stop: real.then_some(stop),
+                    }
+                });
+                Ok(tokens.collect::<Vec<_>>())
+            })
+            .collect::<Result<Vec<_>, ApiError>>()
+    });
+    let tokens = tokenized.await.map_err(|e| {
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "Tokenizer", e.to_string())
+    })??;
+    Ok(Json(tokens).into_response())
+}
+
+/// Token ids: one list or several.
+#[derive(Deserialize)]
+#[serde(untagged)]
+pub(crate) enum Ids {
+    One(Vec<u32>),
+    Many(Vec<Vec<u32>>),
+}
+
+/// The body of `/decode`.
+#[derive(Deserialize)]
+pub(crate) struct DecodeRequest {
+    ids: Ids,
+    #[serde(default = "yes")]
+    skip_special_tokens: bool,
+}
+
+/// `POST /decode`: the text of each list of token ids.
+pub(crate) async fn decode(
+    State(app): State<Arc<App>>,
+    query: Result<Query<ModelQuery>, QueryRejection>,
+    body: Result<Json<DecodeRequest>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let m = pick(&app, query, |_| true, "/decode", "a model")?;
+    let Json(req) = body?;
+    let lists = match req.ids {
+        Ids::One(ids) => vec![ids],
+        Ids::Many(lists) => lists,
+    };
+    check_count(&app, lists.len())?;
+    let tokenizer = &app.models[m].meta.tokenizer;
+    let texts = lists
+        .iter()
+        .map(|ids| tokenizer.decode(ids, req.skip_special_tokens))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Json(texts).into_response())
+}
+
+/// text-embeddings-inference's name for a dtype.
+fn dtype_name(d: DType) -> &'static str {
+    match d {
+        DType::F32 => "float32",
+        DType::F16 => "float16",
+        DType::Bf16 => "bfloat16",
+        DType::I8 => "int8",
+    }
+}
+
+/// text-embeddings-inference's `model_type` for a task.
+fn model_type(task: &Task) -> Value {
+    let labels = |l: &[String]| {
+        let id2label: serde_json::Map<String, Value> =
+            l.iter().enumerate().map(|(i, n)| (i.to_string(), json!(n))).collect();
+        let label2id: serde_json::Map<String, Value> =
+            l.iter().enumerate().map(|(i, n)| (n.clone(), json!(i))).collect();
+        json!({ "id2label": id2label, "label2id": label2id })
+    };
+    match task {
+        Task::Embed(p) => {
+            let pooling = match p.mode {
+                PoolMode::Cls => "cls",
+                PoolMode::Last => "last_token",
+                PoolMode::Mean => "mean",
+                PoolMode::Max => "max",
+            };
+            json!({ "embedding": { "pooling": pooling } })
+        }
+        Task::Sparse => json!({ "embedding": { "pooling": "splade" } }),
+        Task::Classify { labels: l } if l.len() == 1 => json!({ "reranker": labels(l) }),
+        Task::Classify { labels: l } | Task::ClassifyTokens { labels: l } => {
+            json!({ "classifier": labels(l) })
+        }
+    }
+}
+
+/// `GET /info`: the model (the one `?model=` names, else the first), the limits, and every
+/// model this server has with its devices.
+pub(crate) async fn info(
+    State(app): State<Arc<App>>,
+    query: Result<Query<ModelQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let m = pick(&app, query, |_| true, "/info", "a model")?;
+    let served = &app.models[m];
+    let models: Vec<Value> = app
+        .models
+        .iter()
+        .map(|s| {
+            let devices: Vec<Value> = s
+                .pool
+                .health()
+                .into_iter()
+                .map(|(device, healthy)| json!({ "device": device, "healthy": healthy }))
+                .collect();
+            json!({
+                "name": s.name,
+                "task": s.meta.task.describe(),
+                "max_input_length": s.meta.tokenizer.max_len(),
+                "dtype": dtype_name(s.dtype),
+                "devices": devices,
+            })
+        })
+        .collect();
+    let c = &app.config;
+    Ok(Json(json!({
+        "model_id": served.name,
+        "model_sha": null,
+        "model_dtype": dtype_name(served.dtype),
+        "model_type": model_type(&served.meta.task),
+        "max_concurrent_requests": c.max_concurrent_requests,
+        "max_input_length": served.meta.tokenizer.max_len(),
+        "max_batch_tokens": served.pool.budget().tokens,
+        "max_batch_requests": served.pool.budget().seqs,
+        "max_client_batch_size": c.max_client_batch_size,
+        "auto_truncate": c.auto_truncate,
+        "tokenization_workers": null,
+        "version": env!("CARGO_PKG_VERSION"),
+        "models": models,
+    }))
+    .into_response())
+}
+
+/// `GET /health`: 200 while every model has a healthy device (`"degraded"` when some device is
+/// out of rotation), 503 when a model has none.
+pub(crate) async fn health(State(app): State<Arc<App>>) -> Response {
+    let mut degraded = false;
+    let mut down = false;
+    let models: Vec<Value> = app
+        .models
+        .iter()
+        .map(|s| {
+            let h = s.pool.health();
+            let up: Vec<&str> = h.iter().filter(|(_, ok)| *ok).map(|(d, _)| d.as_str()).collect();
+            let out: Vec<&str> = h.iter().filter(|(_, ok)| !ok).map(|(d, _)| d.as_str()).collect();
+            degraded |= !out.is_empty();
+            down |= up.is_empty();
+            json!({ "name": s.name, "healthy": up, "failed": out })
+        })
+        .collect();
+    let (status, word) = match (down, degraded) {
+        (true, _) => (StatusCode::SERVICE_UNAVAILABLE, "unhealthy"),
+        (false, true) => (StatusCode::OK, "degraded"),
+        (false, false) => (StatusCode::OK, "ok"),
+    };
+    (status, Json(json!({ "status": word, "models": models }))).into_response()
+}

@@ -1,0 +1,119 @@
+//! switchyard-server: an HTTP inference server for encoders, compatible with
+//! text-embeddings-inference's routes and OpenAI's embeddings API, batching the inputs of
+//! concurrent requests together and spreading batches over several devices.
+//!
+//! A [`Server`] holds one or more models ([`ModelSpec`]), each with a replica per device
+//! ([`Replica`]). Every request is tokenized off the async threads and its inputs queued on
+//! its model's queue; each replica runs on its own thread and takes the next ragged batch
+//! (no padding) whenever it is idle, so devices add up and a slow one takes less work. A
+//! replica whose device fails leaves the rotation, its batch is retried once on another, and
+//! it comes back when reopening the model works again.
+//!
+//! The routes and every flag of `switchyard serve` are in `docs/server.md`.
+
+mod api;
+mod config;
+mod error;
+mod metrics;
+mod pool;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use switchyard_core::Backend;
+
+pub use config::Config;
+pub use error::{Error, Result};
+pub use pool::{ModelSpec, Opener, Replica};
+
+/// Models opened on their devices, ready to serve.
+pub struct Server {
+    app: Arc<api::App>,
+}
+
+impl Server {
+    /// Opens every replica of every model, each on its own thread: an error naming the model
+    /// and device if one fails to open, or for models or limits that make no server.
+    pub fn new<B: Backend + 'static>(config: Config, models: Vec<ModelSpec<B>>) -> Result<Server> {
+        check(&config, &models)?;
+        let metrics = Arc::new(metrics::Metrics::new());
+        let mut served = Vec::with_capacity(models.len());
+        for spec in models {
+            let (name, dtype) = (spec.name.clone(), spec.dtype);
+            let (pool, meta) =
+                pool::Pool::start(spec, &config, Arc::clone(&metrics)).map_err(|e| match e {
+                    Error::Open { device, source, .. } => {
+                        Error::Open { model: name.clone(), device, source }
+                    }
+                    other => other,
+                })?;
+            tracing::info!(model = %name, task = meta.task.describe(), "serving");
+            served.push(api::Served { name, dtype, meta, pool });
+        }
+        Ok(Server { app: Arc::new(api::App::new(config, served, metrics)) })
+    }
+
+    /// Serves on `listener` until `shutdown` completes; then stops accepting, answers every
+    /// request already received, and stops the replicas.
+    pub async fn serve(
+        self,
+        listener: tokio::net::TcpListener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<()> {
+        let router = api::router(Arc::clone(&self.app));
+        axum::serve(listener, router).with_graceful_shutdown(shutdown).await?;
+        let app = self.app;
+        tokio::task::spawn_blocking(move || app.models.iter().for_each(|m| m.pool.close()))
+            .await
+            .map_err(|e| Error::Io(std::io::Error::other(e)))?;
+        tracing::info!("stopped");
+        Ok(())
+    }
+}
+
+/// Completes on Ctrl-C or, on Unix, SIGTERM: the usual reasons to shut down.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+    tracing::info!("shutting down: finishing the requests received");
+}
+
+/// Refuses models and limits that make no server.
+fn check<B: Backend>(config: &Config, models: &[ModelSpec<B>]) -> Result<()> {
+    if models.is_empty() {
+        return Err(Error::Setup("a server needs at least one model".into()));
+    }
+    for (i, m) in models.iter().enumerate() {
+        if models[..i].iter().any(|o| o.name == m.name) {
+            return Err(Error::Setup(format!(
+                "two models are named {:?}; name them with --model NAME=PATH",
+                m.name
+            )));
+        }
+    }
+    let limits = [
+        ("--max-client-batch-size", config.max_client_batch_size),
+        ("--max-concurrent-requests", config.max_concurrent_requests),
+        ("--payload-limit", config.payload_limit),
+    ];
+    if let Some((flag, _)) = limits.iter().find(|(_, v)| *v == 0) {
+        return Err(Error::Setup(format!("{flag} must be at least 1")));
+    }
+    Ok(())
+}

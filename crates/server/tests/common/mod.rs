@@ -1,0 +1,310 @@
+//! What the server tests share: a backend that can be held or unplugged, a server on a
+//! loopback port, and a blocking HTTP client.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use switchyard_core::{
+    Backend, Batch, Bucket, Buckets, Caps, DType, Error, Graph, HostTensor, Outputs,
+};
+use switchyard_models::{Model, Runner};
+use switchyard_server::{Config, ModelSpec, Opener, Replica, Server};
+
+/// The tiny checkpoint `name` from switchyard-models' fixtures.
+pub fn tiny(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/tests/fixtures/tiny").join(name)
+}
+
+/// What a test does to a [`Held`] backend: hold its runs, unplug it, and see its batches.
+#[derive(Default)]
+pub struct Control {
+    unplugged: AtomicBool,
+    held: Mutex<bool>,
+    released: Condvar,
+    /// The sequences in each batch run, in order.
+    pub batches: Mutex<Vec<usize>>,
+    /// How many runs are waiting at the hold.
+    waiting: Mutex<usize>,
+}
+
+impl Control {
+    /// Makes every run wait until [`Control::release`].
+    pub fn hold(&self) {
+        *self.held.lock().unwrap() = true;
+    }
+
+    /// Lets held runs go on.
+    pub fn release(&self) {
+        *self.held.lock().unwrap() = false;
+        self.released.notify_all();
+    }
+
+    /// Makes every run and every opening fail as a device that went away does.
+    pub fn unplug(&self, out: bool) {
+        self.unplugged.store(out, Ordering::SeqCst);
+    }
+
+    /// Waits until `n` runs wait at the hold.
+    pub fn wait_for_held(&self, n: usize) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while *self.waiting.lock().unwrap() < n {
+            assert!(Instant::now() < deadline, "no run reached the hold");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// The sequences run so far, over all batches.
+    pub fn sequences(&self) -> usize {
+        self.batches.lock().unwrap().iter().sum()
+    }
+}
+
+/// A backend run under a test's [`Control`].
+pub struct Held<B> {
+    inner: B,
+    control: Arc<Control>,
+}
+
+impl<B: Backend> Backend for Held<B> {
+    type Weights = B::Weights;
+    type Plan = B::Plan;
+    type State = B::State;
+
+    fn caps(&self) -> Caps {
+        self.inner.caps()
+    }
+
+    fn upload(
+        &self,
+        tensors: &[HostTensor<'_>],
+        graph: &Graph,
+    ) -> switchyard_core::Result<B::Weights> {
+        self.inner.upload(tensors, graph)
+    }
+
+    fn lower(
+        &self,
+        w: &B::Weights,
+        graph: &Graph,
+        bucket: Bucket,
+    ) -> switchyard_core::Result<B::Plan> {
+        self.inner.lower(w, graph, bucket)
+    }
+
+    fn state(&self, plan: &B::Plan) -> switchyard_core::Result<B::State> {
+        self.inner.state(plan)
+    }
+
+    fn run(
+        &self,
+        plan: &B::Plan,
+        state: &mut B::State,
+        batch: &Batch<'_>,
+        out: &mut Outputs,
+    ) -> switchyard_core::Result<()> {
+        let c = &self.control;
+        let mut held = c.held.lock().unwrap();
+        if *held {
+            *c.waiting.lock().unwrap() += 1;
+            while *held {
+                held = c.released.wait(held).unwrap();
+            }
+            *c.waiting.lock().unwrap() -= 1;
+        }
+        drop(held);
+        if c.unplugged.load(Ordering::SeqCst) {
+            return Err(Error::Device("unplugged by the test".into()));
+        }
+        c.batches.lock().unwrap().push(batch.seqs());
+        self.inner.run(plan, state, batch, out)
+    }
+
+    fn with_dtype(self, dtype: DType) -> switchyard_core::Result<Self> {
+        Ok(Held { inner: self.inner.with_dtype(dtype)?, control: self.control })
+    }
+}
+
+/// A replica of the tiny model `name` on flex under `control`.
+pub fn held_replica(
+    name: &str,
+    device: &str,
+    control: &Arc<Control>,
+) -> Replica<Held<switchyard_flex::FlexBackend>> {
+    let (dir, control) = (tiny(name), Arc::clone(control));
+    let open: Opener<Held<switchyard_flex::FlexBackend>> = Arc::new(move || {
+        if control.unplugged.load(Ordering::SeqCst) {
+            return Err(Error::Device("unplugged by the test".into()).into());
+        }
+        let backend = Held { inner: switchyard_flex::flex(), control: Arc::clone(&control) };
+        Runner::new(Model::load(&dir)?, backend, Buckets::default())
+    });
+    Replica { device: device.to_owned(), open }
+}
+
+/// A model of one replica per control, named `name`.
+pub fn held_model(
+    name: &str,
+    fixture: &str,
+    controls: &[&Arc<Control>],
+) -> ModelSpec<Held<switchyard_flex::FlexBackend>> {
+    let replicas = controls
+        .iter()
+        .enumerate()
+        .map(|(i, c)| held_replica(fixture, &format!("held:{i}"), c))
+        .collect();
+    ModelSpec { name: name.to_owned(), dtype: DType::F32, replicas }
+}
+
+/// A server on a loopback port, stopped when dropped.
+pub struct Running {
+    pub addr: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<JoinHandle<switchyard_server::Result<()>>>,
+}
+
+impl Running {
+    /// Starts `models` with `config` on 127.0.0.1, on a port of the system's choosing.
+    pub fn start<B: Backend + 'static>(config: Config, models: Vec<ModelSpec<B>>) -> Running {
+        let server = Server::new(config, models).unwrap();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener)?;
+                server
+                    .serve(listener, async move {
+                        let _ = stopped.await;
+                    })
+                    .await
+            })
+        });
+        Running { addr, stop: Some(stop), thread: Some(thread) }
+    }
+
+    /// The URL of `path` on this server.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// Asks the server to shut down, and returns without waiting.
+    pub fn begin_shutdown(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+    }
+
+    /// Shuts the server down and waits for it to stop.
+    pub fn stop(mut self) -> switchyard_server::Result<()> {
+        self.begin_shutdown();
+        self.thread.take().unwrap().join().unwrap()
+    }
+
+    /// POSTs `body` as JSON to `path`: the status, the JSON answer, and the answer's headers.
+    pub fn post(&self, path: &str, body: &Value) -> Reply {
+        reply(ureq::post(&self.url(path)).send_json(body.clone()))
+    }
+
+    /// POSTs `body` as JSON with an `Authorization` header.
+    pub fn post_with_key(&self, path: &str, key: &str, body: &Value) -> Reply {
+        let r = ureq::post(&self.url(path)).set("Authorization", &format!("Bearer {key}"));
+        reply(r.send_json(body.clone()))
+    }
+
+    /// POSTs raw bytes as a JSON body.
+    pub fn post_raw(&self, path: &str, body: &[u8]) -> Reply {
+        let r = ureq::post(&self.url(path)).set("Content-Type", "application/json");
+        reply(r.send_bytes(body))
+    }
+
+    /// GETs `path`.
+    pub fn get(&self, path: &str) -> Reply {
+        reply(ureq::get(&self.url(path)).call())
+    }
+
+    /// The value of the metric line starting with `prefix`, if `/metrics` has it.
+    pub fn metric(&self, prefix: &str) -> Option<f64> {
+        let text = ureq::get(&self.url("/metrics")).call().ok()?.into_string().ok()?;
+        let line = text.lines().find(|l| l.starts_with(prefix))?;
+        line.rsplit(' ').next()?.parse().ok()
+    }
+}
+
+impl Drop for Running {
+    /// Asks the server to stop without waiting: a test that failed while a run was held would
+    /// wait forever.
+    fn drop(&mut self) {
+        self.begin_shutdown();
+    }
+}
+
+/// An HTTP answer.
+#[derive(Debug)]
+pub struct Reply {
+    pub status: u16,
+    pub body: Value,
+    pub headers: Vec<(String, String)>,
+}
+
+impl Reply {
+    /// The header `name`, if present.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+    }
+}
+
+fn reply(r: Result<ureq::Response, ureq::Error>) -> Reply {
+    let response = match r {
+        Ok(r) => r,
+        Err(ureq::Error::Status(_, r)) => r,
+        Err(e) => panic!("no answer: {e}"),
+    };
+    let status = response.status();
+    let headers = response
+        .headers_names()
+        .into_iter()
+        .filter_map(|n| response.header(&n).map(|v| (n.clone(), v.to_owned())))
+        .collect();
+    let text = response.into_string().unwrap();
+    let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
+    Reply { status, body, headers }
+}
+
+/// Polls `ok` until it holds, for at most 30 s.
+pub fn eventually(what: &str, mut ok: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !ok() {
+        assert!(Instant::now() < deadline, "never: {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A flex runner of the tiny model `name`, to compare answers with.
+pub fn runner(name: &str) -> Runner<switchyard_flex::FlexBackend> {
+    Runner::new(Model::load(&tiny(name)).unwrap(), switchyard_flex::flex(), Buckets::default())
+        .unwrap()
+}
+
+/// The largest difference between two vectors.
+pub fn worst(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
+
+/// A JSON array of numbers as f32.
+pub fn floats(v: &Value) -> Vec<f32> {
+    v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect()
+}

@@ -1,0 +1,309 @@
+//! Every route over loopback, on the tiny checkpoints, against the runner's own answers; and
+//! every error code with its body.
+
+mod common;
+
+use std::sync::Arc;
+
+use base64::Engine as _;
+use common::{Control, Running, floats, held_model, runner, worst};
+use serde_json::json;
+use switchyard_models::{Marking, scores};
+use switchyard_server::Config;
+
+/// Answers within 1e-6 of the runner's: the same backend on the same batch rows; only the
+/// server's normalisation (one division per value) stands between them.
+const TOL: f32 = 1e-6;
+
+/// A server with one model per task of the tiny BERT fixtures, embedder first.
+fn every_task(config: Config) -> Running {
+    let c = Arc::new(Control::default());
+    let models = [
+        ("embedder", "bert"),
+        ("reranker", "bert-cross-encoder"),
+        ("classifier", "bert-classifier"),
+        ("tagger", "bert-token-classifier"),
+        ("splade", "bert-splade"),
+    ];
+    let specs = models.iter().map(|(name, fixture)| held_model(name, fixture, &[&c])).collect();
+    Running::start(config, specs)
+}
+
+const TEXTS: [&str; 3] = ["the man is eating food", "a cat sat on the mat", "quick brown fox"];
+
+#[test]
+fn embed_gives_the_runners_vectors_normalised_or_not() {
+    let s = every_task(Config::default());
+    let want = runner("bert").embed(&TEXTS, |_| {}).unwrap();
+    let raw = s.post("/embed", &json!({ "inputs": TEXTS, "normalize": false }));
+    assert_eq!(raw.status, 200, "{:?}", raw.body);
+    for (got, want) in raw.body.as_array().unwrap().iter().zip(&want) {
+        assert!(worst(&floats(got), want) <= TOL);
+    }
+    // The default normalises; a single string is a batch of one.
+    let unit = s.post("/embed", &json!({ "inputs": TEXTS[0] }));
+    let v = floats(&unit.body[0]);
+    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    assert!((norm - 1.0).abs() < 1e-5, "norm {norm}");
+    assert!(scores::cosine(&v, &want[0]) > 0.99999);
+    // The timing headers text-embeddings-inference sends.
+    for h in ["x-compute-time", "x-queue-time", "x-inference-time", "x-tokenization-time"] {
+        assert!(
+            unit.header(h).is_some_and(|v| v.parse::<u64>().is_ok()),
+            "{h}: {:?}",
+            unit.headers
+        );
+    }
+    assert_eq!(
+        unit.header("x-compute-tokens"),
+        Some(&*runner("bert").model().tokenizer().encode(TEXTS[0]).unwrap().ids.len().to_string())
+    );
+}
+
+#[test]
+fn openai_embeddings_take_texts_or_token_ids_and_give_floats_or_base64() {
+    let s = every_task(Config::default());
+    let r = s.post("/v1/embeddings", &json!({ "model": "embedder", "input": TEXTS }));
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    assert_eq!(
+        (r.body["object"].as_str(), r.body["model"].as_str()),
+        (Some("list"), Some("embedder"))
+    );
+    let data = r.body["data"].as_array().unwrap();
+    assert_eq!(data.len(), 3);
+    let tokenizer = runner("bert");
+    let tokenizer = tokenizer.model().tokenizer();
+    let ids: Vec<Vec<u32>> = TEXTS.iter().map(|t| tokenizer.encode(t).unwrap().ids).collect();
+    let total: usize = ids.iter().map(Vec::len).sum();
+    assert_eq!(r.body["usage"]["prompt_tokens"], json!(total));
+    let first = floats(&data[0]["embedding"]);
+
+    // Token ids give what their text gives; base64 is the same floats, little-endian.
+    let by_ids = s.post("/v1/embeddings", &json!({ "input": ids[0], "encoding_format": "base64" }));
+    assert_eq!(by_ids.status, 200, "{:?}", by_ids.body);
+    let b64 = by_ids.body["data"][0]["embedding"].as_str().unwrap();
+    let bytes = base64::engine::general_purpose::STANDARD.decode(b64).unwrap();
+    let decoded: Vec<f32> =
+        bytes.chunks(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
+    assert_eq!(decoded, first);
+    let lists = s.post("/v1/embeddings", &json!({ "input": [ids[1], ids[2]] }));
+    assert_eq!(floats(&lists.body["data"][1]["embedding"]), floats(&data[2]["embedding"]));
+
+    // `dimensions` cuts and renormalises.
+    let cut = s.post("/v1/embeddings", &json!({ "input": TEXTS[0], "dimensions": 4 }));
+    let v = floats(&cut.body["data"][0]["embedding"]);
+    let norm = first[..4].iter().map(|x| x * x).sum::<f32>().sqrt();
+    assert!(worst(&v, &first[..4].iter().map(|x| x / norm).collect::<Vec<_>>()) <= TOL);
+
+    let models = s.get("/v1/models");
+    let ids: Vec<&str> =
+        models.body["data"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["embedder", "reranker", "classifier", "tagger", "splade"]);
+
+    // Errors come in OpenAI's shape.
+    for (body, status) in [
+        (json!({ "input": [] }), 422),
+        (json!({ "input": [1.5] }), 422),
+        (json!({ "input": [999_999] }), 422),
+        (json!({ "input": "x", "model": "nope" }), 404),
+        (json!({ "input": "x", "model": "reranker" }), 400),
+        (json!({ "input": "x", "dimensions": 0 }), 422),
+        (json!({ "input": "x", "encoding_format": "hex" }), 422),
+    ] {
+        let r = s.post("/v1/embeddings", &body);
+        assert_eq!(r.status, status, "{body}: {:?}", r.body);
+        assert!(
+            r.body["error"]["message"].is_string() && r.body["error"]["type"].is_string(),
+            "{:?}",
+            r.body
+        );
+    }
+}
+
+#[test]
+fn rerank_orders_texts_by_the_cross_encoders_sigmoid() {
+    let s = every_task(Config::default());
+    let query = "what is the man eating";
+    let logits = runner("bert-cross-encoder").classify_pairs(query, &TEXTS, |_| {}).unwrap();
+    let r = s.post(
+        "/rerank?model=reranker",
+        &json!({ "query": query, "texts": TEXTS, "return_text": true }),
+    );
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    let ranked = r.body.as_array().unwrap();
+    let order: Vec<usize> = ranked.iter().map(|x| x["index"].as_u64().unwrap() as usize).collect();
+    let want: Vec<f32> = logits.iter().map(|l| l[0]).collect();
+    assert_eq!(order, scores::ranking(&want));
+    for x in ranked {
+        let i = x["index"].as_u64().unwrap() as usize;
+        assert!((x["score"].as_f64().unwrap() as f32 - scores::sigmoid(want[i])).abs() <= TOL);
+        assert_eq!(x["text"], json!(TEXTS[i]));
+    }
+    let raw = s.post(
+        "/rerank?model=reranker",
+        &json!({ "query": query, "texts": TEXTS, "raw_scores": true }),
+    );
+    let top = &raw.body[0];
+    assert!((top["score"].as_f64().unwrap() as f32 - want[order[0]]).abs() <= TOL);
+    assert!(top.get("text").is_none());
+    // The embedder is no reranker.
+    assert_eq!(s.post("/rerank", &json!({ "query": query, "texts": TEXTS })).status, 400);
+}
+
+#[test]
+fn predict_labels_texts_pairs_and_words() {
+    let s = every_task(Config::default());
+    let mut classifier = runner("bert-classifier");
+    let labels = classifier.model().task().labels().to_vec();
+    let logits = classifier.classify(&TEXTS[..1], |_| {}).unwrap();
+    let probs = scores::probabilities(&logits[0]);
+    let single = s.post("/predict?model=classifier", &json!({ "inputs": TEXTS[0] }));
+    assert_eq!(single.status, 200, "{:?}", single.body);
+    let best = scores::best(&probs);
+    assert_eq!(single.body[0]["label"], json!(labels[best.0]));
+    assert!((single.body[0]["score"].as_f64().unwrap() as f32 - best.1).abs() <= TOL);
+    assert_eq!(single.body.as_array().unwrap().len(), labels.len());
+
+    // A batch of a text and a pair gives a list per input.
+    let batch = s.post(
+        "/predict?model=classifier",
+        &json!({ "inputs": [[TEXTS[0]], [TEXTS[1], TEXTS[2]]] }),
+    );
+    assert_eq!(batch.status, 200, "{:?}", batch.body);
+    assert_eq!(batch.body[0], single.body);
+    assert_eq!(batch.body.as_array().unwrap().len(), 2);
+
+    // A token classifier labels each word with its byte span.
+    let text = "the quick brown fox jumps";
+    let mut tagger = runner("bert-token-classifier");
+    let want = tagger.classify_tokens(&[text], Marking::FirstSubToken, |_| {}).unwrap();
+    let words = s.post("/predict?model=tagger", &json!({ "inputs": text }));
+    assert_eq!(words.status, 200, "{:?}", words.body);
+    let words = words.body.as_array().unwrap();
+    assert_eq!(words.len(), want[0].len());
+    for (w, t) in words.iter().zip(&want[0]) {
+        let (start, end) = t.span;
+        assert_eq!(
+            (w["start"].as_u64(), w["end"].as_u64()),
+            (Some(start as u64), Some(end as u64))
+        );
+        assert_eq!(w["text"], json!(&text[start..end]));
+        let best = scores::best(&scores::probabilities(&t.logits));
+        assert_eq!(w["label"], json!(tagger.model().task().labels()[best.0]));
+    }
+    let pairs = s.post("/predict?model=tagger", &json!({ "inputs": ["a", "b"] }));
+    assert_eq!(pairs.status, 422);
+    assert_eq!(
+        s.post("/predict?model=classifier", &json!({ "inputs": ["a", "b", "c"] })).status,
+        422
+    );
+}
+
+#[test]
+fn embed_sparse_gives_the_splade_terms() {
+    let s = every_task(Config::default());
+    let want = runner("bert-splade").sparse(&TEXTS[..1], |_| {}).unwrap();
+    let r = s.post("/embed_sparse?model=splade", &json!({ "inputs": TEXTS[0] }));
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    let got: Vec<(u32, f32)> = r.body[0]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| (t["index"].as_u64().unwrap() as u32, t["value"].as_f64().unwrap() as f32))
+        .collect();
+    assert_eq!(got.len(), want[0].len());
+    for ((gi, gv), (wi, wv)) in got.iter().zip(&want[0]) {
+        assert!(gi == wi && (gv - wv).abs() <= TOL);
+    }
+    // Per-token vectors are not supported: said so, not faked.
+    assert_eq!(s.post("/embed_all", &json!({ "inputs": "x" })).status, 501);
+}
+
+#[test]
+fn tokenize_and_decode_round_trip() {
+    let s = every_task(Config::default());
+    let r = s.post("/tokenize", &json!({ "inputs": [TEXTS[0]] }));
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    let tokens = r.body[0].as_array().unwrap();
+    assert_eq!(tokens.first().unwrap()["special"], json!(true));
+    assert_eq!(tokens[1]["text"], json!("the"));
+    assert_eq!((tokens[1]["start"].as_u64(), tokens[1]["stop"].as_u64()), (Some(0), Some(3)));
+    let ids = |tokens: &serde_json::Value| -> Vec<u64> {
+        tokens.as_array().unwrap().iter().map(|t| t["id"].as_u64().unwrap()).collect()
+    };
+    let bare = s.post("/tokenize", &json!({ "inputs": TEXTS[0], "add_special_tokens": false }));
+    assert_eq!(bare.body[0].as_array().unwrap().len(), tokens.len() - 2);
+    // (The tiny tokenizer does not mark [CLS] and [SEP] as special for decoding.)
+    let text = s.post(
+        "/decode",
+        &json!({ "ids": [ids(&bare.body[0]), ids(&r.body[0])], "skip_special_tokens": false }),
+    );
+    assert_eq!(text.body, json!([TEXTS[0], format!("[CLS] {} [SEP]", TEXTS[0])]));
+}
+
+#[test]
+fn info_and_health_describe_every_model() {
+    let s = every_task(Config::default());
+    let info = s.get("/info");
+    assert_eq!(info.status, 200);
+    assert_eq!(info.body["model_id"], json!("embedder"));
+    assert_eq!(info.body["model_type"]["embedding"]["pooling"], json!("mean"));
+    assert_eq!(info.body["max_input_length"], json!(64));
+    assert_eq!(info.body["models"].as_array().unwrap().len(), 5);
+    assert_eq!(
+        info.body["models"][0]["devices"][0],
+        json!({ "device": "held:0", "healthy": true })
+    );
+    let reranker = s.get("/info?model=reranker");
+    assert!(reranker.body["model_type"]["reranker"]["id2label"].is_object());
+    let health = s.get("/health");
+    assert_eq!((health.status, &health.body["status"]), (200, &json!("ok")));
+    assert_eq!(s.get("/nowhere").status, 404);
+}
+
+#[test]
+fn limits_and_bad_requests_get_their_codes_and_bodies() {
+    let config = Config { max_client_batch_size: 4, payload_limit: 4096, ..Config::default() };
+    let s = every_task(config);
+    let long = "the ".repeat(100);
+    for (path, body, status) in [
+        ("/embed", json!({ "inputs": ["a", "b", "c", "d", "e"] }), 413),
+        ("/embed", json!({ "inputs": long }), 413),
+        ("/embed", json!({ "inputs": [] }), 422),
+        ("/embed", json!({ "inputs": "" }), 422),
+        ("/embed", json!({ "inputs": 7 }), 422),
+        ("/embed", json!({ "text": "no inputs" }), 422),
+        ("/embed", json!({ "inputs": "x", "prompt_name": "query" }), 422),
+        ("/embed?model=nope", json!({ "inputs": "x" }), 404),
+        ("/embed?model=tagger", json!({ "inputs": "x" }), 400),
+        ("/embed", json!({ "inputs": "x".repeat(5000) }), 413),
+    ] {
+        let r = s.post(path, &body);
+        assert_eq!(r.status, status, "{path} {body}: {:?}", r.body);
+        assert!(r.body["error"].is_string() && r.body["error_type"].is_string(), "{:?}", r.body);
+    }
+    let malformed = s.post_raw("/embed", b"{\"inputs\": [\"a\",");
+    assert_eq!(malformed.status, 422, "{:?}", malformed.body);
+    // Truncation, asked for or on by default, takes what is otherwise refused.
+    for direction in ["Right", "Left"] {
+        let body = json!({ "inputs": long, "truncate": true, "truncation_direction": direction });
+        assert_eq!(s.post("/embed", &body).status, 200);
+    }
+    let auto = every_task(Config { auto_truncate: true, ..Config::default() });
+    assert_eq!(auto.post("/embed", &json!({ "inputs": long })).status, 200);
+}
+
+#[test]
+fn an_api_key_guards_every_route_but_health() {
+    let s = every_task(Config { api_key: Some("sesame".into()), ..Config::default() });
+    let body = json!({ "inputs": "x" });
+    let refused = s.post("/embed", &body);
+    assert_eq!((refused.status, &refused.body["error_type"]), (401, &json!("Unauthorized")));
+    assert_eq!(s.post_with_key("/embed", "sesamf", &body).status, 401);
+    assert_eq!(s.post_with_key("/embed", "sesame", &body).status, 200);
+    let openai = s.post("/v1/embeddings", &json!({ "input": "x" }));
+    assert_eq!(openai.status, 401);
+    assert_eq!(openai.body["error"]["type"], json!("authentication_error"));
+    assert_eq!(s.get("/health").status, 200);
+    assert_eq!(s.get("/metrics").status, 401);
+}
