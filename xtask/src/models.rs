@@ -67,6 +67,40 @@ fn fetch(m: &Shipped, cache: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// HTTP clients nobody here wrote, which the server's tests call it with (pinned), and numpy,
+/// which `huggingface_hub` needs for embeddings.
+const CLIENTS: [&str; 3] = ["openai==3.57.0", "huggingface_hub==2.4.0", "numpy==2.4.6"];
+
+/// Where [`CLIENTS`] are installed: a folder for `PYTHONPATH`, beside the models.
+fn clients_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(".cache").join("pyclients")
+}
+
+/// Installs [`CLIENTS`] with pip into [`clients_dir`], unless these versions are there.
+fn fetch_clients() -> Result<(), String> {
+    let dir = clients_dir();
+    let marker = dir.join(format!(".installed-{}", CLIENTS.join("-")));
+    if marker.is_file() {
+        eprintln!("xtask: the Python HTTP clients are present in {}", dir.display());
+        return Ok(());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    eprintln!("xtask: installing the Python HTTP clients ({})", CLIENTS.join(", "));
+    run(Command::new("python3")
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--no-warn-conflicts",
+        ])
+        .args(["--root-user-action", "ignore", "--target"])
+        .arg(&dir)
+        .args(CLIENTS))?;
+    std::fs::write(&marker, "").map_err(|e| format!("{}: {e}", marker.display()))
+}
+
 /// The task.
 pub fn fetch_models() -> ExitCode {
     let cache = cache_dir();
@@ -75,6 +109,10 @@ pub fn fetch_models() -> ExitCode {
             eprintln!("xtask fetch-models: {}: {e}", m.name);
             return ExitCode::FAILURE;
         }
+    }
+    if let Err(e) = fetch_clients() {
+        eprintln!("xtask fetch-models: the Python HTTP clients: {e}");
+        return ExitCode::FAILURE;
     }
     ExitCode::SUCCESS
 }

@@ -18,6 +18,7 @@ mod metrics;
 mod pool;
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use switchyard_core::Backend;
@@ -69,6 +70,32 @@ impl Server {
         tracing::info!("stopped");
         Ok(())
     }
+}
+
+impl Server {
+    /// Serves on `listener` until Ctrl-C or SIGTERM, on a runtime of its own; then finishes
+    /// as [`Server::serve`] does.
+    pub fn run(self, listener: std::net::TcpListener) -> Result<()> {
+        listener.set_nonblocking(true)?;
+        let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+        runtime.block_on(async move {
+            let listener = tokio::net::TcpListener::from_std(listener)?;
+            self.serve(listener, shutdown_signal()).await
+        })
+    }
+}
+
+/// Binds `listen`: a loopback address, or any address when `public` says the operator means
+/// to serve beyond this machine.
+pub fn bind(listen: SocketAddr, public: bool) -> Result<std::net::TcpListener> {
+    if !listen.ip().is_loopback() && !public {
+        return Err(Error::Setup(format!(
+            "refusing to listen on {listen}: the server listens on loopback (127.0.0.1) unless              --public says to serve the network (then set --api-key, and put TLS in front: see              docs/server.md)"
+        )));
+    }
+    std::net::TcpListener::bind(listen).map_err(|e| {
+        Error::Io(std::io::Error::new(e.kind(), format!("cannot listen on {listen}: {e}")))
+    })
 }
 
 /// Completes on Ctrl-C or, on Unix, SIGTERM: the usual reasons to shut down.

@@ -90,7 +90,9 @@ impl Drop for Admitted {
 /// The routes, with the API key, metrics and tracing around them.
 pub(crate) fn router(app: Arc<App>) -> Router {
     let routes = Router::new()
+        .route("/", post(tei::root))
         .route("/embed", post(tei::embed))
+        .route("/similarity", post(tei::similarity))
         .route("/embed_sparse", post(tei::embed_sparse))
         .route("/embed_all", post(tei::embed_all))
         .route("/rerank", post(tei::rerank))

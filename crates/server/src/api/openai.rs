@@ -7,7 +7,7 @@ use axum::extract::State;
 use axum::extract::rejection::JsonRejection;
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use switchyard_models::Task;
 
@@ -113,20 +113,52 @@ pub(crate) async fn embeddings(
         }
         let embedding = if base64 {
             let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
-            json!(base64::engine::general_purpose::STANDARD.encode(bytes))
+            Vector::Base64(base64::engine::general_purpose::STANDARD.encode(bytes))
         } else {
-            json!(v)
+            Vector::Floats(v)
         };
-        data.push(json!({ "object": "embedding", "embedding": embedding, "index": index }));
+        data.push(Embedding { object: "embedding", embedding, index });
     }
     let tokens: usize = c.tokens.iter().sum();
-    let body = json!({
-        "object": "list",
-        "data": data,
-        "model": served.name,
-        "usage": { "prompt_tokens": tokens, "total_tokens": tokens },
-    });
+    let body = Embeddings {
+        object: "list",
+        data,
+        model: served.name.clone(),
+        usage: Usage { prompt_tokens: tokens, total_tokens: tokens },
+    };
     Ok((c.headers(), Json(body)).into_response())
+}
+
+/// `/v1/embeddings`' answer.
+#[derive(Serialize)]
+struct Embeddings {
+    object: &'static str,
+    data: Vec<Embedding>,
+    model: String,
+    usage: Usage,
+}
+
+/// One input's embedding.
+#[derive(Serialize)]
+struct Embedding {
+    object: &'static str,
+    embedding: Vector,
+    index: usize,
+}
+
+/// An embedding as floats, or as base64 of its little-endian f32 bytes.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Vector {
+    Floats(Vec<f32>),
+    Base64(String),
+}
+
+/// The tokens a request used.
+#[derive(Serialize)]
+struct Usage {
+    prompt_tokens: usize,
+    total_tokens: usize,
 }
 
 /// `GET /v1/models`: the models this server has.

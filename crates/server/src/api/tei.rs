@@ -123,10 +123,15 @@ pub(crate) async fn embed(
 ) -> Result<Response, ApiError> {
     let m = pick(&app, query, |t| matches!(t, Task::Embed(_)), "/embed", "an embedding model")?;
     let Json(req) = body?;
+    embed_with(&app, m, req).await
+}
+
+/// `/embed` on model `m`.
+async fn embed_with(app: &Arc<App>, m: usize, req: EmbedRequest) -> Result<Response, ApiError> {
     let encoding = req.encoding()?;
     let texts = req.inputs.texts().into_iter().map(Text::One).collect();
-    let c = compute(&app, m, texts, encoding).await?;
-    let normalize = req.normalize && !normalizes(&app, m);
+    let c = compute(app, m, texts, encoding).await?;
+    let normalize = req.normalize && !normalizes(app, m);
     let vectors: Vec<Vec<f32>> = c
         .rows
         .iter()
@@ -153,9 +158,18 @@ pub(crate) async fn embed_sparse(
 ) -> Result<Response, ApiError> {
     let m = pick(&app, query, |t| matches!(t, Task::Sparse), "/embed_sparse", "a SPLADE model")?;
     let Json(req) = body?;
+    embed_sparse_with(&app, m, req).await
+}
+
+/// `/embed_sparse` on model `m`.
+async fn embed_sparse_with(
+    app: &Arc<App>,
+    m: usize,
+    req: EmbedRequest,
+) -> Result<Response, ApiError> {
     let encoding = req.encoding()?;
     let texts = req.inputs.texts().into_iter().map(Text::One).collect();
-    let c = compute(&app, m, texts, encoding).await?;
+    let c = compute(app, m, texts, encoding).await?;
     let terms: Vec<Vec<SparseValue>> = c
         .rows
         .iter()
@@ -166,6 +180,86 @@ pub(crate) async fn embed_sparse(
         })
         .collect();
     Ok((c.headers(), Json(terms)).into_response())
+}
+
+/// The body of `/similarity`.
+#[derive(Deserialize)]
+pub(crate) struct SimilarityRequest {
+    inputs: SimilarityInputs,
+    #[serde(default)]
+    truncate: Option<bool>,
+    #[serde(default)]
+    truncation_direction: Direction,
+    #[serde(default)]
+    prompt_name: Option<String>,
+}
+
+/// A sentence and the sentences to compare it with.
+#[derive(Deserialize)]
+pub(crate) struct SimilarityInputs {
+    source_sentence: String,
+    sentences: Vec<String>,
+}
+
+/// `POST /similarity`: the cosine similarity of the source sentence to each of the others.
+pub(crate) async fn similarity(
+    State(app): State<Arc<App>>,
+    query: Result<Query<ModelQuery>, QueryRejection>,
+    body: Result<Json<SimilarityRequest>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let m =
+        pick(&app, query, |t| matches!(t, Task::Embed(_)), "/similarity", "an embedding model")?;
+    let Json(req) = body?;
+    similarity_with(&app, m, req).await
+}
+
+/// `/similarity` on model `m`.
+async fn similarity_with(
+    app: &Arc<App>,
+    m: usize,
+    req: SimilarityRequest,
+) -> Result<Response, ApiError> {
+    let embed = EmbedRequest {
+        inputs: Inputs::Many(Vec::new()),
+        truncate: req.truncate,
+        truncation_direction: req.truncation_direction,
+        normalize: false,
+        prompt_name: req.prompt_name,
+    };
+    let encoding = embed.encoding()?;
+    let SimilarityInputs { source_sentence, sentences } = req.inputs;
+    let texts = std::iter::once(source_sentence).chain(sentences).map(Text::One).collect();
+    let c = compute(app, m, texts, encoding).await?;
+    let vectors: Vec<&[f32]> =
+        c.rows.iter().map(|r| r.first().map_or(&[][..], Vec::as_slice)).collect();
+    let sims: Vec<f32> = vectors[1..].iter().map(|v| scores::cosine(vectors[0], v)).collect();
+    Ok((c.headers(), Json(sims)).into_response())
+}
+
+/// `POST /`: the model's own route, as text-embeddings-inference and Hugging Face's inference
+/// clients use it: `/embed` (or `/similarity`, for a source sentence and sentences) for an
+/// embedding model, `/embed_sparse` for SPLADE, `/predict` for a classifier.
+pub(crate) async fn root(
+    State(app): State<Arc<App>>,
+    query: Result<Query<ModelQuery>, QueryRejection>,
+    body: Result<Json<Value>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let m = pick(&app, query, |_| true, "/", "a model")?;
+    let Json(body) = body?;
+    let parse = |what| ApiError::invalid(format!("{what}"));
+    match app.models[m].meta.task {
+        Task::Embed(_) if body["inputs"].is_object() => {
+            let req = serde_json::from_value(body).map_err(parse)?;
+            similarity_with(&app, m, req).await
+        }
+        Task::Embed(_) => embed_with(&app, m, serde_json::from_value(body).map_err(parse)?).await,
+        Task::Sparse => {
+            embed_sparse_with(&app, m, serde_json::from_value(body).map_err(parse)?).await
+        }
+        Task::Classify { .. } | Task::ClassifyTokens { .. } => {
+            predict_with(&app, m, serde_json::from_value(body).map_err(parse)?).await
+        }
+    }
 }
 
 /// `POST /embed_all`: per-token vectors, which no graph of ours gives yet.
@@ -304,6 +398,11 @@ pub(crate) async fn predict(
     let classifier = |t: &Task| matches!(t, Task::Classify { .. } | Task::ClassifyTokens { .. });
     let m = pick(&app, query, classifier, "/predict", "a classifier")?;
     let Json(req) = body?;
+    predict_with(&app, m, req).await
+}
+
+/// `/predict` on model `m`.
+async fn predict_with(app: &Arc<App>, m: usize, req: PredictRequest) -> Result<Response, ApiError> {
     let (batch, inputs) = predict_inputs(req.inputs)?;
     let task = &app.models[m].meta.task;
     let tokens = matches!(task, Task::ClassifyTokens { .. });
@@ -322,32 +421,28 @@ pub(crate) async fn predict(
         left: req.truncation_direction == Direction::Left,
         marking: if req.every_token { Marking::EveryToken } else { Marking::FirstSubToken },
     };
-    let c = compute(&app, m, inputs, encoding).await?;
+    let c = compute(app, m, inputs, encoding).await?;
     let labels = task.labels();
     let score = |logits: &[f32]| {
         if req.raw_scores { logits.to_vec() } else { scores::probabilities(logits) }
     };
-    let answers: Vec<Value> = if tokens {
+    let answers: Vec<Answer> = if tokens {
         c.rows
             .iter()
             .zip(&c.marks)
             .zip(&texts)
             .map(|((rows, marks), text)| {
-                let words: Vec<WordPrediction> = rows
-                    .iter()
-                    .zip(marks)
-                    .map(|(logits, &(_, (start, end)))| {
-                        let (best, s) = scores::best(&score(logits));
-                        WordPrediction {
-                            text: text.get(start..end).unwrap_or_default().to_owned(),
-                            label: labels[best].clone(),
-                            score: s,
-                            start,
-                            end,
-                        }
-                    })
-                    .collect();
-                json!(words)
+                let words = rows.iter().zip(marks).map(|(logits, &(_, (start, end)))| {
+                    let (best, s) = scores::best(&score(logits));
+                    WordPrediction {
+                        text: text.get(start..end).unwrap_or_default().to_owned(),
+                        label: labels[best].clone(),
+                        score: s,
+                        start,
+                        end,
+                    }
+                });
+                Answer::Words(words.collect())
             })
             .collect()
     } else {
@@ -355,17 +450,26 @@ pub(crate) async fn predict(
             .iter()
             .map(|rows| {
                 let s = score(rows.first().map_or(&[][..], Vec::as_slice));
-                let ranked: Vec<Prediction> = scores::ranking(&s)
+                let ranked = scores::ranking(&s)
                     .into_iter()
-                    .map(|i| Prediction { score: s[i], label: labels[i].clone() })
-                    .collect();
-                json!(ranked)
+                    .map(|i| Prediction { score: s[i], label: labels[i].clone() });
+                Answer::Labels(ranked.collect())
             })
             .collect()
     };
-    let body =
-        if batch { json!(answers) } else { answers.into_iter().next().unwrap_or(Value::Null) };
-    Ok((c.headers(), Json(body)).into_response())
+    if batch {
+        return Ok((c.headers(), Json(answers)).into_response());
+    }
+    let one = answers.into_iter().next();
+    Ok((c.headers(), Json(one)).into_response())
+}
+
+/// One input's answer from `/predict`.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Answer {
+    Labels(Vec<Prediction>),
+    Words(Vec<WordPrediction>),
 }
 
 /// The body of `/tokenize`.

@@ -83,6 +83,9 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Serve models over HTTP: text-embeddings-inference's routes and OpenAI's embeddings API,
+    /// batching inputs across requests and devices (docs/server.md).
+    Serve(Box<ServeArgs>),
     /// Serve a device of this machine to clients elsewhere, which name it `remote:HOST:PORT`.
     /// The transport is unencrypted: see docs/remote.md before serving beyond loopback.
     RemoteServe {
@@ -100,6 +103,66 @@ pub enum Command {
         #[arg(long)]
         public: bool,
     },
+}
+
+/// `switchyard serve`'s flags.
+#[derive(clap::Args)]
+pub struct ServeArgs {
+    /// A model to serve: a checkpoint directory or a Hugging Face repository id, optionally
+    /// named (NAME=PATH_OR_REPO; default name: the repository id, or the directory's name).
+    /// Repeat for several models; requests pick one by name, and the first is the default.
+    #[arg(long = "model", required = true)]
+    pub models: Vec<String>,
+    /// A device to run every model on (default: $SWITCHYARD_DEVICE, else flex). Repeat for
+    /// several: each gets a replica of each model, and batches go to whichever is idle.
+    #[arg(long = "device")]
+    pub devices: Vec<String>,
+    /// The dtype to store weights and compute in (as for `embed`).
+    #[arg(long, default_value = "f32")]
+    pub dtype: DType,
+    /// Threads for flex (default: $SWITCHYARD_THREADS, else every core).
+    #[arg(long)]
+    pub threads: Option<NonZeroUsize>,
+    /// A bucket table file instead of the built-in one.
+    #[arg(long)]
+    pub buckets: Option<PathBuf>,
+    /// The address to listen on (port 0: any free port, printed at start).
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub listen: String,
+    /// Allow an address other than loopback (then set --api-key, and put TLS in front).
+    #[arg(long)]
+    pub public: bool,
+    /// Require `Authorization: Bearer KEY` on every route but /health (default:
+    /// $SWITCHYARD_API_KEY, which keeps the key out of the process list).
+    #[arg(long)]
+    pub api_key: Option<String>,
+    /// The most inputs one request may carry (413 past it).
+    #[arg(long, default_value_t = 32)]
+    pub max_client_batch_size: usize,
+    /// The most requests queued or running at once (429 past it).
+    #[arg(long, default_value_t = 512)]
+    pub max_concurrent_requests: usize,
+    /// The most tokens in one batch (default: the largest bucket the model's batches use).
+    #[arg(long)]
+    pub max_batch_tokens: Option<usize>,
+    /// The most inputs in one batch (default: the largest bucket's sequences).
+    #[arg(long)]
+    pub max_batch_requests: Option<usize>,
+    /// Truncate over-long inputs even when a request does not set `truncate`.
+    #[arg(long)]
+    pub auto_truncate: bool,
+    /// The largest request body in bytes (413 past it).
+    #[arg(long, default_value_t = 2_000_000)]
+    pub payload_limit: usize,
+    /// Seconds a request may take from arrival to answer (408 past it).
+    #[arg(long, default_value_t = 300)]
+    pub request_timeout: u64,
+    /// An origin browsers may call the server from (`*` for any); repeat for several.
+    #[arg(long = "cors-allow-origin")]
+    pub cors_origins: Vec<String>,
+    /// Log as JSON lines (default: text); RUST_LOG sets the level (default: info).
+    #[arg(long)]
+    pub json_logs: bool,
 }
 
 /// Which model, on which device, in which dtype.

@@ -6,6 +6,7 @@ mod embed;
 mod inspect;
 mod remote_serve;
 mod rerank;
+mod serve;
 mod similarity;
 mod tokenize;
 
@@ -31,6 +32,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Tokenize { model, input } => tokenize::run(&model, &input),
         Command::Devices => devices::run(),
         Command::Inspect { model, bucket, json } => inspect::run(&model, bucket.as_deref(), json),
+        Command::Serve(args) => serve::run(&args),
         Command::RemoteServe { device: d, listen, public } => {
             remote_serve::run(&device(d.as_deref())?, &listen, public)
         }
