@@ -307,3 +307,47 @@ fn an_api_key_guards_every_route_but_health() {
     assert_eq!(s.get("/health").status, 200);
     assert_eq!(s.get("/metrics").status, 401);
 }
+
+#[test]
+fn openapi_describes_every_route_from_the_handlers() {
+    let s = every_task(Config::default());
+    let doc = s.get("/openapi.json");
+    assert_eq!(doc.status, 200);
+    let paths: Vec<&str> =
+        doc.body["paths"].as_object().unwrap().keys().map(String::as_str).collect();
+    let mut want = vec![
+        "/",
+        "/embed",
+        "/similarity",
+        "/embed_sparse",
+        "/embed_all",
+        "/rerank",
+        "/predict",
+        "/tokenize",
+        "/decode",
+        "/info",
+        "/health",
+        "/metrics",
+        "/openapi.json",
+        "/v1/embeddings",
+        "/v1/models",
+    ];
+    want.sort_unstable();
+    let mut got = paths.clone();
+    got.sort_unstable();
+    assert_eq!(got, want);
+    // Every documented route exists on the server.
+    for path in paths {
+        let methods = doc.body["paths"][path].as_object().unwrap();
+        let status = if methods.contains_key("get") {
+            s.get(path).status
+        } else {
+            s.post(path, &json!({})).status
+        };
+        assert_ne!(status, 404, "{path} is documented but not served");
+    }
+    // Request and response types are described, down to their fields.
+    let schemas = &doc.body["components"]["schemas"];
+    assert!(schemas["EmbedRequest"]["properties"]["truncation_direction"].is_object(), "{schemas}");
+    assert!(schemas["ErrorBody"]["properties"]["error_type"].is_object());
+}

@@ -6,7 +6,8 @@ use axum::Json;
 use axum::extract::rejection::JsonRejection;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
+use serde::Serialize;
+use utoipa::ToSchema;
 
 use crate::pool::Failure;
 
@@ -40,12 +41,12 @@ impl ApiError {
     }
 
     /// The body as text-embeddings-inference writes it.
-    fn tei_body(&self) -> serde_json::Value {
-        json!({ "error": self.message, "error_type": self.kind })
+    fn tei_body(&self) -> ErrorBody {
+        ErrorBody { error: self.message.clone(), error_type: self.kind.to_owned() }
     }
 
     /// The body as OpenAI writes it.
-    fn openai_body(&self) -> serde_json::Value {
+    fn openai_body(&self) -> OpenAiErrorBody {
         let kind = match self.status.as_u16() {
             401 => "authentication_error",
             404 => "not_found_error",
@@ -53,7 +54,13 @@ impl ApiError {
             s if s >= 500 || s == 424 => "server_error",
             _ => "invalid_request_error",
         };
-        json!({ "error": { "message": self.message, "type": kind, "param": null, "code": null } })
+        let error = OpenAiErrorDetail {
+            message: self.message.clone(),
+            kind: kind.to_owned(),
+            param: None,
+            code: None,
+        };
+        OpenAiErrorBody { error }
     }
 
     /// This error in OpenAI's shape.
@@ -66,6 +73,32 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         (self.status, Json(self.tei_body())).into_response()
     }
+}
+
+/// An error answer on text-embeddings-inference's routes.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct ErrorBody {
+    /// What went wrong, and what to do about it.
+    error: String,
+    /// `Validation`, `Tokenizer`, `Overloaded`, `Backend`, `Unhealthy`, `Unauthorized`,
+    /// `NotFound` or `Timeout`.
+    error_type: String,
+}
+
+/// An error answer on OpenAI's routes.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct OpenAiErrorBody {
+    error: OpenAiErrorDetail,
+}
+
+/// What OpenAI's error shape holds.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct OpenAiErrorDetail {
+    message: String,
+    #[serde(rename = "type")]
+    kind: String,
+    param: Option<String>,
+    code: Option<String>,
 }
 
 /// An [`ApiError`] answered in OpenAI's shape.

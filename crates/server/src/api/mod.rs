@@ -19,7 +19,7 @@ use subtle::ConstantTimeEq;
 use switchyard_core::DType;
 use switchyard_models::{Encoded, Marked, Marking, Task, Truncation};
 
-pub(crate) use error::{ApiError, OpenAiError};
+pub(crate) use error::{ApiError, ErrorBody, OpenAiError, OpenAiErrorBody};
 
 use crate::Config;
 use crate::metrics::{Metrics, RequestLabels, StageLabels};
@@ -102,6 +102,7 @@ pub(crate) fn router(app: Arc<App>) -> Router {
         .route("/info", get(tei::info))
         .route("/health", get(tei::health))
         .route("/metrics", get(metrics))
+        .route("/openapi.json", get(openapi))
         .route("/v1/embeddings", post(openai::embeddings))
         .route("/v1/models", get(openai::models));
     let cors = cors(&app.config.cors_origins);
@@ -136,7 +137,41 @@ async fn not_found() -> ApiError {
     ApiError::new(StatusCode::NOT_FOUND, "NotFound", "no such route; GET /info lists the models")
 }
 
+/// The OpenAPI description of every route, made from the handlers' annotations and types.
+#[derive(utoipa::OpenApi)]
+#[openapi(
+    info(
+        title = "Switchyard",
+        description = "Transformer encoders over HTTP: text-embeddings-inference's routes and OpenAI's embeddings API"
+    ),
+    paths(
+        tei::root,
+        tei::embed,
+        tei::similarity,
+        tei::embed_sparse,
+        tei::embed_all,
+        tei::rerank,
+        tei::predict,
+        tei::tokenize,
+        tei::decode,
+        tei::info,
+        tei::health,
+        metrics,
+        openapi,
+        openai::embeddings,
+        openai::models
+    )
+)]
+pub(crate) struct Doc;
+
+/// `GET /openapi.json`: the OpenAPI description of every route.
+#[utoipa::path(get, path = "/openapi.json", responses((status = 200, description = "This document")))]
+async fn openapi() -> Response {
+    axum::Json(<Doc as utoipa::OpenApi>::openapi()).into_response()
+}
+
 /// `GET /metrics`: every metric in Prometheus' text format.
+#[utoipa::path(get, path = "/metrics", responses((status = 200, description = "Prometheus text", content_type = "application/openmetrics-text")))]
 async fn metrics(State(app): State<Arc<App>>) -> Response {
     let content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8";
     ([(header::CONTENT_TYPE, content_type)], app.metrics.render()).into_response()

@@ -10,13 +10,15 @@ use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use switchyard_models::Task;
+use utoipa::ToSchema;
 
 use super::tei::{normalized, normalizes};
-use super::{ApiError, App, Encoding, OpenAiError, Text, compute};
+use super::{ApiError, App, Encoding, OpenAiError, OpenAiErrorBody, Text, compute};
 
 /// The body of `/v1/embeddings`.
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 pub(crate) struct EmbeddingsRequest {
+    /// A string, a list of strings, a list of token ids, or a list of lists of token ids.
     input: Value,
     #[serde(default)]
     model: Option<String>,
@@ -70,6 +72,12 @@ fn inputs(v: Value) -> Result<Vec<Text>, ApiError> {
 
 /// `POST /v1/embeddings`: unit-length embeddings, as floats or base64 (little-endian f32),
 /// optionally cut to `dimensions` and renormalised, with the tokens used.
+#[utoipa::path(post, path = "/v1/embeddings", request_body = EmbeddingsRequest,
+    responses(
+        (status = 200, description = "Unit-length embeddings with the tokens used", body = Embeddings),
+        (status = "4XX", description = "A refused request", body = OpenAiErrorBody),
+        (status = "5XX", description = "A failed device or no healthy one", body = OpenAiErrorBody)
+    ))]
 pub(crate) async fn embeddings(
     State(app): State<Arc<App>>,
     body: Result<Json<EmbeddingsRequest>, JsonRejection>,
@@ -130,7 +138,7 @@ pub(crate) async fn embeddings(
 }
 
 /// `/v1/embeddings`' answer.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 struct Embeddings {
     object: &'static str,
     data: Vec<Embedding>,
@@ -139,7 +147,7 @@ struct Embeddings {
 }
 
 /// One input's embedding.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 struct Embedding {
     object: &'static str,
     embedding: Vector,
@@ -147,7 +155,7 @@ struct Embedding {
 }
 
 /// An embedding as floats, or as base64 of its little-endian f32 bytes.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 #[serde(untagged)]
 enum Vector {
     Floats(Vec<f32>),
@@ -155,13 +163,15 @@ enum Vector {
 }
 
 /// The tokens a request used.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 struct Usage {
     prompt_tokens: usize,
     total_tokens: usize,
 }
 
 /// `GET /v1/models`: the models this server has.
+#[utoipa::path(get, path = "/v1/models",
+    responses((status = 200, description = "The models this server has")))]
 pub(crate) async fn models(State(app): State<Arc<App>>) -> Response {
     let data: Vec<Value> = app
         .models

@@ -11,17 +11,20 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use switchyard_core::{DType, PoolMode};
 use switchyard_models::{Marking, Task, Truncation, scores};
+use utoipa::ToSchema;
 
-use super::{ApiError, App, Encoding, Text, check_count, compute};
+use super::{ApiError, App, Encoding, ErrorBody, Text, check_count, compute};
 
 /// `?model=NAME`: which model a route uses (default: the first).
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub(crate) struct ModelQuery {
+    /// The model to use (default: the server's first).
     model: Option<String>,
 }
 
 /// One text or a list of texts.
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(untagged)]
 pub(crate) enum Inputs {
     One(String),
@@ -38,7 +41,7 @@ impl Inputs {
 }
 
 /// Which end of an over-long input truncation keeps.
-#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq, ToSchema)]
 pub(crate) enum Direction {
     #[default]
     #[serde(alias = "right")]
@@ -52,7 +55,7 @@ fn yes() -> bool {
 }
 
 /// The body of `/embed`, `/embed_sparse` and `/embed_all`.
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 pub(crate) struct EmbedRequest {
     inputs: Inputs,
     #[serde(default)]
@@ -116,6 +119,12 @@ pub(crate) fn normalizes(app: &App, m: usize) -> bool {
 }
 
 /// `POST /embed`: one vector per input.
+#[utoipa::path(post, path = "/embed", params(ModelQuery), request_body = EmbedRequest,
+    responses(
+        (status = 200, description = "One vector per input, in order", body = Vec<Vec<f32>>),
+        (status = "4XX", description = "A refused request", body = ErrorBody),
+        (status = "5XX", description = "A failed device or no healthy one", body = ErrorBody)
+    ))]
 pub(crate) async fn embed(
     State(app): State<Arc<App>>,
     query: Result<Query<ModelQuery>, QueryRejection>,
@@ -144,13 +153,19 @@ async fn embed_with(app: &Arc<App>, m: usize, req: EmbedRequest) -> Result<Respo
 }
 
 /// One SPLADE term.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 struct SparseValue {
     index: u32,
     value: f32,
 }
 
 /// `POST /embed_sparse`: each input's non-zero SPLADE terms, heaviest first.
+#[utoipa::path(post, path = "/embed_sparse", params(ModelQuery), request_body = EmbedRequest,
+    responses(
+        (status = 200, description = "Each input's non-zero SPLADE terms, heaviest first", body = Vec<Vec<SparseValue>>),
+        (status = "4XX", description = "A refused request", body = ErrorBody),
+        (status = "5XX", description = "A failed device or no healthy one", body = ErrorBody)
+    ))]
 pub(crate) async fn embed_sparse(
     State(app): State<Arc<App>>,
     query: Result<Query<ModelQuery>, QueryRejection>,
@@ -183,7 +198,7 @@ async fn embed_sparse_with(
 }
 
 /// The body of `/similarity`.
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 pub(crate) struct SimilarityRequest {
     inputs: SimilarityInputs,
     #[serde(default)]
@@ -195,13 +210,19 @@ pub(crate) struct SimilarityRequest {
 }
 
 /// A sentence and the sentences to compare it with.
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 pub(crate) struct SimilarityInputs {
     source_sentence: String,
     sentences: Vec<String>,
 }
 
 /// `POST /similarity`: the cosine similarity of the source sentence to each of the others.
+#[utoipa::path(post, path = "/similarity", params(ModelQuery), request_body = SimilarityRequest,
+    responses(
+        (status = 200, description = "The cosine similarity of the source sentence to each sentence", body = Vec<f32>),
+        (status = "4XX", description = "A refused request", body = ErrorBody),
+        (status = "5XX", description = "A failed device or no healthy one", body = ErrorBody)
+    ))]
 pub(crate) async fn similarity(
     State(app): State<Arc<App>>,
     query: Result<Query<ModelQuery>, QueryRejection>,
@@ -239,6 +260,13 @@ async fn similarity_with(
 /// `POST /`: the model's own route, as text-embeddings-inference and Hugging Face's inference
 /// clients use it: `/embed` (or `/similarity`, for a source sentence and sentences) for an
 /// embedding model, `/embed_sparse` for SPLADE, `/predict` for a classifier.
+#[utoipa::path(post, path = "/", params(ModelQuery),
+    request_body(content = Object, description = "The body of the model's own route"),
+    responses(
+        (status = 200, description = "As the model's own route answers"),
+        (status = "4XX", description = "A refused request", body = ErrorBody),
+        (status = "5XX", description = "A failed device or no healthy one", body = ErrorBody)
+    ))]
 pub(crate) async fn root(
     State(app): State<Arc<App>>,
     query: Result<Query<ModelQuery>, QueryRejection>,
@@ -263,6 +291,8 @@ pub(crate) async fn root(
 }
 
 /// `POST /embed_all`: per-token vectors, which no graph of ours gives yet.
+#[utoipa::path(post, path = "/embed_all",
+    responses((status = 501, description = "Not supported yet", body = ErrorBody)))]
 pub(crate) async fn embed_all() -> ApiError {
     ApiError::new(
         StatusCode::NOT_IMPLEMENTED,
@@ -272,7 +302,7 @@ pub(crate) async fn embed_all() -> ApiError {
 }
 
 /// The body of `/rerank`.
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 pub(crate) struct RerankRequest {
     query: String,
     texts: Vec<String>,
@@ -287,7 +317,7 @@ pub(crate) struct RerankRequest {
 }
 
 /// One ranked text.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 struct Rank {
     index: usize,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -296,6 +326,12 @@ struct Rank {
 }
 
 /// `POST /rerank`: the texts ranked against the query by a cross-encoder, best first.
+#[utoipa::path(post, path = "/rerank", params(ModelQuery), request_body = RerankRequest,
+    responses(
+        (status = 200, description = "The texts, best first", body = Vec<Rank>),
+        (status = "4XX", description = "A refused request", body = ErrorBody),
+        (status = "5XX", description = "A failed device or no healthy one", body = ErrorBody)
+    ))]
 pub(crate) async fn rerank(
     State(app): State<Arc<App>>,
     query: Result<Query<ModelQuery>, QueryRejection>,
@@ -329,8 +365,9 @@ pub(crate) async fn rerank(
 }
 
 /// The body of `/predict`.
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 pub(crate) struct PredictRequest {
+    /// A text, a pair `[a, b]`, or a batch `[[a], [a, b], ...]`.
     inputs: Value,
     #[serde(default)]
     truncate: Option<bool>,
@@ -372,14 +409,14 @@ fn predict_inputs(v: Value) -> Result<(bool, Vec<Text>), ApiError> {
 }
 
 /// A label and its score.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 struct Prediction {
     score: f32,
     label: String,
 }
 
 /// A word (or token) of a token classifier's input with its label.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 struct WordPrediction {
     text: String,
     label: String,
@@ -390,6 +427,12 @@ struct WordPrediction {
 
 /// `POST /predict`: a sequence classifier's labels, best first, or a token classifier's label
 /// per word with its byte span.
+#[utoipa::path(post, path = "/predict", params(ModelQuery), request_body = PredictRequest,
+    responses(
+        (status = 200, description = "Per input, labels best first (or words with labels); a single input gives its list alone", body = Vec<Answer>),
+        (status = "4XX", description = "A refused request", body = ErrorBody),
+        (status = "5XX", description = "A failed device or no healthy one", body = ErrorBody)
+    ))]
 pub(crate) async fn predict(
     State(app): State<Arc<App>>,
     query: Result<Query<ModelQuery>, QueryRejection>,
@@ -465,7 +508,7 @@ async fn predict_with(app: &Arc<App>, m: usize, req: PredictRequest) -> Result<R
 }
 
 /// One input's answer from `/predict`.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 #[serde(untagged)]
 enum Answer {
     Labels(Vec<Prediction>),
@@ -473,7 +516,7 @@ enum Answer {
 }
 
 /// The body of `/tokenize`.
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 pub(crate) struct TokenizeRequest {
     inputs: Inputs,
     #[serde(default = "yes")]
@@ -481,7 +524,7 @@ pub(crate) struct TokenizeRequest {
 }
 
 /// One token of `/tokenize`'s answer.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 struct Token {
     id: u32,
     text: String,
@@ -491,6 +534,12 @@ struct Token {
 }
 
 /// `POST /tokenize`: the tokens the model sees for each input (truncated as it would be).
+#[utoipa::path(post, path = "/tokenize", params(ModelQuery), request_body = TokenizeRequest,
+    responses(
+        (status = 200, description = "Per input, its tokens", body = Vec<Vec<Token>>),
+        (status = "4XX", description = "A refused request", body = ErrorBody),
+        (status = "5XX", description = "A failed device or no healthy one", body = ErrorBody)
+    ))]
 pub(crate) async fn tokenize(
     State(app): State<Arc<App>>,
     query: Result<Query<ModelQuery>, QueryRejection>,
@@ -530,7 +579,7 @@ pub(crate) async fn tokenize(
 }
 
 /// Token ids: one list or several.
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(untagged)]
 pub(crate) enum Ids {
     One(Vec<u32>),
@@ -538,7 +587,7 @@ pub(crate) enum Ids {
 }
 
 /// The body of `/decode`.
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 pub(crate) struct DecodeRequest {
     ids: Ids,
     #[serde(default = "yes")]
@@ -546,6 +595,12 @@ pub(crate) struct DecodeRequest {
 }
 
 /// `POST /decode`: the text of each list of token ids.
+#[utoipa::path(post, path = "/decode", params(ModelQuery), request_body = DecodeRequest,
+    responses(
+        (status = 200, description = "The text of each list of ids", body = Vec<String>),
+        (status = "4XX", description = "A refused request", body = ErrorBody),
+        (status = "5XX", description = "A failed device or no healthy one", body = ErrorBody)
+    ))]
 pub(crate) async fn decode(
     State(app): State<Arc<App>>,
     query: Result<Query<ModelQuery>, QueryRejection>,
@@ -605,6 +660,8 @@ fn model_type(task: &Task) -> Value {
 
 /// `GET /info`: the model (the one `?model=` names, else the first), the limits, and every
 /// model this server has with its devices.
+#[utoipa::path(get, path = "/info", params(ModelQuery),
+    responses((status = 200, description = "The model, the limits, and every model with its devices")))]
 pub(crate) async fn info(
     State(app): State<Arc<App>>,
     query: Result<Query<ModelQuery>, QueryRejection>,
@@ -651,6 +708,11 @@ pub(crate) async fn info(
 
 /// `GET /health`: 200 while every model has a healthy device (`"degraded"` when some device is
 /// out of rotation), 503 when a model has none.
+#[utoipa::path(get, path = "/health",
+    responses(
+        (status = 200, description = "Every model has a healthy device (`status` is `ok` or `degraded`)"),
+        (status = 503, description = "A model has no healthy device")
+    ))]
 pub(crate) async fn health(State(app): State<Arc<App>>) -> Response {
     let mut degraded = false;
     let mut down = false;
