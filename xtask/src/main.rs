@@ -34,14 +34,17 @@ tasks:
                safetensors headers, tokenizer input) N times each (default 100000) from seed S
                (default 1), in the test profile the test suite builds; prints each target's
                tally and the peak memory
-  bench [N] [--gpu] [--gpus-only] [--peers [--threads 1,2]]
+  bench [N] [--gpu] [--gpus-only] [--peers [--threads 1,2]] [--serve]
                the benchmarks, in release mode, each beside a peer (N repetitions, default 15);
                --gpu adds the cube backend's devices beside flex (wgpu:0 where a Vulkan driver
                is installed, cuda:0 where there is an NVIDIA GPU): a long release build;
                --gpus-only skips the CPU and remote benchmarks; --peers runs flex beside ONNX
                Runtime and sentence-transformers on a corpus of real texts with the real
                all-MiniLM-L6-v2, at each thread count of --threads (default 1,2), installing
-               the peers with pip into a cache on first use (about 3 GB)
+               the peers with pip into a cache on first use (about 3 GB); --serve runs
+               `switchyard serve`'s server under 64 clients and 1 beside the CLI on the same
+               corpus, with a second device (flex remote-serve on loopback), then a soak of
+               10000 requests (valid, malformed, oversized, and clients that leave)
   help         this text
 ";
 
@@ -151,6 +154,9 @@ fn fuzz(args: &[String]) -> ExitCode {
 
 /// Builds and runs the benchmarks in release mode.
 fn bench(args: Vec<String>) -> ExitCode {
+    if args.iter().any(|a| a == "--serve") {
+        return peers::bench_serve();
+    }
     if args.iter().any(|a| a == "--peers") {
         let threads = match args.iter().position(|a| a == "--threads") {
             Some(i) => args.get(i + 1).map(|t| t.split(',').map(str::parse).collect()),

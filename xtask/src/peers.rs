@@ -221,6 +221,60 @@ fn run(threads: &[usize]) -> Result<(), String> {
     Ok(())
 }
 
+/// `cargo xtask bench --serve`: `switchyard serve`'s server under load beside the CLI's way of
+/// embedding the same corpus (64 clients, one client, a second device on loopback), then the
+/// soak; both print their own tables.
+pub fn bench_serve() -> ExitCode {
+    let result = (|| -> Result<(), String> {
+        if crate::models::fetch_models() != ExitCode::SUCCESS {
+            return Err("the real models could not be fetched".into());
+        }
+        let root = workspace();
+        let model = root.join(".cache/models/all-MiniLM-L6-v2");
+        let c = &CORPORA[0];
+        let corpus = root.join(".cache/bench").join(c.file);
+        if !corpus.is_file() {
+            step(
+                &format!("building the corpus {}", c.file),
+                Command::new("python3")
+                    .arg(root.join("crates/bench/peers/corpus.py"))
+                    .arg(&corpus)
+                    .arg(c.texts.to_string())
+                    .arg(c.min_words.to_string()),
+            )?;
+        }
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut bench = Command::new(cargo);
+        bench.args(["run", "--release", "--quiet", "--package", "switchyard-bench", "--"]);
+        let common = |cmd: &mut Command| {
+            cmd.arg("--model").arg(&model).arg("--corpus").arg(&corpus);
+            cmd.args(["--max-len", &c.max_len.to_string()]);
+        };
+        let mut serve = Command::new(bench.get_program());
+        serve.args(bench.get_args()).args([
+            "serve",
+            "--clients",
+            "64",
+            "--texts",
+            "500",
+            "--remote",
+        ]);
+        common(&mut serve);
+        step("the server beside the CLI", &mut serve)?;
+        let mut soak = Command::new(bench.get_program());
+        soak.args(bench.get_args()).args(["soak", "--requests", "10000"]);
+        common(&mut soak);
+        step("the soak", &mut soak)
+    })();
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask bench --serve: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 /// Texts per wall second and per CPU second of `r` as ratios to those of `engine`'s run sorted by
 /// length at the same thread count (NaN without one).
 fn ratios(all: &[Run], r: &Run, engine: &str) -> (f64, f64) {

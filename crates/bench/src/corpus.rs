@@ -21,7 +21,7 @@ fn cpu_seconds() -> f64 {
 }
 
 /// The texts of a corpus of JSON lines with a `text` field.
-fn load(path: &str) -> Vec<String> {
+pub fn load(path: &str) -> Vec<String> {
     let data = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
     data.lines()
         .filter(|l| !l.trim().is_empty())

@@ -8,6 +8,7 @@
 #![allow(clippy::print_stdout)]
 
 mod corpus;
+mod serve;
 
 use std::time::{Duration, Instant};
 
@@ -416,12 +417,15 @@ fn bench_remote(reps: usize) {
 }
 
 /// `switchyard-bench [REPS] [--gpus-only]`: every benchmark, or only the GPU devices';
-/// `switchyard-bench corpus ...`: see [`corpus::run`].
+/// `switchyard-bench corpus ...`: see [`corpus::run`]; `serve ...` and `soak ...`: see
+/// [`serve::serve`] and [`serve::soak`].
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.first().map(String::as_str) == Some("corpus") {
-        corpus::run(&args[1..]);
-        return;
+    match args.first().map(String::as_str) {
+        Some("corpus") => return corpus::run(&args[1..]),
+        Some("serve") => return serve::serve(&args[1..]),
+        Some("soak") => return serve::soak(&args[1..]),
+        _ => {}
     }
     let gpus_only = args.iter().any(|a| a == "--gpus-only");
     let reps = args.iter().find_map(|a| a.parse().ok()).unwrap_or(15);
