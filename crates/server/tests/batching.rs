@@ -216,3 +216,21 @@ fn inputs_of_a_client_that_left_are_never_computed() {
     assert_eq!(s.post("/embed", &json!({ "inputs": "x" })).status, 200);
     assert_eq!(*c.batches.lock().unwrap(), [1, 1], "the departed client's inputs ran");
 }
+
+#[test]
+fn a_request_past_its_timeout_gets_408_and_is_not_computed() {
+    let c = Arc::new(Control::default());
+    let config =
+        Config { request_timeout: std::time::Duration::from_millis(300), ..Config::default() };
+    let s = Running::start(config, vec![held_model("embedder", "bert", &[&c])]);
+    c.hold();
+    let first = embed_later(&s, vec!["the man"]);
+    c.wait_for_held(1);
+    let late = s.post("/embed", &json!({ "inputs": "a cat" }));
+    assert_eq!((late.status, &late.body["error_type"]), (408, &json!("Timeout")));
+    c.release();
+    assert_eq!(first.join().unwrap().status, 408);
+    assert_eq!(s.post("/embed", &json!({ "inputs": "x" })).status, 200);
+    // The held batch ran; the request that timed out in the queue never did.
+    assert_eq!(*c.batches.lock().unwrap(), [1, 1]);
+}

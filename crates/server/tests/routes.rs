@@ -351,3 +351,31 @@ fn openapi_describes_every_route_from_the_handlers() {
     assert!(schemas["EmbedRequest"]["properties"]["truncation_direction"].is_object(), "{schemas}");
     assert!(schemas["ErrorBody"]["properties"]["error_type"].is_object());
 }
+
+#[test]
+fn cors_headers_are_sent_only_to_the_origins_allowed() {
+    let preflight = |s: &Running, origin: &str| {
+        let r = ureq::request("OPTIONS", &s.url("/embed"))
+            .set("Origin", origin)
+            .set("Access-Control-Request-Method", "POST")
+            .call()
+            .unwrap();
+        r.header("access-control-allow-origin").map(str::to_owned)
+    };
+    let open = every_task(Config {
+        cors_origins: vec!["https://app.example".into()],
+        ..Config::default()
+    });
+    assert_eq!(preflight(&open, "https://app.example").as_deref(), Some("https://app.example"));
+    assert_eq!(preflight(&open, "https://evil.example"), None);
+    let closed = every_task(Config::default());
+    let r =
+        ureq::request("OPTIONS", &closed.url("/embed")).set("Origin", "https://app.example").call();
+    let allowed = match r {
+        Ok(r) | Err(ureq::Error::Status(_, r)) => {
+            r.header("access-control-allow-origin").map(str::to_owned)
+        }
+        Err(e) => panic!("{e}"),
+    };
+    assert_eq!(allowed, None);
+}
