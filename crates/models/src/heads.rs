@@ -17,6 +17,9 @@ pub const EMBEDDING: &str = "embedding";
 pub const LOGITS: &str = "logits";
 /// The name of the SPLADE output: one vocabulary-wide row of term weights per sequence.
 pub const SPARSE: &str = "sparse";
+/// The name of the token-states output of an embedding model's second graph: the encoder's
+/// final row for every token, before pooling.
+pub const TOKENS: &str = "tokens";
 
 /// Pooled (and optionally L2-normalised) embeddings, as sentence-transformers computes them.
 pub(crate) fn embedding(e: &mut Encoder<'_>, x: Val, pooling: Pooling) -> Val {

@@ -35,7 +35,7 @@ use switchyard_core::{Backend, Buckets, Executor, Graph, HostTensor, PoolMode};
 
 pub use checkpoint::Checkpoint;
 pub use config::{Arch, EncoderConfig, ModernConfig};
-pub use runner::{Marked, Marking, Runner, TokenLogits};
+pub use runner::{Marked, Marking, Read, Runner, TokenLogits};
 pub use st::{Pooling, SentenceConfig, SentenceHead};
 pub use tokenize::{Encoded, Tokenizer, Truncation};
 
@@ -180,6 +180,9 @@ pub struct Model {
     task: Task,
     tokenizer: Tokenizer,
     config: EncoderConfig,
+    /// For an embedding model, the same encoder giving every token's final row (output
+    /// [`heads::TOKENS`]) instead of the pooled embedding.
+    token_graph: Option<Graph>,
 }
 
 impl std::fmt::Debug for Model {
@@ -211,8 +214,14 @@ impl Model {
             Arch::ModernBert => modernbert::build(&checkpoint, &config)?,
             Arch::Bert | Arch::Roberta | Arch::DistilBert => bert::build(&checkpoint, &config)?,
         };
+        let mut token_graph = None;
         let task = match kind {
             HeadKind::Embed(pooling) => {
+                // Pooling adds no weights, so both graphs read the same weight list and share
+                // one upload as two lanes of an executor.
+                let mut tokens = enc.g.clone();
+                tokens.output(heads::TOKENS, x);
+                token_graph = Some(tokens.finish()?);
                 let emb = heads::embedding(&mut enc, x, pooling);
                 enc.g.output(heads::EMBEDDING, emb);
                 Task::Embed(pooling)
@@ -242,12 +251,18 @@ impl Model {
         };
         let graph = enc.g.finish()?;
         let tokenizer = Tokenizer::load(dir, max_len)?;
-        Ok(Model { checkpoint, graph, task, tokenizer, config })
+        Ok(Model { checkpoint, graph, task, tokenizer, config, token_graph })
     }
 
     /// The graph.
     pub fn graph(&self) -> &Graph {
         &self.graph
+    }
+
+    /// For an embedding model, the graph of every token's final row before pooling (output
+    /// [`heads::TOKENS`]); `None` for other tasks.
+    pub fn token_graph(&self) -> Option<&Graph> {
+        self.token_graph.as_ref()
     }
 
     /// What the graph computes.

@@ -4,7 +4,7 @@ use std::borrow::Borrow;
 
 use switchyard_core::{Backend, BatchBuf, Bucket, Buckets, Executor, LaneId, Outputs, Rows};
 
-use crate::heads::{EMBEDDING, LOGITS, SPARSE};
+use crate::heads::{EMBEDDING, LOGITS, SPARSE, TOKENS};
 use crate::{Encoded, Error, Model, Result, Task};
 
 /// The most memory one batch's widest per-token value may take. A SPLADE head's logits are a
@@ -20,6 +20,16 @@ pub enum Marking {
     FirstSubToken,
     /// Every token except the special tokens.
     EveryToken,
+}
+
+/// Which output [`Runner::run_encoded`] reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Read {
+    /// The model's head: embeddings, logits or SPLADE weights.
+    #[default]
+    Head,
+    /// An embedding model's final row for every token, before pooling.
+    Tokens,
 }
 
 /// A token classifier's logits for one marked token.
@@ -54,16 +64,20 @@ struct Engine<B: Backend> {
     out: Outputs,
     /// The most tokens, sequences and markers one batch holds.
     limit: Bucket,
+    /// The lane of the model's token graph, if it has one.
+    tokens: Option<LaneId>,
 }
 
 impl<B: Backend> Runner<B> {
     /// Uploads `model`'s weights to `backend`, with `buckets` (stage `default`).
     pub fn new(model: Model, backend: B, buckets: Buckets) -> Result<Self> {
         let limit = batch_limit(&model, &buckets);
-        let exec = model.executor(backend, buckets)?;
+        let mut exec = model.executor(backend, buckets)?;
         // `executor` refused a table whose largest bucket holds no full-length sequence.
         let limit = limit.ok_or_else(|| Error::format("the bucket table is empty"))?;
-        let engine = Engine { exec, buf: BatchBuf::new(), out: Outputs::new(), limit };
+        let stage = switchyard_core::DEFAULT_STAGE;
+        let tokens = model.token_graph().map(|g| exec.add_graph(g.clone(), stage)).transpose()?;
+        let engine = Engine { exec, buf: BatchBuf::new(), out: Outputs::new(), limit, tokens };
         Ok(Runner { model, engine })
     }
 
@@ -153,18 +167,30 @@ impl<B: Backend> Runner<B> {
 
     /// The rows of the model's output for inputs tokenized elsewhere, per input: one row for a
     /// per-sequence output (embeddings, logits, SPLADE weights a vocabulary wide), one per
-    /// marked token for a token classifier. Batches are cut at the batch limit.
+    /// marked token for a token classifier, one per token for [`Read::Tokens`] (an embedding
+    /// model only). Batches are cut at the batch limit.
     pub fn run_encoded<'a>(
         &mut self,
         inputs: impl IntoIterator<Item = &'a Marked>,
+        read: Read,
     ) -> Result<Vec<Vec<Vec<f32>>>> {
-        let (output, rows) = match self.model.task {
-            Task::Embed(_) => (EMBEDDING, Rows::Seqs),
-            Task::Classify { .. } => (LOGITS, Rows::Seqs),
-            Task::ClassifyTokens { .. } => (LOGITS, Rows::Markers),
-            Task::Sparse => (SPARSE, Rows::Seqs),
+        let (lane, output, rows) = match (read, &self.model.task) {
+            (Read::Head, Task::Embed(_)) => (LaneId::MAIN, EMBEDDING, Rows::Seqs),
+            (Read::Head, Task::Classify { .. }) => (LaneId::MAIN, LOGITS, Rows::Seqs),
+            (Read::Head, Task::ClassifyTokens { .. }) => (LaneId::MAIN, LOGITS, Rows::Markers),
+            (Read::Head, Task::Sparse) => (LaneId::MAIN, SPARSE, Rows::Seqs),
+            (Read::Tokens, task) => {
+                let lane = self.engine.tokens.ok_or_else(|| {
+                    Error::unsupported(format!(
+                        "token states come from an embedding model, and this is {}",
+                        task.describe()
+                    ))
+                })?;
+                (lane, TOKENS, Rows::Tokens)
+            }
         };
-        let rows = self.engine.run(inputs.into_iter().map(Ok), output, rows, |_| {})?;
+        let inputs = inputs.into_iter().map(Ok);
+        let rows = self.engine.run_lane(lane, inputs, output, rows, |_| {})?;
         Ok(rows.into_iter().map(|(_, r)| r).collect())
     }
 
@@ -233,6 +259,18 @@ impl<B: Backend> Engine<B> {
         inputs: impl Iterator<Item = Result<M>>,
         output: &str,
         rows: Rows,
+        progress: impl FnMut(usize),
+    ) -> Result<Vec<(M, Vec<Vec<f32>>)>> {
+        self.run_lane(LaneId::MAIN, inputs, output, rows, progress)
+    }
+
+    /// [`Engine::run`] on the graph of `lane`; [`Rows::Tokens`] gives one row per token.
+    fn run_lane<M: Borrow<Marked>>(
+        &mut self,
+        lane: LaneId,
+        inputs: impl Iterator<Item = Result<M>>,
+        output: &str,
+        rows: Rows,
         mut progress: impl FnMut(usize),
     ) -> Result<Vec<(M, Vec<Vec<f32>>)>> {
         let mut result = Vec::new();
@@ -246,7 +284,7 @@ impl<B: Backend> Engine<B> {
                     || marks + m > self.limit.markers
                     || pending.len() == self.limit.seqs)
             {
-                self.flush(&mut pending, output, rows, &mut result)?;
+                self.flush(lane, &mut pending, output, rows, &mut result)?;
                 (tokens, marks) = (0, 0);
                 progress(result.len());
             }
@@ -255,7 +293,7 @@ impl<B: Backend> Engine<B> {
             pending.push(input);
         }
         if !pending.is_empty() {
-            self.flush(&mut pending, output, rows, &mut result)?;
+            self.flush(lane, &mut pending, output, rows, &mut result)?;
         }
         progress(result.len());
         Ok(result)
@@ -264,6 +302,7 @@ impl<B: Backend> Engine<B> {
     /// Runs the pending inputs as one batch and appends their rows to `result`.
     fn flush<M: Borrow<Marked>>(
         &mut self,
+        lane: LaneId,
         pending: &mut Vec<M>,
         output: &str,
         rows: Rows,
@@ -276,14 +315,18 @@ impl<B: Backend> Engine<B> {
             positions.extend(marks.iter().map(|&(p, _)| p));
             self.buf.push(&e.ids, Some(&e.types), &positions)?;
         }
-        self.exec.run(LaneId::MAIN, &self.buf.batch(), &mut self.out)?;
+        self.exec.run(lane, &self.buf.batch(), &mut self.out)?;
         let m = self
             .out
             .get(output)
             .ok_or_else(|| Error::format(format!("the graph has no `{output}` output")))?;
         let mut it = m.iter_rows();
         for input in pending.drain(..) {
-            let n = if rows == Rows::Markers { input.borrow().1.len() } else { 1 };
+            let n = match rows {
+                Rows::Markers => input.borrow().1.len(),
+                Rows::Tokens => input.borrow().0.ids.len(),
+                Rows::Seqs => 1,
+            };
             let taken: Vec<Vec<f32>> = it.by_ref().take(n).map(<[f32]>::to_vec).collect();
             result.push((input, taken));
         }

@@ -5,7 +5,7 @@ mod common;
 
 use common::tiny;
 use switchyard_core::{Buckets, Reference};
-use switchyard_models::{Error, Marking, Model, Runner, Truncation};
+use switchyard_models::{Error, Marking, Model, Read, Runner, Truncation};
 
 /// A text of `words` words ending in "food", far past the tiny models' 64 positions.
 fn long_text(words: usize) -> String {
@@ -57,7 +57,7 @@ fn inputs_tokenized_outside_run_as_the_runner_would() {
     let mut r = embed("bert").unwrap();
     let want = r.embed(&texts, |_| {}).unwrap();
     let inputs = texts.iter().map(|t| (r.model().tokenizer().encode(t).unwrap(), Vec::new()));
-    let got = r.run_encoded(&inputs.collect::<Vec<_>>()).unwrap();
+    let got = r.run_encoded(&inputs.collect::<Vec<_>>(), Read::Head).unwrap();
     assert_eq!(got, want.into_iter().map(|v| vec![v]).collect::<Vec<_>>());
 
     // A token classifier gives one row per marked token.
@@ -68,8 +68,34 @@ fn inputs_tokenized_outside_run_as_the_runner_would() {
         let marks = e.word_starts();
         (e, marks)
     });
-    let got = r.run_encoded(&inputs.collect::<Vec<_>>()).unwrap();
+    let got = r.run_encoded(&inputs.collect::<Vec<_>>(), Read::Head).unwrap();
     let want: Vec<Vec<Vec<f32>>> =
         want.into_iter().map(|w| w.into_iter().map(|t| t.logits).collect()).collect();
     assert_eq!(got, want);
+}
+
+#[test]
+fn an_embedders_token_states_pool_to_its_embedding() {
+    let texts = ["the man is eating food", "cats sat"];
+    let mut r =
+        Runner::new(Model::load(&tiny("bert")).unwrap(), Reference, Buckets::default()).unwrap();
+    let want = r.embed(&texts, |_| {}).unwrap();
+    let inputs: Vec<_> =
+        texts.iter().map(|t| (r.model().tokenizer().encode(t).unwrap(), Vec::new())).collect();
+    let states = r.run_encoded(&inputs, Read::Tokens).unwrap();
+    for ((rows, (e, _)), want) in states.iter().zip(&inputs).zip(&want) {
+        // One row per token, special tokens included; their mean is the (mean-pooled) embedding.
+        assert_eq!(rows.len(), e.ids.len());
+        let mean: Vec<f32> = (0..want.len())
+            .map(|j| rows.iter().map(|r| r[j]).sum::<f32>() / rows.len() as f32)
+            .collect();
+        let worst = mean.iter().zip(want).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+        assert!(worst <= 1e-5, "{worst}");
+    }
+    let mut c =
+        Runner::new(Model::load(&tiny("bert-classifier")).unwrap(), Reference, Buckets::default())
+            .unwrap();
+    let input = (c.model().tokenizer().encode("x").unwrap(), Vec::new());
+    let e = c.run_encoded([&input], Read::Tokens).unwrap_err().to_string();
+    assert!(e.contains("embedding model"), "{e}");
 }

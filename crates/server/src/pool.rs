@@ -14,7 +14,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use switchyard_core::{Backend, Bucket, DType};
-use switchyard_models::{Marked, Runner, Task, Tokenizer};
+use switchyard_models::{Marked, Read, Runner, Task, Tokenizer};
 use tokio::sync::oneshot;
 
 use crate::metrics::{DeviceLabels, Metrics, ModelLabels};
@@ -117,6 +117,8 @@ impl Job {
 /// One input on the queue.
 struct Item {
     input: Marked,
+    /// The output it wants; a batch holds inputs of one kind.
+    read: Read,
     job: Arc<Job>,
     index: usize,
     /// Whether a replica already failed on it (it is retried once).
@@ -233,7 +235,7 @@ impl Pool {
     }
 
     /// Queues a request's inputs; what to wait on for the answer, or why it cannot be queued.
-    pub fn submit(&self, inputs: Vec<Marked>) -> std::result::Result<Reply, Failure> {
+    pub fn submit(&self, inputs: Vec<Marked>, read: Read) -> std::result::Result<Reply, Failure> {
         let (tx, rx) = oneshot::channel();
         let n = inputs.len();
         let job = Arc::new(Job {
@@ -252,7 +254,8 @@ impl Pool {
             return Err(shared.none_healthy());
         }
         for (index, input) in inputs.into_iter().enumerate() {
-            q.items.push_back(Item { input, job: Arc::clone(&job), index, retried: false });
+            let job = Arc::clone(&job);
+            q.items.push_back(Item { input, read, job, index, retried: false });
         }
         shared.depth().inc_by(n as i64);
         drop(q);
@@ -410,8 +413,10 @@ impl Shared {
                     dropped += 1;
                     continue;
                 }
+                let other_read = batch.first().is_some_and(|b: &Item| b.read != front.read);
                 if !batch.is_empty()
-                    && (tokens + n > self.budget.tokens
+                    && (other_read
+                        || tokens + n > self.budget.tokens
                         || marks + m > self.budget.markers
                         || batch.len() == self.budget.seqs)
                 {
@@ -448,8 +453,10 @@ impl Shared {
             item.job.started.get_or_init(|| start);
         }
         let span = tracing::debug_span!("batch", device = %self.replicas[me].device, inputs = batch.len(), tokens);
+        let read = batch.first().map_or(Read::Head, |i| i.read);
         let ran = span.in_scope(|| {
-            catch_unwind(AssertUnwindSafe(|| runner.run_encoded(batch.iter().map(|i| &i.input))))
+            let inputs = batch.iter().map(|i| &i.input);
+            catch_unwind(AssertUnwindSafe(|| runner.run_encoded(inputs, read)))
         });
         let busy = start.elapsed().as_secs_f64();
         self.metrics.device_busy.get_or_create(&self.device_labels(me)).inc_by(busy);
@@ -529,7 +536,7 @@ impl Shared {
         let device = &self.replicas[me].device;
         let probe = |r: &mut Runner<B>| -> switchyard_models::Result<()> {
             let input = (r.model().tokenizer().encode("")?, Vec::new());
-            r.run_encoded([&input]).map(drop)
+            r.run_encoded([&input], Read::Head).map(drop)
         };
         let attempt = catch_unwind(AssertUnwindSafe(|| {
             let mut r = open()?;

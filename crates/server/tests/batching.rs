@@ -234,3 +234,25 @@ fn a_request_past_its_timeout_gets_408_and_is_not_computed() {
     // The held batch ran; the request that timed out in the queue never did.
     assert_eq!(*c.batches.lock().unwrap(), [1, 1]);
 }
+
+#[test]
+fn pooled_and_per_token_inputs_never_share_a_batch() {
+    let c = Arc::new(Control::default());
+    let s = Running::start(Config::default(), vec![held_model("embedder", "bert", &[&c])]);
+    c.hold();
+    let first = embed_later(&s, vec!["the man"]);
+    c.wait_for_held(1);
+    let pooled = embed_later(&s, vec!["a cat sat"]);
+    eventually("one input queued", || depth(&s) == 1.0);
+    let url = s.url("/embed_all");
+    let states = thread::spawn(move || {
+        ureq::post(&url).send_json(json!({ "inputs": "the dog" })).map(|r| r.status())
+    });
+    eventually("two inputs queued", || depth(&s) == 2.0);
+    c.release();
+    assert_eq!(first.join().unwrap().status, 200);
+    assert_eq!(pooled.join().unwrap().status, 200);
+    assert_eq!(states.join().unwrap().unwrap(), 200);
+    // Each kind ran in a batch of its own, in arrival order.
+    assert_eq!(*c.batches.lock().unwrap(), [1, 1, 1]);
+}

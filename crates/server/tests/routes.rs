@@ -215,8 +215,7 @@ fn embed_sparse_gives_the_splade_terms() {
     for ((gi, gv), (wi, wv)) in got.iter().zip(&want[0]) {
         assert!(gi == wi && (gv - wv).abs() <= TOL);
     }
-    // Per-token vectors are not supported: said so, not faked.
-    assert_eq!(s.post("/embed_all", &json!({ "inputs": "x" })).status, 501);
+    assert_eq!(s.post("/embed_all?model=splade", &json!({ "inputs": "x" })).status, 400);
 }
 
 #[test]
@@ -378,4 +377,22 @@ fn cors_headers_are_sent_only_to_the_origins_allowed() {
         Err(e) => panic!("{e}"),
     };
     assert_eq!(allowed, None);
+}
+
+#[test]
+fn embed_all_gives_every_tokens_vector() {
+    let s = every_task(Config::default());
+    let r = s.post("/embed_all", &json!({ "inputs": TEXTS[..2] }));
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    let pooled = runner("bert").embed(&TEXTS[..2], |_| {}).unwrap();
+    let tokenizer = runner("bert");
+    for (i, states) in r.body.as_array().unwrap().iter().enumerate() {
+        let rows: Vec<Vec<f32>> = states.as_array().unwrap().iter().map(floats).collect();
+        let n = tokenizer.model().tokenizer().encode(TEXTS[i]).unwrap().ids.len();
+        assert_eq!(rows.len(), n);
+        // The tiny embedder mean-pools: the mean of its token vectors is its embedding.
+        let mean: Vec<f32> =
+            (0..rows[0].len()).map(|j| rows.iter().map(|r| r[j]).sum::<f32>() / n as f32).collect();
+        assert!(worst(&mean, &pooled[i]) <= 1e-5);
+    }
 }

@@ -17,7 +17,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use subtle::ConstantTimeEq;
 use switchyard_core::DType;
-use switchyard_models::{Encoded, Marked, Marking, Task, Truncation};
+use switchyard_models::{Encoded, Marked, Marking, Read, Task, Truncation};
 
 pub(crate) use error::{ApiError, ErrorBody, OpenAiError, OpenAiErrorBody};
 
@@ -243,11 +243,13 @@ pub(crate) struct Encoding {
     pub left: bool,
     /// Which tokens a token classifier labels.
     pub marking: Marking,
+    /// Which output to read.
+    pub read: Read,
 }
 
 impl Default for Encoding {
     fn default() -> Self {
-        Encoding { truncate: false, left: false, marking: Marking::FirstSubToken }
+        Encoding { truncate: false, left: false, marking: Marking::FirstSubToken, read: Read::Head }
     }
 }
 
@@ -330,7 +332,7 @@ pub(crate) async fn compute(
     let tokens: Vec<usize> = inputs.iter().map(|(e, _)| e.ids.len()).collect();
     let marks = inputs.iter().map(|(_, m)| m.clone()).collect();
     let served = &app.models[m];
-    let reply = served.pool.submit(inputs)?;
+    let reply = served.pool.submit(inputs, encoding.read)?;
     let waited =
         tokio::time::timeout(app.config.request_timeout.saturating_sub(arrived.elapsed()), reply);
     let done = match waited.await {

@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use switchyard_core::{DType, PoolMode};
-use switchyard_models::{Marking, Task, Truncation, scores};
+use switchyard_models::{Marking, Read, Task, Truncation, scores};
 use utoipa::ToSchema;
 
 use super::{ApiError, App, Encoding, ErrorBody, Text, check_count, compute};
@@ -291,14 +291,23 @@ pub(crate) async fn root(
 }
 
 /// `POST /embed_all`: per-token vectors, which no graph of ours gives yet.
-#[utoipa::path(post, path = "/embed_all",
-    responses((status = 501, description = "Not supported yet", body = ErrorBody)))]
-pub(crate) async fn embed_all() -> ApiError {
-    ApiError::new(
-        StatusCode::NOT_IMPLEMENTED,
-        "Validation",
-        "/embed_all is not supported yet: Switchyard's graphs give pooled vectors only",
-    )
+#[utoipa::path(post, path = "/embed_all", params(ModelQuery), request_body = EmbedRequest,
+    responses(
+        (status = 200, description = "Per input, every token's final vector before pooling (special tokens included)", body = Vec<Vec<Vec<f32>>>),
+        (status = "4XX", description = "A refused request", body = ErrorBody),
+        (status = "5XX", description = "A failed device or no healthy one", body = ErrorBody)
+    ))]
+pub(crate) async fn embed_all(
+    State(app): State<Arc<App>>,
+    query: Result<Query<ModelQuery>, QueryRejection>,
+    body: Result<Json<EmbedRequest>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let m = pick(&app, query, |t| matches!(t, Task::Embed(_)), "/embed_all", "an embedding model")?;
+    let Json(req) = body?;
+    let encoding = Encoding { read: Read::Tokens, ..req.encoding()? };
+    let texts = req.inputs.texts().into_iter().map(Text::One).collect();
+    let c = compute(&app, m, texts, encoding).await?;
+    Ok((c.headers(), Json(c.rows)).into_response())
 }
 
 /// The body of `/rerank`.
@@ -463,6 +472,7 @@ async fn predict_with(app: &Arc<App>, m: usize, req: PredictRequest) -> Result<R
         truncate: req.truncate.unwrap_or(false),
         left: req.truncation_direction == Direction::Left,
         marking: if req.every_token { Marking::EveryToken } else { Marking::FirstSubToken },
+        read: Read::Head,
     };
     let c = compute(app, m, inputs, encoding).await?;
     let labels = task.labels();
