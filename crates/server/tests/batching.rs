@@ -246,7 +246,8 @@ fn pooled_and_per_token_inputs_never_share_a_batch() {
     eventually("one input queued", || depth(&s) == 1.0);
     let url = s.url("/embed_all");
     let states = thread::spawn(move || {
-        ureq::post(&url).send_json(json!({ "inputs": "the dog" })).map(|r| r.status())
+        let r = ureq::post(&url).send_json(json!({ "inputs": "the dog" }));
+        r.map(|r| r.status()).map_err(|e| e.to_string())
     });
     eventually("two inputs queued", || depth(&s) == 2.0);
     c.release();
