@@ -58,8 +58,9 @@ impl Serving {
 
     /// Sends SIGTERM and waits: whether the process exited with success.
     fn terminate(mut self) -> bool {
-        let pid = self.child.id().to_string();
-        Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        // The shell's own `kill`: no procps package needed.
+        let kill = format!("kill -TERM {}", self.child.id());
+        assert!(Command::new("sh").args(["-c", &kill]).status().unwrap().success());
         self.child.wait().unwrap().success()
     }
 }

@@ -623,11 +623,14 @@ pub(crate) async fn decode(
         Ids::Many(lists) => lists,
     };
     check_count(&app, lists.len())?;
-    let tokenizer = &app.models[m].meta.tokenizer;
-    let texts = lists
-        .iter()
-        .map(|ids| tokenizer.decode(ids, req.skip_special_tokens))
-        .collect::<Result<Vec<_>, _>>()?;
+    let (worker, skip) = (Arc::clone(&app), req.skip_special_tokens);
+    let decoded = tokio::task::spawn_blocking(move || {
+        let tokenizer = &worker.models[m].meta.tokenizer;
+        lists.iter().map(|ids| tokenizer.decode(ids, skip)).collect::<Result<Vec<_>, _>>()
+    });
+    let texts = decoded.await.map_err(|e| {
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "Tokenizer", e.to_string())
+    })??;
     Ok(Json(texts).into_response())
 }
 
