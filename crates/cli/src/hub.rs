@@ -28,6 +28,26 @@ pub fn resolve(arg: &str) -> Result<PathBuf> {
     fetch(arg)
 }
 
+/// The model a model argument names, in words, saying where it is read from: a local
+/// directory (which wins over a Hugging Face repository of the same name) or the Hub.
+pub fn describe(arg: &str) -> String {
+    match (Path::new(arg).is_dir(), is_repo_id(arg)) {
+        (true, true) => format!(
+            "the model in the local directory {arg} (not the Hugging Face repository of that \
+             name: a directory that exists wins)"
+        ),
+        (true, false) => format!("the model in {arg}"),
+        (false, true) => format!("the model {arg} from the Hugging Face Hub"),
+        (false, false) => format!("the model {arg}"),
+    }
+}
+
+/// Whether `arg` is a local directory whose name also reads as a Hugging Face repository id,
+/// so that the directory is used rather than the repository.
+pub fn shadows_hub(arg: &str) -> bool {
+    Path::new(arg).is_dir() && is_repo_id(arg)
+}
+
 /// Whether `arg` reads as `owner/name` (with an optional `@revision`) rather than a path.
 fn is_repo_id(arg: &str) -> bool {
     let id = arg.split_once('@').map_or(arg, |(id, _)| id);

@@ -34,7 +34,7 @@ mod sparse;
 pub use classifier::{Classifier, Prediction, WordLabel};
 pub use embedder::Embedder;
 pub use error::{Error, Result};
-pub use hub::resolve;
+pub use hub::{describe, resolve, shadows_hub};
 pub use open::{Options, open_runner};
 pub use reranker::{Ranked, Reranker};
 pub use sparse::{SparseEncoder, Term};

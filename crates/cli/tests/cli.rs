@@ -544,3 +544,33 @@ fn embed_streams_results_before_its_input_ends() {
     assert!(child.wait().unwrap().success());
     assert_eq!(reader.join().unwrap(), 1025);
 }
+
+#[test]
+fn a_local_directory_named_like_a_repository_wins_and_says_so() {
+    let root = std::env::temp_dir().join(format!("switchyard-shadow-{}", std::process::id()));
+    let dir = root.join("sentence-transformers/all-MiniLM-L6-v2");
+    std::fs::create_dir_all(&dir).unwrap();
+    for f in ["config.json", "model.safetensors", "tokenizer.json"] {
+        std::fs::copy(std::path::Path::new(&tiny("bert")).join(f), dir.join(f)).unwrap();
+    }
+    let run = |model: &str| {
+        Command::new(env!("CARGO_BIN_EXE_switchyard"))
+            .args(["embed", "--model", model, "a cat"])
+            .current_dir(&root)
+            .env_remove("SWITCHYARD_DEVICE")
+            .env("HF_HUB_OFFLINE", "1")
+            .output()
+            .unwrap()
+    };
+    // The tiny directory ran (32-wide vectors, not MiniLM's 384), and stderr says which was used.
+    let o = run("sentence-transformers/all-MiniLM-L6-v2");
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(lines(&o)[0]["embedding"].as_array().unwrap().len(), 32);
+    assert!(text(&o.stderr).contains("using the local directory"), "{}", text(&o.stderr));
+    // A broken one fails naming the directory, not the Hub.
+    std::fs::remove_file(dir.join("tokenizer.json")).unwrap();
+    let o = run("sentence-transformers/all-MiniLM-L6-v2");
+    let e = text(&o.stderr);
+    assert!(!o.status.success() && e.contains("loading the model in the local directory"), "{e}");
+    std::fs::remove_dir_all(&root).unwrap();
+}

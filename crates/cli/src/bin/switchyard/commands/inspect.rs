@@ -9,8 +9,10 @@ pub fn run(model: &str, bucket: Option<&str>, json: bool) -> Result<()> {
     use switchyard::core::{Backend, Bucket};
     use switchyard::dispatch::capture::Capture;
 
+    super::say_source(model);
     let dir = switchyard::resolve(model)?;
-    let m = switchyard::Model::load(&dir).with_context(|| format!("loading the model {model}"))?;
+    let m = switchyard::Model::load(&dir)
+        .with_context(|| format!("loading {}", switchyard::describe(model)))?;
     let max_len = m.tokenizer().max_len();
     let bucket = match bucket {
         Some(b) => b.parse::<Bucket>()?,

@@ -47,6 +47,17 @@ fn device(arg: Option<&str>) -> Result<Device> {
     })
 }
 
+/// Says on stderr when a model argument names a local directory that reads as a Hugging Face
+/// repository id too, so nobody mistakes which one ran.
+fn say_source(model: &str) {
+    if switchyard::shadows_hub(model) {
+        eprintln!(
+            "switchyard: using the local directory {model}, not the Hugging Face repository of \
+             that name (write ./{model} to say so, or move the directory to use the Hub)"
+        );
+    }
+}
+
 /// The runner for `args`' model on its device, with `buckets` (default: the built-in table).
 fn runner(args: &ModelArgs, buckets: Option<&Path>) -> Result<Runner<Dispatch>> {
     let options = Options {
@@ -58,8 +69,9 @@ fn runner(args: &ModelArgs, buckets: Option<&Path>) -> Result<Runner<Dispatch>> 
         },
         threads: args.threads,
     };
+    say_source(&args.model);
     switchyard::open_runner(&args.model, &options)
-        .with_context(|| format!("loading the model {}", args.model))
+        .with_context(|| format!("loading {}", switchyard::describe(&args.model)))
 }
 
 /// Runs `f` over the inputs with a progress line for file input on a terminal.

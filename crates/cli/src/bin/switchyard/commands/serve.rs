@@ -34,8 +34,9 @@ pub fn run(args: &ServeArgs) -> Result<()> {
         let (name, model) = named(arg);
         // Resolved once: a hub id is fetched now, and a replica reopening after a failure
         // reads the same files.
-        let dir =
-            switchyard::resolve(model).with_context(|| format!("loading the model {model}"))?;
+        super::say_source(model);
+        let dir = switchyard::resolve(model)
+            .with_context(|| format!("loading {}", switchyard::describe(model)))?;
         let name = name.map_or_else(|| default_name(model, &dir), str::to_owned);
         let replicas = devices
             .iter()

@@ -10,8 +10,10 @@ use crate::args::{InputArgs, ModelArgs};
 /// Prints each input's ids, tokens and types as one JSON line.
 pub fn run(args: &ModelArgs, input: &InputArgs) -> Result<()> {
     let texts = input.read()?;
+    super::say_source(&args.model);
     let dir = switchyard::resolve(&args.model)?;
-    let model = Model::load(&dir).with_context(|| format!("loading the model {}", args.model))?;
+    let model = Model::load(&dir)
+        .with_context(|| format!("loading {}", switchyard::describe(&args.model)))?;
     let mut out = std::io::stdout().lock();
     for text in &texts {
         let e = model.tokenizer().encode(text)?;
