@@ -10,6 +10,9 @@ pub enum Error {
     /// fetched.
     #[error("{0}")]
     Hub(String),
+    /// An input file or text that cannot be read as inputs; the message names the line.
+    #[error("{0}")]
+    Input(String),
     /// The model does not do what the type opening it does (an embedder opened as a reranker).
     #[error("{0}")]
     WrongTask(String),

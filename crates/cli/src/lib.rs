@@ -27,6 +27,7 @@ mod classifier;
 mod embedder;
 mod error;
 mod hub;
+pub mod input;
 mod open;
 mod reranker;
 mod sparse;

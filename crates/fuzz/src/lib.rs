@@ -1,5 +1,5 @@
 //! Fuzz targets for what Switchyard parses and checks: bucket tables, ragged batches,
-//! `config.json`, safetensors checkpoints and tokenizer input.
+//! `config.json`, safetensors checkpoints, tokenizer input and the CLI's input files.
 //!
 //! Each target mutates valid seeds (the tiny checkpoints the model tests use, a bucket table, a
 //! real batch) with a deterministic generator, so a failure is reproduced by its seed and case
@@ -257,6 +257,46 @@ pub fn tokenizer_inputs(seed: u64, cases: usize) -> Tally {
             fits &= checked;
         }
         fits
+    })
+}
+
+/// Input files for the CLI's reader (`switchyard::input`), valid JSON lines and plain text
+/// edited, in each format: read to the end or refused with an error naming the line; what is
+/// read holds no input over the per-input limit, and in plain text no blank line.
+pub fn cli_inputs(seed: u64, cases: usize) -> Tally {
+    use switchyard::input::{Format, Inputs, MAX_INPUT_BYTES};
+    let seeds: [&[u8]; 5] = [
+        b"{\"text\": \"A man is eating food.\", \"id\": 1}\n{\"text\": \"b\"}\n",
+        b"plain line\r\n\n{not json}\nlast",
+        "\u{feff}{\"text\": \"na\u{ef}ve caf\u{e9}\"}\n\n".as_bytes(),
+        b"\n\n   \n",
+        b"{\"text\": 3}\n",
+    ];
+    let formats = [Format::Auto, Format::Jsonl, Format::Text];
+    each("cli_inputs", seed, cases, |r, shown| {
+        let mut bytes = seeds[r.below(seeds.len())].to_vec();
+        for _ in 0..r.below(4) {
+            mutate(r, &mut bytes);
+        }
+        let format = formats[r.below(formats.len())];
+        *shown = format!("{format:?} {}", show(&bytes));
+        let reader = Box::new(std::io::Cursor::new(bytes));
+        match Inputs::lines("fuzz".into(), reader, format).all() {
+            Ok(texts) => {
+                assert!(
+                    texts.iter().all(|t| t.len() <= MAX_INPUT_BYTES),
+                    "an input over the limit"
+                );
+                if format == Format::Text {
+                    assert!(texts.iter().all(|t| !t.trim().is_empty()), "a blank line as an input");
+                }
+                true
+            }
+            Err(e) => {
+                assert!(e.to_string().contains("line "), "an error that names no line: {e}");
+                false
+            }
+        }
     })
 }
 

@@ -5,7 +5,7 @@
 #![allow(clippy::print_stderr)]
 
 use switchyard_fuzz::{
-    Tally, batches, buckets, checkpoints, configs, peak_memory_kib, tokenizer_inputs,
+    Tally, batches, buckets, checkpoints, cli_inputs, configs, peak_memory_kib, tokenizer_inputs,
 };
 
 fn setting(name: &str, default: u64) -> u64 {
@@ -55,4 +55,9 @@ fn safetensors_headers() {
 #[test]
 fn tokenizer_input() {
     run("tokenizer", tokenizer_inputs);
+}
+
+#[test]
+fn cli_input_files() {
+    run("cli_inputs", cli_inputs);
 }

@@ -8,7 +8,7 @@ use clap::{Parser, Subcommand};
 use switchyard::DType;
 use switchyard::dispatch::{FAMILIES, forms, forms_served};
 
-use crate::input::{Format, Inputs};
+use switchyard::input::{Format, Inputs};
 
 /// Run transformer encoders (sentence embedders and more) from Hugging Face checkpoints.
 #[derive(Parser)]
@@ -207,7 +207,7 @@ impl InputArgs {
     /// The inputs, a chunk at a time.
     pub fn inputs(&self) -> Result<Inputs> {
         match &self.input {
-            Some(path) => Inputs::open(path, self.format),
+            Some(path) => Ok(Inputs::open(path, self.format)?),
             None => Ok(Inputs::texts(self.texts.clone())),
         }
     }

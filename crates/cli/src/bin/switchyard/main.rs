@@ -5,7 +5,6 @@
 
 mod args;
 mod commands;
-mod input;
 mod progress;
 
 use std::process::ExitCode;

@@ -17,8 +17,8 @@ use anyhow::{Context, Result, bail};
 use switchyard::{Buckets, Device, Dispatch, Options, Runner};
 
 use crate::args::{Cli, Command, InputArgs, ModelArgs, NO_INPUT};
-use crate::input::Inputs;
 use crate::progress::Progress;
+use switchyard::input::Inputs;
 
 /// Runs the command the command line asks for.
 pub fn run(cli: Cli) -> Result<()> {

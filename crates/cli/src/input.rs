@@ -1,10 +1,15 @@
-//! Reading inputs: plain lines, or JSON lines with a `text` field, from a file or stdin, a
-//! chunk at a time.
+//! Reading inputs as the CLI does: plain lines, or JSON lines with a `text` field, from a file
+//! or stdin, a chunk at a time.
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 
-use anyhow::{Context, Result, bail};
+use crate::{Error, Result};
+
+/// An input error with its message.
+fn fail<T>(msg: String) -> Result<T> {
+    Err(Error::Input(msg))
+}
 
 /// The most bytes one input may have: far more than any model reads (8192 tokens are tens of
 /// kilobytes of text), so that a runaway line is an error rather than gigabytes of tokenizing.
@@ -18,7 +23,8 @@ const MAX_LINE_BYTES: usize = 4 * MAX_INPUT_BYTES;
 pub const CHUNK: usize = 1024;
 
 /// How an input file's lines are read.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 pub enum Format {
     /// JSON lines if the first non-empty line is a JSON object, else plain text.
     Auto,
@@ -55,8 +61,9 @@ impl Inputs {
         let reader: Box<dyn BufRead> = if path.as_os_str() == "-" {
             Box::new(BufReader::new(std::io::stdin()))
         } else {
-            let file =
-                std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
+            let file = std::fs::File::open(path).map_err(|source| {
+                Error::from(switchyard_core::Error::Io { path: path.to_owned(), source })
+            })?;
             Box::new(BufReader::new(file))
         };
         Ok(Inputs::lines(path.display().to_string(), reader, format))
@@ -72,21 +79,24 @@ impl Inputs {
         let chunk = match &mut self.source {
             Source::Texts(texts) => {
                 for (i, t) in texts.iter().enumerate() {
-                    too_long(t).with_context(|| format!("text {}", i + 1))?;
+                    too_long(t, &format!("text {}", i + 1))?;
                 }
                 std::mem::take(texts)
             }
             Source::Lines { name, reader } => {
                 let mut chunk = Vec::new();
                 while chunk.len() < CHUNK {
-                    let Some(raw) = read_line(reader.as_mut(), self.line + 1)
-                        .with_context(|| format!("in {name}"))?
+                    let in_name = |e: Error| match e {
+                        Error::Input(m) => Error::Input(format!("in {name}: {m}")),
+                        other => other,
+                    };
+                    let Some(raw) = read_line(reader.as_mut(), self.line + 1).map_err(in_name)?
                     else {
                         break;
                     };
                     self.line += 1;
                     let text = parse_line(&raw, self.line, self.format, &mut self.jsonl)
-                        .with_context(|| format!("in {name}"))?;
+                        .map_err(in_name)?;
                     chunk.extend(text);
                 }
                 chunk
@@ -110,16 +120,19 @@ impl Inputs {
 fn read_line(reader: &mut dyn BufRead, n: usize) -> Result<Option<Vec<u8>>> {
     let mut raw = Vec::new();
     let limit = MAX_LINE_BYTES as u64 + 1;
-    let read = reader.take(limit).read_until(b'\n', &mut raw).context("reading")?;
+    let read = match reader.take(limit).read_until(b'\n', &mut raw) {
+        Ok(read) => read,
+        Err(e) => return fail(format!("reading line {n}: {e}")),
+    };
     if read == 0 {
         return Ok(None);
     }
     if raw.last() == Some(&b'\n') {
         raw.pop();
     } else if raw.len() > MAX_LINE_BYTES {
-        bail!(
+        return fail(format!(
             "line {n} is longer than {MAX_LINE_BYTES} bytes; inputs are limited to {MAX_INPUT_BYTES}"
-        );
+        ));
     }
     if raw.last() == Some(&b'\r') {
         raw.pop();
@@ -136,7 +149,9 @@ fn parse_line(
     jsonl: &mut Option<bool>,
 ) -> Result<Option<String>> {
     let raw = if n == 1 { raw.strip_prefix("\u{feff}".as_bytes()).unwrap_or(raw) } else { raw };
-    let line = std::str::from_utf8(raw).with_context(|| format!("line {n}: not UTF-8"))?;
+    let Ok(line) = std::str::from_utf8(raw) else {
+        return fail(format!("line {n}: not UTF-8"));
+    };
     if line.trim().is_empty() {
         return Ok(None);
     }
@@ -149,23 +164,30 @@ fn parse_line(
         Format::Text => false,
     });
     let text = if is_jsonl {
-        let v: serde_json::Value = serde_json::from_str(line)
-            .with_context(|| format!("line {n}: not valid JSON (the file is JSON lines)"))?;
+        let v: serde_json::Value = match serde_json::from_str(line) {
+            Ok(v) => v,
+            Err(e) => {
+                return fail(format!("line {n}: not valid JSON (the file is JSON lines): {e}"));
+            }
+        };
         match v.get("text").and_then(serde_json::Value::as_str) {
             Some(t) => t.to_owned(),
-            None => bail!("line {n}: a JSON line needs a string field `text`"),
+            None => return fail(format!("line {n}: a JSON line needs a string field `text`")),
         }
     } else {
         line.to_owned()
     };
-    too_long(&text).with_context(|| format!("line {n}"))?;
+    too_long(&text, &format!("line {n}"))?;
     Ok(Some(text))
 }
 
-/// An error if `text` is longer than [`MAX_INPUT_BYTES`].
-fn too_long(text: &str) -> Result<()> {
+/// An error naming `place` if `text` is longer than [`MAX_INPUT_BYTES`].
+fn too_long(text: &str, place: &str) -> Result<()> {
     if text.len() > MAX_INPUT_BYTES {
-        bail!("an input of {} bytes; inputs are limited to {MAX_INPUT_BYTES}", text.len());
+        let n = text.len();
+        return fail(format!(
+            "{place}: an input of {n} bytes; inputs are limited to {MAX_INPUT_BYTES}"
+        ));
     }
     Ok(())
 }
@@ -204,26 +226,26 @@ mod tests {
     #[test]
     fn errors_name_the_line() {
         let e = auto("{\"text\": \"ok\"}\n{\"txt\": 1}\n").unwrap_err();
-        assert!(format!("{e:#}").contains("line 2: a JSON line needs a string field `text`"));
+        assert!(e.to_string().contains("line 2: a JSON line needs a string field `text`"));
         let e = auto("{\"text\": \"ok\"}\n\n{broken\n").unwrap_err();
-        assert!(format!("{e:#}").contains("line 3: not valid JSON"), "{e:#}");
+        assert!(e.to_string().contains("line 3: not valid JSON"), "{e:#}");
         let e = parse(b"{broken\n", Format::Jsonl).unwrap_err();
-        assert!(format!("{e:#}").contains("in test: line 1: not valid JSON"), "{e:#}");
+        assert!(e.to_string().contains("in test: line 1: not valid JSON"), "{e:#}");
         let e = parse(b"fine\nbad \xff byte\n", Format::Auto).unwrap_err();
-        assert!(format!("{e:#}").contains("line 2: not UTF-8"), "{e:#}");
+        assert!(e.to_string().contains("line 2: not UTF-8"), "{e:#}");
     }
 
     #[test]
     fn inputs_over_the_limit_are_errors() {
         let long = "a".repeat(MAX_INPUT_BYTES + 1);
         let e = auto(&format!("short\n{long}\n")).unwrap_err();
-        assert!(format!("{e:#}").contains("line 2: an input of 1048577 bytes"), "{e:#}");
+        assert!(e.to_string().contains("line 2: an input of 1048577 bytes"), "{e:#}");
         assert_eq!(auto(&"b".repeat(MAX_INPUT_BYTES)).unwrap().len(), 1);
         // A line far past the limit is refused before it is read whole.
         let e = auto(&"c".repeat(MAX_LINE_BYTES + 10)).unwrap_err();
-        assert!(format!("{e:#}").contains("line 1 is longer than"), "{e:#}");
+        assert!(e.to_string().contains("line 1 is longer than"), "{e:#}");
         let e = Inputs::texts(vec!["ok".into(), long]).all().unwrap_err();
-        assert!(format!("{e:#}").contains("text 2: an input of 1048577 bytes"), "{e:#}");
+        assert!(e.to_string().contains("text 2: an input of 1048577 bytes"), "{e:#}");
     }
 
     #[test]
