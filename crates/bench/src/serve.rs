@@ -60,50 +60,18 @@ fn replica(dir: &str, max_len: Option<usize>, device: Device, threads: usize) ->
 }
 
 /// A server on a loopback port in this process, stopped when dropped.
-struct Local {
-    addr: SocketAddr,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<JoinHandle<()>>,
-}
+struct Local(switchyard_server::Running);
 
 impl Local {
     fn start(replicas: Vec<Replica<Dispatch>>, config: Config) -> Local {
         let spec = ModelSpec { name: "model".into(), dtype: DType::F32, replicas };
         let server = Server::new(config, vec![spec]).expect("the server starts");
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a loopback port");
-        listener.set_nonblocking(true).expect("a non-blocking socket");
-        let addr = listener.local_addr().expect("its address");
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let thread = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-                .expect("a runtime");
-            rt.block_on(async move {
-                let listener = tokio::net::TcpListener::from_std(listener).expect("a listener");
-                let until = async move {
-                    let _ = stopped.await;
-                };
-                server.serve(listener, until).await.expect("the server serves");
-            });
-        });
-        Local { addr, stop: Some(stop), thread: Some(thread) }
+        Local(server.spawn(listener).expect("the server serves"))
     }
 
     fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.addr)
-    }
-}
-
-impl Drop for Local {
-    fn drop(&mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        format!("http://{}{path}", self.0.addr())
     }
 }
 
@@ -204,7 +172,7 @@ pub fn serve(args: &[String]) {
         "server, 1 client",
         served - own
     );
-    drop(server);
+    server.0.shutdown().expect("the server stops");
 
     if args.0.iter().any(|a| a == "--remote") {
         use switchyard_dispatch::remote::{self, Serve, Server as RemoteServer};
@@ -281,7 +249,9 @@ pub fn soak(args: &[String]) {
     let clients = args.number("--clients", 16);
     let texts = Arc::new(crate::corpus::load(&corpus));
     let server = Local::start(vec![replica(&dir, max_len, Device::flex(), 2)], Config::default());
-    load(&server, &texts, 8);
+    // Warmed up with as many client threads as the soak has: they live in this process, and
+    // each thread's allocator arena counts in its memory.
+    load(&server, &texts, clients);
     let warm = rss_mib();
     let kinds = [
         Kind::Valid,
@@ -295,7 +265,7 @@ pub fn soak(args: &[String]) {
     ];
     let next = Arc::new(AtomicUsize::new(0));
     let start = Instant::now();
-    let addr = server.addr;
+    let addr = server.0.addr();
     let tallies: Vec<[usize; 4]> = (0..clients)
         .map(|_| {
             let (texts, next) = (Arc::clone(&texts), Arc::clone(&next));

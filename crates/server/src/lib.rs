@@ -41,15 +41,11 @@ impl Server {
         let mut served = Vec::with_capacity(models.len());
         for spec in models {
             let (name, dtype) = (spec.name.clone(), spec.dtype);
-            let (pool, meta) =
-                pool::Pool::start(spec, &config, Arc::clone(&metrics)).map_err(|e| match e {
-                    Error::Open { device, source, .. } => {
-                        Error::Open { model: name.clone(), device, source }
-                    }
-                    other => other,
-                })?;
+            let (pool, meta) = pool::Pool::start(spec, &config, Arc::clone(&metrics))?;
             tracing::info!(model = %name, task = meta.task.describe(), "serving");
-            served.push(api::Served { name, dtype, meta, pool });
+            let devices: Vec<String> = pool.health().into_iter().map(|(d, _)| d).collect();
+            let devices = devices.join(",");
+            served.push(api::Served { name, devices, dtype, meta, pool });
         }
         Ok(Server { app: Arc::new(api::App::new(config, served, metrics)) })
     }
@@ -82,6 +78,67 @@ impl Server {
             let listener = tokio::net::TcpListener::from_std(listener)?;
             self.serve(listener, shutdown_signal()).await
         })
+    }
+}
+
+impl Server {
+    /// Serves on `listener` from a thread of its own, on a runtime of its own, until
+    /// [`Running::shutdown`] or the handle is dropped: a server inside another program.
+    pub fn spawn(self, listener: std::net::TcpListener) -> Result<Running> {
+        listener.set_nonblocking(true)?;
+        let addr = listener.local_addr()?;
+        let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let thread =
+            std::thread::Builder::new().name("switchyard-serve".into()).spawn(move || {
+                runtime.block_on(async move {
+                    let listener = tokio::net::TcpListener::from_std(listener)?;
+                    let until = async move {
+                        let _ = stopped.await;
+                    };
+                    self.serve(listener, until).await
+                })
+            })?;
+        Ok(Running { addr, stop: Some(stop), thread: Some(thread) })
+    }
+}
+
+/// A server serving on a thread of its own ([`Server::spawn`]).
+pub struct Running {
+    addr: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<Result<()>>>,
+}
+
+impl Running {
+    /// The address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Asks it to shut down (it stops accepting and answers what it received), without
+    /// waiting.
+    pub fn begin_shutdown(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+    }
+
+    /// Shuts it down and waits until it has stopped: how serving ended.
+    pub fn shutdown(mut self) -> Result<()> {
+        self.begin_shutdown();
+        match self.thread.take().map(std::thread::JoinHandle::join) {
+            Some(Ok(ended)) => ended,
+            Some(Err(_)) => Err(Error::Io(std::io::Error::other("the server's thread panicked"))),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Running {
+    /// Asks the server to shut down without waiting for it (see [`Running::shutdown`]).
+    fn drop(&mut self) {
+        self.begin_shutdown();
     }
 }
 

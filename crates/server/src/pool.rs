@@ -71,6 +71,8 @@ pub(crate) struct Meta {
     pub tokenizer: Tokenizer,
     pub task: Task,
     pub vocab: usize,
+    /// The width of an embedding model's vectors (0 for other tasks).
+    pub dim: usize,
     pub limit: Bucket,
 }
 
@@ -133,7 +135,7 @@ struct Queue {
 }
 
 /// What a replica's thread shares with the others and with the HTTP side.
-struct Replicas {
+struct ReplicaState {
     device: String,
     healthy: AtomicBool,
 }
@@ -143,7 +145,7 @@ struct Shared {
     model: String,
     queue: Mutex<Queue>,
     wake: Condvar,
-    replicas: Vec<Replicas>,
+    replicas: Vec<ReplicaState>,
     /// The most tokens, inputs and marked tokens a batch takes.
     budget: Bucket,
     metrics: Arc<Metrics>,
@@ -179,7 +181,7 @@ impl Pool {
         let replicas = spec
             .replicas
             .iter()
-            .map(|r| Replicas { device: r.device.clone(), healthy: AtomicBool::new(true) })
+            .map(|r| ReplicaState { device: r.device.clone(), healthy: AtomicBool::new(true) })
             .collect();
         let (tx, rx) = mpsc::channel();
         let mut threads = Vec::new();
@@ -193,44 +195,45 @@ impl Pool {
             threads.push(handle);
         }
         drop(tx);
-        let mut meta = None;
-        let mut failure = None;
-        let mut started = Vec::new();
-        for (me, opened) in rx {
+        let (mut meta, mut failure, mut waiting) = (None, None, Vec::new());
+        for opened in rx {
             match opened {
                 Ok((m, go)) => {
-                    if meta.is_none() {
-                        meta = Some(m);
-                    }
-                    started.push((me, go));
+                    meta.get_or_insert(m);
+                    waiting.push(go);
                 }
-                Err(e) => failure = failure.or(Some(e)),
+                Err(e) => {
+                    failure.get_or_insert(e);
+                }
             }
         }
-        let shared = match (meta.as_ref(), failure) {
-            (Some(m), None) => Arc::new(Shared {
-                model: spec.name.clone(),
-                queue: Mutex::new(Queue::default()),
-                wake: Condvar::new(),
-                replicas,
-                budget: batch_budget(m.limit, config)?,
-                metrics,
-            }),
-            (_, failure) => {
+        let setup = match (meta, failure) {
+            (Some(meta), None) => batch_budget(meta.limit, config).map(|b| (meta, b)),
+            (_, Some(e)) => Err(e),
+            (None, None) => Err(Error::Setup(format!("no replica of {} started", spec.name))),
+        };
+        let (meta, budget) = match setup {
+            Ok(ok) => ok,
+            Err(e) => {
                 // Every thread that opened its model waits on `go`; dropping it stops them.
-                drop(started);
+                drop(waiting);
                 for t in threads {
                     let _ = t.join();
                 }
-                return Err(failure.unwrap_or_else(|| {
-                    Error::Setup(format!("no replica of {} started", spec.name))
-                }));
+                return Err(e);
             }
         };
-        for (_, go) in started {
+        let shared = Arc::new(Shared {
+            model: spec.name,
+            queue: Mutex::new(Queue::default()),
+            wake: Condvar::new(),
+            replicas,
+            budget,
+            metrics,
+        });
+        for go in waiting {
             let _ = go.send(Arc::clone(&shared));
         }
-        let meta = meta.ok_or_else(|| Error::Setup("no replica started".into()))?;
         Ok((Pool { shared, threads: Mutex::new(threads) }, meta))
     }
 
@@ -313,9 +316,9 @@ fn batch_budget(limit: Bucket, config: &Config) -> Result<Bucket> {
     Ok(budget)
 }
 
-/// What a replica's thread reports once it has opened its model (or failed to): its index,
-/// and the model's metadata with the channel that starts it serving.
-type Opened = (usize, Result<(Meta, mpsc::Sender<Arc<Shared>>)>);
+/// What a replica's thread reports once it has opened its model (or failed to): the model's
+/// metadata with the channel that starts it serving.
+type Opened = Result<(Meta, mpsc::Sender<Arc<Shared>>)>;
 
 /// A replica's thread: opens the model, reports to [`Pool::start`], then serves batches until
 /// the pool closes.
@@ -330,7 +333,7 @@ fn opening<B: Backend + 'static>(
         Ok(r) => r,
         Err(source) => {
             let device = replica.device.clone();
-            let _ = report.send((me, Err(Error::Open { model, device, source })));
+            let _ = report.send(Err(Error::Open { model, device, source }));
             return;
         }
     };
@@ -339,10 +342,14 @@ fn opening<B: Backend + 'static>(
         tokenizer: model.tokenizer().clone(),
         task: model.task().clone(),
         vocab: model.config().vocab,
+        dim: {
+            let g = model.graph();
+            g.output(switchyard_models::heads::EMBEDDING).map_or(0, |v| g.shape(v).width)
+        },
         limit: runner.batch_limit(),
     };
     let (go_tx, go) = mpsc::channel();
-    if report.send((me, Ok((meta, go_tx)))).is_err() {
+    if report.send(Ok((meta, go_tx))).is_err() {
         return;
     }
     drop(report);

@@ -9,7 +9,7 @@ use std::net::TcpStream;
 use std::sync::Arc;
 use std::thread;
 
-use common::{Control, Running, eventually, floats, held_model, runner, worst};
+use common::{Control, Fault, Running, eventually, floats, held_model, runner, worst};
 use serde_json::json;
 use switchyard_core::{Buckets, DType};
 use switchyard_dispatch::Dispatch;
@@ -256,4 +256,33 @@ fn pooled_and_per_token_inputs_never_share_a_batch() {
     assert_eq!(states.join().unwrap().unwrap(), 200);
     // Each kind ran in a batch of its own, in arrival order.
     assert_eq!(*c.batches.lock().unwrap(), [1, 1, 1]);
+}
+
+#[test]
+fn a_failure_that_is_not_the_devices_gets_500_and_a_panic_reopens_the_model() {
+    let c = Arc::new(Control::default());
+    let s = Running::start(Config::default(), vec![held_model("embedder", "bert", &[&c])]);
+    // An error that is not the device's fails the batch; the replica stays in rotation.
+    c.fail_next(Fault::Refuse);
+    let r = s.post("/embed", &json!({ "inputs": "the man" }));
+    assert_eq!((r.status, &r.body["error_type"]), (500, &json!("Backend")));
+    assert!(r.body["error"].as_str().unwrap().contains("refused by the test"), "{:?}", r.body);
+    assert_eq!(s.get("/health").body["status"], json!("ok"));
+    // A panic fails the batch too, and the replica reopens its model before it serves again.
+    c.fail_next(Fault::Panic);
+    let r = s.post("/embed", &json!({ "inputs": "the man" }));
+    assert_eq!(r.status, 500, "{:?}", r.body);
+    eventually("the replica reopened", || s.get("/health").body["status"] == json!("ok"));
+    let r = s.post("/embed", &json!({ "inputs": "the man", "normalize": false }));
+    assert!(r.status == 200 && answers(&r, &["the man"]), "{:?}", r.body);
+}
+
+#[test]
+fn a_replica_that_cannot_open_is_an_error_naming_the_model_and_device() {
+    let c = Arc::new(Control::default());
+    c.unplug(true);
+    let spec = held_model("embedder", "bert", &[&c]);
+    let e = switchyard_server::Server::new(Config::default(), vec![spec]).err().unwrap();
+    let e = e.to_string();
+    assert!(e.contains("opening embedder on held:0") && e.contains("unplugged"), "{e}");
 }

@@ -108,6 +108,7 @@ fn openai_embeddings_take_texts_or_token_ids_and_give_floats_or_base64() {
         (json!({ "input": "x", "model": "nope" }), 404),
         (json!({ "input": "x", "model": "reranker" }), 400),
         (json!({ "input": "x", "dimensions": 0 }), 422),
+        (json!({ "input": "x", "dimensions": 33 }), 422),
         (json!({ "input": "x", "encoding_format": "hex" }), 422),
     ] {
         let r = s.post("/v1/embeddings", &body);
@@ -347,7 +348,9 @@ fn openapi_describes_every_route_from_the_handlers() {
     }
     // Request and response types are described, down to their fields.
     let schemas = &doc.body["components"]["schemas"];
-    assert!(schemas["EmbedRequest"]["properties"]["truncation_direction"].is_object(), "{schemas}");
+    assert!(schemas["Truncate"]["properties"]["truncation_direction"].is_object(), "{schemas}");
+    let embed = schemas["EmbedRequest"].to_string();
+    assert!(embed.contains("#/components/schemas/Truncate") && embed.contains("inputs"), "{embed}");
     assert!(schemas["ErrorBody"]["properties"]["error_type"].is_object());
 }
 

@@ -28,6 +28,8 @@ use crate::pool::{Meta, Pool, Rows};
 /// A served model: its name, what it is, and its pool of replicas.
 pub(crate) struct Served {
     pub name: String,
+    /// The devices of its replicas, comma-separated (`x-compute-type`).
+    pub devices: String,
     pub dtype: DType,
     pub meta: Meta,
     pub pool: Pool,
@@ -324,10 +326,7 @@ pub(crate) async fn compute(
     let _admitted = app.admit()?;
     let characters = texts.iter().map(Text::chars).sum();
     let worker = Arc::clone(app);
-    let inputs =
-        tokio::task::spawn_blocking(move || tokenize(&worker, m, texts, encoding)).await.map_err(
-            |e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "Tokenizer", e.to_string()),
-        )??;
+    let inputs = blocking(move || tokenize(&worker, m, texts, encoding)).await?;
     let tokenized = Instant::now();
     let tokens: Vec<usize> = inputs.iter().map(|(e, _)| e.ids.len()).collect();
     let marks = inputs.iter().map(|(_, m)| m.clone()).collect();
@@ -359,7 +358,6 @@ pub(crate) async fn compute(
     stage("tokenize", tokenize);
     stage("queue", done.queued);
     stage("compute", done.computed);
-    let devices: Vec<String> = served.pool.health().into_iter().map(|(d, _)| d).collect();
     let timing = Timing {
         tokenize,
         queue: done.queued,
@@ -367,9 +365,19 @@ pub(crate) async fn compute(
         total: arrived.elapsed(),
         characters,
         tokens: tokens.iter().sum(),
-        devices: devices.join(","),
+        devices: served.devices.clone(),
     };
     Ok(Computed { rows: done.rows, tokens, marks, timing })
+}
+
+/// Runs `f` on tokio's blocking pool, so that tokenizing and decoding never hold up the async
+/// threads.
+pub(crate) async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    let joined = tokio::task::spawn_blocking(f).await;
+    joined
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "Tokenizer", e.to_string()))?
 }
 
 /// Tokenizes a request's inputs as `encoding` says, marking a token classifier's tokens.

@@ -103,6 +103,13 @@ pub(crate) async fn embeddings(
             .into());
         }
     };
+    let dim = served.meta.dim;
+    if let Some(d) = req.dimensions
+        && (d == 0 || d > dim)
+    {
+        let msg = format!("dimensions {d}: this model's embeddings have 1 to {dim}");
+        return Err(ApiError::invalid(msg).into());
+    }
     let texts = inputs(req.input)?;
     let c = compute(&app, m, texts, Encoding::default()).await?;
     let in_graph = normalizes(&app, m);
@@ -110,10 +117,6 @@ pub(crate) async fn embeddings(
     for (index, rows) in c.rows.iter().enumerate() {
         let mut v = rows.first().cloned().unwrap_or_default();
         if let Some(d) = req.dimensions {
-            if d == 0 || d > v.len() {
-                let msg = format!("dimensions {d}: this model's embeddings have 1 to {}", v.len());
-                return Err(ApiError::invalid(msg).into());
-            }
             v.truncate(d);
             v = normalized(v);
         } else if !in_graph {

@@ -13,7 +13,7 @@ use switchyard_core::{DType, PoolMode};
 use switchyard_models::{Marking, Read, Task, Truncation, scores};
 use utoipa::ToSchema;
 
-use super::{ApiError, App, Encoding, ErrorBody, Text, check_count, compute};
+use super::{ApiError, App, Encoding, ErrorBody, Text, blocking, check_count, compute};
 
 /// `?model=NAME`: which model a route uses (default: the first).
 #[derive(Deserialize, utoipa::IntoParams)]
@@ -54,14 +54,43 @@ fn yes() -> bool {
     true
 }
 
-/// The body of `/embed`, `/embed_sparse` and `/embed_all`.
+/// What a request says of over-long inputs: truncate them (else 413, unless the server
+/// truncates by default), and from which end.
 #[derive(Deserialize, ToSchema)]
-pub(crate) struct EmbedRequest {
-    inputs: Inputs,
+pub(crate) struct Truncate {
     #[serde(default)]
     truncate: Option<bool>,
     #[serde(default)]
     truncation_direction: Direction,
+}
+
+impl Truncate {
+    /// The encoding this asks for, on the model's head.
+    fn encoding(&self) -> Encoding {
+        Encoding {
+            truncate: self.truncate.unwrap_or(false),
+            left: self.truncation_direction == Direction::Left,
+            ..Encoding::default()
+        }
+    }
+}
+
+/// 422 for a prompt name: this server has no prompts.
+fn no_prompt(prompt_name: Option<&str>) -> Result<(), ApiError> {
+    match prompt_name {
+        None => Ok(()),
+        Some(p) => Err(ApiError::invalid(format!(
+            "prompt_name {p:?}: this server has no prompts; put the prompt in the text"
+        ))),
+    }
+}
+
+/// The body of `/embed`, `/embed_sparse` and `/embed_all`.
+#[derive(Deserialize, ToSchema)]
+pub(crate) struct EmbedRequest {
+    inputs: Inputs,
+    #[serde(flatten)]
+    truncation: Truncate,
     #[serde(default = "yes")]
     normalize: bool,
     #[serde(default)]
@@ -70,16 +99,8 @@ pub(crate) struct EmbedRequest {
 
 impl EmbedRequest {
     fn encoding(&self) -> Result<Encoding, ApiError> {
-        if let Some(p) = &self.prompt_name {
-            return Err(ApiError::invalid(format!(
-                "prompt_name {p:?}: this server has no prompts; put the prompt in the text"
-            )));
-        }
-        Ok(Encoding {
-            truncate: self.truncate.unwrap_or(false),
-            left: self.truncation_direction == Direction::Left,
-            ..Encoding::default()
-        })
+        no_prompt(self.prompt_name.as_deref())?;
+        Ok(self.truncation.encoding())
     }
 }
 
@@ -201,10 +222,8 @@ async fn embed_sparse_with(
 #[derive(Deserialize, ToSchema)]
 pub(crate) struct SimilarityRequest {
     inputs: SimilarityInputs,
-    #[serde(default)]
-    truncate: Option<bool>,
-    #[serde(default)]
-    truncation_direction: Direction,
+    #[serde(flatten)]
+    truncation: Truncate,
     #[serde(default)]
     prompt_name: Option<String>,
 }
@@ -240,14 +259,8 @@ async fn similarity_with(
     m: usize,
     req: SimilarityRequest,
 ) -> Result<Response, ApiError> {
-    let embed = EmbedRequest {
-        inputs: Inputs::Many(Vec::new()),
-        truncate: req.truncate,
-        truncation_direction: req.truncation_direction,
-        normalize: false,
-        prompt_name: req.prompt_name,
-    };
-    let encoding = embed.encoding()?;
+    no_prompt(req.prompt_name.as_deref())?;
+    let encoding = req.truncation.encoding();
     let SimilarityInputs { source_sentence, sentences } = req.inputs;
     let texts = std::iter::once(source_sentence).chain(sentences).map(Text::One).collect();
     let c = compute(app, m, texts, encoding).await?;
@@ -315,10 +328,8 @@ pub(crate) async fn embed_all(
 pub(crate) struct RerankRequest {
     query: String,
     texts: Vec<String>,
-    #[serde(default)]
-    truncate: Option<bool>,
-    #[serde(default)]
-    truncation_direction: Direction,
+    #[serde(flatten)]
+    truncation: Truncate,
     #[serde(default)]
     raw_scores: bool,
     #[serde(default)]
@@ -352,11 +363,7 @@ pub(crate) async fn rerank(
     if req.query.is_empty() {
         return Err(ApiError::invalid("`query` cannot be empty"));
     }
-    let encoding = Encoding {
-        truncate: req.truncate.unwrap_or(false),
-        left: req.truncation_direction == Direction::Left,
-        ..Encoding::default()
-    };
+    let encoding = req.truncation.encoding();
     let pairs = req.texts.iter().map(|t| Text::Pair(req.query.clone(), t.clone())).collect();
     let c = compute(&app, m, pairs, encoding).await?;
     let logits: Vec<f32> = c.rows.iter().map(|r| r.first().map_or(0.0, |l| l[0])).collect();
@@ -378,10 +385,8 @@ pub(crate) async fn rerank(
 pub(crate) struct PredictRequest {
     /// A text, a pair `[a, b]`, or a batch `[[a], [a, b], ...]`.
     inputs: Value,
-    #[serde(default)]
-    truncate: Option<bool>,
-    #[serde(default)]
-    truncation_direction: Direction,
+    #[serde(flatten)]
+    truncation: Truncate,
     #[serde(default)]
     raw_scores: bool,
     /// A token classifier labels every token, not only each word's first.
@@ -468,12 +473,8 @@ async fn predict_with(app: &Arc<App>, m: usize, req: PredictRequest) -> Result<R
             Text::Pair(..) | Text::Ids(_) => String::new(),
         })
         .collect();
-    let encoding = Encoding {
-        truncate: req.truncate.unwrap_or(false),
-        left: req.truncation_direction == Direction::Left,
-        marking: if req.every_token { Marking::EveryToken } else { Marking::FirstSubToken },
-        read: Read::Head,
-    };
+    let marking = if req.every_token { Marking::EveryToken } else { Marking::FirstSubToken };
+    let encoding = Encoding { marking, ..req.truncation.encoding() };
     let c = compute(app, m, inputs, encoding).await?;
     let labels = task.labels();
     let score = |logits: &[f32]| {
@@ -561,7 +562,7 @@ pub(crate) async fn tokenize(
     check_count(&app, texts.len())?;
     let special = req.add_special_tokens;
     let worker = Arc::clone(&app);
-    let tokenized = tokio::task::spawn_blocking(move || {
+    let tokens = blocking(move || {
         let tokenizer = &worker.models[m].meta.tokenizer;
         texts
             .iter()
@@ -581,10 +582,8 @@ pub(crate) async fn tokenize(
                 Ok(tokens.collect::<Vec<_>>())
             })
             .collect::<Result<Vec<_>, ApiError>>()
-    });
-    let tokens = tokenized.await.map_err(|e| {
-        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "Tokenizer", e.to_string())
-    })??;
+    })
+    .await?;
     Ok(Json(tokens).into_response())
 }
 
@@ -624,13 +623,12 @@ pub(crate) async fn decode(
     };
     check_count(&app, lists.len())?;
     let (worker, skip) = (Arc::clone(&app), req.skip_special_tokens);
-    let decoded = tokio::task::spawn_blocking(move || {
+    let texts = blocking(move || {
         let tokenizer = &worker.models[m].meta.tokenizer;
-        lists.iter().map(|ids| tokenizer.decode(ids, skip)).collect::<Result<Vec<_>, _>>()
-    });
-    let texts = decoded.await.map_err(|e| {
-        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "Tokenizer", e.to_string())
-    })??;
+        let texts = lists.iter().map(|ids| tokenizer.decode(ids, skip));
+        Ok(texts.collect::<Result<Vec<_>, _>>()?)
+    })
+    .await?;
     Ok(Json(texts).into_response())
 }
 

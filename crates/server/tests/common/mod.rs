@@ -7,7 +7,6 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -32,6 +31,17 @@ pub struct Control {
     pub batches: Mutex<Vec<usize>>,
     /// How many runs are waiting at the hold.
     waiting: Mutex<usize>,
+    /// What the next run does instead of running, once.
+    fault: Mutex<Option<Fault>>,
+}
+
+/// A failure that is not the device's.
+#[derive(Clone, Copy, Debug)]
+pub enum Fault {
+    /// The run returns an error other than a device error.
+    Refuse,
+    /// The run panics.
+    Panic,
 }
 
 impl Control {
@@ -49,6 +59,11 @@ impl Control {
     /// Makes every run and every opening fail as a device that went away does.
     pub fn unplug(&self, out: bool) {
         self.unplugged.store(out, Ordering::SeqCst);
+    }
+
+    /// Makes the next run fail with `fault`.
+    pub fn fail_next(&self, fault: Fault) {
+        *self.fault.lock().unwrap() = Some(fault);
     }
 
     /// Waits until `n` runs wait at the hold.
@@ -122,6 +137,12 @@ impl<B: Backend> Backend for Held<B> {
         if c.unplugged.load(Ordering::SeqCst) {
             return Err(Error::Device("unplugged by the test".into()));
         }
+        let fault = c.fault.lock().unwrap().take();
+        match fault {
+            Some(Fault::Refuse) => return Err(Error::Unsupported("refused by the test".into())),
+            Some(Fault::Panic) => panic!("a run panicked, as the test asked"),
+            None => {}
+        }
         c.batches.lock().unwrap().push(batch.seqs());
         self.inner.run(plan, state, batch, out)
     }
@@ -162,37 +183,18 @@ pub fn held_model(
     ModelSpec { name: name.to_owned(), dtype: DType::F32, replicas }
 }
 
-/// A server on a loopback port, stopped when dropped.
+/// A server on a loopback port, asked to stop when dropped.
 pub struct Running {
     pub addr: SocketAddr,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<JoinHandle<switchyard_server::Result<()>>>,
+    server: switchyard_server::Running,
 }
 
 impl Running {
     /// Starts `models` with `config` on 127.0.0.1, on a port of the system's choosing.
     pub fn start<B: Backend + 'static>(config: Config, models: Vec<ModelSpec<B>>) -> Running {
-        let server = Server::new(config, models).unwrap();
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.set_nonblocking(true).unwrap();
-        let addr = listener.local_addr().unwrap();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let thread = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async move {
-                let listener = tokio::net::TcpListener::from_std(listener)?;
-                server
-                    .serve(listener, async move {
-                        let _ = stopped.await;
-                    })
-                    .await
-            })
-        });
-        Running { addr, stop: Some(stop), thread: Some(thread) }
+        let server = Server::new(config, models).unwrap().spawn(listener).unwrap();
+        Running { addr: server.addr(), server }
     }
 
     /// The URL of `path` on this server.
@@ -202,15 +204,12 @@ impl Running {
 
     /// Asks the server to shut down, and returns without waiting.
     pub fn begin_shutdown(&mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
+        self.server.begin_shutdown();
     }
 
     /// Shuts the server down and waits for it to stop.
-    pub fn stop(mut self) -> switchyard_server::Result<()> {
-        self.begin_shutdown();
-        self.thread.take().unwrap().join().unwrap()
+    pub fn stop(self) -> switchyard_server::Result<()> {
+        self.server.shutdown()
     }
 
     /// POSTs `body` as JSON to `path`: the status, the JSON answer, and the answer's headers.
@@ -240,14 +239,6 @@ impl Running {
         let text = ureq::get(&self.url("/metrics")).call().ok()?.into_string().ok()?;
         let line = text.lines().find(|l| l.starts_with(prefix))?;
         line.rsplit(' ').next()?.parse().ok()
-    }
-}
-
-impl Drop for Running {
-    /// Asks the server to stop without waiting: a test that failed while a run was held would
-    /// wait forever.
-    fn drop(&mut self) {
-        self.begin_shutdown();
     }
 }
 
