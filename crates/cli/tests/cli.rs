@@ -375,8 +375,8 @@ fn a_repository_id_loads_from_the_hugging_face_cache() {
 /// `switchyard remote-serve` on a free loopback port, killed when dropped.
 struct RemoteServe {
     child: std::process::Child,
-    /// Its stderr, held open so that the server can still write to it.
-    _stderr: std::io::BufReader<std::process::ChildStderr>,
+    /// The lines of its stderr after the first, read as they come so the server never blocks.
+    log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
     /// The device name it tells clients to use.
     device: String,
 }
@@ -397,11 +397,34 @@ impl RemoteServe {
         let mut first = String::new();
         stderr.read_line(&mut first).unwrap();
         let device = first.split("--device ").nth(1).unwrap_or_default().trim().to_owned();
-        let server = RemoteServe { child, _stderr: stderr, device };
+        let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in stderr.lines().map_while(Result::ok) {
+                sink.lock().unwrap().push(line);
+            }
+        });
+        let server = RemoteServe { child, log, device };
         assert!(first.contains("serving `flex` on 127.0.0.1:"), "{first}");
         assert!(first.contains("loopback only") && first.contains("no token"), "{first}");
         assert!(server.device.starts_with("remote:127.0.0.1:"), "{first}");
         server
+    }
+}
+
+impl RemoteServe {
+    /// Its address.
+    fn addr(&self) -> std::net::SocketAddr {
+        self.device.trim_start_matches("remote:").parse().unwrap()
+    }
+
+    /// Stops it and returns what it logged after its first line.
+    fn stop(mut self) -> Vec<String> {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        // The reader thread ends at the pipe's end; give it the moment it needs.
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        std::mem::take(&mut *self.log.lock().unwrap())
     }
 }
 
@@ -436,6 +459,47 @@ fn embed_on_a_remote_serve_device_matches_local_flex() {
 }
 
 #[test]
+fn remote_serve_shrugs_off_bad_clients_with_a_log_line_each() {
+    use std::io::{Read, Write};
+    let server = RemoteServe::start(&["--listen", "127.0.0.1:0", "--handshake-timeout", "0.5"]);
+    let addr = server.addr();
+    let upgrade = |path: &str| {
+        format!(
+            "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
+             Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+        )
+    };
+    // burn-remote's /data route, whose handler panicked on a stray frame; a session whose
+    // first frame is garbage; a silent connection; bytes that are not HTTP.
+    let mut bad = Vec::new();
+    for bytes in [
+        [upgrade("/data").as_bytes(), &[0x82, 0x83, 0, 0, 0, 0, 1, 2, 3]].concat(),
+        [upgrade("/session").as_bytes(), &[0x82, 0x83, 0, 0, 0, 0, 1, 2, 3]].concat(),
+        Vec::new(),
+        b"\x16\x03\x01 not http at all\r\n\r\n".to_vec(),
+    ] {
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        s.write_all(&bytes).unwrap();
+        bad.push(s);
+    }
+    for mut s in bad {
+        s.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
+        let mut rest = Vec::new();
+        assert!(s.read_to_end(&mut rest).is_ok(), "the server closes every bad connection");
+    }
+    let m = model_dir();
+    let o =
+        switchyard(&["embed", "--model", m.to_str().unwrap(), "--device", &server.device, "hi"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let log = server.stop();
+    let text = log.join("\n");
+    assert!(!text.contains("panicked") && !text.contains("backtrace"), "{text}");
+    let closed = log.iter().filter(|l| l.contains("connection closed")).count();
+    assert_eq!(closed, 3, "a line each for /data, the silent connection, the bytes: {text}");
+    assert!(log.len() <= 5, "{text}");
+}
+
+#[test]
 fn remote_serve_refuses_what_it_cannot_serve_safely() {
     let o = switchyard(&["remote-serve", "--listen", "0.0.0.0:0"]);
     assert_eq!(o.status.code(), Some(1));
@@ -449,6 +513,18 @@ fn remote_serve_refuses_what_it_cannot_serve_safely() {
     let o = switchyard(&["remote-serve", "--listen", "localhost"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(text(&o.stderr).contains("is not an address with a port"), "{}", text(&o.stderr));
+
+    for (flag, value) in [
+        ("--max-connections", "0"),
+        ("--max-message-mib", "0"),
+        ("--max-message-mib", "1025"),
+        ("--idle-timeout", "0"),
+        ("--handshake-timeout", "nan"),
+    ] {
+        let o = switchyard(&["remote-serve", "--listen", "127.0.0.1:0", flag, value]);
+        assert_eq!(o.status.code(), Some(2), "{flag} {value}");
+        assert!(text(&o.stderr).contains(flag), "{flag} {value}: {}", text(&o.stderr));
+    }
 }
 
 #[test]

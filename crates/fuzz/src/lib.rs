@@ -1,5 +1,6 @@
 //! Fuzz targets for what Switchyard parses and checks: bucket tables, ragged batches,
-//! `config.json`, safetensors checkpoints, tokenizer input and the CLI's input files.
+//! `config.json`, safetensors checkpoints, tokenizer input, the CLI's input files, and what a
+//! remote server's guard reads from the network (request heads and WebSocket frames).
 //!
 //! Each target mutates valid seeds (the tiny checkpoints the model tests use, a bucket table, a
 //! real batch) with a deterministic generator, so a failure is reproduced by its seed and case
@@ -297,6 +298,93 @@ pub fn cli_inputs(seed: u64, cases: usize) -> Tally {
                 false
             }
         }
+    })
+}
+
+/// The request heads a remote server's guard reads: a head that passes is complete, within
+/// the size limit, and passes on its own.
+pub fn guard_requests(seed: u64, cases: usize) -> Tally {
+    use switchyard_remote::guard::{MAX_HEAD, Request, request};
+    let seeds: [&[u8]; 3] = [
+        b"GET /session HTTP/1.1\r\nHost: 127.0.0.1:7878\r\nConnection: Upgrade\r\n\
+          Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\n\
+          Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n\x82\x80",
+        b"GET /data HTTP/1.1\r\nUpgrade: websocket\r\n\r\n",
+        b"GET /session HTTP/1.1\nupgrade: WebSocket\n\n",
+    ];
+    each("guard_requests", seed, cases, |r, shown| {
+        let mut bytes = seeds[r.below(seeds.len())].to_vec();
+        for _ in 0..r.below(4) {
+            mutate(r, &mut bytes);
+        }
+        *shown = show(&bytes);
+        match request(&bytes) {
+            Request::Session { len } => {
+                assert!(len <= bytes.len() && len <= MAX_HEAD, "a head of {len} bytes");
+                assert_eq!(request(&bytes[..len]), Request::Session { len }, "the head alone");
+                true
+            }
+            Request::Partial => {
+                assert!(bytes.len() < MAX_HEAD, "{} bytes still partial", bytes.len());
+                false
+            }
+            Request::Refused(_) => false,
+        }
+    })
+}
+
+/// The frames a session sends through the guard: whatever the read sizes, every byte is
+/// either forwarded or the stream is cut, at the same frame and with the same reason as when
+/// it is read whole; nothing is forwarded past a message end in one call.
+pub fn guard_frames(seed: u64, cases: usize) -> Tally {
+    use switchyard_remote::guard::Frames;
+    /// A masked client frame.
+    fn frame(fin: bool, opcode: u8, len: usize) -> Vec<u8> {
+        let mut f = vec![u8::from(fin) << 7 | opcode];
+        match len {
+            0..=125 => f.push(0x80 | len as u8),
+            126..=65535 => f.extend_from_slice(&[0x80 | 126, (len >> 8) as u8, len as u8]),
+            _ => {
+                f.push(0x80 | 127);
+                f.extend_from_slice(&(len as u64).to_be_bytes());
+            }
+        }
+        f.extend_from_slice(&[0x5a; 4]);
+        f.resize(f.len() + len, 0xa5);
+        f
+    }
+    /// Feeds `bytes` in pieces whose sizes `sizes` picks: the message ends seen, or the error.
+    fn read(limit: u64, bytes: &[u8], mut sizes: impl FnMut() -> usize) -> Result<usize, String> {
+        let mut frames = Frames::new(limit);
+        let (mut at, mut ends) = (0, 0);
+        while at < bytes.len() {
+            let piece = &bytes[at..at.saturating_add(sizes()).min(bytes.len())];
+            let fed = frames.feed(piece).map_err(|v| v.to_string())?;
+            assert!(fed.consumed <= piece.len(), "forwarded more than it was given");
+            assert!(fed.consumed > 0 || piece.is_empty(), "no progress");
+            ends += usize::from(fed.message_ended);
+            at += fed.consumed;
+        }
+        Ok(ends)
+    }
+    each("guard_frames", seed, cases, |r, shown| {
+        let mut bytes = Vec::new();
+        for _ in 0..=r.below(5) {
+            let len = [0, 5, 125, 126, 300, 65536, 70000][r.below(7)];
+            let (fin, opcode) =
+                [(true, 2), (false, 2), (true, 0), (true, 9), (true, 8)][r.below(5)];
+            bytes.extend(frame(fin, opcode, len.min(if opcode >= 8 { 125 } else { len })));
+        }
+        for _ in 0..r.below(3) {
+            mutate(r, &mut bytes);
+        }
+        let limit = [64, 1024, 1 << 20][r.below(3)];
+        *shown = format!("limit {limit}, {}", show(&bytes));
+        let whole = read(limit, &bytes, || usize::MAX);
+        let step = 1 + r.below(300);
+        let pieces = read(limit, &bytes, || step);
+        assert_eq!(whole, pieces, "the read size changed the outcome (pieces of {step})");
+        whole.is_ok()
     })
 }
 

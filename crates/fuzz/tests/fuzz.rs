@@ -5,7 +5,8 @@
 #![allow(clippy::print_stderr)]
 
 use switchyard_fuzz::{
-    Tally, batches, buckets, checkpoints, cli_inputs, configs, peak_memory_kib, tokenizer_inputs,
+    Tally, batches, buckets, checkpoints, cli_inputs, configs, guard_frames, guard_requests,
+    peak_memory_kib, tokenizer_inputs,
 };
 
 fn setting(name: &str, default: u64) -> u64 {
@@ -60,4 +61,14 @@ fn tokenizer_input() {
 #[test]
 fn cli_input_files() {
     run("cli_inputs", cli_inputs);
+}
+
+#[test]
+fn remote_guard_requests() {
+    run("guard_requests", guard_requests);
+}
+
+#[test]
+fn remote_guard_frames() {
+    run("guard_frames", guard_frames);
 }

@@ -5,7 +5,8 @@
 //!   graph lowered here runs on the server's device. Weights are uploaded once and stay on the
 //!   server; a run streams its ops and reads back only the outputs.
 //! - The server, [`Server`], hosts one device of this machine (any Burn backend with an IR:
-//!   flex, ndarray, CubeCL devices); `switchyard remote-serve` runs one.
+//!   flex, ndarray, CubeCL devices); `switchyard remote-serve` runs one. It listens behind a
+//!   [`guard`] that lets through only sessions within its [`Limits`].
 //!
 //! Failure is an error, never a hang. Every call to the server waits at most a timeout
 //! ([`RemoteOptions::timeout`], `SWITCHYARD_REMOTE_TIMEOUT`), and a server that is down, dies
@@ -20,6 +21,7 @@
 //! proxy (docs/remote.md).
 
 mod client;
+pub mod guard;
 mod server;
 #[cfg(feature = "testkit")]
 pub mod testing;
@@ -28,6 +30,7 @@ mod worker;
 pub use burn_ir::BackendIr;
 pub use burn_remote::telemetry;
 pub use client::{Remote, RemoteOptions, RemotePlan, RemoteWeights, connect, open};
+pub use guard::Limits;
 pub use server::{Serve, Server, Serving, bind, device_name};
 
 /// The environment variable that sets the client's timeout, in seconds.

@@ -1,7 +1,8 @@
 //! The server: a device of this machine, served to clients with burn-remote's WebSocket
-//! transport.
+//! transport, behind the guard.
 
-use std::net::{SocketAddr, TcpListener};
+use std::future::Future;
+use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 
 use burn_ir::BackendIr;
 use burn_remote::server::{
@@ -11,6 +12,7 @@ use burn_remote::telemetry::TelemetryProbe;
 use switchyard_burn::{Burn, Kernels};
 use switchyard_core::{Error, Result};
 
+use crate::guard::{self, Limits};
 use crate::token_of;
 
 /// Binds `listen` for a server: a loopback address, or any address when `public` says the
@@ -30,6 +32,7 @@ pub fn bind(listen: SocketAddr, public: bool) -> Result<TcpListener> {
 /// A server of one device.
 pub struct Server<B: BackendIr> {
     inner: BackendServer<B>,
+    limits: Limits,
 }
 
 impl<B: BackendIr> Server<B> {
@@ -38,17 +41,57 @@ impl<B: BackendIr> Server<B> {
         let token = token.filter(|t| !t.is_empty()).map(|t| t.as_bytes().to_vec());
         let inner = BackendServer::<B>::new([backend.device().clone()])
             .with_authorizer(SessionAuthorizer { token });
-        Server { inner }
+        Server { inner, limits: Limits::default() }
     }
 
     /// Reports every session's activity to `probe` (the bench counts ops and reads with it).
     pub fn with_telemetry(self, probe: TelemetryProbe) -> Server<B> {
-        Server { inner: self.inner.with_telemetry(probe) }
+        Server { inner: self.inner.with_telemetry(probe), ..self }
     }
+
+    /// burn-remote's server on a loopback port of its own, and the guard on `listener` in
+    /// front of it; the future ends when either stops.
+    fn guarded(&self, listener: TcpListener) -> Result<impl Future<Output = Result<()>> + use<B>> {
+        let behind = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+            .map_err(|e| Error::Device(format!("cannot bind the server behind the guard: {e}")))?;
+        let inner = behind
+            .local_addr()
+            .map_err(|e| Error::Device(format!("the server behind the guard: {e}")))?;
+        let server = self.inner.serve_async(WebSocketTransport::from_listener(behind));
+        let limits = self.limits.clone();
+        on(listener, move |listener| async move {
+            tokio::select! {
+                r = server => r.map_err(|e| Error::Device(format!("the server stopped: {e}"))),
+                () = guard::run(listener, inner, limits) => Ok(()),
+            }
+        })
+    }
+}
+
+/// What serves `listener` with `serve`, to run in a runtime.
+pub(crate) fn on<F, Fut>(
+    listener: TcpListener,
+    serve: F,
+) -> Result<impl Future<Output = Result<()>> + Send + 'static>
+where
+    F: FnOnce(tokio::net::TcpListener) -> Fut + Send + 'static,
+    Fut: Future<Output = Result<()>> + Send + 'static,
+{
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| Error::Device(format!("cannot serve on the listener: {e}")))?;
+    Ok(async move {
+        let listener = tokio::net::TcpListener::from_std(listener)
+            .map_err(|e| Error::Device(format!("cannot serve on the listener: {e}")))?;
+        serve(listener).await
+    })
 }
 
 /// A server of one device, whatever its backend.
 pub trait Serve {
+    /// Sets what the guard in front of the server allows (default: [`Limits::default`]).
+    fn set_limits(&mut self, limits: Limits);
+
     /// Serves on `listener` until the process ends.
     fn serve(&self, listener: TcpListener) -> Result<()>;
 
@@ -57,22 +100,22 @@ pub trait Serve {
 }
 
 impl<B: BackendIr> Serve for Server<B> {
+    fn set_limits(&mut self, limits: Limits) {
+        self.limits = limits;
+    }
+
     fn serve(&self, listener: TcpListener) -> Result<()> {
         let addr = listener.local_addr().ok();
         let _span = tracing::info_span!("serve", ?addr).entered();
-        runtime()?
-            .block_on(self.inner.serve_async(WebSocketTransport::from_listener(listener)))
-            .map_err(|e| Error::Device(format!("the server stopped: {e}")))
+        let guarded = self.guarded(listener)?;
+        runtime()?.block_on(guarded)
     }
 
     fn spawn(&self, listener: TcpListener) -> Result<Serving> {
         let addr = listener
             .local_addr()
             .map_err(|e| Error::Device(format!("the listener has no address: {e}")))?;
-        let runtime = runtime()?;
-        let task =
-            runtime.spawn(self.inner.serve_async(WebSocketTransport::from_listener(listener)));
-        Ok(Serving { addr, runtime: Some(runtime), task })
+        Serving::start(addr, self.guarded(listener)?)
     }
 }
 
@@ -88,10 +131,20 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
 pub struct Serving {
     addr: SocketAddr,
     runtime: Option<tokio::runtime::Runtime>,
-    task: tokio::task::JoinHandle<std::result::Result<(), burn_remote::server::ServeError>>,
+    task: tokio::task::JoinHandle<Result<()>>,
 }
 
 impl Serving {
+    /// Runs `serving`, which listens on `addr`, on a runtime of its own.
+    pub(crate) fn start(
+        addr: SocketAddr,
+        serving: impl Future<Output = Result<()>> + Send + 'static,
+    ) -> Result<Serving> {
+        let runtime = runtime()?;
+        let task = runtime.spawn(serving);
+        Ok(Serving { addr, runtime: Some(runtime), task })
+    }
+
     /// The address it listens on.
     pub fn addr(&self) -> SocketAddr {
         self.addr

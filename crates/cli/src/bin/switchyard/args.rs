@@ -88,21 +88,47 @@ pub enum Command {
     Serve(Box<ServeArgs>),
     /// Serve a device of this machine to clients elsewhere, which name it `remote:HOST:PORT`.
     /// The transport is unencrypted: see docs/remote.md before serving beyond loopback.
-    RemoteServe {
-        /// The device to serve (default: $SWITCHYARD_DEVICE, else flex).
-        #[arg(long, long_help = format!(
-            "The device to serve (default: $SWITCHYARD_DEVICE, else flex): one of {}",
-            forms_served(FAMILIES)
-        ))]
-        device: Option<String>,
-        /// The address to listen on (port 0: any free port, printed at start).
-        #[arg(long, default_value = "127.0.0.1:7878")]
-        listen: String,
-        /// Allow an address other than loopback, accepting that the transport is unencrypted
-        /// and that a token ($SWITCHYARD_REMOTE_TOKEN) is all that keeps other clients out.
-        #[arg(long)]
-        public: bool,
-    },
+    RemoteServe(RemoteServeArgs),
+}
+
+/// `switchyard remote-serve`'s flags.
+#[derive(clap::Args)]
+pub struct RemoteServeArgs {
+    /// The device to serve (default: $SWITCHYARD_DEVICE, else flex).
+    #[arg(long, long_help = format!(
+        "The device to serve (default: $SWITCHYARD_DEVICE, else flex): one of {}",
+        forms_served(FAMILIES)
+    ))]
+    pub device: Option<String>,
+    /// The address to listen on (port 0: any free port, printed at start).
+    #[arg(long, default_value = "127.0.0.1:7878")]
+    pub listen: String,
+    /// Allow an address other than loopback, accepting that the transport is unencrypted
+    /// and that a token ($SWITCHYARD_REMOTE_TOKEN) is all that keeps other clients out.
+    #[arg(long)]
+    pub public: bool,
+    /// The most connections held at once; the next is answered 503 and closed.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections: u32,
+    /// The largest message a session may send, in MiB: at least the largest weight tensor
+    /// of the models its clients upload (all-MiniLM-L6-v2's is 45 MiB, bge-large's 120).
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub max_message_mib: u32,
+    /// Seconds from a connection's start until its session must be open (token presented).
+    #[arg(long, default_value_t = 10.0, value_parser = seconds)]
+    pub handshake_timeout: f64,
+    /// Seconds a session may be silent before it is closed (its client reopens it on its
+    /// next call, uploading its weights again).
+    #[arg(long, default_value_t = 900.0, value_parser = seconds)]
+    pub idle_timeout: f64,
+}
+
+/// A positive, finite number of seconds.
+fn seconds(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 && v <= 1e9 => Ok(v),
+        _ => Err(format!("`{s}` is not a positive number of seconds")),
+    }
 }
 
 /// `switchyard serve`'s flags.

@@ -1,6 +1,8 @@
 //! `switchyard inspect`: the plan a model lowers to, from the capture backend.
 
-use anyhow::{Context, Result, bail};
+#[cfg(feature = "capture")]
+use anyhow::Context;
+use anyhow::{Result, bail};
 
 /// Prints the plan of `model` for `bucket` (default: one sequence of its maximum length), as a
 /// table or as JSON.

@@ -4,6 +4,8 @@ mod classify;
 mod devices;
 mod embed;
 mod inspect;
+#[cfg(any(feature = "serve", feature = "remote"))]
+mod logs;
 mod remote_serve;
 mod rerank;
 mod serve;
@@ -33,9 +35,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Devices => devices::run(),
         Command::Inspect { model, bucket, json } => inspect::run(&model, bucket.as_deref(), json),
         Command::Serve(args) => serve::run(&args),
-        Command::RemoteServe { device: d, listen, public } => {
-            remote_serve::run(&device(d.as_deref())?, &listen, public)
-        }
+        Command::RemoteServe(args) => remote_serve::run(&device(args.device.as_deref())?, &args),
     }
 }
 

@@ -17,7 +17,7 @@ pub fn run(args: &ServeArgs) -> Result<()> {
     use switchyard::{Buckets, Options};
     use switchyard_server::{Config, ModelSpec, Opener, Replica, Server};
 
-    logs(args.json_logs)?;
+    super::logs::install(args.json_logs, "info")?;
     let addr: std::net::SocketAddr = args.listen.parse().with_context(|| {
         format!("--listen `{}` is not an address with a port, such as 127.0.0.1:8080", args.listen)
     })?;
@@ -115,19 +115,6 @@ fn into_models_error(e: switchyard::Error) -> switchyard::models::Error {
         switchyard::Error::Model(m) => m,
         other => switchyard::core::Error::Unsupported(other.to_string()).into(),
     }
-}
-
-/// Logs to stderr, as text or JSON lines, at RUST_LOG's level (default: info).
-#[cfg(feature = "serve")]
-fn logs(json: bool) -> Result<()> {
-    use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
-    let installed = if json { builder.json().try_init() } else { builder.try_init() };
-    installed.map_err(|e| anyhow::anyhow!("starting the logs: {e}"))
 }
 
 /// Without the server there is nothing to serve with.
