@@ -7,6 +7,7 @@ mod backends;
 mod libtorch;
 mod models;
 mod peers;
+mod soak;
 
 use std::process::{Command, ExitCode};
 
@@ -46,6 +47,14 @@ tasks:
                `switchyard serve`'s server under 64 clients and 1 beside the CLI on the same
                corpus, with a second device (flex remote-serve on loopback), then a soak of
                10000 requests (valid, malformed, oversized, and clients that leave)
+  soak [--requests N] [--clients C] [--garbage G] [--model DIR]
+               `switchyard remote-serve` (built in the dev profile) under real clients and
+               garbage: `switchyard serve` on the remote device answering N HTTP requests
+               (default 5000) from C threads (default 4), `switchyard embed` processes one
+               after another, and G threads (default 8) opening garbage connections; passes
+               when no real client sees an error, every request is answered, the server logs
+               no panic and its peak memory stays within 64 MiB of its memory after warm-up
+               (model: the tiny BERT fixture unless --model names one)
   help         this text
 ";
 
@@ -59,6 +68,7 @@ fn main() -> ExitCode {
         Some("test-all-backends") => backends::test_all(),
         Some("bench") => bench(std::env::args().skip(2).collect()),
         Some("fuzz") => fuzz(&std::env::args().skip(2).collect::<Vec<_>>()),
+        Some("soak") => soak::soak(&std::env::args().skip(2).collect::<Vec<_>>()),
         Some("help" | "-h" | "--help") | None => {
             print!("{HELP}");
             ExitCode::SUCCESS
