@@ -2,19 +2,25 @@
 //! own length, with no padding and no mask.
 //!
 //! A task is one head of one sequence. It transposes the head's keys into its thread's scratch
-//! (`head_dim x len`), then takes the queries four at a time (transposed into scratch too):
-//! their scores against blocks of sixteen keys (the keys any of them may see: all of the
-//! sequence, or those within the window) accumulate in registers over the head's columns, each
-//! key block loaded once for the four; each query's softmax, with the maximum subtracted, runs
-//! over the keys it sees; and the value rows, weighted by it, add up in registers sixteen columns
-//! at a time, each value row loaded once for the four queries. Sums are f32, over keys in
-//! order.
+//! (`head_dim x len`), then takes the queries a block at a time (eight with AVX-512, four
+//! otherwise, each broadcast from its own row): their scores against blocks of sixteen keys (the keys
+//! any of them may see: all of the sequence, or those within the window) accumulate in registers
+//! over the head's columns, each key block loaded once for the block of queries; each query's
+//! softmax, with the maximum subtracted, runs over the keys it sees; and the value rows,
+//! weighted by it, add up in registers sixteen columns at a time, each value row loaded once for
+//! the block. Sums are f32, over keys in order.
+//!
+//! The query block is what keeps the FMA units busy: each accumulator is a chain of dependent
+//! FMAs, and a core with two FMA units of four cycles' latency needs eight chains. Sixteen
+//! columns are one AVX-512 register, so eight queries make eight chains; with AVX2 they are two
+//! registers, and four queries already make eight (eight queries would need more registers than
+//! AVX2 has).
 
 use rayon::prelude::*;
 use switchyard_core::Batch;
 
 use super::scratch::{ScratchSize, Scratches, SendPtr};
-use super::{Isa, math, multiversion};
+use super::{Isa, math};
 use crate::buf::AlignedBuf;
 
 /// The shape of one attention op.
@@ -33,11 +39,7 @@ pub struct Heads {
 /// The scratch attention of `h` over sequences of at most `max_len` tokens needs per thread.
 pub fn scratch_size(h: Heads, max_len: usize) -> ScratchSize {
     let lpad = max_len.next_multiple_of(KB);
-    ScratchSize {
-        keys: h.head_dim * lpad,
-        scores: QB * (lpad + h.head_dim),
-        ..ScratchSize::default()
-    }
+    ScratchSize { keys: h.head_dim * lpad, scores: MAX_QB * lpad, ..ScratchSize::default() }
 }
 
 /// `out` = self-attention of `q`, `k`, `v` within each sequence of `batch`, on the current rayon
@@ -66,16 +68,56 @@ pub unsafe fn attention(
             // SAFETY: the caller's contract; a task writes the columns of one head in the rows
             // of one sequence, which no other task writes.
             unsafe {
-                one_head(isa, ptrs, rows.start, rows.len(), head, h, &mut sc.keys, &mut sc.scores)
+                let task = Task { ptrs, start: rows.start, len: rows.len(), head, h };
+                one_head(isa, task, &mut sc.keys, &mut sc.scores)
             }
         });
     });
 }
 
-/// Queries computed together, sharing each load of keys and values.
-const QB: usize = 4;
+/// The most queries computed together (with AVX-512), sharing each load of keys and values.
+const MAX_QB: usize = 8;
 /// Keys per block of scores: one AVX-512 register, two AVX2 ones.
 const KB: usize = 16;
+
+/// One head of one sequence: rows `start..start + len`, the columns of head `head`.
+#[derive(Clone, Copy)]
+struct Task {
+    ptrs: [SendPtr; 4],
+    start: usize,
+    len: usize,
+    head: usize,
+    h: Heads,
+}
+
+/// Runs `task` with the query block and the instructions of `isa`.
+///
+/// # Safety
+/// As [`attention`]'s, for the task's rows and columns.
+unsafe fn one_head(isa: Isa, task: Task, keys: &mut AlignedBuf, scores: &mut AlignedBuf) {
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    unsafe fn avx512(task: Task, keys: &mut AlignedBuf, scores: &mut AlignedBuf) {
+        // SAFETY: the caller's contract.
+        unsafe { head_body::<x86::Avx512>(task, keys, scores) }
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn avx2(task: Task, keys: &mut AlignedBuf, scores: &mut AlignedBuf) {
+        // SAFETY: the caller's contract.
+        unsafe { head_body::<Four>(task, keys, scores) }
+    }
+    match isa {
+        // SAFETY: `isa` was detected on this CPU, so it has the features enabled.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => unsafe { avx512(task, keys, scores) },
+        // SAFETY: as above.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe { avx2(task, keys, scores) },
+        // SAFETY: the caller's contract.
+        _ => unsafe { head_body::<Four>(task, keys, scores) },
+    }
+}
 
 /// `N` values at `p`, unaligned.
 ///
@@ -95,148 +137,382 @@ fn fma16(acc: &mut [f32; KB], a: f32, b: &[f32; KB]) {
     }
 }
 
-multiversion! {
-    /// One head of one sequence: rows `start..start + len`, columns of head `head`.
+/// The inner loops of a head: the keys' transpose, and for a block of `QB` queries, their
+/// scores and weighted sums over sixteen keys or columns.
+trait Block {
+    /// Queries computed together.
+    const QB: usize;
+
+    /// `kt[c * lpad + j] = k[j * width + c]` for keys `j < len` and columns `c < d`, and zero
+    /// for `len <= j < lpad`.
     ///
     /// # Safety
-    /// As [`attention`]'s, for those rows and columns.
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn one_head(
-        ptrs: [SendPtr; 4],
-        start: usize,
+    /// `k` holds `len` rows of `width >= d` values; `kt` `d x lpad` writable ones.
+    #[inline(always)]
+    unsafe fn transpose_keys(
+        k: *const f32,
+        width: usize,
         len: usize,
-        head: usize,
-        h: Heads,
-        keys: &mut AlignedBuf,
-        scores: &mut AlignedBuf,
+        d: usize,
+        kt: *mut f32,
+        lpad: usize,
     ) {
-        let (d, width) = (h.head_dim, h.heads * h.head_dim);
-        let col = head * d;
-        let [q, k, v, out] = ptrs.map(SendPtr::get);
-        // Keys padded to whole blocks with zeros, whose scores are never used.
-        let lpad = len.next_multiple_of(KB);
-        keys.ensure(d * lpad);
-        scores.ensure(QB * (lpad + d));
-        let kt = keys.as_mut_slice();
-        // Scores of a block of queries (QB rows of lpad), then its queries, transposed (d rows
-        // of QB).
-        let (sc, qt) = scores.as_mut_slice().split_at_mut(QB * lpad);
-        // The head's keys, transposed: kt[c * lpad + j] = k[start + j][col + c].
-        for j in 0..lpad {
-            if j < len {
-                // SAFETY: row start + j of k, the head's d columns.
-                let kr = unsafe { std::slice::from_raw_parts(k.add((start + j) * width + col), d) };
-                for (c, &x) in kr.iter().enumerate() {
-                    kt[c * lpad + j] = x;
-                }
-            } else {
-                (0..d).for_each(|c| kt[c * lpad + j] = 0.0);
+        // SAFETY: the caller's contract.
+        unsafe { transpose_columns(k, width, len, 0..d, kt, lpad) }
+    }
+
+    /// `sc[qi * lpad + jb + t] = scale * sum_c q[qi][c] * kt[c * lpad + jb + t]` for the
+    /// block's queries `q` (rows of `d` values) and keys `jb..jb + 16`.
+    ///
+    /// # Safety
+    /// `kt` holds `d x lpad` values, each `q[qi]` `d`, `sc` `QB x lpad`; `jb + 16 <= lpad`.
+    unsafe fn scores(
+        kt: *const f32,
+        q: &[*const f32; MAX_QB],
+        sc: *mut f32,
+        d: usize,
+        lpad: usize,
+        jb: usize,
+        scale: f32,
+    );
+
+    /// `out[qi * width + t] = sum_{j in lo..hi} sc[qi * lpad + j] * v[j * width + t]` for the
+    /// first `nq` of the block's queries and sixteen columns `t`.
+    ///
+    /// # Safety
+    /// `v` holds rows `lo..hi` of `width` values from 16 columns on, `sc` `QB x lpad`, `out`
+    /// `nq` rows of `width` writable ones from 16 columns on, overlapping neither.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn weighted(
+        v: *const f32,
+        sc: *const f32,
+        out: *mut f32,
+        width: usize,
+        lpad: usize,
+        lo: usize,
+        hi: usize,
+        nq: usize,
+    );
+}
+
+/// The transpose of [`Block::transpose_keys`] for the columns `cols` only, one value at a time.
+///
+/// # Safety
+/// As [`Block::transpose_keys`]'s, with `cols.end <= d`.
+#[inline(always)]
+unsafe fn transpose_columns(
+    k: *const f32,
+    width: usize,
+    len: usize,
+    cols: std::ops::Range<usize>,
+    kt: *mut f32,
+    lpad: usize,
+) {
+    for j in 0..lpad {
+        for c in cols.clone() {
+            // SAFETY: the caller's contract.
+            unsafe { *kt.add(c * lpad + j) = if j < len { *k.add(j * width + c) } else { 0.0 } };
+        }
+    }
+}
+
+/// Four queries in arrays the compiler vectorises: with AVX2, eight registers of accumulators.
+struct Four;
+
+impl Block for Four {
+    const QB: usize = 4;
+
+    #[inline(always)]
+    unsafe fn scores(
+        kt: *const f32,
+        q: &[*const f32; MAX_QB],
+        sc: *mut f32,
+        d: usize,
+        lpad: usize,
+        jb: usize,
+        scale: f32,
+    ) {
+        let (mut a0, mut a1, mut a2, mut a3) = ([0.0; KB], [0.0; KB], [0.0; KB], [0.0; KB]);
+        for c in 0..d {
+            // SAFETY: the caller's contract.
+            let (kv, qv) = unsafe {
+                (load::<KB>(kt.add(c * lpad + jb)), [0, 1, 2, 3].map(|qi| *q[qi].add(c)))
+            };
+            fma16(&mut a0, qv[0], &kv);
+            fma16(&mut a1, qv[1], &kv);
+            fma16(&mut a2, qv[2], &kv);
+            fma16(&mut a3, qv[3], &kv);
+        }
+        for (qi, a) in [a0, a1, a2, a3].iter().enumerate() {
+            // SAFETY: the caller's contract.
+            let dst = unsafe { std::slice::from_raw_parts_mut(sc.add(qi * lpad + jb), KB) };
+            for (s, &x) in dst.iter_mut().zip(a) {
+                *s = x * scale;
             }
         }
-        // The keys query i may see.
-        let seen = |i: usize| match h.window {
-            Some(w) => (i.saturating_sub(w), (i + w + 1).min(len)),
-            None => (0, len),
-        };
-        let (ktp, scp, qtp) = (kt.as_ptr(), sc.as_mut_ptr(), qt.as_ptr());
-        let mut i0 = 0;
-        while i0 < len {
-            // A block of QB queries; past the sequence's end, rows repeat its last query and
-            // their results are not written.
-            let nq = QB.min(len - i0);
-            for c in 0..d {
-                for qi in 0..QB {
-                    let r = start + i0 + qi.min(nq - 1);
-                    // SAFETY: row r of q, a column of the head.
-                    qt[c * QB + qi] = unsafe { *q.add(r * width + col + c) };
-                }
-            }
-            // Every key some query of the block sees, in whole blocks of keys.
-            let (lo, hi) = (seen(i0).0, seen(i0 + nq - 1).1);
-            let (blo, bhi) = (lo / KB * KB, hi.next_multiple_of(KB));
-            // Scores: sc[qi * lpad + j] = scale * q_qi . k_j, four accumulators in registers.
-            let mut jb = blo;
-            while jb < bhi {
-                let (mut a0, mut a1, mut a2, mut a3) = ([0.0; KB], [0.0; KB], [0.0; KB], [0.0; KB]);
-                for c in 0..d {
-                    // SAFETY: block jb of row c of the transposed keys, and row c of the
-                    // transposed queries: both inside their buffers.
-                    let (kv, qv) = unsafe {
-                        (load::<KB>(ktp.add(c * lpad + jb)), load::<QB>(qtp.add(c * QB)))
-                    };
-                    fma16(&mut a0, qv[0], &kv);
-                    fma16(&mut a1, qv[1], &kv);
-                    fma16(&mut a2, qv[2], &kv);
-                    fma16(&mut a3, qv[3], &kv);
-                }
-                for (qi, a) in [a0, a1, a2, a3].iter().enumerate() {
-                    // SAFETY: block jb of row qi of the scores.
-                    let dst = unsafe { std::slice::from_raw_parts_mut(scp.add(qi * lpad + jb), KB) };
-                    for (s, &x) in dst.iter_mut().zip(a) {
-                        *s = x * h.scale;
-                    }
-                }
-                jb += KB;
-            }
-            // Each query's softmax over the keys it sees, as weights over lo..hi (zero for the
-            // keys of the block it does not see), the sum folded in.
-            for qi in 0..nq {
-                let (a, b) = seen(i0 + qi);
-                let row = &mut sc[qi * lpad..(qi + 1) * lpad];
-                let max = math::max(&row[a..b]);
-                let inv = 1.0 / math::exp_sum(&mut row[a..b], max);
-                row[a..b].iter_mut().for_each(|x| *x *= inv);
-                row[lo..a].fill(0.0);
-                row[b..hi].fill(0.0);
-            }
-            for qi in nq..QB {
-                sc[qi * lpad + lo..qi * lpad + hi].fill(0.0);
-            }
-            // out_i = sum_j p_ij v_j, sixteen columns at a time, four accumulators in
-            // registers; then the columns past the last block of sixteen.
+    }
+
+    #[inline(always)]
+    unsafe fn weighted(
+        v: *const f32,
+        sc: *const f32,
+        out: *mut f32,
+        width: usize,
+        lpad: usize,
+        lo: usize,
+        hi: usize,
+        nq: usize,
+    ) {
+        let (mut o0, mut o1, mut o2, mut o3) = ([0.0; KB], [0.0; KB], [0.0; KB], [0.0; KB]);
+        for j in lo..hi {
+            // SAFETY: the caller's contract.
+            let (vj, p) = unsafe {
+                (
+                    load::<KB>(v.add(j * width)),
+                    [*sc.add(j), *sc.add(lpad + j), *sc.add(2 * lpad + j), *sc.add(3 * lpad + j)],
+                )
+            };
+            fma16(&mut o0, p[0], &vj);
+            fma16(&mut o1, p[1], &vj);
+            fma16(&mut o2, p[2], &vj);
+            fma16(&mut o3, p[3], &vj);
+        }
+        for (qi, o) in [o0, o1, o2, o3].iter().enumerate().take(nq) {
+            // SAFETY: the caller's contract.
+            unsafe { out.add(qi * width).cast::<[f32; KB]>().write_unaligned(*o) };
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    use super::{Block, KB, MAX_QB, transpose_columns};
+
+    /// Eight queries, one AVX-512 register of sixteen keys or columns each: eight chains of FMAs.
+    pub(super) struct Avx512;
+
+    impl Block for Avx512 {
+        const QB: usize = 8;
+
+        /// Tiles of sixteen keys by sixteen columns, transposed in registers; the columns past
+        /// the last whole sixteen one value at a time.
+        #[inline(always)]
+        unsafe fn transpose_keys(
+            k: *const f32,
+            width: usize,
+            len: usize,
+            d: usize,
+            kt: *mut f32,
+            lpad: usize,
+        ) {
             let full = d / KB * KB;
-            let mut c0 = 0;
-            while c0 < full {
-                let (mut o0, mut o1, mut o2, mut o3) = ([0.0; KB], [0.0; KB], [0.0; KB], [0.0; KB]);
-                for j in lo..hi {
-                    // SAFETY: row start + j of v, columns c0..c0 + 16 of the head; column j of
-                    // each row of the scores.
-                    let (vj, p) = unsafe {
-                        (
-                            load::<KB>(v.add((start + j) * width + col + c0)),
-                            [
-                                *scp.add(j),
-                                *scp.add(lpad + j),
-                                *scp.add(2 * lpad + j),
-                                *scp.add(3 * lpad + j),
-                            ],
-                        )
-                    };
-                    fma16(&mut o0, p[0], &vj);
-                    fma16(&mut o1, p[1], &vj);
-                    fma16(&mut o2, p[2], &vj);
-                    fma16(&mut o3, p[3], &vj);
-                }
-                for (qi, o) in [o0, o1, o2, o3].iter().enumerate().take(nq) {
-                    // SAFETY: row start + i0 + qi of out, the head's columns c0..c0 + 16; out
-                    // overlaps no input, and only this task writes them.
-                    unsafe { out.add((start + i0 + qi) * width + col + c0).cast::<[f32; KB]>().write_unaligned(*o) };
-                }
-                c0 += KB;
-            }
-            for c in full..d {
-                for qi in 0..nq {
-                    let mut o = 0.0f32;
-                    for j in lo..hi {
-                        // SAFETY: row start + j of v, column c of the head.
-                        let x = unsafe { *v.add((start + j) * width + col + c) };
-                        o = sc[qi * lpad + j].mul_add(x, o);
+            // SAFETY: the caller's contract, with avx512f enabled by the caller.
+            unsafe {
+                for j0 in (0..lpad).step_by(KB) {
+                    for c0 in (0..full).step_by(KB) {
+                        let rows: [__m512; KB] = std::array::from_fn(|r| {
+                            if j0 + r < len {
+                                _mm512_loadu_ps(k.add((j0 + r) * width + c0))
+                            } else {
+                                _mm512_setzero_ps()
+                            }
+                        });
+                        for (t, col) in transpose16(rows).iter().enumerate() {
+                            _mm512_storeu_ps(kt.add((c0 + t) * lpad + j0), *col);
+                        }
                     }
-                    // SAFETY: as for the blocks of sixteen.
-                    unsafe { *out.add((start + i0 + qi) * width + col + c) = o };
+                }
+                transpose_columns(k, width, len, full..d, kt, lpad);
+            }
+        }
+
+        #[inline(always)]
+        unsafe fn scores(
+            kt: *const f32,
+            q: &[*const f32; MAX_QB],
+            sc: *mut f32,
+            d: usize,
+            lpad: usize,
+            jb: usize,
+            scale: f32,
+        ) {
+            // SAFETY: the caller's contract, with avx512f enabled by the caller.
+            unsafe {
+                let mut acc = [_mm512_setzero_ps(); 8];
+                for c in 0..d {
+                    let kv = _mm512_loadu_ps(kt.add(c * lpad + jb));
+                    for (a, qi) in acc.iter_mut().zip(q) {
+                        *a = _mm512_fmadd_ps(_mm512_set1_ps(*qi.add(c)), kv, *a);
+                    }
+                }
+                let scale = _mm512_set1_ps(scale);
+                for (qi, a) in acc.iter().enumerate() {
+                    _mm512_storeu_ps(sc.add(qi * lpad + jb), _mm512_mul_ps(*a, scale));
                 }
             }
-            i0 += nq;
         }
+
+        #[inline(always)]
+        unsafe fn weighted(
+            v: *const f32,
+            sc: *const f32,
+            out: *mut f32,
+            width: usize,
+            lpad: usize,
+            lo: usize,
+            hi: usize,
+            nq: usize,
+        ) {
+            // SAFETY: the caller's contract, with avx512f enabled by the caller.
+            unsafe {
+                let mut acc = [_mm512_setzero_ps(); 8];
+                for j in lo..hi {
+                    let vj = _mm512_loadu_ps(v.add(j * width));
+                    for (qi, a) in acc.iter_mut().enumerate() {
+                        *a = _mm512_fmadd_ps(_mm512_set1_ps(*sc.add(qi * lpad + j)), vj, *a);
+                    }
+                }
+                for (qi, a) in acc.iter().enumerate().take(nq) {
+                    _mm512_storeu_ps(out.add(qi * width), *a);
+                }
+            }
+        }
+    }
+
+    /// The transpose of sixteen rows of sixteen values: `out[t][r] = rows[r][t]`.
+    ///
+    /// Pairs of rows interleave (`unpack`), then fours (`shuffle_ps`), then the 128-bit lanes
+    /// of fours gather (`shuffle_f32x4`, twice): after the second step, lane `l` of register
+    /// `4 * q + p` of a group of four rows holds column `4 * l + p` of those rows.
+    #[inline(always)]
+    unsafe fn transpose16(r: [__m512; 16]) -> [__m512; 16] {
+        // SAFETY: register operations only, with avx512f enabled by the caller.
+        unsafe {
+            let t: [__m512; 16] = std::array::from_fn(|i| {
+                let (a, b) = (r[i / 2 * 2], r[i / 2 * 2 + 1]);
+                if i % 2 == 0 { _mm512_unpacklo_ps(a, b) } else { _mm512_unpackhi_ps(a, b) }
+            });
+            // u[4g + p]: column 4l + p of rows 4g..4g + 4, in lane l.
+            let u: [__m512; 16] = std::array::from_fn(|i| {
+                let (g, p) = (i / 4, i % 4);
+                let (a, b) = (t[4 * g + p / 2], t[4 * g + 2 + p / 2]);
+                if p % 2 == 0 {
+                    _mm512_shuffle_ps::<0x44>(a, b)
+                } else {
+                    _mm512_shuffle_ps::<0xee>(a, b)
+                }
+            });
+            // v[8h + 4e + p]: columns 4e + p and 8 + 4e + p of rows 8h..8h + 8, in lanes (0, 2)
+            // and (1, 3).
+            let v: [__m512; 16] = std::array::from_fn(|i| {
+                let (hh, e, p) = (i / 8, i / 4 % 2, i % 4);
+                let (a, b) = (u[8 * hh + p], u[8 * hh + 4 + p]);
+                if e == 0 {
+                    _mm512_shuffle_f32x4::<0x88>(a, b)
+                } else {
+                    _mm512_shuffle_f32x4::<0xdd>(a, b)
+                }
+            });
+            std::array::from_fn(|c| {
+                let (a, b) = (v[c % 8], v[8 + c % 8]);
+                if c < 8 {
+                    _mm512_shuffle_f32x4::<0x88>(a, b)
+                } else {
+                    _mm512_shuffle_f32x4::<0xdd>(a, b)
+                }
+            })
+        }
+    }
+}
+
+/// One head of one sequence, `QB` queries at a time.
+///
+/// # Safety
+/// As [`attention`]'s, for the task's rows and columns.
+#[inline(always)]
+unsafe fn head_body<B: Block>(task: Task, keys: &mut AlignedBuf, scores: &mut AlignedBuf) {
+    let Task { ptrs, start, len, head, h } = task;
+    let qb = B::QB;
+    let (d, width) = (h.head_dim, h.heads * h.head_dim);
+    let col = head * d;
+    let [q, k, v, out] = ptrs.map(SendPtr::get);
+    // Keys padded to whole blocks with zeros, whose scores are never used.
+    let lpad = len.next_multiple_of(KB);
+    keys.ensure(d * lpad);
+    scores.ensure(qb * lpad);
+    let kt = keys.as_mut_slice();
+    // Scores of a block of queries: QB rows of lpad.
+    let sc = &mut scores.as_mut_slice()[..qb * lpad];
+    // The head's keys, transposed: kt[c * lpad + j] = k[start + j][col + c], zero past len.
+    // SAFETY: rows start..start + len of k, the head's d columns; kt holds d x lpad values.
+    unsafe { B::transpose_keys(k.add(start * width + col), width, len, d, kt.as_mut_ptr(), lpad) };
+    // The keys query i may see.
+    let seen = |i: usize| match h.window {
+        Some(w) => (i.saturating_sub(w), (i + w + 1).min(len)),
+        None => (0, len),
+    };
+    let (ktp, scp) = (kt.as_ptr(), sc.as_mut_ptr());
+    let mut i0 = 0;
+    while i0 < len {
+        // A block of QB queries; past the sequence's end, rows repeat its last query and
+        // their results are not written.
+        let nq = qb.min(len - i0);
+        // SAFETY: rows of q in the sequence, from the head's first column.
+        let rows = std::array::from_fn(|qi| unsafe {
+            q.add((start + i0 + qi.min(nq - 1)) * width + col).cast_const()
+        });
+        // Every key some query of the block sees, in whole blocks of keys.
+        let (lo, hi) = (seen(i0).0, seen(i0 + nq - 1).1);
+        let (blo, bhi) = (lo / KB * KB, hi.next_multiple_of(KB));
+        // Scores: sc[qi * lpad + j] = scale * q_qi . k_j, the block's accumulators in registers.
+        let mut jb = blo;
+        while jb < bhi {
+            // SAFETY: block jb of the transposed keys and of the scores, inside their buffers.
+            unsafe { B::scores(ktp, &rows, scp, d, lpad, jb, h.scale) };
+            jb += KB;
+        }
+        // Each query's softmax over the keys it sees, as weights over lo..hi (zero for the
+        // keys of the block it does not see), the sum folded in.
+        for qi in 0..nq {
+            let (a, b) = seen(i0 + qi);
+            let row = &mut sc[qi * lpad..(qi + 1) * lpad];
+            let max = math::max(&row[a..b]);
+            let inv = 1.0 / math::exp_sum(&mut row[a..b], max);
+            row[a..b].iter_mut().for_each(|x| *x *= inv);
+            row[lo..a].fill(0.0);
+            row[b..hi].fill(0.0);
+        }
+        for qi in nq..qb {
+            sc[qi * lpad + lo..qi * lpad + hi].fill(0.0);
+        }
+        // out_i = sum_j p_ij v_j, sixteen columns at a time, the block's accumulators in registers;
+        // then the columns past the last block of sixteen.
+        let full = d / KB * KB;
+        let mut c0 = 0;
+        while c0 < full {
+            // SAFETY: rows lo..hi of v and rows i0..i0 + nq of out, columns c0..c0 + 16 of
+            // the head; out overlaps no input, and only this task writes them.
+            unsafe {
+                let (vs, os) =
+                    (v.add(start * width + col + c0), out.add((start + i0) * width + col + c0));
+                B::weighted(vs, scp, os, width, lpad, lo, hi, nq);
+            }
+            c0 += KB;
+        }
+        for c in full..d {
+            for qi in 0..nq {
+                let mut o = 0.0f32;
+                for j in lo..hi {
+                    // SAFETY: row start + j of v, column c of the head.
+                    let x = unsafe { *v.add((start + j) * width + col + c) };
+                    o = sc[qi * lpad + j].mul_add(x, o);
+                }
+                // SAFETY: as for the blocks of sixteen.
+                unsafe { *out.add((start + i0 + qi) * width + col + c) = o };
+            }
+        }
+        i0 += nq;
     }
 }

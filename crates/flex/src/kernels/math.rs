@@ -20,9 +20,13 @@ const LN2_LO: f32 = -2.121_944_4e-4;
 /// `e^x` for `x` in [-87.33, 88.37] (the normal f32 range); outside, `x` is clamped to it.
 #[inline(always)]
 pub fn exp(x: f32) -> f32 {
+    // 1.5 * 2^23: adding it rounds to a whole number, which the low mantissa bits then hold.
+    const ROUND: f32 = 12_582_912.0;
     let x = x.clamp(-87.33, 88.37);
-    // x = n ln2 + r with |r| <= ln2 / 2.
-    let n = (x * LOG2E + 0.5).floor();
+    // x = n ln2 + r with |r| <= ln2 / 2, n = round(x log2 e) found without a float-to-int
+    // conversion (whose saturating semantics would keep the loop from vectorising).
+    let t = x.mul_add(LOG2E, ROUND);
+    let n = t - ROUND;
     let r = x - n * LN2_HI - n * LN2_LO;
     // e^r on [-ln2/2, ln2/2]: Cephes' minimax polynomial for expf.
     let p = 1.987_569_1e-4_f32;
@@ -32,8 +36,9 @@ pub fn exp(x: f32) -> f32 {
     let p = p.mul_add(r, 1.666_666_5e-1);
     let p = p.mul_add(r, 5.000_000_1e-1);
     let er = p.mul_add(r * r, r) + 1.0;
-    // 2^n through the exponent bits; n is in [-126, 127] after the clamp.
-    let scale = f32::from_bits(((n as i32 + 127) << 23) as u32);
+    // 2^n through the exponent bits; n is in [-126, 127] after the clamp, and it is the low
+    // bits of t (a NaN gives some scale, and NaN for the product).
+    let scale = f32::from_bits(t.to_bits().wrapping_sub(ROUND.to_bits()).wrapping_add(127) << 23);
     er * scale
 }
 
