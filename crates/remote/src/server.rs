@@ -57,6 +57,11 @@ impl<B: BackendIr> Server<B> {
         let inner = behind
             .local_addr()
             .map_err(|e| Error::Device(format!("the server behind the guard: {e}")))?;
+        // Its connections inherit the listener's TCP_NODELAY (on Linux), so that small answers
+        // are not held back by Nagle's algorithm, as burn-remote's client does for its side.
+        if let Err(e) = socket2::SockRef::from(&behind).set_tcp_nodelay(true) {
+            tracing::warn!("cannot set TCP_NODELAY behind the guard: {e}");
+        }
         let server = self.inner.serve_async(WebSocketTransport::from_listener(behind));
         let limits = self.limits.clone();
         on(listener, move |listener| async move {
