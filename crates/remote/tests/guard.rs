@@ -7,9 +7,12 @@ use std::sync::Once;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use switchyard_core::testkit::{self, EncoderSpec, Rng};
-use switchyard_core::{Backend, BatchBuf, Bucket, Error, Outputs};
+use switchyard_core::testkit::Rng;
+use switchyard_core::{Backend, Error};
 use switchyard_remote::{Limits, RemoteOptions, Serve, Server, Serving};
+
+mod common;
+use common::Job;
 
 /// The request a WebSocket client opens a session with.
 const UPGRADE: &str = "GET /session HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\n\
@@ -118,27 +121,12 @@ fn client(
     switchyard_remote::connect("127.0.0.1", addr.port(), RemoteOptions { timeout, token: None })
 }
 
-/// A model and a batch, run on `b`.
-fn job<B: Backend>(b: &B) -> switchyard_core::Result<Outputs> {
-    let graph = testkit::bert_like(EncoderSpec::TINY);
-    let weights = testkit::random_weights(&graph, 7);
-    let mut batch = BatchBuf::new();
-    let mut r = Rng::new(11);
-    for len in [5, 17, 1] {
-        testkit::push_random_seq(&mut batch, &mut r, len, EncoderSpec::TINY.vocab, true);
-    }
-    let w = b.upload(&weights.tensors(), &graph)?;
-    let plan = b.lower(&w, &graph, Bucket::new(64, 4, 64))?;
-    let mut out = Outputs::new();
-    b.run(&plan, &mut b.state(&plan)?, &batch.batch(), &mut out)?;
-    Ok(out)
-}
-
-/// Checks that a real client gets [`job`]'s outputs through the guard.
+/// Checks that a real client gets [`Job`]'s outputs through the guard.
 fn works(addr: SocketAddr) {
     let remote = client(addr, Duration::from_secs(30)).expect("a real client connects");
-    let got = job(&remote).expect("a real client gets through");
-    assert_eq!(got, job(&switchyard_flex::burn_flex()).unwrap());
+    let job = Job::new();
+    let got = job.run(&remote).expect("a real client gets through");
+    assert_eq!(got, job.run(&switchyard_flex::burn_flex()).unwrap());
 }
 
 #[test]
@@ -261,7 +249,8 @@ fn an_open_session_may_send_up_to_the_limit_and_is_cut_above_it() {
     assert!(closed - sent < Duration::from_secs(2), "closed after {:?}", closed - sent);
     // A real client whose upload does not fit is an error, not a hang.
     let tight = serve(Limits { max_message_bytes: 1024, ..Limits::default() });
-    let e = client(tight.addr(), Duration::from_secs(10)).and_then(|c| job(&c)).unwrap_err();
+    let e =
+        client(tight.addr(), Duration::from_secs(10)).and_then(|c| Job::new().run(&c)).unwrap_err();
     assert!(matches!(e, Error::Device(_)), "{e}");
 }
 
@@ -283,19 +272,12 @@ fn a_silent_session_is_closed_and_its_client_opens_another() {
     // A real client idle beyond the timeout reconnects on its next call, uploads again, and
     // gets the same outputs.
     let remote = client(addr, Duration::from_secs(30)).unwrap();
-    let graph = testkit::bert_like(EncoderSpec::TINY);
-    let weights = testkit::random_weights(&graph, 7);
-    let mut batch = BatchBuf::new();
-    testkit::push_random_seq(&mut batch, &mut Rng::new(3), 9, EncoderSpec::TINY.vocab, true);
-    let w = remote.upload(&weights.tensors(), &graph).unwrap();
-    let plan = remote.lower(&w, &graph, Bucket::new(64, 4, 64)).unwrap();
-    let run = || {
-        let mut out = Outputs::new();
-        remote.run(&plan, &mut remote.state(&plan)?, &batch.batch(), &mut out).map(|()| out)
-    };
-    let first = run().unwrap();
+    let job = Job::new();
+    let w = remote.upload(&job.weights.tensors(), &job.graph).unwrap();
+    let plan = remote.lower(&w, &job.graph, job.bucket).unwrap();
+    let first = job.again(&remote, &plan).unwrap();
     std::thread::sleep(idle * 3);
-    assert_eq!(run().unwrap(), first);
+    assert_eq!(job.again(&remote, &plan).unwrap(), first);
 }
 
 #[test]

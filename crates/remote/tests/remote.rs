@@ -4,10 +4,12 @@
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use switchyard_core::testkit::{self, EncoderSpec, Rng};
-use switchyard_core::{Backend, BatchBuf, Bucket, Error, Outputs};
+use switchyard_core::{Backend, Error, Outputs};
 use switchyard_remote::testing::ServerProcess;
 use switchyard_remote::{Remote, RemoteOptions, RemotePlan, Serve, Server, TOKEN_ENV};
+
+mod common;
+use common::Job;
 
 /// The helper test the server processes run.
 const HELPER: &str = "remote_server_process";
@@ -43,39 +45,6 @@ fn signal(server: &ServerProcess, sig: libc::c_int) {
     // SAFETY: kill(2) with a pid this test started and owns (not yet waited for).
     let rc = unsafe { libc::kill(server.pid() as libc::pid_t, sig) };
     assert_eq!(rc, 0, "signal {sig} to the server");
-}
-
-/// A model, its weights and a batch: uploaded, lowered and run through `b`.
-struct Job {
-    graph: switchyard_core::Graph,
-    weights: testkit::RandomWeights,
-    batch: BatchBuf,
-    bucket: Bucket,
-}
-
-impl Job {
-    fn new() -> Job {
-        let graph = testkit::bert_like(EncoderSpec::TINY);
-        let weights = testkit::random_weights(&graph, 7);
-        let mut batch = BatchBuf::new();
-        let mut r = Rng::new(11);
-        for len in [5, 17, 1] {
-            testkit::push_random_seq(&mut batch, &mut r, len, EncoderSpec::TINY.vocab, true);
-        }
-        Job { graph, weights, batch, bucket: Bucket::new(64, 4, 64) }
-    }
-
-    /// Runs the batch again on a plan already lowered.
-    fn again<B: Backend>(&self, b: &B, plan: &B::Plan) -> switchyard_core::Result<Outputs> {
-        let mut out = Outputs::new();
-        b.run(plan, &mut b.state(plan)?, &self.batch.batch(), &mut out)?;
-        Ok(out)
-    }
-
-    fn run<B: Backend>(&self, b: &B) -> switchyard_core::Result<Outputs> {
-        let w = b.upload(&self.weights.tensors(), &self.graph)?;
-        self.again(b, &b.lower(&w, &self.graph, self.bucket)?)
-    }
 }
 
 /// A client of `server` with the job's weights uploaded and its plan lowered.

@@ -17,6 +17,8 @@
 //! AVX2 has).
 
 use rayon::prelude::*;
+use std::ops::Range;
+
 use switchyard_core::Batch;
 
 use super::scratch::{ScratchSize, Scratches, SendPtr};
@@ -88,6 +90,16 @@ struct Task {
     len: usize,
     head: usize,
     h: Heads,
+}
+
+/// What a head's inner loops share: its columns, the batch's row width, the padded length of
+/// its keys and the scale of its scores.
+#[derive(Clone, Copy)]
+struct Layout {
+    d: usize,
+    width: usize,
+    lpad: usize,
+    scale: f32,
 }
 
 /// Runs `task` with the query block and the instructions of `isa`.
@@ -166,31 +178,20 @@ trait Block {
     ///
     /// # Safety
     /// `kt` holds `d x lpad` values, each `q[qi]` `d`, `sc` `QB x lpad`; `jb + 16 <= lpad`.
-    unsafe fn scores(
-        kt: *const f32,
-        q: &[*const f32; MAX_QB],
-        sc: *mut f32,
-        d: usize,
-        lpad: usize,
-        jb: usize,
-        scale: f32,
-    );
+    unsafe fn scores(kt: *const f32, q: &[*const f32; MAX_QB], sc: *mut f32, l: Layout, jb: usize);
 
-    /// `out[qi * width + t] = sum_{j in lo..hi} sc[qi * lpad + j] * v[j * width + t]` for the
+    /// `out[qi * width + t] = sum_{j in keys} sc[qi * lpad + j] * v[j * width + t]` for the
     /// first `nq` of the block's queries and sixteen columns `t`.
     ///
     /// # Safety
-    /// `v` holds rows `lo..hi` of `width` values from 16 columns on, `sc` `QB x lpad`, `out`
+    /// `v` holds rows `keys` of `width` values from 16 columns on, `sc` `QB x lpad`, `out`
     /// `nq` rows of `width` writable ones from 16 columns on, overlapping neither.
-    #[allow(clippy::too_many_arguments)]
     unsafe fn weighted(
         v: *const f32,
         sc: *const f32,
         out: *mut f32,
-        width: usize,
-        lpad: usize,
-        lo: usize,
-        hi: usize,
+        l: Layout,
+        keys: Range<usize>,
         nq: usize,
     );
 }
@@ -204,7 +205,7 @@ unsafe fn transpose_columns(
     k: *const f32,
     width: usize,
     len: usize,
-    cols: std::ops::Range<usize>,
+    cols: Range<usize>,
     kt: *mut f32,
     lpad: usize,
 ) {
@@ -223,15 +224,8 @@ impl Block for Four {
     const QB: usize = 4;
 
     #[inline(always)]
-    unsafe fn scores(
-        kt: *const f32,
-        q: &[*const f32; MAX_QB],
-        sc: *mut f32,
-        d: usize,
-        lpad: usize,
-        jb: usize,
-        scale: f32,
-    ) {
+    unsafe fn scores(kt: *const f32, q: &[*const f32; MAX_QB], sc: *mut f32, l: Layout, jb: usize) {
+        let Layout { d, lpad, scale, .. } = l;
         let (mut a0, mut a1, mut a2, mut a3) = ([0.0; KB], [0.0; KB], [0.0; KB], [0.0; KB]);
         for c in 0..d {
             // SAFETY: the caller's contract.
@@ -257,14 +251,13 @@ impl Block for Four {
         v: *const f32,
         sc: *const f32,
         out: *mut f32,
-        width: usize,
-        lpad: usize,
-        lo: usize,
-        hi: usize,
+        l: Layout,
+        keys: Range<usize>,
         nq: usize,
     ) {
+        let Layout { width, lpad, .. } = l;
         let (mut o0, mut o1, mut o2, mut o3) = ([0.0; KB], [0.0; KB], [0.0; KB], [0.0; KB]);
-        for j in lo..hi {
+        for j in keys {
             // SAFETY: the caller's contract.
             let (vj, p) = unsafe {
                 (
@@ -288,7 +281,9 @@ impl Block for Four {
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::{Block, KB, MAX_QB, transpose_columns};
+    use std::ops::Range;
+
+    use super::{Block, KB, Layout, MAX_QB, transpose_columns};
 
     /// Eight queries, one AVX-512 register of sixteen keys or columns each: eight chains of FMAs.
     pub(super) struct Avx512;
@@ -333,11 +328,10 @@ mod x86 {
             kt: *const f32,
             q: &[*const f32; MAX_QB],
             sc: *mut f32,
-            d: usize,
-            lpad: usize,
+            l: Layout,
             jb: usize,
-            scale: f32,
         ) {
+            let Layout { d, lpad, scale, .. } = l;
             // SAFETY: the caller's contract, with avx512f enabled by the caller.
             unsafe {
                 let mut acc = [_mm512_setzero_ps(); 8];
@@ -359,16 +353,15 @@ mod x86 {
             v: *const f32,
             sc: *const f32,
             out: *mut f32,
-            width: usize,
-            lpad: usize,
-            lo: usize,
-            hi: usize,
+            l: Layout,
+            keys: Range<usize>,
             nq: usize,
         ) {
+            let Layout { width, lpad, .. } = l;
             // SAFETY: the caller's contract, with avx512f enabled by the caller.
             unsafe {
                 let mut acc = [_mm512_setzero_ps(); 8];
-                for j in lo..hi {
+                for j in keys {
                     let vj = _mm512_loadu_ps(v.add(j * width));
                     for (qi, a) in acc.iter_mut().enumerate() {
                         *a = _mm512_fmadd_ps(_mm512_set1_ps(*sc.add(qi * lpad + j)), vj, *a);
@@ -454,6 +447,7 @@ unsafe fn head_body<B: Block>(task: Task, keys: &mut AlignedBuf, scores: &mut Al
         None => (0, len),
     };
     let (ktp, scp) = (kt.as_ptr(), sc.as_mut_ptr());
+    let layout = Layout { d, width, lpad, scale: h.scale };
     let mut i0 = 0;
     while i0 < len {
         // A block of QB queries; past the sequence's end, rows repeat its last query and
@@ -470,7 +464,7 @@ unsafe fn head_body<B: Block>(task: Task, keys: &mut AlignedBuf, scores: &mut Al
         let mut jb = blo;
         while jb < bhi {
             // SAFETY: block jb of the transposed keys and of the scores, inside their buffers.
-            unsafe { B::scores(ktp, &rows, scp, d, lpad, jb, h.scale) };
+            unsafe { B::scores(ktp, &rows, scp, layout, jb) };
             jb += KB;
         }
         // Each query's softmax over the keys it sees, as weights over lo..hi (zero for the
@@ -497,7 +491,7 @@ unsafe fn head_body<B: Block>(task: Task, keys: &mut AlignedBuf, scores: &mut Al
             unsafe {
                 let (vs, os) =
                     (v.add(start * width + col + c0), out.add((start + i0) * width + col + c0));
-                B::weighted(vs, scp, os, width, lpad, lo, hi, nq);
+                B::weighted(vs, scp, os, layout, lo..hi, nq);
             }
             c0 += KB;
         }
