@@ -179,14 +179,14 @@ fn connections_that_open_no_session_are_closed_at_the_handshake_timeout() {
 fn connections_over_the_limit_are_answered_503_and_closed() {
     let serving = serve(Limits { max_connections: 2, ..Limits::default() });
     let addr = serving.addr();
-    let held = [connect(addr), connect(addr)];
-    // The guard counts a connection once it accepts it: give it the time to.
-    std::thread::sleep(Duration::from_millis(200));
+    // Upgraded through the guard, so it holds both.
+    let held = [upgraded(addr), upgraded(addr)];
     let mut third = connect(addr);
     let (got, _) = until_closed(&mut third);
     assert!(got.starts_with(b"HTTP/1.1 503"), "{}", String::from_utf8_lossy(&got));
     drop(held);
-    std::thread::sleep(Duration::from_millis(200));
+    // The guard frees their slots once it sees them close.
+    std::thread::sleep(Duration::from_secs(1));
     works(addr);
 }
 
