@@ -650,3 +650,43 @@ fn a_local_directory_named_like_a_repository_wins_and_says_so() {
     assert!(!o.status.success() && e.contains("loading the model in the local directory"), "{e}");
     std::fs::remove_dir_all(&root).unwrap();
 }
+
+#[test]
+fn outputs_print_each_f32_in_its_shortest_form() {
+    // The significant digits of each number in `out`: at most 9 for an f32's shortest decimal,
+    // 15 to 17 for the decimal of its widening to f64.
+    fn longest_number(out: &str) -> usize {
+        out.split(|c: char| !(c.is_ascii_digit() || c == '.' || c == '-' || c == 'e'))
+            .filter(|t| t.contains('.'))
+            .map(|t| {
+                let mantissa = t.split('e').next().unwrap_or_default();
+                mantissa.chars().filter(char::is_ascii_digit).skip_while(|&c| c == '0').count()
+            })
+            .max()
+            .unwrap_or(0)
+    }
+    let runs = [
+        ["embed", "--model", &tiny("bert"), "a dog runs", "hello world"],
+        ["classify", "--model", &tiny("bert-classifier"), "a dog runs", "hello world"],
+        ["classify", "--model", &tiny("bert-token-classifier"), "a dog runs", "hello world"],
+        ["embed", "--model", &tiny("bert-splade"), "a dog runs", "hello world"],
+    ];
+    for args in runs {
+        let o = switchyard(&args);
+        assert!(o.status.success(), "{args:?}: {}", text(&o.stderr));
+        let out = text(&o.stdout);
+        assert!(out.contains('.'), "{args:?} printed no numbers: {out}");
+        assert!(longest_number(&out) <= 9, "{args:?}: {out}");
+    }
+    let o = switchyard(&[
+        "rerank",
+        "--model",
+        &tiny("bert-cross-encoder"),
+        "--query",
+        "dog",
+        "a dog",
+        "a cat",
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(longest_number(&text(&o.stdout)) <= 9, "{}", text(&o.stdout));
+}

@@ -1,12 +1,40 @@
 //! `switchyard classify`: a label per text, or per word for a token classifier, streamed.
 
 use anyhow::Result;
+use serde::Serialize;
 use switchyard::Task;
 use switchyard::models::Marking;
 use switchyard::models::scores::{best, probabilities, softmax};
 
-use super::{open_inputs, runner, streamed};
+use super::{json_line, open_inputs, runner, streamed};
 use crate::args::{InputArgs, ModelArgs};
+
+/// The line of a classified text (fields in the order the lines have always had them).
+#[derive(Serialize)]
+struct Classified<'a> {
+    label: &'a str,
+    labels: &'a [String],
+    logits: &'a [f32],
+    score: f32,
+    text: &'a str,
+}
+
+/// The line of a text whose words (or tokens) are classified.
+#[derive(Serialize)]
+struct Words<'a> {
+    text: &'a str,
+    tokens: Vec<Word<'a>>,
+}
+
+/// One classified word (or token), with its byte span.
+#[derive(Serialize)]
+struct Word<'a> {
+    end: usize,
+    label: &'a str,
+    score: f32,
+    start: usize,
+    text: Option<&'a str>,
+}
 
 /// Classifies each input (or labels its words, or with `every_token` its tokens), printing one
 /// JSON line per input, a chunk of inputs at a time.
@@ -19,36 +47,32 @@ pub fn run(args: &ModelArgs, input: &InputArgs, every_token: bool) -> Result<()>
     streamed(input, inputs, |texts, progress| {
         if per_token {
             let rows = run.classify_tokens(texts, marking, progress)?;
-            return Ok(texts
+            return texts
                 .iter()
                 .zip(rows)
                 .map(|(text, tokens)| {
-                    let tokens: Vec<serde_json::Value> = tokens
+                    let tokens = tokens
                         .iter()
                         .map(|t| {
                             let (i, score) = best(&softmax(&t.logits));
-                            serde_json::json!({
-                                "text": text.get(t.span.0..t.span.1), "start": t.span.0,
-                                "end": t.span.1, "label": labels[i], "score": score,
-                            })
+                            let (start, end) = t.span;
+                            let text = text.get(start..end);
+                            Word { end, label: &labels[i], score, start, text }
                         })
                         .collect();
-                    serde_json::json!({ "text": text, "tokens": tokens }).to_string()
+                    json_line(&Words { text, tokens })
                 })
-                .collect());
+                .collect();
         }
         let rows = run.classify(texts, progress)?;
-        Ok(texts
+        texts
             .iter()
             .zip(rows)
             .map(|(text, logits)| {
                 let (i, score) = best(&probabilities(&logits));
-                serde_json::json!({
-                    "text": text, "label": labels[i], "score": score, "logits": logits,
-                    "labels": labels,
-                })
-                .to_string()
+                let label = &labels[i];
+                json_line(&Classified { label, labels: &labels, logits: &logits, score, text })
             })
-            .collect())
+            .collect()
     })
 }

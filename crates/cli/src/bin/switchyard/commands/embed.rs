@@ -3,10 +3,33 @@
 use std::path::Path;
 
 use anyhow::Result;
+use serde::Serialize;
 use switchyard::Task;
 
-use super::{open_inputs, runner, streamed};
+use super::{json_line, open_inputs, runner, streamed};
 use crate::args::{InputArgs, ModelArgs};
+
+/// The line of a dense embedding (fields in the order the lines have always had them).
+#[derive(Serialize)]
+struct Dense<'a> {
+    embedding: &'a [f32],
+    text: &'a str,
+}
+
+/// The line of a sparse embedding.
+#[derive(Serialize)]
+struct Sparse<'a> {
+    sparse: Vec<Term>,
+    text: &'a str,
+}
+
+/// One term of a sparse embedding.
+#[derive(Serialize)]
+struct Term {
+    id: u32,
+    token: Option<String>,
+    weight: f32,
+}
 
 /// Embeds the inputs, printing `{"text", "embedding"}` (or `"sparse"` terms for SPLADE) per line,
 /// a chunk of inputs at a time.
@@ -18,26 +41,23 @@ pub fn run(args: &ModelArgs, input: &InputArgs, buckets: Option<&Path>) -> Resul
         if sparse {
             let rows = run.sparse(texts, progress)?;
             let tokenizer = run.model().tokenizer();
-            return Ok(texts
+            return texts
                 .iter()
                 .zip(rows)
                 .map(|(text, terms)| {
-                    let terms: Vec<serde_json::Value> = terms
+                    let sparse = terms
                         .iter()
-                        .map(|&(id, weight)| {
-                            let token = tokenizer.token(id);
-                            serde_json::json!({ "id": id, "token": token, "weight": weight })
-                        })
+                        .map(|&(id, weight)| Term { id, token: tokenizer.token(id), weight })
                         .collect();
-                    serde_json::json!({ "text": text, "sparse": terms }).to_string()
+                    json_line(&Sparse { sparse, text })
                 })
-                .collect());
+                .collect();
         }
         let rows = run.embed(texts, progress)?;
-        Ok(texts
+        texts
             .iter()
             .zip(rows)
-            .map(|(text, row)| serde_json::json!({ "text": text, "embedding": row }).to_string())
-            .collect())
+            .map(|(text, row)| json_line(&Dense { embedding: &row, text }))
+            .collect()
     })
 }

@@ -96,6 +96,13 @@ fn open_inputs(input: &InputArgs) -> Result<Inputs> {
     input.inputs()
 }
 
+/// `value` as one line of JSON. Serialized directly, not through `serde_json::Value`, so that an
+/// f32 prints as the shortest decimal that reads back as the same f32 (as the HTTP server's
+/// answers do), not as the longer decimal of its f64 widening.
+fn json_line(value: &impl serde::Serialize) -> Result<String> {
+    Ok(serde_json::to_string(value)?)
+}
+
 /// Prints the JSON lines `f` makes of the inputs, a chunk at a time, before reading the next
 /// chunk: memory holds one chunk, not the file, and results appear as they come. A progress
 /// line shows for file input on a terminal.

@@ -6,8 +6,17 @@ use anyhow::{Result, bail};
 use switchyard::Task;
 use switchyard::models::scores::{ranking, sigmoid};
 
-use super::{runner, with_progress};
+use super::{json_line, runner, with_progress};
 use crate::args::{InputArgs, ModelArgs};
+
+/// The line of a ranked document (fields in the order the lines have always had them).
+#[derive(serde::Serialize)]
+struct Ranked<'a> {
+    document: &'a str,
+    index: usize,
+    logit: f32,
+    score: f32,
+}
 
 /// Ranks the inputs against `query`, printing one JSON line per document, best first.
 pub fn run(args: &ModelArgs, query: &str, input: &InputArgs) -> Result<()> {
@@ -27,9 +36,7 @@ pub fn run(args: &ModelArgs, query: &str, input: &InputArgs) -> Result<()> {
     let mut out = std::io::stdout().lock();
     for index in ranking(&logits) {
         let (document, logit) = (&docs[index], logits[index]);
-        let line = serde_json::json!({
-            "index": index, "document": document, "score": sigmoid(logit), "logit": logit,
-        });
+        let line = json_line(&Ranked { document, index, logit, score: sigmoid(logit) })?;
         writeln!(out, "{line}")?;
     }
     Ok(())
