@@ -251,6 +251,15 @@ impl Model {
         };
         let graph = enc.g.finish()?;
         let tokenizer = Tokenizer::load(dir, max_len)?;
+        if let Some((token, id)) = tokenizer.largest_id()
+            && id as usize >= config.vocab
+        {
+            return Err(Error::format(format!(
+                "tokenizer.json gives `{token}` the id {id}, past the model's {} embedding rows \
+                 (vocab_size in config.json): the tokenizer does not belong to this model",
+                config.vocab
+            )));
+        }
         Ok(Model { checkpoint, graph, task, tokenizer, config, token_graph })
     }
 

@@ -116,6 +116,11 @@ impl Tokenizer {
         Ok(())
     }
 
+    /// The token with the largest id the tokenizer can give (added tokens included), if any.
+    pub fn largest_id(&self) -> Option<(String, u32)> {
+        self.inner.get_vocab(true).into_iter().max_by_key(|&(_, id)| id)
+    }
+
     /// The text of token `id`, if the vocabulary has it.
     pub fn token(&self, id: u32) -> Option<String> {
         self.inner.id_to_token(id)

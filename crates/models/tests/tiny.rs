@@ -189,6 +189,19 @@ fn inconsistent_configs_are_errors() {
     assert!(load_err(&s.0).contains("config.json: the number of layers is 0"));
     let s = edit("distilbert", "novocab", &|c| c["vocab_size"] = 0.into());
     assert!(load_err(&s.0).contains("the vocabulary size is 0"));
+    // A tokenizer that gives ids past the embedding rows is another model's: refused at load,
+    // not at the first text that meets such a token.
+    for arch in ["bert", "roberta", "distilbert", "modernbert"] {
+        assert!(Model::load(&tiny(arch)).is_ok(), "{arch}: every fixture's ids fit");
+        let s = Scratch::of(arch, "pastrows");
+        let path = s.0.join("tokenizer.json");
+        let mut t: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        t["model"]["vocab"]["##ing"] = 67.into();
+        std::fs::write(&path, t.to_string()).unwrap();
+        let e = load_err(&s.0);
+        assert!(e.contains("`##ing` the id 67, past the model's 67 embedding rows"), "{arch}: {e}");
+    }
 
     // The tiny classifier has three outputs: two labels, four, or ids off 0..3 are errors.
     let two = serde_json::json!({"0": "a", "1": "b"});
