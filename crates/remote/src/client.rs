@@ -276,7 +276,10 @@ impl Remote {
             sync(lowering.device())?;
             Ok::<_, Error>(w)
         })?;
-        let on = Arc::new(on.inspect_err(|_| conn.worker.break_off())?);
+        let on = Arc::new(on.map_err(|e| {
+            conn.worker.break_off();
+            upload_failed(&self.name, &w.0.host, &e)
+        })?);
         w.0.bytes.store(conn.lowering.weight_bytes(&on), Ordering::Relaxed);
         *placed = Some((conn.session, on.clone()));
         Ok(on)
@@ -424,6 +427,18 @@ impl Backend for Remote {
 }
 
 /// An error's message without the `device error: ` that its display starts with.
+/// An upload's failure, with the one limit of the server's that an upload alone can break.
+fn upload_failed(name: &str, host: &HostCopy, e: &Error) -> Error {
+    let largest = host.tensors.iter().map(|(_, _, bytes)| bytes.len()).max().unwrap_or(0);
+    Error::Device(format!(
+        "{name} failed to take the weights: {}; their largest tensor is {:.1} MiB, which a \
+         server started with a smaller --max-message-mib refuses (its log then says the message \
+         is over the limit)",
+        strip(e),
+        largest as f64 / f64::from(1 << 20)
+    ))
+}
+
 fn strip(e: &Error) -> String {
     match e {
         Error::Device(m) => m.clone(),
