@@ -387,11 +387,11 @@ fn embed_all_gives_every_tokens_vector() {
     let s = every_task(Config::default());
     let r = s.post("/embed_all", &json!({ "inputs": TEXTS[..2] }));
     assert_eq!(r.status, 200, "{:?}", r.body);
-    let pooled = runner("bert").embed(&TEXTS[..2], |_| {}).unwrap();
-    let tokenizer = runner("bert");
+    let mut local = runner("bert");
+    let pooled = local.embed(&TEXTS[..2], |_| {}).unwrap();
     for (i, states) in r.body.as_array().unwrap().iter().enumerate() {
         let rows: Vec<Vec<f32>> = states.as_array().unwrap().iter().map(floats).collect();
-        let n = tokenizer.model().tokenizer().encode(TEXTS[i]).unwrap().ids.len();
+        let n = local.model().tokenizer().encode(TEXTS[i]).unwrap().ids.len();
         assert_eq!(rows.len(), n);
         // The tiny embedder mean-pools: the mean of its token vectors is its embedding.
         let mean: Vec<f32> =

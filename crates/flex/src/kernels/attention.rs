@@ -3,12 +3,12 @@
 //!
 //! A task is one head of one sequence. It transposes the head's keys into its thread's scratch
 //! (`head_dim x len`), then takes the queries a block at a time (eight with AVX-512, four
-//! otherwise, each broadcast from its own row): their scores against blocks of sixteen keys (the keys
-//! any of them may see: all of the sequence, or those within the window) accumulate in registers
-//! over the head's columns, each key block loaded once for the block of queries; each query's
-//! softmax, with the maximum subtracted, runs over the keys it sees; and the value rows,
-//! weighted by it, add up in registers sixteen columns at a time, each value row loaded once for
-//! the block. Sums are f32, over keys in order.
+//! otherwise, each broadcast from its own row): their scores against blocks of sixteen keys
+//! (the keys any of them may see: all of the sequence, or those within the window) accumulate
+//! in registers over the head's columns, each key block loaded once for the block of queries;
+//! each query's softmax, with the maximum subtracted, runs over the keys it sees; and the value
+//! rows, weighted by it, add up in registers sixteen columns at a time, each value row loaded
+//! once for the block. Sums are f32, over keys in order.
 //!
 //! The query block is what keeps the FMA units busy: each accumulator is a chain of dependent
 //! FMAs, and a core with two FMA units of four cycles' latency needs eight chains. Sixteen
@@ -16,9 +16,9 @@
 //! registers, and four queries already make eight (eight queries would need more registers than
 //! AVX2 has).
 
-use rayon::prelude::*;
 use std::ops::Range;
 
+use rayon::prelude::*;
 use switchyard_core::Batch;
 
 use super::scratch::{ScratchSize, Scratches, SendPtr};
@@ -161,16 +161,9 @@ trait Block {
     /// # Safety
     /// `k` holds `len` rows of `width >= d` values; `kt` `d x lpad` writable ones.
     #[inline(always)]
-    unsafe fn transpose_keys(
-        k: *const f32,
-        width: usize,
-        len: usize,
-        d: usize,
-        kt: *mut f32,
-        lpad: usize,
-    ) {
+    unsafe fn transpose_keys(k: *const f32, len: usize, kt: *mut f32, l: Layout) {
         // SAFETY: the caller's contract.
-        unsafe { transpose_columns(k, width, len, 0..d, kt, lpad) }
+        unsafe { transpose_columns(k, len, 0..l.d, kt, l) }
     }
 
     /// `sc[qi * lpad + jb + t] = scale * sum_c q[qi][c] * kt[c * lpad + jb + t]` for the
@@ -203,12 +196,12 @@ trait Block {
 #[inline(always)]
 unsafe fn transpose_columns(
     k: *const f32,
-    width: usize,
     len: usize,
     cols: Range<usize>,
     kt: *mut f32,
-    lpad: usize,
+    l: Layout,
 ) {
+    let Layout { width, lpad, .. } = l;
     for j in 0..lpad {
         for c in cols.clone() {
             // SAFETY: the caller's contract.
@@ -280,7 +273,6 @@ impl Block for Four {
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::*;
-
     use std::ops::Range;
 
     use super::{Block, KB, Layout, MAX_QB, transpose_columns};
@@ -294,14 +286,8 @@ mod x86 {
         /// Tiles of sixteen keys by sixteen columns, transposed in registers; the columns past
         /// the last whole sixteen one value at a time.
         #[inline(always)]
-        unsafe fn transpose_keys(
-            k: *const f32,
-            width: usize,
-            len: usize,
-            d: usize,
-            kt: *mut f32,
-            lpad: usize,
-        ) {
+        unsafe fn transpose_keys(k: *const f32, len: usize, kt: *mut f32, l: Layout) {
+            let Layout { d, width, lpad, .. } = l;
             let full = d / KB * KB;
             // SAFETY: the caller's contract, with avx512f enabled by the caller.
             unsafe {
@@ -319,7 +305,7 @@ mod x86 {
                         }
                     }
                 }
-                transpose_columns(k, width, len, full..d, kt, lpad);
+                transpose_columns(k, len, full..d, kt, l);
             }
         }
 
@@ -378,7 +364,7 @@ mod x86 {
     ///
     /// Pairs of rows interleave (`unpack`), then fours (`shuffle_ps`), then the 128-bit lanes
     /// of fours gather (`shuffle_f32x4`, twice): after the second step, lane `l` of register
-    /// `4 * q + p` of a group of four rows holds column `4 * l + p` of those rows.
+    /// `4 * g + p` holds column `4 * l + p` of rows `4 * g..4 * g + 4`.
     #[inline(always)]
     unsafe fn transpose16(r: [__m512; 16]) -> [__m512; 16] {
         // SAFETY: register operations only, with avx512f enabled by the caller.
@@ -438,16 +424,16 @@ unsafe fn head_body<B: Block>(task: Task, keys: &mut AlignedBuf, scores: &mut Al
     let kt = keys.as_mut_slice();
     // Scores of a block of queries: QB rows of lpad.
     let sc = &mut scores.as_mut_slice()[..qb * lpad];
+    let layout = Layout { d, width, lpad, scale: h.scale };
     // The head's keys, transposed: kt[c * lpad + j] = k[start + j][col + c], zero past len.
     // SAFETY: rows start..start + len of k, the head's d columns; kt holds d x lpad values.
-    unsafe { B::transpose_keys(k.add(start * width + col), width, len, d, kt.as_mut_ptr(), lpad) };
+    unsafe { B::transpose_keys(k.add(start * width + col), len, kt.as_mut_ptr(), layout) };
     // The keys query i may see.
     let seen = |i: usize| match h.window {
         Some(w) => (i.saturating_sub(w), (i + w + 1).min(len)),
         None => (0, len),
     };
     let (ktp, scp) = (kt.as_ptr(), sc.as_mut_ptr());
-    let layout = Layout { d, width, lpad, scale: h.scale };
     let mut i0 = 0;
     while i0 < len {
         // A block of QB queries; past the sequence's end, rows repeat its last query and

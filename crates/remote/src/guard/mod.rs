@@ -57,8 +57,8 @@ pub struct Limits {
 }
 
 impl Default for Limits {
-    /// 64 connections, 10 s to open a session, 15 min of silence, messages up to 256 MiB (the
-    /// word embeddings of a model with 65 M of them in f32: bge-large's take 125 MB).
+    /// 64 connections, 10 s to open a session, 15 min of silence, messages up to 256 MiB (67 M
+    /// f32 values: bge-large's word embeddings take 125 MB).
     fn default() -> Limits {
         Limits {
             max_connections: 64,
@@ -80,7 +80,7 @@ enum Closed {
     Violation(Violation),
     /// Its session was silent for the idle timeout.
     Idle,
-    /// The server behind the guard could not be reached.
+    /// The server behind the guard could not be reached, or failed mid-session.
     Server(io::Error),
     /// Reading or writing the client failed.
     Io(io::Error),
@@ -93,7 +93,7 @@ impl std::fmt::Display for Closed {
             Closed::Handshake => f.write_str("no session opened within the handshake timeout"),
             Closed::Violation(v) => write!(f, "cut: {v}"),
             Closed::Idle => f.write_str("silent for the idle timeout"),
-            Closed::Server(e) => write!(f, "the server behind the guard is unreachable: {e}"),
+            Closed::Server(e) => write!(f, "the server behind the guard failed: {e}"),
             Closed::Io(e) => write!(f, "{e}"),
         }
     }

@@ -303,7 +303,7 @@ pub(crate) async fn root(
     }
 }
 
-/// `POST /embed_all`: per-token vectors, which no graph of ours gives yet.
+/// `POST /embed_all`: every token's final vector before pooling, from an embedding model.
 #[utoipa::path(post, path = "/embed_all", params(ModelQuery), request_body = EmbedRequest,
     responses(
         (status = 200, description = "Per input, every token's final vector before pooling (special tokens included)", body = Vec<Vec<Vec<f32>>>),
