@@ -80,6 +80,25 @@ fn main() -> ExitCode {
     }
 }
 
+/// The workspace's root.
+fn workspace() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The value after `flag` in `args`, if the flag is there.
+fn flag<'a>(args: &'a [String], flag: &str) -> Option<&'a str> {
+    args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1)).map(String::as_str)
+}
+
+/// The whole number after `flag` in `args`, else `default`; an error naming the flag if what
+/// follows it is not one.
+fn number(args: &[String], name: &str, default: u64) -> Result<u64, String> {
+    match flag(args, name) {
+        Some(v) => v.parse().map_err(|_| format!("{name} takes a whole number")),
+        None => Ok(default),
+    }
+}
+
 /// Runs the checks CI on a public host runs besides the tests.
 fn lint() -> ExitCode {
     type Step<'a> = (&'a str, &'a [&'a str], &'a [(&'a str, &'a str)]);
@@ -136,11 +155,8 @@ fn check_gpu() -> ExitCode {
 
 /// Runs every fuzz target `--cases` times from `--seed`.
 fn fuzz(args: &[String]) -> ExitCode {
-    let value = |flag: &str, default: u64| match args.iter().position(|a| a == flag) {
-        Some(i) => args.get(i + 1).and_then(|v| v.parse::<u64>().ok()).ok_or(()),
-        None => Ok(default),
-    };
-    let (Ok(cases), Ok(seed)) = (value("--cases", 100_000), value("--seed", 1)) else {
+    let (Ok(cases), Ok(seed)) = (number(args, "--cases", 100_000), number(args, "--seed", 1))
+    else {
         eprintln!("xtask fuzz: --cases and --seed take whole numbers");
         return ExitCode::from(2);
     };

@@ -24,7 +24,7 @@ const MODELS: [Shipped; 2] = [
 
 /// The workspace's model cache.
 pub fn cache_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(".cache").join("models")
+    crate::workspace().join(".cache").join("models")
 }
 
 /// Runs a command to completion; an error naming it if it fails.
@@ -73,7 +73,7 @@ const CLIENTS: [&str; 3] = ["openai==3.57.0", "huggingface_hub==2.4.0", "numpy==
 
 /// Where [`CLIENTS`] are installed: a folder for `PYTHONPATH`, beside the models.
 fn clients_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(".cache").join("pyclients")
+    crate::workspace().join(".cache").join("pyclients")
 }
 
 /// Installs [`CLIENTS`] with pip into [`clients_dir`], unless these versions are there.

@@ -9,7 +9,7 @@
 //! torch is a CUDA build), the corpora (`crates/bench/peers/corpus.py`, into `.cache/bench/`),
 //! and the ONNX exports (`crates/bench/peers/export_onnx.py`).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 
 /// The peers' packages, pinned so that runs compare.
@@ -48,10 +48,6 @@ const CORPORA: [Corpus; 2] = [
         about: "real texts of at least 120 words, all truncated to 128 tokens",
     },
 ];
-
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
 
 fn home_cache() -> PathBuf {
     std::env::var_os("HOME")
@@ -152,7 +148,7 @@ fn run(threads: &[usize]) -> Result<(), String> {
     if crate::models::fetch_models() != ExitCode::SUCCESS {
         return Err("the real models could not be fetched".into());
     }
-    let root = workspace();
+    let root = crate::workspace();
     let model = root.join(".cache/models/all-MiniLM-L6-v2");
     let peers = root.join("crates/bench/peers");
     let cache = root.join(".cache/bench");
@@ -229,7 +225,7 @@ pub fn bench_serve() -> ExitCode {
         if crate::models::fetch_models() != ExitCode::SUCCESS {
             return Err("the real models could not be fetched".into());
         }
-        let root = workspace();
+        let root = crate::workspace();
         let model = root.join(".cache/models/all-MiniLM-L6-v2");
         let c = &CORPORA[0];
         let corpus = root.join(".cache/bench").join(c.file);

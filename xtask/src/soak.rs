@@ -41,18 +41,15 @@ struct Settings {
 }
 
 fn settings(args: &[String]) -> Result<Settings, String> {
-    let value = |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1));
-    let number = |flag: &str, default: usize| match value(flag) {
-        Some(v) => v.parse::<usize>().map_err(|_| format!("{flag} takes a whole number")),
-        None => Ok(default),
-    };
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let model = value("--model")
-        .map_or_else(|| root.join("crates/models/tests/fixtures/tiny/bert"), PathBuf::from);
+    let count = |name: &str, default: u64| crate::number(args, name, default).map(|n| n as usize);
+    let model = crate::flag(args, "--model").map_or_else(
+        || crate::workspace().join("crates/models/tests/fixtures/tiny/bert"),
+        PathBuf::from,
+    );
     Ok(Settings {
-        requests: number("--requests", 5000)?,
-        clients: number("--clients", 4)?.max(1),
-        garbage: number("--garbage", 8)?,
+        requests: count("--requests", 5000)?,
+        clients: count("--clients", 4)?.max(1),
+        garbage: count("--garbage", 8)?,
         model,
     })
 }
@@ -144,7 +141,7 @@ fn address_after(line: &str, prefix: &str) -> Result<SocketAddr, String> {
 
 /// Builds the binary, starts the server and the clients, and reports; whether it passed.
 fn run(s: &Settings) -> Result<bool, String> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let root = crate::workspace();
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     eprintln!("xtask soak: building switchyard (dev profile)");
     let built = Command::new(&cargo)

@@ -341,8 +341,8 @@ pub fn guard_requests(seed: u64, cases: usize) -> Tally {
 }
 
 /// The frames a session sends through the guard: whatever the read sizes, every byte is
-/// either forwarded or the stream is cut, at the same frame and with the same reason as when
-/// it is read whole; nothing is forwarded past a message end in one call.
+/// either forwarded or the stream is cut, and the same messages end, or the same violation
+/// cuts it, as when it is read whole.
 pub fn guard_frames(seed: u64, cases: usize) -> Tally {
     use switchyard_remote::guard::Frames;
     /// A masked client frame.
@@ -380,7 +380,9 @@ pub fn guard_frames(seed: u64, cases: usize) -> Tally {
             let len = [0, 5, 125, 126, 300, 65536, 70000][r.below(7)];
             let (fin, opcode) =
                 [(true, 2), (false, 2), (true, 0), (true, 9), (true, 8)][r.below(5)];
-            bytes.extend(frame(fin, opcode, len.min(if opcode >= 8 { 125 } else { len })));
+            // Control frames carry at most 125 bytes.
+            let len = if opcode >= 8 { len.min(125) } else { len };
+            bytes.extend(frame(fin, opcode, len));
         }
         for _ in 0..r.below(3) {
             mutate(r, &mut bytes);

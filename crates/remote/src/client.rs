@@ -426,7 +426,6 @@ impl Backend for Remote {
     }
 }
 
-/// An error's message without the `device error: ` that its display starts with.
 /// An upload's failure, with the one limit of the server's that an upload alone can break.
 fn upload_failed(name: &str, host: &HostCopy, e: &Error) -> Error {
     let largest = host.tensors.iter().map(|(_, _, bytes)| bytes.len()).max().unwrap_or(0);
@@ -439,6 +438,7 @@ fn upload_failed(name: &str, host: &HostCopy, e: &Error) -> Error {
     ))
 }
 
+/// An error's message without the `device error: ` that its display starts with.
 fn strip(e: &Error) -> String {
     match e {
         Error::Device(m) => m.clone(),
