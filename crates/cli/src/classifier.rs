@@ -72,7 +72,7 @@ impl Classifier {
 
     /// Each text's most likely label (for a sequence classifier).
     pub fn predict<T: AsRef<str>>(&mut self, texts: &[T]) -> Result<Vec<Prediction>> {
-        let rows = self.runner.classify(&strs(texts), |_| {})?;
+        let rows = self.runner.classify(&strs(texts)?, |_| {})?;
         let labels = self.labels();
         Ok(rows
             .into_iter()
@@ -86,7 +86,7 @@ impl Classifier {
     /// Each text's words with their most likely labels, read at each word's first sub-token
     /// (for a token classifier).
     pub fn label_words<T: AsRef<str>>(&mut self, texts: &[T]) -> Result<Vec<Vec<WordLabel>>> {
-        let texts = strs(texts);
+        let texts = strs(texts)?;
         let rows = self.runner.classify_tokens(&texts, Marking::FirstSubToken, |_| {})?;
         let labels = self.labels();
         Ok(texts

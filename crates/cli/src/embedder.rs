@@ -38,7 +38,7 @@ impl Embedder {
 
     /// One embedding per text, in order.
     pub fn embed<T: AsRef<str>>(&mut self, texts: &[T]) -> Result<Vec<Vec<f32>>> {
-        Ok(self.runner.embed(&strs(texts), |_| {})?)
+        Ok(self.runner.embed(&strs(texts)?, |_| {})?)
     }
 
     /// The width of an embedding.

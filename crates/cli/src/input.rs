@@ -182,7 +182,7 @@ fn parse_line(
 }
 
 /// An error naming `place` if `text` is longer than [`MAX_INPUT_BYTES`].
-fn too_long(text: &str, place: &str) -> Result<()> {
+pub(crate) fn too_long(text: &str, place: &str) -> Result<()> {
     if text.len() > MAX_INPUT_BYTES {
         let n = text.len();
         return fail(format!(

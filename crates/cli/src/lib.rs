@@ -17,6 +17,8 @@
 //! - [`Classifier`]: a sequence classifier's labels, or a token classifier's label per word;
 //! - [`SparseEncoder`]: SPLADE term weights.
 //!
+//! [`devices`] lists the devices this build and this machine have.
+//!
 //! Each runs texts in ragged batches sized by the bucket table, in input order. [`Options`]
 //! chooses the device, the compute dtype, the buckets and flex's threads. Below the front door,
 //! [`open_runner`] gives the [`Runner`] of any model, and the crates it is built on are
@@ -24,6 +26,7 @@
 //! and [`models`] (checkpoints).
 
 mod classifier;
+mod devices;
 mod embedder;
 mod error;
 mod hub;
@@ -33,6 +36,7 @@ mod reranker;
 mod sparse;
 
 pub use classifier::{Classifier, Prediction, WordLabel};
+pub use devices::{DeviceStatus, devices};
 pub use embedder::Embedder;
 pub use error::{Error, Result};
 pub use hub::{describe, resolve, shadows_hub};

@@ -21,6 +21,9 @@ pub struct Options {
     /// flex's thread count (default: `SWITCHYARD_THREADS`, else every core); set for another
     /// device, an error when opening.
     pub threads: Option<NonZeroUsize>,
+    /// Where inputs are truncated, in tokens, special tokens included (default: the
+    /// checkpoint's length, as sentence-transformers' `max_seq_length`).
+    pub max_len: Option<usize>,
 }
 
 impl Default for Options {
@@ -30,6 +33,7 @@ impl Default for Options {
             dtype: DType::F32,
             buckets: Buckets::default(),
             threads: None,
+            max_len: None,
         }
     }
 }
@@ -48,6 +52,11 @@ impl Options {
     /// These options on `threads` threads (flex only).
     pub fn threads(self, threads: NonZeroUsize) -> Options {
         Options { threads: Some(threads), ..self }
+    }
+
+    /// These options truncating inputs at `max_len` tokens.
+    pub fn max_len(self, max_len: usize) -> Options {
+        Options { max_len: Some(max_len), ..self }
     }
 }
 
@@ -81,7 +90,10 @@ fn backend(options: &Options) -> Result<Dispatch> {
 /// Hugging Face cache) and uploads it to the device of `options`: a [`Runner`] for any task.
 pub fn open_runner(model: &str, options: &Options) -> Result<Runner<Dispatch>> {
     let dir = crate::resolve(model)?;
-    let loaded = Model::load(&dir)?;
+    let mut loaded = Model::load(&dir)?;
+    if let Some(n) = options.max_len {
+        loaded.set_max_len(n)?;
+    }
     let backend = switchyard_core::Backend::with_dtype(backend(options)?, options.dtype)?;
     Ok(Runner::new(loaded, backend, options.buckets.clone())?)
 }
@@ -106,14 +118,23 @@ pub(crate) fn open_for(
         Task::Sparse => "SparseEncoder",
     };
     Err(Error::WrongTask(format!(
-        "{model} is {}, not {wanted}; open it as a {instead}",
+        "{model} is {}, not {wanted}; open it with {instead}",
         task.describe()
     )))
 }
 
-/// Texts as the runner takes them.
-pub(crate) fn strs<T: AsRef<str>>(texts: &[T]) -> Vec<&str> {
-    texts.iter().map(AsRef::as_ref).collect()
+/// Texts as the runner takes them; an error naming the first longer than
+/// [`MAX_INPUT_BYTES`](crate::input::MAX_INPUT_BYTES), which the tokenizer would hold whole.
+pub(crate) fn strs<T: AsRef<str>>(texts: &[T]) -> Result<Vec<&str>> {
+    texts
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let t = t.as_ref();
+            crate::input::too_long(t, &format!("text {i}"))?;
+            Ok(t)
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -129,6 +150,25 @@ mod tests {
         assert_eq!(flex.caps().threads, 3);
         let e = backend(&Options::on("ndarray").unwrap().threads(three)).unwrap_err();
         assert!(e.to_string().contains("flex only"), "{e}");
+    }
+
+    #[test]
+    fn a_maximum_length_truncates_inputs_and_is_checked() {
+        let model = concat!(env!("CARGO_MANIFEST_DIR"), "/../models/tests/fixtures/tiny/bert");
+        let runner = open_runner(model, &Options::default().max_len(5)).unwrap();
+        let ids = runner.model().tokenizer().encode("cats sat on mats and more cats").unwrap().ids;
+        assert_eq!(ids.len(), 5, "{ids:?}");
+        let e = open_runner(model, &Options::default().max_len(1)).err().unwrap().to_string();
+        assert!(e.contains("a maximum length of 1 tokens"), "{e}");
+    }
+
+    #[test]
+    fn a_text_over_the_input_limit_is_named_before_it_is_tokenized() {
+        let limit = crate::input::MAX_INPUT_BYTES;
+        let texts = ["short".to_owned(), "a".repeat(limit), "b".repeat(limit + 1)];
+        let e = strs(&texts).unwrap_err().to_string();
+        assert!(e.starts_with("text 2: an input of 1048577 bytes"), "{e}");
+        assert_eq!(strs(&texts[..2]).unwrap().len(), 2);
     }
 
     #[cfg(feature = "capture")]

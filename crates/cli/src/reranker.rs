@@ -50,7 +50,7 @@ impl Reranker {
 
     /// `docs` ranked against `query`, most relevant first.
     pub fn rank<T: AsRef<str>>(&mut self, query: &str, docs: &[T]) -> Result<Vec<Ranked>> {
-        let rows = self.runner.classify_pairs(query, &strs(docs), |_| {})?;
+        let rows = self.runner.classify_pairs(query, &strs(docs)?, |_| {})?;
         let logits: Vec<f32> = rows.iter().map(|r| r.first().copied().unwrap_or(0.0)).collect();
         Ok(ranking(&logits)
             .into_iter()

@@ -45,7 +45,7 @@ impl SparseEncoder {
 
     /// Each text's non-zero terms, heaviest first.
     pub fn encode<T: AsRef<str>>(&mut self, texts: &[T]) -> Result<Vec<Vec<Term>>> {
-        let rows = self.runner.sparse(&strs(texts), |_| {})?;
+        let rows = self.runner.sparse(&strs(texts)?, |_| {})?;
         let tokenizer = self.runner.model().tokenizer();
         Ok(rows
             .into_iter()

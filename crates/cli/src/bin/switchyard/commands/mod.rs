@@ -68,6 +68,7 @@ fn runner(args: &ModelArgs, buckets: Option<&Path>) -> Result<Runner<Dispatch>> 
             None => Buckets::default(),
         },
         threads: args.threads,
+        max_len: None,
     };
     say_source(&args.model);
     switchyard::open_runner(&args.model, &options)

@@ -46,6 +46,7 @@ pub fn run(args: &ServeArgs) -> Result<()> {
                     dtype: args.dtype,
                     buckets: buckets.clone(),
                     threads: args.threads,
+                    max_len: None,
                 };
                 let dir = dir.to_string_lossy().into_owned();
                 let open: Opener<switchyard::Dispatch> = Arc::new(move || {
