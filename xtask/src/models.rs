@@ -67,12 +67,19 @@ fn fetch(m: &Shipped, cache: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// HTTP clients nobody here wrote, which the server's tests call it with (pinned), and numpy,
-/// which `huggingface_hub` needs for embeddings.
-const CLIENTS: [&str; 3] = ["openai==3.57.0", "huggingface_hub==2.4.0", "numpy==2.4.6"];
+/// HTTP clients nobody here wrote, which the server's tests call it with (pinned), numpy,
+/// which `huggingface_hub` and the Python package need, pytest, which runs the package's
+/// tests, and Ray Data, whose recipe they test (about 600 MB).
+const CLIENTS: [&str; 5] = [
+    "openai==3.57.0",
+    "huggingface_hub==2.4.0",
+    "numpy==2.4.6",
+    "pytest==8.4.2",
+    "ray[data]==2.60.0",
+];
 
 /// Where [`CLIENTS`] are installed: a folder for `PYTHONPATH`, beside the models.
-fn clients_dir() -> PathBuf {
+pub fn clients_dir() -> PathBuf {
     crate::workspace().join(".cache").join("pyclients")
 }
 

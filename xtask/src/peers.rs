@@ -1,5 +1,5 @@
-//! `cargo xtask bench --peers`: Switchyard's flex beside ONNX Runtime (fp32 and int8) and
-//! sentence-transformers, embedding one corpus of real texts with the real all-MiniLM-L6-v2, at
+//! `cargo xtask bench --peers`: Switchyard's flex (the engine alone, and through the Python
+//! package) beside ONNX Runtime (fp32 and int8) and sentence-transformers, embedding one corpus of real texts with the real all-MiniLM-L6-v2, at
 //! each thread count asked for, in one run.
 //!
 //! Two corpora: real texts of mixed lengths (truncated at 256 tokens), and real texts all cut to
@@ -171,9 +171,24 @@ fn run(threads: &[usize]) -> Result<(), String> {
             "switchyard-bench",
         ]),
     )?;
-    let target =
-        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
+    let target = crate::target_dir();
     let bench = target.join("release/switchyard-bench");
+    step(
+        "building the Python package's native module (release)",
+        Command::new(&cargo).args([
+            "build",
+            "--release",
+            "--quiet",
+            "--package",
+            "switchyard-python",
+        ]),
+    )?;
+    let package = target.join("python-package-release");
+    crate::python::stage(
+        &root.join("crates/python/python/switchyard"),
+        &target.join("release"),
+        &package,
+    )?;
     for c in &CORPORA {
         let corpus = cache.join(c.file);
         if !corpus.is_file() {
@@ -202,6 +217,7 @@ fn run(threads: &[usize]) -> Result<(), String> {
             all.extend(runs(
                 &format!("ONNX Runtime and sentence-transformers on {}, {n} threads", c.file),
                 Command::new(&py)
+                    .env("PYTHONPATH", &package)
                     .arg(peers.join("peers.py"))
                     .arg("--model")
                     .arg(&model)
@@ -209,7 +225,8 @@ fn run(threads: &[usize]) -> Result<(), String> {
                     .arg(&onnx)
                     .arg("--corpus")
                     .arg(&corpus)
-                    .args(["--threads", &n, "--max-len", &max_len]),
+                    .args(["--threads", &n, "--max-len", &max_len])
+                    .args(["--engines", "py,ort,ort-int8,st"]),
             )?);
         }
         report(c.about, &all);
@@ -321,6 +338,19 @@ fn report(about: &str, all: &[Run]) {
          same thread count; max diff: the largest difference from the program's first run's \
          embeddings, f32 in file order: so for int8 runs, from f32)"
     );
+    for py in all.iter().filter(|r| r.engine == "switchyard python") {
+        let engine = all.iter().find(|r| {
+            r.engine == "switchyard flex" && r.order == py.order && r.threads == py.threads
+        });
+        if let Some(e) = engine {
+            println!(
+                "the Python package at {} threads, {}: {:.3}x the engine's texts/s",
+                py.threads,
+                py.order,
+                e.wall / py.wall
+            );
+        }
+    }
 }
 
 #[cfg(test)]

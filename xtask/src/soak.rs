@@ -141,7 +141,6 @@ fn address_after(line: &str, prefix: &str) -> Result<SocketAddr, String> {
 
 /// Builds the binary, starts the server and the clients, and reports; whether it passed.
 fn run(s: &Settings) -> Result<bool, String> {
-    let root = crate::workspace();
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     eprintln!("xtask soak: building switchyard (dev profile)");
     let built = Command::new(&cargo)
@@ -151,8 +150,7 @@ fn run(s: &Settings) -> Result<bool, String> {
     if !built.success() {
         return Err(format!("the build failed ({built})"));
     }
-    let target =
-        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
+    let target = crate::target_dir();
     let bin = target.join("debug/switchyard");
     let model = s.model.to_str().ok_or("the model's path is not UTF-8")?;
 

@@ -4,7 +4,8 @@ embedding all-MiniLM-L6-v2 the way `switchyard embed` does: truncation at 256 to
 
     python peers.py --model DIR --onnx DIR --corpus FILE --threads N [--engines LIST] [--max-len N]
 
-Engines: `ort` and `ort-int8` (ONNX Runtime's CPU provider on OUT/model.onnx and
+Engines: `py` (Switchyard's own Python package, flex in f32, from PYTHONPATH: the binding's
+overhead over the engine, which `switchyard-bench corpus` times alone), `ort` and `ort-int8` (ONNX Runtime's CPU provider on OUT/model.onnx and
 model-int8.onnx from export_onnx.py, all graph optimisations on), each in file order and
 sorted by length (characters, as sentence-transformers sorts), and `st` (sentence-transformers
 on PyTorch, which sorts by length itself). Each run is timed after its model is loaded and one
@@ -78,6 +79,14 @@ def st_engine(model_dir, threads, max_len):
     return lambda texts: model.encode(texts, batch_size=32, convert_to_numpy=True)
 
 
+def py_engine(model_dir, threads, max_len):
+    import switchyard
+
+    model = switchyard.Embedder(model_dir, device="flex", threads=threads, max_seq_length=max_len)
+    # The whole corpus in one call, as `switchyard-bench corpus` runs the engine.
+    return lambda texts: model.encode(texts, batch_size=max(len(texts), 1))
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--model", required=True)
@@ -101,6 +110,9 @@ def main():
     for engine in a.engines.split(","):
         if engine == "st":
             runs = [("sorted by the engine", st_engine(a.model, a.threads, a.max_len), None)]
+        elif engine == "py":
+            run = py_engine(a.model, a.threads, a.max_len)
+            runs = [("file", run, None), ("sorted", run, order)]
         else:
             name = "model.onnx" if engine == "ort" else "model-int8.onnx"
             run = ort_engine(a.model, os.path.join(a.onnx, name), a.threads, a.max_len)
@@ -115,7 +127,8 @@ def main():
             if first is None:
                 first = emb
             diff = float(np.abs(emb - first).max())
-            fields = [engine, label, a.threads, len(texts), tokens, wall, cpu, diff]
+            name = "switchyard python" if engine == "py" else engine
+            fields = [name, label, a.threads, len(texts), tokens, wall, cpu, diff]
             print("\t".join(["run"] + [str(f) for f in fields]), flush=True)
 
 

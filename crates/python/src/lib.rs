@@ -1,0 +1,302 @@
+//! `switchyard._switchyard`: the native half of the `switchyard` Python package.
+//!
+//! One Python class per front-door type of the `switchyard` crate, each holding its model behind
+//! a lock (so Python threads may share one) and releasing the GIL while a batch runs. Results
+//! cross as plain Python values (embeddings as one `bytes` of native-endian f32 with their
+//! shape), which the package's Python half turns into numpy arrays and sentence-transformers'
+//! shapes. Every error, a panic included, reaches Python as `SwitchyardError` with the Rust
+//! error's message.
+
+use std::num::NonZeroUsize;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::{Mutex, MutexGuard};
+
+use pyo3::create_exception;
+use pyo3::exceptions::{PyException, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+use switchyard::{DType, Device, Options};
+
+create_exception!(
+    _switchyard,
+    SwitchyardError,
+    PyException,
+    "An error from Switchyard: a model that cannot be opened or run, or inputs it cannot take."
+);
+
+/// Runs `f`, turning its error, or a panic (a bug), into `SwitchyardError`.
+fn guarded<T>(f: impl FnOnce() -> switchyard::Result<T>) -> PyResult<T> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(t)) => Ok(t),
+        Ok(Err(e)) => Err(SwitchyardError::new_err(e.to_string())),
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "no message".to_owned());
+            Err(SwitchyardError::new_err(format!("internal error (a bug in Switchyard): {what}")))
+        }
+    }
+}
+
+/// The options a model opens with: `device` (else `SWITCHYARD_DEVICE`, else flex), `dtype`,
+/// flex's `threads` and where inputs are truncated.
+fn options(
+    device: Option<&str>,
+    dtype: Option<&str>,
+    threads: Option<usize>,
+    max_len: Option<usize>,
+) -> PyResult<Options> {
+    let device = match device {
+        Some(d) => d.parse::<Device>(),
+        None => Device::from_env(),
+    }
+    .map_err(|e| SwitchyardError::new_err(e.to_string()))?;
+    let mut options = Options { device, ..Options::default() };
+    if let Some(d) = dtype {
+        let d: DType =
+            d.parse().map_err(|e: switchyard::core::Error| PyValueError::new_err(e.to_string()))?;
+        options = options.dtype(d);
+    }
+    if let Some(n) = threads {
+        let n = NonZeroUsize::new(n)
+            .ok_or_else(|| PyValueError::new_err("threads must be at least 1"))?;
+        options = options.threads(n);
+    }
+    if let Some(n) = max_len {
+        options = options.max_len(n);
+    }
+    Ok(options)
+}
+
+/// A labelled word as Python gets it: `(start, end, word, label, score)`, byte offsets.
+type Word = (usize, usize, String, String, f32);
+
+/// A sparse term as Python gets it: `(id, token or None, weight)`.
+type Term = (u32, Option<String>, f32);
+
+/// Locks a model for one call; a lock poisoned by a panic is still usable, since every call
+/// starts from the model's own state.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// A sentence embedder.
+#[pyclass(module = "switchyard._switchyard", frozen)]
+struct Embedder {
+    inner: Mutex<switchyard::Embedder>,
+    /// The width of an embedding.
+    #[pyo3(get)]
+    dim: usize,
+    /// Where inputs are truncated, in tokens.
+    #[pyo3(get)]
+    max_seq_length: usize,
+    /// The device it runs on.
+    #[pyo3(get)]
+    device: String,
+}
+
+#[pymethods]
+impl Embedder {
+    /// Opens the embedding model `model` (a directory or a Hugging Face repository id).
+    #[new]
+    #[pyo3(signature = (model, device=None, dtype=None, threads=None, max_seq_length=None))]
+    fn new(
+        py: Python<'_>,
+        model: &str,
+        device: Option<&str>,
+        dtype: Option<&str>,
+        threads: Option<usize>,
+        max_seq_length: Option<usize>,
+    ) -> PyResult<Self> {
+        let options = options(device, dtype, threads, max_seq_length)?;
+        let inner = py.detach(|| guarded(|| switchyard::Embedder::open_with(model, &options)))?;
+        Ok(Embedder {
+            dim: inner.dim(),
+            max_seq_length: inner.model().tokenizer().max_len(),
+            device: options.device.to_string(),
+            inner: inner.into(),
+        })
+    }
+
+    /// The embeddings of `texts`, as native-endian f32 bytes, `len(texts)` rows of `dim`.
+    fn embed<'py>(&self, py: Python<'py>, texts: Vec<String>) -> PyResult<Bound<'py, PyBytes>> {
+        let rows = py.detach(|| guarded(|| lock(&self.inner).embed(&texts)))?;
+        let floats = rows.len() * self.dim;
+        PyBytes::new_with(py, floats * 4, |buf| {
+            for (chunk, x) in buf.chunks_exact_mut(4).zip(rows.iter().flatten()) {
+                chunk.copy_from_slice(&x.to_ne_bytes());
+            }
+            Ok(())
+        })
+    }
+}
+
+/// A cross-encoder reranker.
+#[pyclass(module = "switchyard._switchyard", frozen)]
+struct Reranker {
+    inner: Mutex<switchyard::Reranker>,
+    /// The device it runs on.
+    #[pyo3(get)]
+    device: String,
+}
+
+#[pymethods]
+impl Reranker {
+    /// Opens the cross-encoder `model`.
+    #[new]
+    #[pyo3(signature = (model, device=None, dtype=None, threads=None, max_seq_length=None))]
+    fn new(
+        py: Python<'_>,
+        model: &str,
+        device: Option<&str>,
+        dtype: Option<&str>,
+        threads: Option<usize>,
+        max_seq_length: Option<usize>,
+    ) -> PyResult<Self> {
+        let options = options(device, dtype, threads, max_seq_length)?;
+        let inner = py.detach(|| guarded(|| switchyard::Reranker::open_with(model, &options)))?;
+        Ok(Reranker { device: options.device.to_string(), inner: inner.into() })
+    }
+
+    /// `docs` ranked against `query`, most relevant first: `(index, score, logit)` each, the
+    /// score being the logit's sigmoid.
+    fn rank(
+        &self,
+        py: Python<'_>,
+        query: String,
+        docs: Vec<String>,
+    ) -> PyResult<Vec<(usize, f32, f32)>> {
+        let ranked = py.detach(|| guarded(|| lock(&self.inner).rank(&query, &docs)))?;
+        Ok(ranked.into_iter().map(|r| (r.index, r.score, r.logit)).collect())
+    }
+}
+
+/// A sequence or token classifier.
+#[pyclass(module = "switchyard._switchyard", frozen)]
+struct Classifier {
+    inner: Mutex<switchyard::Classifier>,
+    /// The labels, in the order of the model's logits.
+    #[pyo3(get)]
+    labels: Vec<String>,
+    /// Whether it labels each word (a token classifier) rather than each text.
+    #[pyo3(get)]
+    tokens: bool,
+    /// The device it runs on.
+    #[pyo3(get)]
+    device: String,
+}
+
+#[pymethods]
+impl Classifier {
+    /// Opens the classifier `model`.
+    #[new]
+    #[pyo3(signature = (model, device=None, dtype=None, threads=None, max_seq_length=None))]
+    fn new(
+        py: Python<'_>,
+        model: &str,
+        device: Option<&str>,
+        dtype: Option<&str>,
+        threads: Option<usize>,
+        max_seq_length: Option<usize>,
+    ) -> PyResult<Self> {
+        let options = options(device, dtype, threads, max_seq_length)?;
+        let inner = py.detach(|| guarded(|| switchyard::Classifier::open_with(model, &options)))?;
+        let tokens = matches!(inner.model().task(), switchyard::Task::ClassifyTokens { .. });
+        Ok(Classifier {
+            labels: inner.labels().to_vec(),
+            tokens,
+            device: options.device.to_string(),
+            inner: inner.into(),
+        })
+    }
+
+    /// Each text's most likely label: `(label, score, logits)` (a sequence classifier).
+    fn predict(
+        &self,
+        py: Python<'_>,
+        texts: Vec<String>,
+    ) -> PyResult<Vec<(String, f32, Vec<f32>)>> {
+        let got = py.detach(|| guarded(|| lock(&self.inner).predict(&texts)))?;
+        Ok(got.into_iter().map(|p| (p.label, p.score, p.logits)).collect())
+    }
+
+    /// Each text's words with their labels: `(start, end, word, label, score)` each, with
+    /// byte offsets into the UTF-8 text (a token classifier).
+    fn label_words(
+        &self,
+        py: Python<'_>,
+        texts: Vec<String>,
+    ) -> PyResult<Vec<Vec<Word>>> {
+        let got = py.detach(|| guarded(|| lock(&self.inner).label_words(&texts)))?;
+        Ok(got
+            .into_iter()
+            .map(|words| {
+                words.into_iter().map(|w| (w.span.0, w.span.1, w.text, w.label, w.score)).collect()
+            })
+            .collect())
+    }
+}
+
+/// A SPLADE sparse encoder.
+#[pyclass(module = "switchyard._switchyard", frozen)]
+struct SparseEncoder {
+    inner: Mutex<switchyard::SparseEncoder>,
+    /// The device it runs on.
+    #[pyo3(get)]
+    device: String,
+}
+
+#[pymethods]
+impl SparseEncoder {
+    /// Opens the SPLADE model `model`.
+    #[new]
+    #[pyo3(signature = (model, device=None, dtype=None, threads=None, max_seq_length=None))]
+    fn new(
+        py: Python<'_>,
+        model: &str,
+        device: Option<&str>,
+        dtype: Option<&str>,
+        threads: Option<usize>,
+        max_seq_length: Option<usize>,
+    ) -> PyResult<Self> {
+        let options = options(device, dtype, threads, max_seq_length)?;
+        let inner =
+            py.detach(|| guarded(|| switchyard::SparseEncoder::open_with(model, &options)))?;
+        Ok(SparseEncoder { device: options.device.to_string(), inner: inner.into() })
+    }
+
+    /// Each text's terms, heaviest first: `(id, token or None, weight)` each.
+    fn encode(
+        &self,
+        py: Python<'_>,
+        texts: Vec<String>,
+    ) -> PyResult<Vec<Vec<Term>>> {
+        let got = py.detach(|| guarded(|| lock(&self.inner).encode(&texts)))?;
+        Ok(got
+            .into_iter()
+            .map(|terms| terms.into_iter().map(|t| (t.id, t.token, t.weight)).collect())
+            .collect())
+    }
+}
+
+/// Every device family of this build: `(name, available, status)` each.
+#[pyfunction]
+fn devices(py: Python<'_>) -> Vec<(String, bool, String)> {
+    py.detach(switchyard::devices).into_iter().map(|d| (d.name, d.available, d.status)).collect()
+}
+
+/// The native module.
+#[pymodule]
+fn _switchyard(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("SwitchyardError", m.py().get_type::<SwitchyardError>())?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("MAX_INPUT_BYTES", switchyard::input::MAX_INPUT_BYTES)?;
+    m.add_class::<Embedder>()?;
+    m.add_class::<Reranker>()?;
+    m.add_class::<Classifier>()?;
+    m.add_class::<SparseEncoder>()?;
+    m.add_function(wrap_pyfunction!(devices, m)?)?;
+    Ok(())
+}

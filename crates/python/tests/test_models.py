@@ -1,0 +1,147 @@
+"""Each model type through the Python API: equal to the `switchyard` command's outputs, and the
+real all-MiniLM-L6-v2 within the Rust tests' tolerance of sentence-transformers."""
+
+import numpy as np
+import pytest
+
+import switchyard
+from conftest import tiny
+
+TEXTS = ["cats sat on mats", "the sea", "A man is eating food.", "naïve café ☕ bits"]
+
+
+def test_minilm_matches_sentence_transformers(minilm, minilm_expected):
+    model = switchyard.SentenceTransformer(minilm)
+    got = model.encode(minilm_expected["sentences"])
+    want = np.array(minilm_expected["embeddings"], dtype=np.float32)
+    assert got.shape == want.shape == (8, 384) and got.dtype == np.float32
+    # 2e-6, as crates/models/tests/minilm.rs: the worst difference measured there is 2.8e-7,
+    # two f32 implementations summing in different orders.
+    assert np.abs(got - want).max() <= 2e-6
+
+
+def test_embeddings_equal_the_commands(minilm, cli):
+    got = switchyard.Embedder(minilm).encode(TEXTS)
+    lines = cli(["embed", "--model", minilm, "--input", "-"], "\n".join(TEXTS) + "\n")
+    assert [line["text"] for line in lines] == TEXTS
+    # The command prints each f32 in its shortest form, which reads back as the same f32.
+    assert np.array_equal(got, np.array([line["embedding"] for line in lines], dtype=np.float32))
+
+
+def test_encode_takes_sentence_transformers_arguments(minilm):
+    model = switchyard.Embedder(minilm)
+    many = model.encode(TEXTS)
+    assert model.get_sentence_embedding_dimension() == 384
+    one = model.encode(TEXTS[0])
+    assert one.shape == (384,) and np.array_equal(one, many[0])
+    assert model.encode([]).shape == (0, 384)
+    # Batches cross into the engine separately; a text's vector does not depend on its company.
+    assert np.allclose(model.encode(TEXTS, batch_size=1), many, atol=1e-6, rtol=0)
+    assert np.array_equal(model.encode(TEXTS, prompt="query: "), model.encode(
+        ["query: " + t for t in TEXTS]
+    ))
+    short = model.encode(TEXTS, truncate_dim=64, normalize_embeddings=True)
+    assert short.shape == (4, 64)
+    assert np.allclose(np.linalg.norm(short, axis=1), 1.0, atol=1e-6)
+    as_list = model.encode(TEXTS, convert_to_numpy=False)
+    assert isinstance(as_list, list) and np.array_equal(as_list[2], many[2])
+    sims = model.similarity(many, many)
+    assert sims.shape == (4, 4) and np.allclose(np.diag(sims), 1.0, atol=1e-5)
+
+
+def test_a_progress_bar_counts_every_text(minilm, capsys):
+    model = switchyard.Embedder(minilm)
+    model.encode(TEXTS, batch_size=3, show_progress_bar=True)
+    err = capsys.readouterr().err
+    assert "4/4" in err, err
+
+
+def test_rerank_and_predict_equal_the_commands(cli):
+    model = tiny("bert-cross-encoder")
+    reranker = switchyard.CrossEncoder(model)
+    ranked = reranker.rank("what do cats do?", TEXTS, return_documents=True)
+    lines = cli(["rerank", "--model", model, "--query", "what do cats do?", *TEXTS], "")
+    assert [r["corpus_id"] for r in ranked] == [line["index"] for line in lines]
+    assert [r["score"] for r in ranked] == [np.float32(line["score"]) for line in lines]
+    assert [r["text"] for r in ranked] == [line["document"] for line in lines]
+    assert len(reranker.rank("what do cats do?", TEXTS, top_k=2)) == 2
+    # predict scores pairs in their order, grouping them by query.
+    pairs = [("what do cats do?", t) for t in TEXTS] + [("the sea?", TEXTS[1])]
+    scores = reranker.predict(pairs, batch_size=3)
+    by_index = {line["index"]: np.float32(line["score"]) for line in lines}
+    assert list(scores[:4]) == [by_index[i] for i in range(4)]
+    assert scores[4] == reranker.rank("the sea?", [TEXTS[1]])[0]["score"]
+    assert reranker.predict(pairs[0]) == scores[0]
+
+
+def test_sequence_labels_equal_the_commands(cli):
+    model = tiny("bert-classifier")
+    classifier = switchyard.Classifier(model)
+    assert not classifier.is_token_classifier
+    got = classifier.predict(TEXTS)
+    lines = cli(["classify", "--model", model, *TEXTS], "")
+    assert classifier.labels == lines[0]["labels"]
+    for p, line in zip(got, lines):
+        assert p["label"] == line["label"]
+        assert np.float32(p["score"]) == np.float32(line["score"])
+        assert np.array_equal(np.float32(p["logits"]), np.float32(line["logits"]))
+    assert classifier.predict(TEXTS[1]) == got[1]
+
+
+def test_word_labels_equal_the_commands_with_python_offsets(cli):
+    model = tiny("bert-token-classifier")
+    tagger = switchyard.Classifier(model)
+    assert tagger.is_token_classifier
+    got = tagger.predict(TEXTS)
+    lines = cli(["classify", "--model", model, *TEXTS], "")
+    for text, words, line in zip(TEXTS, got, lines):
+        assert [w["label"] for w in words] == [t["label"] for t in line["tokens"]]
+        assert [np.float32(w["score"]) for w in words] == [
+            np.float32(t["score"]) for t in line["tokens"]
+        ]
+        for w in words:
+            # Character offsets into the Python string (the command's are UTF-8 bytes).
+            assert text[w["start"] : w["end"]] == w["word"]
+    assert [w["word"] for w in got[3]][:2] == ["naïve", "café"]
+
+
+def test_sparse_terms_equal_the_commands(cli):
+    model = tiny("bert-splade")
+    splade = switchyard.SparseEncoder(model)
+    got = splade.encode(TEXTS)
+    lines = cli(["embed", "--model", model, *TEXTS], "")
+    for terms, line in zip(got, lines):
+        want = {
+            t["token"] if t["token"] is not None else t["id"]: t["weight"] for t in line["sparse"]
+        }
+        assert list(terms) == list(want)
+        assert [np.float32(w) for w in terms.values()] == [np.float32(w) for w in want.values()]
+    ids = splade.encode(TEXTS[0], return_ids=True)
+    assert list(ids.keys()) == [t["id"] for t in lines[0]["sparse"]]
+
+
+def test_devices_lists_flex_as_available():
+    listed = switchyard.devices()
+    flex = [d for d in listed if d["device"] == "flex"]
+    assert flex and flex[0]["available"] and "computes in" in flex[0]["status"]
+    assert all(set(d) == {"device", "available", "status"} for d in listed)
+
+
+def test_int8_stays_as_close_as_docs_say(minilm, minilm_expected):
+    got = switchyard.Embedder(minilm, dtype="int8").encode(minilm_expected["sentences"])
+    want = np.array(minilm_expected["embeddings"], dtype=np.float32)
+    cosines = np.sum(got * want, axis=1)  # both unit length
+    # docs/benchmarks.md: int8 keeps a cosine of 0.9857 to 0.998 on these sentences.
+    assert cosines.min() >= 0.985 and cosines.max() < 1.0 - 1e-4, cosines
+
+
+def test_max_seq_length_truncates_inputs():
+    full = switchyard.Embedder(tiny("bert"))
+    short = switchyard.Embedder(tiny("bert"), max_seq_length=5)
+    assert short.max_seq_length == 5 and full.max_seq_length > 5
+    text = "cats sat on mats " * 20
+    assert not np.array_equal(short.encode(text), full.encode(text))
+    # What lies past the fifth token no longer matters.
+    assert np.array_equal(short.encode(text), short.encode(text + " the sea"))
+    with pytest.raises(switchyard.SwitchyardError, match="a maximum length of 1 tokens"):
+        switchyard.Embedder(tiny("bert"), max_seq_length=1)
