@@ -88,11 +88,11 @@ fn fetch_clients() -> Result<(), String> {
     let dir = clients_dir();
     let marker = dir.join(format!(".installed-{}", CLIENTS.join("-")));
     if marker.is_file() {
-        eprintln!("xtask: the Python HTTP clients are present in {}", dir.display());
+        eprintln!("xtask: the Python packages the tests use are present in {}", dir.display());
         return Ok(());
     }
     let _ = std::fs::remove_dir_all(&dir);
-    eprintln!("xtask: installing the Python HTTP clients ({})", CLIENTS.join(", "));
+    eprintln!("xtask: installing the Python packages the tests use ({})", CLIENTS.join(", "));
     run(Command::new("python3")
         .args([
             "-m",
@@ -118,7 +118,7 @@ pub fn fetch_models() -> ExitCode {
         }
     }
     if let Err(e) = fetch_clients() {
-        eprintln!("xtask fetch-models: the Python HTTP clients: {e}");
+        eprintln!("xtask fetch-models: the Python packages the tests use: {e}");
         return ExitCode::FAILURE;
     }
     ExitCode::SUCCESS
