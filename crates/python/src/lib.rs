@@ -70,6 +70,19 @@ fn options(
     Ok(options)
 }
 
+/// Opens a model with `open` and the options every class's constructor takes, with the GIL
+/// released; the model and the options it opened with.
+fn open<T: Send>(
+    py: Python<'_>,
+    model: &str,
+    (device, dtype, threads, max_len): (Option<&str>, Option<&str>, Option<usize>, Option<usize>),
+    open: impl FnOnce(&str, &Options) -> switchyard::Result<T> + Send,
+) -> PyResult<(T, Options)> {
+    let options = options(device, dtype, threads, max_len)?;
+    let opened = py.detach(|| guarded(|| open(model, &options)))?;
+    Ok((opened, options))
+}
+
 /// A labelled word as Python gets it: `(start, end, word, label, score)`, byte offsets.
 type Word = (usize, usize, String, String, f32);
 
@@ -110,8 +123,8 @@ impl Embedder {
         threads: Option<usize>,
         max_seq_length: Option<usize>,
     ) -> PyResult<Self> {
-        let options = options(device, dtype, threads, max_seq_length)?;
-        let inner = py.detach(|| guarded(|| switchyard::Embedder::open_with(model, &options)))?;
+        let args = (device, dtype, threads, max_seq_length);
+        let (inner, options) = open(py, model, args, switchyard::Embedder::open_with)?;
         Ok(Embedder {
             dim: inner.dim(),
             max_seq_length: inner.model().tokenizer().max_len(),
@@ -155,8 +168,8 @@ impl Reranker {
         threads: Option<usize>,
         max_seq_length: Option<usize>,
     ) -> PyResult<Self> {
-        let options = options(device, dtype, threads, max_seq_length)?;
-        let inner = py.detach(|| guarded(|| switchyard::Reranker::open_with(model, &options)))?;
+        let args = (device, dtype, threads, max_seq_length);
+        let (inner, options) = open(py, model, args, switchyard::Reranker::open_with)?;
         Ok(Reranker { device: options.device.to_string(), inner: inner.into() })
     }
 
@@ -201,8 +214,8 @@ impl Classifier {
         threads: Option<usize>,
         max_seq_length: Option<usize>,
     ) -> PyResult<Self> {
-        let options = options(device, dtype, threads, max_seq_length)?;
-        let inner = py.detach(|| guarded(|| switchyard::Classifier::open_with(model, &options)))?;
+        let args = (device, dtype, threads, max_seq_length);
+        let (inner, options) = open(py, model, args, switchyard::Classifier::open_with)?;
         let tokens = matches!(inner.model().task(), switchyard::Task::ClassifyTokens { .. });
         Ok(Classifier {
             labels: inner.labels().to_vec(),
@@ -224,11 +237,7 @@ impl Classifier {
 
     /// Each text's words with their labels: `(start, end, word, label, score)` each, with
     /// byte offsets into the UTF-8 text (a token classifier).
-    fn label_words(
-        &self,
-        py: Python<'_>,
-        texts: Vec<String>,
-    ) -> PyResult<Vec<Vec<Word>>> {
+    fn label_words(&self, py: Python<'_>, texts: Vec<String>) -> PyResult<Vec<Vec<Word>>> {
         let got = py.detach(|| guarded(|| lock(&self.inner).label_words(&texts)))?;
         Ok(got
             .into_iter()
@@ -261,18 +270,13 @@ impl SparseEncoder {
         threads: Option<usize>,
         max_seq_length: Option<usize>,
     ) -> PyResult<Self> {
-        let options = options(device, dtype, threads, max_seq_length)?;
-        let inner =
-            py.detach(|| guarded(|| switchyard::SparseEncoder::open_with(model, &options)))?;
+        let args = (device, dtype, threads, max_seq_length);
+        let (inner, options) = open(py, model, args, switchyard::SparseEncoder::open_with)?;
         Ok(SparseEncoder { device: options.device.to_string(), inner: inner.into() })
     }
 
     /// Each text's terms, heaviest first: `(id, token or None, weight)` each.
-    fn encode(
-        &self,
-        py: Python<'_>,
-        texts: Vec<String>,
-    ) -> PyResult<Vec<Vec<Term>>> {
+    fn encode(&self, py: Python<'_>, texts: Vec<String>) -> PyResult<Vec<Vec<Term>>> {
         let got = py.detach(|| guarded(|| lock(&self.inner).encode(&texts)))?;
         Ok(got
             .into_iter()

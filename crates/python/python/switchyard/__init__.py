@@ -123,7 +123,30 @@ def _progress(starts: Iterable[int], n: int, batch_size: int, desc: str):
             print(file=sys.stderr)
 
 
-class Embedder:
+class _Model:
+    """What every model type shares: opening a native model, and the device it runs on."""
+
+    _native_type: Any = None
+
+    def __init__(
+        self,
+        model_name_or_path: Union[str, "os.PathLike[str]"],
+        device: Optional[str] = None,
+        dtype: Optional[str] = None,
+        threads: Optional[int] = None,
+        max_seq_length: Optional[int] = None,
+    ) -> None:
+        self._native = self._native_type(
+            _model_path(model_name_or_path), device, dtype, threads, max_seq_length
+        )
+
+    @property
+    def device(self) -> str:
+        """The device the model runs on."""
+        return self._native.device
+
+
+class Embedder(_Model):
     """A sentence embedder, with sentence-transformers' ``SentenceTransformer`` interface.
 
     :param model_name_or_path: a checkpoint directory or a Hugging Face repository id.
@@ -134,22 +157,7 @@ class Embedder:
     :param max_seq_length: where inputs are truncated, in tokens (default: the checkpoint's).
     """
 
-    def __init__(
-        self,
-        model_name_or_path: Union[str, "os.PathLike[str]"],
-        device: Optional[str] = None,
-        dtype: Optional[str] = None,
-        threads: Optional[int] = None,
-        max_seq_length: Optional[int] = None,
-    ) -> None:
-        self._native = _switchyard.Embedder(
-            _model_path(model_name_or_path), device, dtype, threads, max_seq_length
-        )
-
-    @property
-    def device(self) -> str:
-        """The device the model runs on."""
-        return self._native.device
+    _native_type = _switchyard.Embedder
 
     @property
     def max_seq_length(self) -> int:
@@ -233,29 +241,14 @@ class Embedder:
         return f"Embedder(dim={self._native.dim}, device={self.device!r})"
 
 
-class Reranker:
+class Reranker(_Model):
     """A cross-encoder, with sentence-transformers' ``CrossEncoder`` interface.
 
     Scores are the sigmoid of the model's one logit, as sentence-transformers gives them.
     Parameters as :class:`Embedder`'s.
     """
 
-    def __init__(
-        self,
-        model_name_or_path: Union[str, "os.PathLike[str]"],
-        device: Optional[str] = None,
-        dtype: Optional[str] = None,
-        threads: Optional[int] = None,
-        max_seq_length: Optional[int] = None,
-    ) -> None:
-        self._native = _switchyard.Reranker(
-            _model_path(model_name_or_path), device, dtype, threads, max_seq_length
-        )
-
-    @property
-    def device(self) -> str:
-        """The device the model runs on."""
-        return self._native.device
+    _native_type = _switchyard.Reranker
 
     def rank(
         self,
@@ -319,28 +312,13 @@ class Reranker:
         return f"Reranker(device={self.device!r})"
 
 
-class Classifier:
+class Classifier(_Model):
     """A sequence classifier (a label per text) or a token classifier (a label per word).
 
     Parameters as :class:`Embedder`'s.
     """
 
-    def __init__(
-        self,
-        model_name_or_path: Union[str, "os.PathLike[str]"],
-        device: Optional[str] = None,
-        dtype: Optional[str] = None,
-        threads: Optional[int] = None,
-        max_seq_length: Optional[int] = None,
-    ) -> None:
-        self._native = _switchyard.Classifier(
-            _model_path(model_name_or_path), device, dtype, threads, max_seq_length
-        )
-
-    @property
-    def device(self) -> str:
-        """The device the model runs on."""
-        return self._native.device
+    _native_type = _switchyard.Classifier
 
     @property
     def labels(self) -> List[str]:
@@ -389,25 +367,10 @@ def _word(text: str, start: int, end: int, word: str, label: str, score: float) 
     return {"word": word, "start": first, "end": first + len(word), "label": label, "score": score}
 
 
-class SparseEncoder:
+class SparseEncoder(_Model):
     """A SPLADE sparse encoder. Parameters as :class:`Embedder`'s."""
 
-    def __init__(
-        self,
-        model_name_or_path: Union[str, "os.PathLike[str]"],
-        device: Optional[str] = None,
-        dtype: Optional[str] = None,
-        threads: Optional[int] = None,
-        max_seq_length: Optional[int] = None,
-    ) -> None:
-        self._native = _switchyard.SparseEncoder(
-            _model_path(model_name_or_path), device, dtype, threads, max_seq_length
-        )
-
-    @property
-    def device(self) -> str:
-        """The device the model runs on."""
-        return self._native.device
+    _native_type = _switchyard.SparseEncoder
 
     def encode(
         self,
