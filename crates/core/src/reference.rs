@@ -85,14 +85,7 @@ impl Backend for Reference {
         out: &mut Outputs,
     ) -> Result<()> {
         plan.bucket.admit(batch)?;
-        for op in &plan.graph.ops {
-            let o = op.out();
-            let n = batch.rows(plan.graph.shape(o).rows) * plan.graph.shape(o).width;
-            let cx = Ctx { plan, arena: &state.arena, batch };
-            cx.eval(op, &mut state.tmp[..n], &mut state.scores);
-            let start = plan.layout.offsets[o.idx()] / F64;
-            state.arena[start..start + n].copy_from_slice(&state.tmp[..n]);
-        }
+        eval_ops(plan, state, batch);
         let cx = Ctx { plan, arena: &state.arena, batch };
         for (m, o) in out.prepare(&plan.graph, batch).iter_mut().zip(&plan.graph.outputs) {
             for (d, s) in m.data.iter_mut().zip(cx.val(o.val)) {
@@ -108,6 +101,48 @@ impl Backend for Reference {
 
     fn state_bytes(&self, s: &RefState) -> usize {
         (s.arena.len() + s.tmp.len() + s.scores.len()) * F64
+    }
+}
+
+impl Reference {
+    /// Runs `graph` on `batch` with its weights given in f64 (row-major, in the graph's order)
+    /// and returns each output's rows in f64, in the graph's output order: for checks finer
+    /// than f32 allows, such as finite-difference gradients.
+    pub fn eval_f64(
+        graph: &Graph,
+        weights: Vec<Vec<f64>>,
+        batch: &Batch<'_>,
+    ) -> Result<Vec<Vec<f64>>> {
+        graph.check_lowerable(weights.len())?;
+        for (i, (w, spec)) in weights.iter().zip(&graph.weights).enumerate() {
+            let want: usize = spec.shape.iter().product();
+            if w.len() != want {
+                return Err(crate::Error::Format(format!(
+                    "weight {i} `{}` has {} values, expected {want}",
+                    spec.name,
+                    w.len()
+                )));
+            }
+        }
+        batch.check(&graph.limits())?;
+        let bucket = Bucket::new(batch.tokens(), batch.seqs(), batch.markers());
+        let plan = Reference.lower(&Arc::new(RefWeights { tensors: weights }), graph, bucket)?;
+        let mut state = Reference.state(&plan)?;
+        eval_ops(&plan, &mut state, batch);
+        let cx = Ctx { plan: &plan, arena: &state.arena, batch };
+        Ok(graph.outputs.iter().map(|o| cx.val(o.val).to_vec()).collect())
+    }
+}
+
+/// Evaluates every op of `plan` on `batch` into the state's arena.
+fn eval_ops(plan: &RefPlan, state: &mut RefState, batch: &Batch<'_>) {
+    for op in &plan.graph.ops {
+        let o = op.out();
+        let n = batch.rows(plan.graph.shape(o).rows) * plan.graph.shape(o).width;
+        let cx = Ctx { plan, arena: &state.arena, batch };
+        cx.eval(op, &mut state.tmp[..n], &mut state.scores);
+        let start = plan.layout.offsets[o.idx()] / F64;
+        state.arena[start..start + n].copy_from_slice(&state.tmp[..n]);
     }
 }
 

@@ -283,3 +283,30 @@ fn a_scratch_serves_only_the_executor_that_made_it() {
     let e = e.unwrap_err().to_string();
     assert!(e.contains("a scratch made by another executor"), "{e}");
 }
+
+#[test]
+fn eval_f64_is_the_reference_run_without_the_rounding_to_f32() {
+    let g = testkit::bert_like(EncoderSpec::TINY);
+    let weights = testkit::random_weights(&g, 7);
+    let f64s: Vec<Vec<f64>> = weights.tensors().iter().map(|t| t.iter_f64().collect()).collect();
+    let buf = batch_of(&[5, 3, 7], 4);
+    let exact = Reference::eval_f64(&g, f64s.clone(), &buf.batch()).unwrap();
+    let mut out = Outputs::new();
+    executor(&g).run(LaneId::MAIN, &buf.batch(), &mut out).unwrap();
+    assert_eq!(exact.len(), g.outputs.len());
+    for (o, want) in g.outputs.iter().zip(&exact) {
+        let got = &out.get(&o.name).unwrap().data;
+        assert_eq!(got.len(), want.len());
+        for (a, b) in got.iter().zip(want) {
+            assert_eq!(*a, *b as f32, "output `{}`", o.name);
+        }
+    }
+    // Weights of the wrong size, or a batch past the vocabulary, are errors.
+    let mut short = f64s.clone();
+    short[0].pop();
+    let e = Reference::eval_f64(&g, short, &buf.batch()).unwrap_err();
+    assert!(e.to_string().contains("values, expected"), "{e}");
+    let mut bad = BatchBuf::new();
+    bad.push(&[u32::MAX], None, &[]).unwrap();
+    assert!(Reference::eval_f64(&g, f64s, &bad.batch()).is_err());
+}

@@ -1,6 +1,6 @@
 //! Building a graph op by op.
 
-use super::{Graph, Op, Output, Shape, Val, W, WeightSpec};
+use super::{Dropout, Graph, Op, Output, Shape, Val, W, WeightSpec};
 use crate::Result;
 
 /// Builds a [`Graph`] op by op, allocating values as it goes.
@@ -43,6 +43,14 @@ impl GraphBuilder {
     pub fn op(&mut self, shape: Shape, make: impl FnOnce(Val) -> Op) -> Val {
         let out = self.val(shape);
         self.push(make(out))
+    }
+
+    /// Marks `val` for dropout with probability `p` in training ([`Dropout`]); a `p` of 0
+    /// marks nothing.
+    pub fn dropout(&mut self, val: Val, p: f32) {
+        if p != 0.0 {
+            self.graph.dropout.push(Dropout { val, p });
+        }
     }
 
     /// Names a value as a graph output.

@@ -57,6 +57,21 @@ impl Limits {
     pub const NONE: Limits = Limits { vocab: u32::MAX, types: u32::MAX, max_len: u32::MAX };
 }
 
+/// Where training zeroes activations at random; inference ignores it.
+///
+/// Each element of the value is zeroed with probability `p` and the others are scaled by
+/// `1 / (1 - p)` (PyTorch's `nn.Dropout`). The value is the result of the op that writes it,
+/// with two exceptions that follow where Hugging Face's models drop: for a [`Op::Linear`] with a
+/// residual, its result before the residual is added; for [`Op::Attention`], its attention
+/// probabilities.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Dropout {
+    /// The value dropped (see above for what that means for its op).
+    pub val: Val,
+    /// The probability of zeroing each element, in `(0, 1)`.
+    pub p: f32,
+}
+
 /// A model's forward pass: values, the ops that compute them in order, and named outputs.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Graph {
@@ -68,12 +83,21 @@ pub struct Graph {
     pub outputs: Vec<Output>,
     /// The weight tensors the ops reference by [`W`], with the shapes they must have.
     pub weights: Vec<WeightSpec>,
+    /// Where training drops activations, at most once per value (empty for a graph built for
+    /// inference only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dropout: Vec<Dropout>,
 }
 
 impl Graph {
     /// The shape of a value. Panics if `v` is out of range; call [`Graph::validate`] first.
     pub fn shape(&self, v: Val) -> Shape {
         self.vals[v.idx()]
+    }
+
+    /// The dropout probability training applies at `v` (0 where it applies none).
+    pub fn dropout_at(&self, v: Val) -> f32 {
+        self.dropout.iter().find(|d| d.val == v).map_or(0.0, |d| d.p)
     }
 
     /// The value an output name refers to.
@@ -260,6 +284,26 @@ pub(crate) mod tests {
         assert_eq!(g.limits(), Limits { vocab: 20, types: 1, max_len: 14 });
         assert_eq!(g.output("embedding"), Some(Val(9)));
         assert_eq!(g.output("nope"), None);
+    }
+
+    #[test]
+    fn dropout_marks_are_kept_by_value_and_a_zero_marks_nothing() {
+        let mut g = GraphBuilder::new();
+        let emb = g.weight("emb", &[20, 8]);
+        let x = g.op(Shape::tokens(8), |out| Op::Embed { table: emb, out });
+        let y = g.op(Shape::tokens(8), |out| Op::Activation { x, act: Act::Tanh, out });
+        g.dropout(x, 0.25);
+        g.dropout(y, 0.0);
+        g.output("y", y);
+        let g = g.finish().unwrap();
+        assert_eq!(g.dropout, [Dropout { val: x, p: 0.25 }]);
+        assert_eq!((g.dropout_at(x), g.dropout_at(y)), (0.25, 0.0));
+        let back: Graph = serde_json::from_str(&serde_json::to_string(&g).unwrap()).unwrap();
+        assert_eq!(back, g);
+        // A graph serialised before dropout existed still reads.
+        let old = serde_json::to_string(&block()).unwrap();
+        assert!(!old.contains("dropout"), "{old}");
+        assert_eq!(serde_json::from_str::<Graph>(&old).unwrap(), block());
     }
 
     #[test]

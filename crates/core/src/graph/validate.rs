@@ -35,6 +35,20 @@ impl Graph {
         if let Some(v) = defined.iter().position(|d| !d) {
             return Err(Error::Graph(format!("value {v} is never defined by any op")));
         }
+        for (i, d) in self.dropout.iter().enumerate() {
+            if d.val.idx() >= self.vals.len() {
+                return Err(Error::Graph(format!("dropout {i} names value {}", d.val.0)));
+            }
+            if !(d.p > 0.0 && d.p < 1.0) {
+                return Err(Error::Graph(format!(
+                    "dropout at value {}: the probability {} is not in (0, 1)",
+                    d.val.0, d.p
+                )));
+            }
+            if self.dropout[..i].iter().any(|e| e.val == d.val) {
+                return Err(Error::Graph(format!("value {} has dropout twice", d.val.0)));
+            }
+        }
         if self.outputs.is_empty() {
             return Err(Error::Graph("the graph has no outputs".into()));
         }
@@ -302,6 +316,21 @@ mod tests {
             out: Val(6),
         };
         cases.push((g, "op 6 (Attention): reads value 8 before any op defines it"));
+
+        let mut g = base.clone();
+        g.dropout.push(super::super::Dropout { val: Val(12), p: 0.1 });
+        cases.push((g, "dropout 0 names value 12"));
+
+        for p in [0.0, 1.0, f32::NAN] {
+            let mut g = base.clone();
+            g.dropout.push(super::super::Dropout { val: Val(3), p });
+            cases.push((g, "is not in (0, 1)"));
+        }
+
+        let mut g = base.clone();
+        g.dropout.push(super::super::Dropout { val: Val(3), p: 0.1 });
+        g.dropout.push(super::super::Dropout { val: Val(3), p: 0.2 });
+        cases.push((g, "value 3 has dropout twice"));
 
         for (g, want) in cases {
             let msg = invalid(&g);
