@@ -5,8 +5,8 @@
 //! [`crate::Kernels`] and may call these for the cases they do not handle.
 
 use burn_backend::ops::AttentionModuleOptions;
-use burn_backend::tensor::FloatTensor;
-use burn_backend::{Backend as BurnBackend, Shape, Slice, TensorMetadata};
+use burn_backend::tensor::{BoolTensor, FloatTensor};
+use burn_backend::{Backend as BurnBackend, Distribution, Shape, Slice, TensorMetadata};
 use burn_std::IndexingUpdateOp;
 use switchyard_core::{Act, Op, PoolMode};
 
@@ -35,11 +35,22 @@ fn reshape<B: BurnBackend>(t: FloatTensor<B>, shape: &[usize]) -> FloatTensor<B>
     B::float_reshape(t, Shape::from(shape.to_vec()))
 }
 
+/// Exact GELU, `0.5 x (1 + erf(x / sqrt 2))`. Under autodiff it is spelled out in `erf`, whose
+/// derivative is exact on every backend: Burn's default `gelu_backward` (ndarray's, CubeCL's) is
+/// the derivative of the tanh approximation, off by up to about 1% of the gradient.
+pub fn gelu<B: BurnBackend>(x: FloatTensor<B>) -> FloatTensor<B> {
+    if !B::ad_enabled(&x.device()) {
+        return B::gelu(x);
+    }
+    let e = B::float_erf(B::float_div_scalar(x.clone(), std::f64::consts::SQRT_2.into()));
+    B::float_mul_scalar(B::float_mul(x, B::float_add_scalar(e, 1.0f64.into())), 0.5f64.into())
+}
+
 /// Applies an activation element-wise.
 pub fn activation<B: BurnBackend>(x: FloatTensor<B>, act: Act) -> FloatTensor<B> {
     match act {
         Act::Identity => x,
-        Act::Gelu => B::gelu(x),
+        Act::Gelu => gelu::<B>(x),
         Act::GeluTanh => {
             // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
             let c = (2.0 / std::f64::consts::PI).sqrt();
@@ -115,10 +126,62 @@ pub fn attention_masked<B: BurnBackend>(
     meaning: MaskMeaning,
     cx: &RunCx<'_, B>,
 ) -> FloatTensor<B> {
+    let options = AttentionModuleOptions { scale: Some(f64::from(scale)), ..Default::default() };
+    per_sequence::<B>(&q, &k, &v, heads, head_dim, window, meaning, cx, |q, k, v, mask| {
+        B::attention(q, k, v, mask, None, options)
+    })
+}
+
+/// [`attention`] with dropout `p` on the attention probabilities, as training runs it: scores,
+/// the window's mask, softmax, dropout, then the values, in Burn's primitive ops.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_dropped<B: BurnBackend>(
+    q: FloatTensor<B>,
+    k: FloatTensor<B>,
+    v: FloatTensor<B>,
+    heads: usize,
+    head_dim: usize,
+    scale: f32,
+    window: Option<usize>,
+    p: f32,
+    cx: &RunCx<'_, B>,
+) -> FloatTensor<B> {
+    let meaning = MaskMeaning::TrueExcludes;
+    per_sequence::<B>(&q, &k, &v, heads, head_dim, window, meaning, cx, |q, k, v, mask| {
+        let scores =
+            B::float_mul_scalar(B::float_matmul(q, B::float_transpose(k)), f64::from(scale).into());
+        let scores = match mask {
+            Some(m) => B::float_mask_fill(scores, m, f32::NEG_INFINITY.into()),
+            None => scores,
+        };
+        let probs = dropout::<B>(B::softmax(scores, 3), p, cx.device);
+        B::float_matmul(probs, v)
+    })
+}
+
+/// Runs `attend` on each sequence's `[1, heads, len, head_dim]` views of `q`, `k` and `v`, with
+/// the sliding window's `[1, heads, len, len]` mask (`true` meaning what `meaning` says) where the
+/// window is shorter than the sequence, and joins the results back into token rows.
+#[allow(clippy::too_many_arguments)]
+fn per_sequence<B: BurnBackend>(
+    q: &FloatTensor<B>,
+    k: &FloatTensor<B>,
+    v: &FloatTensor<B>,
+    heads: usize,
+    head_dim: usize,
+    window: Option<usize>,
+    meaning: MaskMeaning,
+    cx: &RunCx<'_, B>,
+    attend: impl Fn(
+        FloatTensor<B>,
+        FloatTensor<B>,
+        FloatTensor<B>,
+        Option<BoolTensor<B>>,
+    ) -> FloatTensor<B>,
+) -> FloatTensor<B> {
     let outside = meaning == MaskMeaning::TrueExcludes;
     let b = cx.batch;
     let w = heads * head_dim;
-    let options = AttentionModuleOptions { scale: Some(f64::from(scale)), ..Default::default() };
     let split = |t: &FloatTensor<B>, s: usize, l: usize| {
         let r = rows::<B>(t.clone(), b.cu[s] as usize, b.cu[s] as usize + l);
         B::float_swap_dims(reshape::<B>(r, &[1, l, heads, head_dim]), 1, 2)
@@ -132,11 +195,18 @@ pub fn attention_masked<B: BurnBackend>(
             let m = crate::convert::bools::<B>(&m, &[1, 1, l, l], cx.device);
             B::bool_expand(m, Shape::from(vec![1, heads, l, l]))
         });
-        let o =
-            B::attention(split(&q, s, l), split(&k, s, l), split(&v, s, l), mask, None, options);
+        let o = attend(split(q, s, l), split(k, s, l), split(v, s, l), mask);
         outs.push(reshape::<B>(B::float_swap_dims(o, 1, 2), &[l, w]));
     }
     if outs.len() == 1 { outs.pop().expect("one sequence") } else { B::float_cat(outs, 0) }
+}
+
+/// Zeroes each element with probability `p` and scales the others by `1 / (1 - p)`
+/// (inverted dropout, as PyTorch's `nn.Dropout` in training), with the device's random numbers.
+pub fn dropout<B: BurnBackend>(x: FloatTensor<B>, p: f32, device: &B::Device) -> FloatTensor<B> {
+    let keep = 1.0 - f64::from(p);
+    let mask = B::float_random(x.shape(), Distribution::Bernoulli(keep), device, x.dtype().into());
+    B::float_mul_scalar(B::float_mul(x, mask), (1.0 / keep).into())
 }
 
 /// Rotary embedding with `cos` and `sin` tables of `[positions, head_dim / 2]`.
@@ -223,6 +293,31 @@ pub fn rms_norm<B: BurnBackend>(
 pub fn l2_norm<B: BurnBackend>(x: FloatTensor<B>, eps: f32) -> FloatTensor<B> {
     let norm = B::float_sqrt(B::float_sum_dim(B::float_mul(x.clone(), x.clone()), 1));
     B::float_div(x, B::float_clamp_min(norm, f64::from(eps).into()))
+}
+
+/// Runs one op the generic way with the graph's dropout `p` at its output applied, as training
+/// does ([`switchyard_core::Dropout`] says where): a linear layer's result is dropped before its
+/// residual is added, attention's probabilities are dropped, and any other op's result.
+pub fn run_op_dropped<B: BurnBackend>(
+    op: &Op,
+    ins: Inputs<B>,
+    w: &Bound<B>,
+    p: f32,
+    cx: &RunCx<'_, B>,
+) -> FloatTensor<B> {
+    match (op, w) {
+        (Op::Linear { act, residual: Some(_), .. }, Bound::Linear { wt, bias }) => {
+            let [x, r, _] = ins;
+            let y = linear::<B>(x.expect("a linear layer's input"), wt, bias.as_ref(), *act, None);
+            let y = dropout::<B>(y, p, cx.device);
+            B::float_add(y, r.expect("a linear layer's residual"))
+        }
+        (Op::Attention { heads, head_dim, scale, window, .. }, _) => {
+            let [q, k, v] = ins.map(|t| t.expect("attention's query, key and value"));
+            attention_dropped::<B>(q, k, v, *heads, *head_dim, *scale, *window, p, cx)
+        }
+        _ => dropout::<B>(run_op::<B>(op, ins, w, cx), p, cx.device),
+    }
 }
 
 /// Runs one op the generic way. `ins` holds the op's inputs in [`Op::inputs`] order; `w` the

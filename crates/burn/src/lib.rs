@@ -27,7 +27,8 @@ use std::collections::HashMap;
 use burn_backend::Backend as BurnBackend;
 use burn_backend::tensor::FloatTensor;
 use switchyard_core::{
-    Backend, Batch, Bucket, Caps, DType, Error, Graph, HostTensor, Layout, Op, Outputs, Result, W,
+    Backend, Batch, Bucket, Caps, DType, Error, Graph, HostTensor, Layout, Op, Outputs, Result,
+    Val, W,
 };
 
 pub use convert::{burn_dtype, floats, floats_as, ints, read_f32};
@@ -141,6 +142,85 @@ impl<B: BurnBackend, K: Kernels<B>> Burn<B, K> {
     pub fn kernels(&self) -> &K {
         &self.kernels
     }
+
+    /// Runs `plan` on `batch` as `how` says and returns the graph's outputs as device tensors,
+    /// in the graph's order (`None` for an output with no rows in this batch, such as a token
+    /// classifier's logits for a batch without markers): what `run` reads back, and what
+    /// training differentiates.
+    pub fn forward(
+        &self,
+        plan: &BurnPlan<B>,
+        state: &mut BurnState<B>,
+        batch: &Batch<'_>,
+        how: &Forward<B>,
+    ) -> Result<Vec<Option<FloatTensor<B>>>> {
+        plan.bucket.admit(batch)?;
+        // A run that failed half way may have left values behind.
+        state.vals.iter_mut().for_each(|v| *v = None);
+        let graph = &plan.graph;
+        if batch.seqs() == 0 {
+            return Ok(vec![None; graph.outputs.len()]);
+        }
+        let cx = RunCx::<B>::new(graph, batch, &self.device);
+        for (i, op) in graph.ops.iter().enumerate() {
+            let o = op.out();
+            // Only marker rows can be absent from a non-empty batch; ops on them are skipped.
+            if batch.rows(graph.shape(o).rows) == 0 {
+                continue;
+            }
+            let ins = take_inputs::<B>(op, i, &plan.last_use, &mut state.vals);
+            let p = if how.dropout { graph.dropout_at(o) } else { 0.0 };
+            let y = if let Some((_, t)) = how.feed.iter().find(|(v, _)| *v == o) {
+                t.clone()
+            } else if p > 0.0 {
+                generic::run_op_dropped::<B>(op, ins, &plan.bound[i], p, &cx)
+            } else {
+                match self.kernels.run_op(op, ins, &plan.bound[i], &cx) {
+                    Outcome::Done(y) => y,
+                    Outcome::Declined(ins) => generic::run_op::<B>(op, ins, &plan.bound[i], &cx),
+                }
+            };
+            if plan.last_use[o.idx()].is_some() {
+                state.vals[o.idx()] = Some(y);
+            }
+        }
+        let outs = graph
+            .outputs
+            .iter()
+            .map(|o| {
+                let rows = batch.rows(graph.shape(o.val).rows);
+                // An output read by later ops as well is still needed by the next output.
+                (rows > 0).then(|| state.vals[o.val.idx()].clone()).flatten()
+            })
+            .collect();
+        state.vals.iter_mut().for_each(|v| *v = None);
+        Ok(outs)
+    }
+}
+
+/// Work to run on a Burn backend, whichever it is: what [`OnBurn::on_burn`] hands a Switchyard
+/// backend's Burn type and device to (how training runs on every device that is a Burn
+/// backend, wrapping it in burn-autodiff).
+pub trait BurnVisitor: Send {
+    /// What the work gives back.
+    type Out: Send;
+
+    /// Runs the work on the Burn backend `B`, on `device`, which the Switchyard backend of
+    /// `caps` runs on.
+    fn visit<B: BurnBackend>(self, device: B::Device, caps: Caps) -> Self::Out;
+}
+
+/// A Switchyard backend whose device is a Burn backend's.
+pub trait OnBurn {
+    /// Runs `work` on this backend's Burn backend and device (on its threads, where it has
+    /// threads of its own).
+    fn on_burn<V: BurnVisitor>(&self, work: V) -> V::Out;
+}
+
+impl<B: BurnBackend, K: Kernels<B>> OnBurn for Burn<B, K> {
+    fn on_burn<V: BurnVisitor>(&self, work: V) -> V::Out {
+        work.visit::<B>(self.device.clone(), self.caps.clone())
+    }
 }
 
 /// Checkpoint weights on a Burn device, each in the form its ops read it.
@@ -154,6 +234,22 @@ pub struct BurnWeights<B: BurnBackend> {
 }
 
 impl<B: BurnBackend> BurnWeights<B> {
+    /// Weights from tensors already on the device, one per graph weight in the graph's order,
+    /// each as the checkpoint has it (a linear layer's matrix `[out, in]`): training's
+    /// parameters, which `lower` binds as it binds uploaded weights, transposing where an op
+    /// reads another form.
+    pub fn from_tensors(tensors: Vec<FloatTensor<B>>) -> Self {
+        let bytes = tensors
+            .iter()
+            .map(|t| {
+                let dtype = burn_backend::TensorMetadata::dtype(t);
+                burn_backend::TensorMetadata::shape(t).num_elements() * dtype.size()
+            })
+            .sum();
+        let transposed = vec![None; tensors.len()];
+        BurnWeights { plain: tensors.into_iter().map(Some).collect(), transposed, bytes }
+    }
+
     fn plain(&self, w: W) -> Result<FloatTensor<B>> {
         match (&self.plain[w.idx()], &self.transposed[w.idx()]) {
             (Some(t), _) => Ok(t.clone()),
@@ -194,6 +290,22 @@ pub struct BurnPlan<B: BurnBackend> {
     /// For each value, the last op that reads it (`ops.len()` for outputs, `None` if unread).
     last_use: Vec<Option<usize>>,
     bytes: usize,
+}
+
+/// How [`Burn::forward`] runs a plan, beyond computing its graph.
+#[derive(Clone, Debug)]
+pub struct Forward<B: BurnBackend> {
+    /// Values given instead of computed: the op that writes each is skipped, and its readers
+    /// read the tensor given (which must have the value's rows for the batch).
+    pub feed: Vec<(Val, FloatTensor<B>)>,
+    /// Whether the graph's dropout applies, as in training.
+    pub dropout: bool,
+}
+
+impl<B: BurnBackend> Default for Forward<B> {
+    fn default() -> Self {
+        Forward { feed: Vec::new(), dropout: false }
+    }
 }
 
 /// What one run holds: a slot for each value, filled while the value is live (Burn allocates
@@ -321,35 +433,10 @@ impl<B: BurnBackend, K: Kernels<B>> Backend for Burn<B, K> {
         let _span =
             tracing::trace_span!("run", backend = %self.caps.backend, tokens = batch.tokens())
                 .entered();
-        plan.bucket.admit(batch)?;
+        let results = self.forward(plan, state, batch, &Forward::default())?;
         let mats = out.prepare(&plan.graph, batch);
-        // A run that failed half way may have left values behind.
-        state.vals.iter_mut().for_each(|v| *v = None);
-        if batch.seqs() == 0 {
-            return Ok(());
-        }
-        let graph = &plan.graph;
-        let cx = RunCx::<B>::new(graph, batch, &self.device);
-        for (i, op) in graph.ops.iter().enumerate() {
-            let o = op.out();
-            // Only marker rows can be absent from a non-empty batch; ops on them are skipped.
-            if batch.rows(graph.shape(o).rows) == 0 {
-                continue;
-            }
-            let ins = take_inputs::<B>(op, i, &plan.last_use, &mut state.vals);
-            let y = match self.kernels.run_op(op, ins, &plan.bound[i], &cx) {
-                Outcome::Done(y) => y,
-                Outcome::Declined(ins) => generic::run_op::<B>(op, ins, &plan.bound[i], &cx),
-            };
-            if plan.last_use[o.idx()].is_some() {
-                state.vals[o.idx()] = Some(y);
-            }
-        }
-        for (m, o) in mats.iter_mut().zip(&graph.outputs) {
-            if m.rows == 0 {
-                continue;
-            }
-            let t = state.vals[o.val.idx()].take().expect("outputs live to the end of the run");
+        for (m, t) in mats.iter_mut().zip(results) {
+            let Some(t) = t else { continue };
             let v = read_f32::<B>(t)?;
             if v.len() != m.data.len() {
                 return Err(Error::Device(format!(
@@ -361,7 +448,6 @@ impl<B: BurnBackend, K: Kernels<B>> Backend for Burn<B, K> {
             }
             m.data.copy_from_slice(&v);
         }
-        state.vals.iter_mut().for_each(|v| *v = None);
         Ok(())
     }
 

@@ -169,6 +169,15 @@ impl FlexBackend {
     }
 }
 
+/// Training (and anything else that needs a Burn backend) runs on burn-flex, on this backend's
+/// thread pool.
+impl switchyard_burn::OnBurn for FlexBackend {
+    fn on_burn<V: switchyard_burn::BurnVisitor>(&self, work: V) -> V::Out {
+        let caps = Caps { dtype: DType::F32, ..self.caps.clone() };
+        self.pool.install(|| work.visit::<Flex>(FlexDevice, caps))
+    }
+}
+
 /// The error for data of one engine handed to the other.
 fn crossed(what: &str) -> switchyard_core::Error {
     switchyard_core::Error::Device(format!(
