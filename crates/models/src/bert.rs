@@ -2,7 +2,9 @@
 //!
 //! All three are post-norm: embeddings (word + position [+ type]) then LayerNorm, and per layer
 //! `x = LN(x + attn(x))`, `x = LN(x + ffn(x))`. They differ in weight names, in RoBERTa's
-//! position offset and in DistilBERT's lack of token types.
+//! position offset and in DistilBERT's lack of token types. Dropout (training only) is marked
+//! where transformers applies it: after the embeddings' norm, on the attention probabilities,
+//! and on each block's output before its residual (DistilBERT: the feed-forward block's only).
 
 use switchyard_core::{Act, Op, Shape, Val};
 
@@ -84,6 +86,8 @@ pub(crate) fn build<'a>(ck: &'a Checkpoint, cfg: &EncoderConfig) -> Result<(Enco
         }
     }
     x = e.layer_norm(s.emb_norm, x, cfg.eps)?;
+    let drop = cfg.dropout;
+    e.g.dropout(x, drop.embeddings);
     for l in 0..cfg.layers {
         let pre = format!("{}.{l}", s.layer);
         let q = e.linear(&format!("{pre}.{}", s.q), x, d, Act::Identity, None)?;
@@ -100,10 +104,13 @@ pub(crate) fn build<'a>(ck: &'a Checkpoint, cfg: &EncoderConfig) -> Result<(Enco
             window: None,
             out,
         });
+        e.g.dropout(a, drop.attention);
         let h = e.linear(&format!("{pre}.{}", s.o), a, d, Act::Identity, Some(x))?;
+        e.g.dropout(h, drop.attention_out);
         x = e.layer_norm(&format!("{pre}.{}", s.attn_norm), h, cfg.eps)?;
         let f = e.linear(&format!("{pre}.{}", s.ffn_in), x, cfg.ffn, cfg.act, None)?;
         let h = e.linear(&format!("{pre}.{}", s.ffn_out), f, d, Act::Identity, Some(x))?;
+        e.g.dropout(h, drop.ffn);
         x = e.layer_norm(&format!("{pre}.{}", s.out_norm), h, cfg.eps)?;
     }
     Ok((e, x))

@@ -221,6 +221,20 @@ impl Checkpoint {
         Ok(t)
     }
 
+    /// The name of every tensor, sorted.
+    pub fn names(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self.tensors.keys().map(String::as_str).collect();
+        names.sort_unstable();
+        names
+    }
+
+    /// A tensor of any dtype as the file stores it: its dtype, shape and bytes (what a writer
+    /// copies unchanged).
+    pub fn raw(&self, name: &str) -> Option<(Dtype, &[usize], &[u8])> {
+        let loc = self.tensors.get(name)?;
+        Some((loc.raw_dtype, &loc.shape, &self.maps[loc.file][loc.start..loc.end]))
+    }
+
     /// The first of `names` that exists.
     pub fn first_of<'n>(&self, names: &[&'n str]) -> Option<&'n str> {
         names.iter().copied().find(|n| self.has(n))

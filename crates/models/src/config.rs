@@ -38,6 +38,45 @@ pub struct ModernConfig {
     pub classifier_pooling: PoolMode,
 }
 
+/// The dropout probabilities training applies, from `config.json` (0 where it names none);
+/// inference applies none.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Dropouts {
+    /// On the embeddings, after their norm.
+    pub embeddings: f32,
+    /// On the attention probabilities.
+    pub attention: f32,
+    /// On the attention block's output projection, before its residual.
+    pub attention_out: f32,
+    /// In the feed-forward block: BERT's output projection before its residual, ModernBERT's
+    /// gated units.
+    pub ffn: f32,
+    /// Before a sequence classifier's layers.
+    pub classifier: f32,
+    /// Before a token classifier's layer.
+    pub token_classifier: f32,
+}
+
+impl Dropouts {
+    /// Each probability checked to lie in `[0, 1)`.
+    fn checked(self) -> Result<Dropouts> {
+        let all = [
+            self.embeddings,
+            self.attention,
+            self.attention_out,
+            self.ffn,
+            self.classifier,
+            self.token_classifier,
+        ];
+        match all.iter().find(|p| !(0.0..1.0).contains(*p)) {
+            Some(p) => Err(Error::format(format!(
+                "config.json: a dropout probability of {p}; dropout probabilities lie in [0, 1)"
+            ))),
+            None => Ok(self),
+        }
+    }
+}
+
 /// The sizes of a BERT-like encoder, from `config.json`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct EncoderConfig {
@@ -63,6 +102,8 @@ pub struct EncoderConfig {
     pub position_offset: usize,
     /// ModernBERT's own settings (`None` for the other families).
     pub modern: Option<ModernConfig>,
+    /// Where training drops activations, and how much.
+    pub dropout: Dropouts,
 }
 
 const SUPPORTED: &str = "bert, roberta, xlm-roberta, distilbert, modernbert";
@@ -141,6 +182,16 @@ impl EncoderConfig {
                     )));
                 }
                 let pad = c.get("pad_token_id").and_then(Value::as_u64).unwrap_or(1) as usize;
+                let hidden = get_f32(c, "hidden_dropout_prob", 0.1)?;
+                let classifier = get_f32(c, "classifier_dropout", hidden)?;
+                let dropout = Dropouts {
+                    embeddings: hidden,
+                    attention: get_f32(c, "attention_probs_dropout_prob", 0.1)?,
+                    attention_out: hidden,
+                    ffn: hidden,
+                    classifier,
+                    token_classifier: classifier,
+                };
                 Ok(EncoderConfig {
                     arch,
                     vocab: get_usize(c, "vocab_size")?,
@@ -153,6 +204,7 @@ impl EncoderConfig {
                     max_positions: get_usize(c, "max_position_embeddings")?,
                     position_offset: if arch == Arch::Roberta { pad + 1 } else { 0 },
                     modern: None,
+                    dropout: dropout.checked()?,
                 })
             }
             "distilbert" => Ok(EncoderConfig {
@@ -167,6 +219,15 @@ impl EncoderConfig {
                 max_positions: get_usize(c, "max_position_embeddings")?,
                 position_offset: 0,
                 modern: None,
+                dropout: Dropouts {
+                    embeddings: get_f32(c, "dropout", 0.1)?,
+                    attention: get_f32(c, "attention_dropout", 0.1)?,
+                    attention_out: 0.0,
+                    ffn: get_f32(c, "dropout", 0.1)?,
+                    classifier: get_f32(c, "seq_classif_dropout", 0.2)?,
+                    token_classifier: get_f32(c, "dropout", 0.1)?,
+                }
+                .checked()?,
             }),
             "modernbert" => modernbert(c),
             "" => Err(Error::format(format!(
@@ -269,6 +330,15 @@ fn modernbert(c: &Value) -> Result<EncoderConfig> {
             head_act: activation(get_str(c, "classifier_activation", "gelu"))?,
             classifier_pooling: pooling,
         }),
+        dropout: Dropouts {
+            embeddings: get_f32(c, "embedding_dropout", 0.0)?,
+            attention: get_f32(c, "attention_dropout", 0.0)?,
+            attention_out: get_f32(c, "attention_dropout", 0.0)?,
+            ffn: get_f32(c, "mlp_dropout", 0.0)?,
+            classifier: get_f32(c, "classifier_dropout", 0.0)?,
+            token_classifier: get_f32(c, "classifier_dropout", 0.0)?,
+        }
+        .checked()?,
     })
 }
 
@@ -346,6 +416,28 @@ mod tests {
         c["num_attention_heads"] = 32.into();
         let e = EncoderConfig::from_json(&c).unwrap().head_dim().unwrap_err().to_string();
         assert!(e.contains("rotary positions need an even head width, not 1"), "{e}");
+    }
+
+    #[test]
+    fn dropout_follows_each_family_and_is_checked() {
+        let mut bert = serde_json::json!({"model_type": "bert", "vocab_size": 100,
+            "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+            "intermediate_size": 64, "max_position_embeddings": 64,
+            "hidden_dropout_prob": 0.2, "attention_probs_dropout_prob": 0.05,
+            "classifier_dropout": null});
+        let d = EncoderConfig::from_json(&bert).unwrap().dropout;
+        assert_eq!((d.embeddings, d.attention, d.attention_out, d.ffn), (0.2, 0.05, 0.2, 0.2));
+        assert_eq!((d.classifier, d.token_classifier), (0.2, 0.2));
+        bert["classifier_dropout"] = 0.3.into();
+        assert_eq!(EncoderConfig::from_json(&bert).unwrap().dropout.classifier, 0.3);
+        bert["hidden_dropout_prob"] = 1.0.into();
+        let e = EncoderConfig::from_json(&bert).unwrap_err().to_string();
+        assert!(e.contains("a dropout probability of 1"), "{e}");
+        let distil = serde_json::json!({"model_type": "distilbert", "vocab_size": 100, "dim": 32,
+            "n_layers": 2, "n_heads": 4, "hidden_dim": 64, "max_position_embeddings": 64});
+        let d = EncoderConfig::from_json(&distil).unwrap().dropout;
+        assert_eq!((d.attention_out, d.classifier, d.token_classifier), (0.0, 0.2, 0.1));
+        assert_eq!(EncoderConfig::from_json(&modern()).unwrap().dropout, Dropouts::default());
     }
 
     #[test]

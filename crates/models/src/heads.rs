@@ -40,7 +40,8 @@ fn modern_head(e: &mut Encoder<'_>, cfg: &EncoderConfig, x: Val) -> Result<Val> 
     e.head_layer_norm("head.norm", h, cfg.eps)
 }
 
-/// Sequence classification logits (`n` labels) from the token rows `x`.
+/// Sequence classification logits (`n` labels) from the token rows `x`, with dropout marked
+/// where each family's head applies it in training.
 pub(crate) fn sequence_classifier(
     e: &mut Encoder<'_>,
     cfg: &EncoderConfig,
@@ -53,24 +54,19 @@ pub(crate) fn sequence_classifier(
         None => PoolMode::Cls,
     };
     let cls = e.g.op(Shape::seqs(d), |out| Op::Pool { x, mode: pool, out });
-    match cfg.arch {
-        Arch::Bert => {
-            let h = e.linear("pooler.dense", cls, d, Act::Tanh, None)?;
-            e.head_linear("classifier", h, n, Act::Identity)
-        }
+    let p = cfg.dropout.classifier;
+    let h = match cfg.arch {
+        Arch::Bert => e.linear("pooler.dense", cls, d, Act::Tanh, None)?,
         Arch::Roberta => {
-            let h = e.head_linear("classifier.dense", cls, d, Act::Tanh)?;
-            e.head_linear("classifier.out_proj", h, n, Act::Identity)
+            e.g.dropout(cls, p);
+            e.head_linear("classifier.dense", cls, d, Act::Tanh)?
         }
-        Arch::DistilBert => {
-            let h = e.head_linear("pre_classifier", cls, d, Act::Relu)?;
-            e.head_linear("classifier", h, n, Act::Identity)
-        }
-        Arch::ModernBert => {
-            let h = modern_head(e, cfg, cls)?;
-            e.head_linear("classifier", h, n, Act::Identity)
-        }
-    }
+        Arch::DistilBert => e.head_linear("pre_classifier", cls, d, Act::Relu)?,
+        Arch::ModernBert => modern_head(e, cfg, cls)?,
+    };
+    e.g.dropout(h, p);
+    let out = if cfg.arch == Arch::Roberta { "classifier.out_proj" } else { "classifier" };
+    e.head_linear(out, h, n, Act::Identity)
 }
 
 /// Token classification logits (`n` labels), one row per marker.
@@ -88,6 +84,7 @@ pub(crate) fn token_classifier(
         Arch::ModernBert => modern_head(e, cfg, marked)?,
         Arch::Bert | Arch::Roberta | Arch::DistilBert => marked,
     };
+    e.g.dropout(h, cfg.dropout.token_classifier);
     e.head_linear("classifier", h, n, Act::Identity)
 }
 
@@ -174,4 +171,99 @@ pub(crate) fn splade(e: &mut Encoder<'_>, cfg: &EncoderConfig, x: Val, tied: boo
         out,
     });
     Ok(e.g.op(Shape::seqs(v), |out| Op::Pool { x: logits, mode: PoolMode::Max, out }))
+}
+
+/// The kind of head [`new_head`] adds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NewHeadKind {
+    /// A sequence classifier (`*ForSequenceClassification`), also a cross-encoder.
+    Sequence,
+    /// A token classifier (`*ForTokenClassification`).
+    Tokens,
+}
+
+/// How a new tensor starts, as transformers initialises it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Init {
+    /// Normal, mean 0, with this standard deviation (`initializer_range`).
+    Normal(f32),
+    /// All zeros (biases).
+    Zeros,
+    /// All ones (norm scales).
+    Ones,
+}
+
+/// A head for a checkpoint that has none, to train from scratch: what its `config.json` names
+/// it, the prefix its encoder's tensors take in that class, and the tensors to add.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NewHead {
+    /// The architecture, as `config.json`'s `architectures` names it.
+    pub architecture: String,
+    /// The prefix of the encoder's tensors (`bert.`, `roberta.`, `distilbert.`, `model.`).
+    pub prefix: &'static str,
+    /// The new tensors (name, shape, how each starts), named as in that class.
+    pub tensors: Vec<(String, Vec<usize>, Init)>,
+}
+
+/// The head of `kind` with `labels` outputs for the encoder of `cfg` and its `config.json`, as
+/// transformers builds it (weights drawn with the config's `initializer_range`); tensors the
+/// checkpoint already has (`has`, asked with the class's names, such as BERT's pooler) are not
+/// added again.
+pub fn new_head(
+    cfg: &EncoderConfig,
+    config: &serde_json::Value,
+    kind: NewHeadKind,
+    labels: usize,
+    has: &dyn Fn(&str) -> bool,
+) -> Result<NewHead> {
+    let model_type = config.get("model_type").and_then(serde_json::Value::as_str).unwrap_or("");
+    let (class, prefix) = match model_type {
+        "bert" => ("Bert", "bert."),
+        "roberta" => ("Roberta", "roberta."),
+        "xlm-roberta" => ("XLMRoberta", "roberta."),
+        "distilbert" => ("DistilBert", "distilbert."),
+        "modernbert" => ("ModernBert", "model."),
+        other => return Err(Error::unsupported(format!("a new head for model type `{other}`"))),
+    };
+    let flag = |key: &str| config.get(key).and_then(serde_json::Value::as_bool).unwrap_or(false);
+    let std = config.get("initializer_range").and_then(serde_json::Value::as_f64).unwrap_or(0.02);
+    let (d, n, std) = (cfg.hidden, labels, std as f32);
+    let mut tensors = Vec::new();
+    let mut linear = |name: &str, out: usize, bias: bool| {
+        tensors.push((format!("{name}.weight"), vec![out, d], Init::Normal(std)));
+        if bias {
+            tensors.push((format!("{name}.bias"), vec![out], Init::Zeros));
+        }
+    };
+    match (cfg.arch, kind) {
+        (Arch::Bert, NewHeadKind::Sequence) => {
+            if !has("bert.pooler.dense.weight") {
+                linear("bert.pooler.dense", d, true);
+            }
+            linear("classifier", n, true);
+        }
+        (Arch::Roberta, NewHeadKind::Sequence) => {
+            linear("classifier.dense", d, true);
+            linear("classifier.out_proj", n, true);
+        }
+        (Arch::DistilBert, NewHeadKind::Sequence) => {
+            linear("pre_classifier", d, true);
+            linear("classifier", n, true);
+        }
+        (Arch::ModernBert, _) => {
+            // ModernBERT's head: `classifier_bias` and `norm_bias` are off by default.
+            linear("head.dense", d, flag("classifier_bias"));
+            linear("classifier", n, true);
+            tensors.push(("head.norm.weight".into(), vec![d], Init::Ones));
+            if flag("norm_bias") {
+                tensors.push(("head.norm.bias".into(), vec![d], Init::Zeros));
+            }
+        }
+        (_, NewHeadKind::Tokens) => linear("classifier", n, true),
+    }
+    let what = match kind {
+        NewHeadKind::Sequence => "ForSequenceClassification",
+        NewHeadKind::Tokens => "ForTokenClassification",
+    };
+    Ok(NewHead { architecture: format!("{class}{what}"), prefix, tensors })
 }

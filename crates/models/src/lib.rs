@@ -34,7 +34,7 @@ use std::path::Path;
 use switchyard_core::{Backend, Buckets, Executor, Graph, HostTensor, PoolMode};
 
 pub use checkpoint::Checkpoint;
-pub use config::{Arch, EncoderConfig, ModernConfig};
+pub use config::{Arch, Dropouts, EncoderConfig, ModernConfig};
 pub use runner::{Marked, Marking, Read, Runner, TokenLogits};
 pub use st::{Pooling, SentenceConfig, SentenceHead};
 pub use tokenize::{Encoded, Tokenizer, Truncation};
@@ -261,6 +261,11 @@ impl Model {
             )));
         }
         Ok(Model { checkpoint, graph, task, tokenizer, config, token_graph })
+    }
+
+    /// The checkpoint it was read from.
+    pub fn checkpoint(&self) -> &Checkpoint {
+        &self.checkpoint
     }
 
     /// The graph.

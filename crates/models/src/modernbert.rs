@@ -4,7 +4,8 @@
 //! has no attention norm) and `x = x + mlp(norm(x))`, and a final norm. Attention reads one fused
 //! QKV projection, rotates queries and keys (a different base on global and local layers), and
 //! local layers see only a sliding window. The MLP is GeGLU. Norms and linear layers have no
-//! biases unless the checkpoint carries them.
+//! biases unless the checkpoint carries them. Dropout (training only; 0 in ModernBERT's
+//! defaults) is marked where transformers applies it.
 
 use switchyard_core::{Act, Op, Shape, Val};
 
@@ -26,6 +27,8 @@ pub(crate) fn build<'a>(ck: &'a Checkpoint, cfg: &EncoderConfig) -> Result<(Enco
     let word = e.word;
     let x = e.g.op(t, |out| Op::Embed { table: word, out });
     let mut x = e.layer_norm("embeddings.norm", x, cfg.eps)?;
+    let drop = cfg.dropout;
+    e.g.dropout(x, drop.embeddings);
     for (l, &local) in m.local.iter().enumerate() {
         let pre = format!("layers.{l}");
         let h = if l == 0 { x } else { e.layer_norm(&format!("{pre}.attn_norm"), x, cfg.eps)? };
@@ -48,10 +51,13 @@ pub(crate) fn build<'a>(ck: &'a Checkpoint, cfg: &EncoderConfig) -> Result<(Enco
             window: local.then_some(m.window),
             out,
         });
+        e.g.dropout(a, drop.attention);
         x = e.linear(&format!("{pre}.attn.Wo"), a, d, Act::Identity, Some(x))?;
+        e.g.dropout(x, drop.attention_out);
         let h = e.layer_norm(&format!("{pre}.mlp_norm"), x, cfg.eps)?;
         let wi = e.linear(&format!("{pre}.mlp.Wi"), h, 2 * cfg.ffn, Act::Identity, None)?;
         let gated = e.g.op(Shape::tokens(cfg.ffn), |out| Op::Glu { x: wi, act: cfg.act, out });
+        e.g.dropout(gated, drop.ffn);
         x = e.linear(&format!("{pre}.mlp.Wo"), gated, d, Act::Identity, Some(x))?;
     }
     let x = e.layer_norm("final_norm", x, cfg.eps)?;

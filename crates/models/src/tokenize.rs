@@ -161,6 +161,14 @@ impl Tokenizer {
         Ok(convert(&e))
     }
 
+    /// Tokenizes words split beforehand (a token classifier's training input, where labels
+    /// are given per word): [`Encoded::words`] gives each token's index in `words`, and
+    /// [`Encoded::offsets`] are within its word. Truncated at the maximum length.
+    pub fn encode_words(&self, words: &[&str]) -> Result<Encoded> {
+        let e = self.inner.encode(words, true).map_err(|e| Error::Tokenizer(e.to_string()))?;
+        Ok(convert(&e))
+    }
+
     /// The text of `ids`, without the special tokens if `skip_special` is set.
     pub fn decode(&self, ids: &[u32], skip_special: bool) -> Result<String> {
         self.inner.decode(ids, skip_special).map_err(|e| Error::Tokenizer(e.to_string()))
