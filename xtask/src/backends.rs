@@ -41,7 +41,7 @@ macro_rules! backends {
                 $(
                     $(#[doc = $about:literal])*
                     $name:literal $form:ident $($module:ident)::+, feature $feature:literal,
-                        ci [$($ci:tt)*] $(, $served:ident)?;
+                        ci [$($ci:tt)*] $(, $flag:ident)*;
                 )+
             }
         )*

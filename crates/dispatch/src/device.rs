@@ -35,6 +35,8 @@ pub struct Family {
     pub compiled: bool,
     /// Whether `switchyard remote-serve` can serve its devices to other machines.
     pub served: bool,
+    /// Whether its backend runs on a Burn backend here, so training runs on its devices.
+    pub trains: bool,
     /// What it is, in a line.
     pub about: &'static str,
 }

@@ -38,6 +38,7 @@ use switchyard_core::Error;
 /// What [`backends!`]'s expansion names, from wherever it is expanded.
 #[doc(hidden)]
 pub mod __private {
+    pub use switchyard_burn as burn;
     pub use switchyard_core as core;
     #[cfg(feature = "remote")]
     pub use switchyard_remote as remote;
@@ -60,7 +61,7 @@ macro_rules! backends {
                 $(
                     $(#[doc = $about:literal])*
                     $name:literal $form:ident $($module:ident)::+, feature $feature:literal,
-                        ci [$($ci:tt)*] $(, $served:ident)?;
+                        ci [$($ci:tt)*] $(, $flag:ident)*;
                 )+
             }
         )*
@@ -81,7 +82,8 @@ macro_rules! backends {
                     backend: $bname,
                     feature: $feature,
                     compiled: cfg!(feature = $feature),
-                    served: $crate::backends!(@served $($served)?),
+                    served: $crate::backends!(@has served [$($flag)*]),
+                    trains: $crate::backends!(@has trains [$($flag)*]),
                     about: concat!($($about),*),
                 },
             )+)*
@@ -182,6 +184,27 @@ macro_rules! backends {
                     $(
                         #[cfg(any($(feature = $feature),+))]
                         Dispatch::$variant { device, .. } => device,
+                    )*
+                }
+            }
+
+            /// Runs `work` on the Burn backend and device under this one (training's way in):
+            /// [`Error::Unsupported`](switchyard_core::Error::Unsupported) for a backend the
+            /// table does not mark `trains`.
+            pub fn on_burn<V: $crate::__private::burn::BurnVisitor>(
+                &self,
+                work: V,
+            ) -> $crate::__private::core::Result<V::Out> {
+                match self {
+                    $(
+                        #[cfg(any($(feature = $feature),+))]
+                        Dispatch::$variant { backend, device } => match device.family().name {
+                            $(
+                                #[cfg(feature = $feature)]
+                                $name => $crate::backends!(@on_burn [$($flag)*] backend, work, device),
+                            )+
+                            _ => unreachable!("Dispatch::new opened `{device}` as this backend"),
+                        },
                     )*
                 }
             }
@@ -394,7 +417,7 @@ macro_rules! backends {
                     Dispatch::$variant { backend, .. } => match device.family().name {
                         $(
                             #[cfg(feature = $feature)]
-                            $name => $crate::backends!(@serve ($($served)?) backend, token, device),
+                            $name => $crate::backends!(@serve [$($flag)*] backend, token, device),
                         )+
                         _ => unreachable!("Dispatch::new opened `{device}` as this backend"),
                     },
@@ -407,11 +430,33 @@ macro_rules! backends {
     (@form indexed) => { $crate::Form::Indexed };
     (@form server) => { $crate::Form::Server };
 
-    (@served served) => { true };
-    (@served) => { false };
-    (@served $other:ident) => {
-        compile_error!(concat!("unknown family flag `", stringify!($other), "`; expected `served`"))
+    (@has $want:ident []) => { false };
+    (@has served [served $($rest:ident)*]) => { true };
+    (@has trains [trains $($rest:ident)*]) => { true };
+    (@has $want:ident [served $($rest:ident)*]) => { $crate::backends!(@has $want [$($rest)*]) };
+    (@has $want:ident [trains $($rest:ident)*]) => { $crate::backends!(@has $want [$($rest)*]) };
+    (@has $want:ident [$other:ident $($rest:ident)*]) => {
+        compile_error!(concat!(
+            "unknown family flag `", stringify!($other), "`; expected `served` or `trains`"
+        ))
     };
+
+    (@on_burn [trains $($rest:ident)*] $backend:ident, $work:ident, $device:ident) => {
+        Ok($crate::__private::burn::OnBurn::on_burn($backend, $work))
+    };
+    (@on_burn [$other:ident $($rest:ident)*] $backend:ident, $work:ident, $device:ident) => {
+        $crate::backends!(@on_burn [$($rest)*] $backend, $work, $device)
+    };
+    (@on_burn [] $backend:ident, $work:ident, $device:ident) => {{
+        let _ = (&$backend, $work);
+        Err($crate::__private::core::Error::Unsupported(format!(
+            "`{}` cannot train: training runs on the devices of Burn backends on this machine \
+             ({}), not the `{}` backend",
+            $device,
+            $crate::forms_trained(FAMILIES),
+            $device.family().backend,
+        )))
+    }};
 
     (@open bare ($($m:ident)::+) $d:ident) => { $($m)::+::open() };
     (@open indexed ($($m:ident)::+) $d:ident) => {
@@ -429,13 +474,13 @@ macro_rules! backends {
     (@count server ($($m:ident)::+)) => { 0 };
     (@count $form:ident ($($m:ident)::+)) => { $($m)::+::devices() };
 
-    (@serve (served) $backend:ident, $token:ident, $device:ident) => {
+    (@serve [served $($rest:ident)*] $backend:ident, $token:ident, $device:ident) => {
         Ok($crate::__private::Host::host(&$backend, $token))
     };
-    (@serve ($other:ident) $backend:ident, $token:ident, $device:ident) => {
-        compile_error!(concat!("unknown family flag `", stringify!($other), "`; expected `served`"))
+    (@serve [$other:ident $($rest:ident)*] $backend:ident, $token:ident, $device:ident) => {
+        $crate::backends!(@serve [$($rest)*] $backend, $token, $device)
     };
-    (@serve () $backend:ident, $token:ident, $device:ident) => {{
+    (@serve [] $backend:ident, $token:ident, $device:ident) => {{
         let _ = &$backend;
         Err($crate::__private::core::Error::Unsupported(format!(
             "`{}` cannot be served: remote-serve hosts Burn backends with an IR ({}), not the \
@@ -448,6 +493,12 @@ macro_rules! backends {
 }
 
 include!("backends.rs");
+
+/// The device patterns of `families` that training runs on.
+pub fn forms_trained(families: &[Family]) -> String {
+    let trained: Vec<String> = families.iter().filter(|f| f.trains).map(Family::pattern).collect();
+    trained.join(", ")
+}
 
 /// The device patterns of `families` that `switchyard remote-serve` can host.
 pub fn forms_served(families: &[Family]) -> String {
