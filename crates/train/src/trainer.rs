@@ -263,10 +263,12 @@ impl<B: BurnBackend> Trainer<B> {
     pub fn step(&mut self, examples: &[&Example]) -> Result<Step> {
         let _span = tracing::debug_span!("step", step = self.adam.step).entered();
         let step = self.adam.step;
-        B::seed(
-            self.graded.device(),
-            self.settings.seed.wrapping_add(step.wrapping_mul(0x9e37_79b9)),
-        );
+        if self.settings.dropout {
+            // Each step's masks from a seed of its own, so a resumed run draws the same ones.
+            // The generator is the backend's, shared by its process.
+            let seed = self.settings.seed.wrapping_add(step.wrapping_mul(0x9e37_79b9));
+            B::seed(self.graded.device(), seed);
+        }
         let (pass, loss) = self.loss(examples, self.settings.dropout)?;
         let value = loss::scalar::<Ad<B>>(loss.clone())?;
         if !value.is_finite() {
