@@ -16,6 +16,10 @@ pub enum Error {
     /// The model does not do what the type opening it does (an embedder opened as a reranker).
     #[error("{0}")]
     WrongTask(String),
+    /// Training or explaining failed: bad records or settings, a diverged run, the files.
+    #[cfg(feature = "train")]
+    #[error(transparent)]
+    Train(#[from] switchyard_train::Error),
 }
 
 impl From<switchyard_core::Error> for Error {

@@ -17,7 +17,9 @@
 //! - [`Classifier`]: a sequence classifier's labels, or a token classifier's label per word;
 //! - [`SparseEncoder`]: SPLADE term weights.
 //!
-//! [`devices`] lists the devices this build and this machine have.
+//! [`devices`] lists the devices this build and this machine have. With the `train` feature,
+//! [`train()`] fine-tunes a model and [`explain()`] attributes an output to its input tokens, on
+//! any device whose backend runs on Burn ([`training`] is switchyard-train).
 //!
 //! Each runs texts in ragged batches sized by the bucket table, in input order. [`Options`]
 //! chooses the device, the compute dtype, the buckets and flex's threads. Below the front door,
@@ -34,6 +36,8 @@ pub mod input;
 mod open;
 mod reranker;
 mod sparse;
+#[cfg(feature = "train")]
+mod train;
 
 pub use classifier::{Classifier, Prediction, WordLabel};
 pub use devices::{DeviceStatus, devices};
@@ -46,4 +50,8 @@ pub use sparse::{SparseEncoder, Term};
 pub use switchyard_core::{Buckets, DType};
 pub use switchyard_dispatch::{Device, Dispatch};
 pub use switchyard_models::{Model, Runner, Task};
+#[cfg(feature = "train")]
+pub use switchyard_train as training;
+#[cfg(feature = "train")]
+pub use train::{Explained, Question, explain, train};
 pub use {switchyard_core as core, switchyard_dispatch as dispatch, switchyard_models as models};

@@ -60,10 +60,10 @@ impl Options {
     }
 }
 
-/// The backend on the device of `options`, on its thread count where one is set; an error for
-/// a device that computes nothing, whose outputs would be made up.
-fn backend(options: &Options) -> Result<Dispatch> {
-    if options.device.family().backend == "capture" {
+/// The backend on `device`, flex on `threads` threads where given; an error for a device that
+/// computes nothing, whose outputs would be made up.
+pub(crate) fn backend(device: &Device, threads: Option<NonZeroUsize>) -> Result<Dispatch> {
+    if device.family().backend == "capture" {
         return Err(switchyard_core::Error::Unsupported(
             "the capture device records plans and computes nothing, so it has no results to \
              give; `switchyard inspect --model MODEL` shows the plan"
@@ -71,16 +71,15 @@ fn backend(options: &Options) -> Result<Dispatch> {
         )
         .into());
     }
-    match options.threads {
-        None => Ok(Dispatch::new(&options.device)?),
+    match threads {
+        None => Ok(Dispatch::new(device)?),
         #[cfg(feature = "flex")]
-        Some(n) if options.device == Device::flex() => {
+        Some(n) if *device == Device::flex() => {
             let backend = switchyard_dispatch::flex::with_threads(Some(n.get()))?;
-            Ok(Dispatch::Flex { device: options.device.clone(), backend })
+            Ok(Dispatch::Flex { device: device.clone(), backend })
         }
         Some(_) => Err(switchyard_core::Error::Unsupported(format!(
-            "a thread count can be set for flex only; {} uses its own threads",
-            options.device
+            "a thread count can be set for flex only; {device} uses its own threads"
         ))
         .into()),
     }
@@ -94,7 +93,8 @@ pub fn open_runner(model: &str, options: &Options) -> Result<Runner<Dispatch>> {
     if let Some(n) = options.max_len {
         loaded.set_max_len(n)?;
     }
-    let backend = switchyard_core::Backend::with_dtype(backend(options)?, options.dtype)?;
+    let backend = backend(&options.device, options.threads)?;
+    let backend = switchyard_core::Backend::with_dtype(backend, options.dtype)?;
     Ok(Runner::new(loaded, backend, options.buckets.clone())?)
 }
 
@@ -146,9 +146,9 @@ mod tests {
     #[test]
     fn a_thread_count_sizes_flex_and_is_refused_elsewhere() {
         let three = NonZeroUsize::new(3).unwrap();
-        let flex = backend(&Options::default().threads(three)).unwrap();
+        let flex = backend(&Device::flex(), Some(three)).unwrap();
         assert_eq!(flex.caps().threads, 3);
-        let e = backend(&Options::on("ndarray").unwrap().threads(three)).unwrap_err();
+        let e = backend(&"ndarray".parse().unwrap(), Some(three)).unwrap_err();
         assert!(e.to_string().contains("flex only"), "{e}");
     }
 
@@ -174,7 +174,7 @@ mod tests {
     #[cfg(feature = "capture")]
     #[test]
     fn the_capture_device_gives_no_made_up_results() {
-        let e = backend(&Options::on("capture").unwrap()).unwrap_err().to_string();
+        let e = backend(&"capture".parse().unwrap(), None).unwrap_err().to_string();
         assert!(e.contains("computes nothing") && e.contains("switchyard inspect"), "{e}");
     }
 }

@@ -121,6 +121,11 @@ impl Tokenizer {
         self.inner.get_vocab(true).into_iter().max_by_key(|&(_, id)| id)
     }
 
+    /// The id of `token`, if the vocabulary (or the added tokens) has it.
+    pub fn id(&self, token: &str) -> Option<u32> {
+        self.inner.token_to_id(token)
+    }
+
     /// The text of token `id`, if the vocabulary has it.
     pub fn token(&self, id: u32) -> Option<String> {
         self.inner.id_to_token(id)

@@ -42,8 +42,11 @@ pub struct TokenShare {
     pub span: (usize, usize),
     /// Whether the tokenizer added it.
     pub special: bool,
-    /// The word it belongs to, if any.
+    /// The word it belongs to, if any (counted within its segment).
     pub word: Option<u32>,
+    /// Which text of a pair it is from: 0 for the first (and for a single text), 1 for the
+    /// second; special tokens take the segment of the text they follow.
+    pub segment: u32,
     /// Its attribution.
     pub attribution: f32,
 }
@@ -66,9 +69,11 @@ pub struct Explanation {
 /// One word's share: the sum of its tokens'.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct WordShare {
-    /// The word's index in its input.
+    /// The word's index in its segment.
     pub word: u32,
-    /// Its byte range in the input text, from its first token to its last.
+    /// Which text of a pair it is from (see [`TokenShare::segment`]).
+    pub segment: u32,
+    /// Its byte range in that text, from its first token to its last.
     pub span: (usize, usize),
     /// Its attribution.
     pub attribution: f32,
@@ -84,12 +89,13 @@ impl Explanation {
                 for t in tokens {
                     let Some(w) = t.word.filter(|_| !t.special) else { continue };
                     match words.last_mut() {
-                        Some(last) if last.word == w => {
+                        Some(last) if last.word == w && last.segment == t.segment => {
                             last.span.1 = last.span.1.max(t.span.1);
                             last.attribution += t.attribution;
                         }
                         _ => words.push(WordShare {
                             word: w,
+                            segment: t.segment,
                             span: t.span,
                             attribution: t.attribution,
                         }),
@@ -193,6 +199,7 @@ pub fn integrated_gradients<B: BurnBackend>(
         let per_token = B::float_div_scalar(per_token, (steps as f64).into());
         let a = read_f32::<B>(per_token)?;
         total += a.iter().sum::<f32>();
+        let segments = segments(&e.special);
         shares.push(
             (0..e.ids.len())
                 .map(|p| TokenShare {
@@ -201,6 +208,7 @@ pub fn integrated_gradients<B: BurnBackend>(
                     span: e.offsets[p],
                     special: e.special[p],
                     word: e.words[p],
+                    segment: segments[p],
                     attribution: a[p],
                 })
                 .collect(),
@@ -209,6 +217,28 @@ pub fn integrated_gradients<B: BurnBackend>(
     let error = (total - (value - baseline)).abs();
     Ok(Explanation { value, baseline, inputs: shares, error, steps })
 }
+
+/// Each token's segment: the number of texts before it, a text ending where special tokens
+/// follow text tokens (`[CLS] a a [SEP] b [SEP]`: 0 0 0 0 1 1).
+fn segments(special: &[bool]) -> Vec<u32> {
+    let (mut done, mut in_text) = (0u32, false);
+    special
+        .iter()
+        .map(|&s| {
+            if s {
+                if in_text {
+                    in_text = false;
+                    done += 1;
+                }
+                done.saturating_sub(1)
+            } else {
+                in_text = true;
+                done
+            }
+        })
+        .collect()
+}
+
 
 /// The batch of path points `alphas` (each input's copies one after another, input by input)
 /// and the word embeddings fed for it: `x' + a (x - x')` per copy.
@@ -273,5 +303,16 @@ fn objective<B: BurnBackend>(
                 B::float_sum_dim(B::float_mul(loss::normalize::<B>(a), loss::normalize::<B>(b)), 1);
             Ok(B::float_sum(cos))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn segments_count_the_texts_before_each_token() {
+        let (t, f) = (true, false);
+        assert_eq!(super::segments(&[t, f, f, t, f, t]), [0, 0, 0, 0, 1, 1]);
+        assert_eq!(super::segments(&[t, f, t, t, f, t]), [0, 0, 0, 0, 1, 1]);
+        assert_eq!(super::segments(&[f, f]), [0, 0]);
     }
 }

@@ -69,6 +69,11 @@ fn is_weights(name: &str) -> bool {
         || name == "pytorch_model.bin.index.json"
 }
 
+/// Whether a file is training's own: a checkpoint's state, a run's report, a half-written file.
+fn is_training_state(name: &str) -> bool {
+    name == "trainer_state.json" || name == "training.json" || name.ends_with(".tmp")
+}
+
 /// The files sentence-transformers reads beside the weights, at a directory's top level.
 const SENTENCE_FILES: [&str; 4] =
     ["modules.json", "sentence_bert_config.json", "config_sentence_transformers.json", "README.md"];
@@ -93,7 +98,7 @@ pub fn copy_files(
         let module = name.split_once('_').is_some_and(|(n, _)| n.parse::<u32>().is_ok());
         if kind.is_dir() && module && sentence {
             copy_module(&path, &to.join(&name))?;
-        } else if kind.is_file() && !is_weights(&name) && !name.ends_with(".tmp") {
+        } else if kind.is_file() && !is_weights(&name) && !is_training_state(&name) {
             if (!sentence && SENTENCE_FILES.contains(&name.as_str()))
                 || (name == "config.json" && config.is_some())
             {

@@ -24,6 +24,8 @@ mod graded;
 pub mod loss;
 pub mod metrics;
 pub mod optim;
+#[cfg(feature = "testkit")]
+pub mod testkit;
 mod trainer;
 
 use std::path::{Path, PathBuf};

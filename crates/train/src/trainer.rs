@@ -680,6 +680,11 @@ impl<B: BurnBackend> Trainer<B> {
         let seconds = run_start.elapsed().as_secs_f64().max(1e-9);
         report.tokens_per_second = tokens as f64 / seconds;
         trainer.export(&model, &job.out)?;
+        // The head made from labels lives on in the export and the checkpoints.
+        let initial = job.out.join("initial");
+        if dir == initial {
+            std::fs::remove_dir_all(&initial).map_err(|e| Error::io(&initial, e))?;
+        }
         let path = job.out.join("training.json");
         let text = serde_json::to_string_pretty(&report).expect("a report serialises");
         std::fs::write(&path, text + "\n").map_err(|e| Error::io(&path, e))?;

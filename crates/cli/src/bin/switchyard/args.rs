@@ -86,6 +86,14 @@ pub enum Command {
     /// Serve models over HTTP: text-embeddings-inference's routes and OpenAI's embeddings API,
     /// batching inputs across requests and devices (docs/server.md).
     Serve(Box<ServeArgs>),
+    /// Fine-tune a model on JSON-lines records and write it as a Hugging Face directory that
+    /// transformers and sentence-transformers load (docs/training.md).
+    #[cfg(feature = "train")]
+    Train(Box<TrainArgs>),
+    /// Attribute an output to the input's tokens and words with integrated gradients: a
+    /// classifier's label, a cross-encoder's score, an embedder's similarity of two texts.
+    #[cfg(feature = "train")]
+    Explain(ExplainArgs),
     /// Serve a device of this machine to clients elsewhere, which name it `remote:HOST:PORT`.
     /// The transport is unencrypted: see docs/remote.md before serving beyond loopback.
     RemoteServe(RemoteServeArgs),
@@ -189,6 +197,122 @@ pub struct ServeArgs {
     /// Log as JSON lines (default: text); RUST_LOG sets the level (default: info).
     #[arg(long)]
     pub json_logs: bool,
+}
+
+/// What `switchyard train` teaches a model.
+#[cfg(feature = "train")]
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum TaskArg {
+    /// An embedding model: `{"anchor", "positive", "negative"?}` records
+    /// (MultipleNegativesRankingLoss) or `{"text", "text_pair", "score"}` (CoSENT).
+    Embed,
+    /// A sequence classifier or cross-encoder: `{"text", "text_pair"?, "label"}`.
+    Classify,
+    /// A token classifier: `{"words": [...], "labels": [...]}`.
+    Tokens,
+}
+
+/// `switchyard train`'s flags; the defaults are sentence-transformers'.
+#[cfg(feature = "train")]
+#[derive(clap::Args)]
+pub struct TrainArgs {
+    /// The checkpoint to start from: a directory or a Hugging Face repository id.
+    #[arg(long)]
+    pub model: String,
+    /// What to train it for.
+    #[arg(long, value_enum)]
+    pub task: TaskArg,
+    /// The training records, one JSON object a line.
+    #[arg(long)]
+    pub data: PathBuf,
+    /// Evaluation records of the same kind: evaluated before training and after each epoch
+    /// (Spearman for scored pairs, top-1 retrieval accuracy for anchor-positive pairs, accuracy
+    /// and macro-F1 for classifiers).
+    #[arg(long)]
+    pub eval: Option<PathBuf>,
+    /// Where the trained model, `checkpoint-N/` folders and `training.json` go.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Labels of a classifier head to create, for a model without one (comma-separated, in
+    /// logit order).
+    #[arg(long, value_delimiter = ',')]
+    pub labels: Option<Vec<String>>,
+    /// The device to train on (default: $SWITCHYARD_DEVICE, else flex): one whose backend runs
+    /// on Burn (`switchyard devices` says which).
+    #[arg(long)]
+    pub device: Option<String>,
+    /// The dtype to train in: f32 (the only one training supports yet).
+    #[arg(long, default_value = "f32")]
+    pub dtype: DType,
+    /// Threads for flex (default: $SWITCHYARD_THREADS, else every core).
+    #[arg(long)]
+    pub threads: Option<NonZeroUsize>,
+    /// Passes over the data.
+    #[arg(long, default_value_t = switchyard::training::Settings::default().epochs)]
+    pub epochs: usize,
+    /// The peak learning rate.
+    #[arg(long, default_value_t = switchyard::training::Settings::default().lr)]
+    pub lr: f64,
+    /// The share of steps warming the rate up from 0 (it then decays linearly to 0).
+    #[arg(long, default_value_t = switchyard::training::Settings::default().warmup_ratio)]
+    pub warmup_ratio: f64,
+    /// AdamW's weight decay (not on biases and norm weights).
+    #[arg(long, default_value_t = switchyard::training::Settings::default().adamw.weight_decay)]
+    pub weight_decay: f64,
+    /// Clip the gradients' joint L2 norm to this.
+    #[arg(long, default_value_t = switchyard::training::Settings::default().max_grad_norm)]
+    pub max_grad_norm: f64,
+    /// The most records a batch holds (the in-batch negatives of an embedding model).
+    #[arg(long, default_value_t = switchyard::training::Settings::default().batch_size)]
+    pub batch_size: usize,
+    /// The most tokens a batch holds (batches are ragged: no padding).
+    #[arg(long, default_value_t = switchyard::training::Settings::default().batch_tokens)]
+    pub batch_tokens: usize,
+    /// Truncate inputs at this many tokens instead of the model's maximum.
+    #[arg(long)]
+    pub max_len: Option<usize>,
+    /// Seeds the shuffle, dropout and a new head's weights.
+    #[arg(long, default_value_t = switchyard::training::Settings::default().seed)]
+    pub seed: u64,
+    /// Keep the records in file order instead of shuffling them each epoch.
+    #[arg(long)]
+    pub no_shuffle: bool,
+    /// Train without the model's dropout.
+    #[arg(long)]
+    pub no_dropout: bool,
+    /// Save a checkpoint (`OUT/checkpoint-N/`) every this many steps.
+    #[arg(long)]
+    pub save_steps: Option<u64>,
+    /// Continue from the latest checkpoint in --out (with the same data and flags).
+    #[arg(long)]
+    pub resume: bool,
+}
+
+/// `switchyard explain`'s flags.
+#[cfg(feature = "train")]
+#[derive(clap::Args)]
+pub struct ExplainArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// A classifier's label to explain (name or index; default: the predicted one).
+    #[arg(long)]
+    pub label: Option<String>,
+    /// The query: a cross-encoder's, scored against each text; or, for an embedding model,
+    /// the text each input's similarity is explained with (else give exactly two texts).
+    #[arg(long)]
+    pub query: Option<String>,
+    /// Points on the path from the baseline to the input (the error falls as 1 / steps²).
+    #[arg(long, default_value_t = 50)]
+    pub steps: usize,
+    /// Print one readable line per explanation, the strongest words marked, instead of a JSON
+    /// line with every token and word.
+    #[arg(long)]
+    pub readable: bool,
+    /// With --readable, how many of the strongest words to mark.
+    #[arg(long, default_value_t = 3)]
+    pub top: usize,
+    #[command(flatten)]
+    pub input: InputArgs,
 }
 
 /// Which model, on which device, in which dtype.

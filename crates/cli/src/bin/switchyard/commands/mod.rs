@@ -11,6 +11,8 @@ mod rerank;
 mod serve;
 mod similarity;
 mod tokenize;
+#[cfg(feature = "train")]
+mod train;
 
 use std::io::Write;
 use std::path::Path;
@@ -35,6 +37,10 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Devices => devices::run(),
         Command::Inspect { model, bucket, json } => inspect::run(&model, bucket.as_deref(), json),
         Command::Serve(args) => serve::run(&args),
+        #[cfg(feature = "train")]
+        Command::Train(args) => train::run(&args),
+        #[cfg(feature = "train")]
+        Command::Explain(args) => train::explain(&args),
         Command::RemoteServe(args) => remote_serve::run(&device(args.device.as_deref())?, &args),
     }
 }

@@ -1,0 +1,220 @@
+//! `switchyard train` and `switchyard explain`, end to end on tiny fixture checkpoints.
+
+#![cfg(feature = "train")]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+fn switchyard(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .args(args)
+        .env_remove("SWITCHYARD_DEVICE")
+        .stdin(Stdio::null())
+        .output()
+        .expect("the binary runs")
+}
+
+fn tiny(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../models/tests/fixtures/tiny")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir =
+        std::env::temp_dir().join(format!("switchyard-cli-train-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+const WORDS: [&str; 12] =
+    ["the", "man", "is", "eating", "food", "quick", "brown", "fox", "sea", "text", "cat", "mat"];
+
+#[test]
+fn train_makes_a_classifier_that_classify_reads() {
+    let dir = scratch("classify");
+    let data = dir.join("train.jsonl");
+    let lines: Vec<String> = (0..24)
+        .map(|i| {
+            let words: Vec<&str> = (0..4).map(|k| WORDS[(i * 5 + k * 3) % WORDS.len()]).collect();
+            let label = if words.contains(&"fox") { "fox" } else { "other" };
+            serde_json::json!({"text": words.join(" "), "label": label}).to_string()
+        })
+        .collect();
+    std::fs::write(&data, lines.join("\n")).unwrap();
+    let out = dir.join("out");
+    let (d, o) = (data.to_str().unwrap(), out.to_str().unwrap());
+    let r = switchyard(&[
+        "train",
+        "--model",
+        &tiny("bert"),
+        "--task",
+        "classify",
+        "--labels",
+        "other,fox",
+        "--data",
+        d,
+        "--eval",
+        d,
+        "--out",
+        o,
+        "--epochs",
+        "8",
+        "--lr",
+        "3e-3",
+        "--batch-size",
+        "8",
+        "--no-dropout",
+    ]);
+    assert!(r.status.success(), "{}", text(&r.stderr));
+    let summary: serde_json::Value = serde_json::from_str(text(&r.stdout).trim()).unwrap();
+    assert_eq!(summary["steps"], 24);
+    assert!(summary["last_loss"].as_f64() < summary["first_loss"].as_f64(), "{summary}");
+    assert_eq!(summary["after"]["metrics"][0][0], "accuracy");
+    let err = text(&r.stderr);
+    assert!(
+        err.contains("training: 24 steps, cross-entropy") && err.contains("eval before training"),
+        "{err}"
+    );
+    assert!(!out.join("initial").exists(), "the head's starting point is removed after a run");
+    let c = switchyard(&["classify", "--model", o, "the quick brown fox"]);
+    assert!(c.status.success(), "{}", text(&c.stderr));
+    let line: serde_json::Value = serde_json::from_str(text(&c.stdout).trim()).unwrap();
+    assert_eq!(line["labels"], serde_json::json!(["other", "fox"]));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn explain_prints_attributions_that_add_up() {
+    let r = switchyard(&[
+        "explain",
+        "--model",
+        &tiny("bert-classifier"),
+        "--label",
+        "positive",
+        "the quick brown fox",
+    ]);
+    assert!(r.status.success(), "{}", text(&r.stderr));
+    let e: serde_json::Value = serde_json::from_str(text(&r.stdout).trim()).unwrap();
+    assert_eq!(
+        (e["target"].as_str().unwrap(), e["label"].as_str().unwrap()),
+        ("logit of `positive`", "positive")
+    );
+    let words = e["inputs"][0]["words"].as_array().unwrap();
+    assert_eq!(
+        words.iter().map(|w| w["word"].as_str().unwrap()).collect::<Vec<_>>(),
+        ["the", "quick", "brown", "fox"]
+    );
+    let sum: f64 = words.iter().map(|w| w["attribution"].as_f64().unwrap()).sum();
+    let change = e["value"].as_f64().unwrap() - e["baseline"].as_f64().unwrap();
+    assert!((sum - change).abs() <= 1e-3 * change.abs() + 1e-6, "{sum} vs {change}");
+
+    // A cross-encoder's pair: the document's words index the document.
+    let r = switchyard(&[
+        "explain",
+        "--model",
+        &tiny("bert-cross-encoder"),
+        "--query",
+        "the quick fox",
+        "a brown dog",
+    ]);
+    assert!(r.status.success(), "{}", text(&r.stderr));
+    let e: serde_json::Value = serde_json::from_str(text(&r.stdout).trim()).unwrap();
+    let words: Vec<(String, u64)> = e["inputs"][0]["words"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| (w["word"].as_str().unwrap().to_owned(), w["segment"].as_u64().unwrap()))
+        .collect();
+    let want: Vec<(String, u64)> =
+        [("the", 0), ("quick", 0), ("fox", 0), ("a", 1), ("brown", 1), ("dog", 1)]
+            .map(|(w, s)| (w.to_owned(), s))
+            .into();
+    assert_eq!(words, want);
+
+    // Readable: the two texts of a similarity, the strongest word of each marked.
+    let r = switchyard(&[
+        "explain",
+        "--model",
+        &tiny("bert"),
+        "--readable",
+        "--top",
+        "1",
+        "a man is eating food",
+        "the man",
+    ]);
+    assert!(r.status.success(), "{}", text(&r.stderr));
+    let line = text(&r.stdout);
+    assert!(line.starts_with("cosine similarity "), "{line}");
+    assert_eq!(line.matches('[').count(), 2, "{line}");
+}
+
+#[test]
+fn train_and_explain_refuse_what_they_cannot_do_in_one_line() {
+    let dir = scratch("refusals");
+    let data = dir.join("d.jsonl");
+    std::fs::write(&data, "{\"text\": \"a\", \"label\": \"x\"}\n").unwrap();
+    let (d, o) = (data.to_str().unwrap(), dir.join("out").display().to_string());
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (vec!["--dtype".into(), "bf16".into()], "--dtype bf16 is not supported"),
+        (vec!["--device".into(), "capture".into()], "computes nothing"),
+        (vec!["--resume".into()], "holds no checkpoint"),
+    ];
+    for (extra, want) in cases {
+        let mut args: Vec<String> = [
+            "train",
+            "--model",
+            &tiny("bert"),
+            "--task",
+            "classify",
+            "--labels",
+            "x,y",
+            "--data",
+            d,
+            "--out",
+            &o,
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+        args.extend(extra);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let r = switchyard(&args);
+        let err = text(&r.stderr);
+        assert!(!r.status.success() && err.contains(want), "expected `{want}`: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+    }
+    let r = switchyard(&[
+        "train",
+        "--model",
+        &tiny("bert"),
+        "--task",
+        "embed",
+        "--data",
+        "/nonexistent.jsonl",
+        "--out",
+        &o,
+    ]);
+    assert!(text(&r.stderr).contains("/nonexistent.jsonl"), "{}", text(&r.stderr));
+    for (args, want) in [
+        (vec!["explain", "--model", &tiny("bert"), "only one"], "give exactly two"),
+        (vec!["explain", "--model", &tiny("bert-cross-encoder"), "doc"], "give --query"),
+        (vec!["explain", "--model", &tiny("bert-splade"), "x"], "a sparse (SPLADE) encoder"),
+        (
+            vec!["explain", "--model", &tiny("bert"), "--label", "x", "a", "b"],
+            "--label is for a sequence classifier",
+        ),
+    ] {
+        let r = switchyard(&args);
+        let err = text(&r.stderr);
+        assert!(!r.status.success() && err.contains(want), "expected `{want}`: {err}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
