@@ -41,14 +41,17 @@ tasks:
                guard's request heads and WebSocket frames) N times each
                (default 100000) from seed S (default 1), in the test profile the test suite
                builds; prints each target's tally and the peak memory
-  bench [N] [--gpu] [--gpus-only] [--peers [--threads 1,2]] [--serve]
+  bench [N] [--gpu] [--gpus-only] [--peers [--threads 1,2]] [--train [--threads 1,2]] [--serve]
                the benchmarks, in release mode, each beside a peer (N repetitions, default 15);
                --gpu adds the cube backend's devices beside flex (wgpu:0 where a Vulkan driver
                is installed, cuda:0 where there is an NVIDIA GPU): a long release build;
                --gpus-only skips the CPU and remote benchmarks; --peers runs flex (alone and through the
                Python package) beside ONNX Runtime and sentence-transformers on a corpus of real texts with the real
                all-MiniLM-L6-v2, at each thread count of --threads (default 1,2), installing
-               the peers with pip into a cache on first use (about 3 GB); --serve runs
+               the peers with pip into a cache on first use (about 3 GB); --train fine-tunes
+               all-MiniLM-L6-v2 on flex beside sentence-transformers' fit (PyTorch) on the same
+               manual-page pairs, batch and lengths: training tokens per second and peak
+               memory, at each thread count of --threads; --serve runs
                `switchyard serve`'s server under 64 clients and 1 beside the CLI on the same
                corpus, with a second device (flex remote-serve on loopback), then a soak of
                10000 requests (valid, malformed, oversized, and clients that leave)
@@ -196,12 +199,15 @@ fn bench(args: Vec<String>) -> ExitCode {
     if args.iter().any(|a| a == "--serve") {
         return peers::bench_serve();
     }
-    if args.iter().any(|a| a == "--peers") {
+    let peers = args.iter().any(|a| a == "--peers");
+    let train = args.iter().any(|a| a == "--train");
+    if peers || train {
         let threads = match args.iter().position(|a| a == "--threads") {
             Some(i) => args.get(i + 1).map(|t| t.split(',').map(str::parse).collect()),
             None => Some(Ok(vec![1, 2])),
         };
         return match threads {
+            Some(Ok(t)) if train => peers::bench_train(&t),
             Some(Ok(t)) => peers::bench_peers(&t),
             _ => {
                 eprintln!("xtask bench: --threads takes numbers, such as 1,2,8");

@@ -12,13 +12,16 @@
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 
-/// The peers' packages, pinned so that runs compare.
-const PACKAGES: [&str; 5] = [
+/// The peers' packages, pinned so that runs compare (`datasets` and `accelerate` are what
+/// sentence-transformers' `fit` needs).
+const PACKAGES: [&str; 7] = [
     "torch==2.9.0",
     "transformers==5.24.0",
     "sentence-transformers==6.2.0",
     "onnxruntime==1.32.0",
     "onnx==1.23.2",
+    "datasets==5.2.0",
+    "accelerate==1.15.0",
 ];
 
 /// A corpus the peers and flex embed: its file under `.cache/bench`, how many texts of at least
@@ -232,6 +235,148 @@ fn run(threads: &[usize]) -> Result<(), String> {
         report(c.about, &all);
     }
     Ok(())
+}
+
+/// One timed training run, as `switchyard-bench train` and `peers/train_peer.py` print it.
+struct TrainRun {
+    engine: String,
+    threads: usize,
+    records: usize,
+    tokens: usize,
+    wall: f64,
+    cpu: f64,
+    peak_mib: f64,
+}
+
+/// A training `run` line: engine, threads, records, tokens, wall and CPU seconds, peak memory.
+fn parse_train(line: &str) -> Option<TrainRun> {
+    let f: Vec<&str> = line.trim_end().split('\t').collect();
+    let [tag, engine, threads, records, tokens, wall, cpu, peak] = f[..] else {
+        return None;
+    };
+    (tag == "run").then_some(())?;
+    Some(TrainRun {
+        engine: engine.to_owned(),
+        threads: threads.parse().ok()?,
+        records: records.parse().ok()?,
+        tokens: tokens.parse().ok()?,
+        wall: wall.parse().ok()?,
+        cpu: cpu.parse().ok()?,
+        peak_mib: peak.parse().ok()?,
+    })
+}
+
+/// `cargo xtask bench --train`: all-MiniLM-L6-v2 fine-tuned with MultipleNegativesRankingLoss
+/// on flex (`switchyard-bench train`) beside sentence-transformers' `fit` on PyTorch
+/// (`peers/train_peer.py`), on the same anchor-positive pairs from the machine's manual pages
+/// (`peers/man_pages.py`), batch and truncation, at each thread count.
+pub fn bench_train(threads: &[usize]) -> ExitCode {
+    let result = (|| -> Result<(), String> {
+        if crate::models::fetch_models() != ExitCode::SUCCESS {
+            return Err("the real models could not be fetched".into());
+        }
+        let root = crate::workspace();
+        let model = root.join(".cache/models/all-MiniLM-L6-v2");
+        let peers = root.join("crates/bench/peers");
+        let man = root.join(".cache/bench/man");
+        let data = man.join("pairs-train.jsonl");
+        if !data.is_file() {
+            step(
+                "building training pairs from the manual pages",
+                Command::new("python3").arg(peers.join("man_pages.py")).arg(&man),
+            )?;
+        }
+        let py = python()?;
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        step(
+            "building switchyard-bench (release)",
+            Command::new(&cargo).args([
+                "build",
+                "--release",
+                "--quiet",
+                "--package",
+                "switchyard-bench",
+            ]),
+        )?;
+        let bench = crate::target_dir().join("release/switchyard-bench");
+        let (batch, max_len) = ("32", "128");
+        let mut all = Vec::new();
+        for &n in threads {
+            let n = n.to_string();
+            let common = |cmd: &mut Command| {
+                cmd.arg("--model").arg(&model).arg("--data").arg(&data);
+                cmd.args(["--threads", &n, "--batch", batch, "--max-len", max_len]);
+            };
+            for (what, mut cmd) in [
+                (format!("Switchyard flex training, {n} threads"), {
+                    let mut c = Command::new(&bench);
+                    c.arg("train");
+                    c
+                }),
+                (format!("sentence-transformers fit, {n} threads"), {
+                    let mut c = Command::new(&py);
+                    c.arg(peers.join("train_peer.py"));
+                    c
+                }),
+            ] {
+                common(&mut cmd);
+                eprintln!("xtask bench: {what}");
+                let out = cmd.output().map_err(|e| format!("{what}: could not start it: {e}"))?;
+                if !out.status.success() {
+                    return Err(format!("{what} failed: {}", String::from_utf8_lossy(&out.stderr)));
+                }
+                eprint!("{}", String::from_utf8_lossy(&out.stderr));
+                all.extend(String::from_utf8_lossy(&out.stdout).lines().filter_map(parse_train));
+            }
+        }
+        println!();
+        println!(
+            "all-MiniLM-L6-v2, MultipleNegativesRankingLoss, one epoch of manual-page pairs, \
+             batches of {batch}, truncated at {max_len} tokens"
+        );
+        println!(
+            "{:>7}  {:<26} {:>7} {:>8} {:>9} {:>9} {:>10} {:>9} {:>9}",
+            "threads",
+            "engine",
+            "records",
+            "tokens",
+            "wall s",
+            "tokens/s",
+            "per CPU-s",
+            "x ST",
+            "peak MiB"
+        );
+        for r in &all {
+            let st =
+                all.iter().find(|p| p.threads == r.threads && p.engine.starts_with("sentence"));
+            let x = st.map_or(f64::NAN, |p| p.wall / r.wall * r.tokens as f64 / p.tokens as f64);
+            println!(
+                "{:>7}  {:<26} {:>7} {:>8} {:>9.1} {:>9.0} {:>10.0} {:>9.2} {:>9.0}",
+                r.threads,
+                r.engine,
+                r.records,
+                r.tokens,
+                r.wall,
+                r.tokens as f64 / r.wall,
+                r.tokens as f64 / r.cpu,
+                x,
+                r.peak_mib
+            );
+        }
+        println!(
+            "(tokens: each text's, special tokens included, no padding; x ST: tokens per second \
+             over sentence-transformers' at the same thread count; peak MiB: the process's peak resident \
+             memory, the Python runtime and torch included for the peer)"
+        );
+        Ok(())
+    })();
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask bench --train: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 /// `cargo xtask bench --serve`: `switchyard serve`'s server under load beside the CLI's way of

@@ -9,7 +9,7 @@ use switchyard_dispatch::{Device, Dispatch};
 use switchyard_models::{Model, Runner};
 
 /// Process CPU seconds so far (every thread's, user and system).
-fn cpu_seconds() -> f64 {
+pub(crate) fn cpu_seconds() -> f64 {
     // SAFETY: getrusage writes a `rusage` it is given a valid pointer to.
     let usage = unsafe {
         let mut u: libc::rusage = std::mem::zeroed();

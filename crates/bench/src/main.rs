@@ -9,6 +9,7 @@
 
 mod corpus;
 mod serve;
+mod train;
 
 use std::time::{Duration, Instant};
 
@@ -425,6 +426,7 @@ fn main() {
         Some("corpus") => return corpus::run(&args[1..]),
         Some("serve") => return serve::serve(&args[1..]),
         Some("soak") => return serve::soak(&args[1..]),
+        Some("train") => return train::run(&args[1..]),
         _ => {}
     }
     let gpus_only = args.iter().any(|a| a == "--gpus-only");

@@ -218,3 +218,139 @@ fn train_and_explain_refuse_what_they_cannot_do_in_one_line() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// transformers and sentence-transformers load what `switchyard train` writes: the fixture
+/// `exports.json` (crates/train/tests/fixtures/check_exports.py) holds their outputs for the
+/// exports of these same deterministic `switchyard train` runs; Switchyard reading its export
+/// now gives them. Measured when the fixture was made: within 6e-7 (each library against
+/// `switchyard` on the same export); the bound leaves room for another CPU's rounding through
+/// the training steps.
+#[test]
+fn exports_load_in_transformers_and_sentence_transformers() {
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../train/tests/fixtures");
+    let minilm = switchyard_models::fetched_model_dir("all-MiniLM-L6-v2").unwrap();
+    let spec: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixtures.join("exports.json")).unwrap())
+            .unwrap();
+    let sentences: Vec<&str> =
+        spec["sentences"].as_array().unwrap().iter().map(|s| s.as_str().unwrap()).collect();
+    let query = spec["query"].as_str().unwrap();
+    let dir = scratch("exports");
+    let close = |what: &str, got: f64, want: f64| {
+        assert!((got - want).abs() <= 1e-5, "{what}: switchyard {got}, the library {want}");
+    };
+    let tiny_root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/tests/fixtures/tiny");
+    for (name, case) in spec["cases"].as_object().unwrap() {
+        let out = dir.join(name);
+        let mut args: Vec<String> = vec!["train".into()];
+        for a in case["args"].as_array().unwrap() {
+            let a = a.as_str().unwrap();
+            let a = a
+                .replace("{TINY}", tiny_root.to_str().unwrap())
+                .replace("{FIX}", fixtures.to_str().unwrap())
+                .replace("{MINILM}", minilm.to_str().unwrap());
+            args.push(a);
+        }
+        args.extend([
+            "--out".into(),
+            out.display().to_string(),
+            "--no-shuffle".into(),
+            "--no-dropout".into(),
+        ]);
+        let r = switchyard(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        assert!(r.status.success(), "{name}: {}", text(&r.stderr));
+        let o = out.to_str().unwrap();
+        let run = |cmd: &[&str]| -> Vec<serde_json::Value> {
+            let r = switchyard(cmd);
+            assert!(r.status.success(), "{name}: {}", text(&r.stderr));
+            text(&r.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+        };
+        let reference = &case["reference"];
+        match case["kind"].as_str().unwrap() {
+            kind @ ("embed" | "sentence-embed") => {
+                let mut cmd = vec!["embed", "--model", o];
+                cmd.extend(&sentences);
+                let lines = run(&cmd);
+                let libs: &[&str] = if kind == "embed" {
+                    &["transformers", "sentence-transformers"]
+                } else {
+                    &["sentence-transformers"]
+                };
+                for lib in libs {
+                    for (line, want) in lines.iter().zip(reference[lib].as_array().unwrap()) {
+                        for (g, w) in line["embedding"]
+                            .as_array()
+                            .unwrap()
+                            .iter()
+                            .zip(want.as_array().unwrap())
+                        {
+                            close(
+                                &format!("{name} ({lib})"),
+                                g.as_f64().unwrap(),
+                                w.as_f64().unwrap(),
+                            );
+                        }
+                    }
+                }
+            }
+            "classify" => {
+                let mut cmd = vec!["classify", "--model", o];
+                cmd.extend(&sentences);
+                for (line, want) in
+                    run(&cmd).iter().zip(reference["transformers"].as_array().unwrap())
+                {
+                    assert_eq!(line["labels"], reference["labels"], "{name}");
+                    for (g, w) in
+                        line["logits"].as_array().unwrap().iter().zip(want.as_array().unwrap())
+                    {
+                        close(name, g.as_f64().unwrap(), w.as_f64().unwrap());
+                    }
+                }
+            }
+            "rerank" => {
+                let mut cmd = vec!["rerank", "--model", o, "--query", query];
+                cmd.extend(&sentences);
+                for line in run(&cmd) {
+                    let i = line["index"].as_u64().unwrap() as usize;
+                    close(
+                        name,
+                        line["logit"].as_f64().unwrap(),
+                        reference["transformers"][i].as_f64().unwrap(),
+                    );
+                    close(
+                        name,
+                        line["score"].as_f64().unwrap(),
+                        reference["sentence-transformers"][i].as_f64().unwrap(),
+                    );
+                }
+            }
+            "tokens" => {
+                let mut cmd = vec!["classify", "--model", o];
+                cmd.extend(&sentences);
+                let labels = reference["labels"].as_array().unwrap();
+                for (line, want) in
+                    run(&cmd).iter().zip(reference["transformers"].as_array().unwrap())
+                {
+                    let words = line["tokens"].as_array().unwrap();
+                    let want = want.as_array().unwrap();
+                    assert_eq!(words.len(), want.len(), "{name}");
+                    for (w, logits) in words.iter().zip(want) {
+                        let logits: Vec<f64> = logits
+                            .as_array()
+                            .unwrap()
+                            .iter()
+                            .map(|x| x.as_f64().unwrap())
+                            .collect();
+                        let max = logits.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                        let sum: f64 = logits.iter().map(|x| (x - max).exp()).sum();
+                        let best = logits.iter().position(|&x| x == max).unwrap();
+                        assert_eq!(w["label"], labels[best], "{name}");
+                        close(name, w["score"].as_f64().unwrap(), 1.0 / sum);
+                    }
+                }
+            }
+            other => panic!("{name}: an unknown kind {other}"),
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

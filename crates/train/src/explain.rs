@@ -239,7 +239,6 @@ fn segments(special: &[bool]) -> Vec<u32> {
         .collect()
 }
 
-
 /// The batch of path points `alphas` (each input's copies one after another, input by input)
 /// and the word embeddings fed for it: `x' + a (x - x')` per copy.
 fn path_batch<B: BurnBackend>(

@@ -156,7 +156,11 @@ pub struct TrainReport {
     pub before: Option<Eval>,
     /// The evaluation after each epoch.
     pub evals: Vec<Eval>,
-    /// Tokens trained on per second of this run.
+    /// Tokens this run trained on (each step's examples, special tokens included).
+    pub tokens: usize,
+    /// Wall seconds of this run's steps and evaluations (model loading and export aside).
+    pub seconds: f64,
+    /// `tokens / seconds`.
     pub tokens_per_second: f64,
 }
 
@@ -677,8 +681,9 @@ impl<B: BurnBackend> Trainer<B> {
             }
         }
         report.steps = trainer.steps_done();
-        let seconds = run_start.elapsed().as_secs_f64().max(1e-9);
-        report.tokens_per_second = tokens as f64 / seconds;
+        report.tokens = tokens;
+        report.seconds = run_start.elapsed().as_secs_f64();
+        report.tokens_per_second = tokens as f64 / report.seconds.max(1e-9);
         trainer.export(&model, &job.out)?;
         // The head made from labels lives on in the export and the checkpoints.
         let initial = job.out.join("initial");
