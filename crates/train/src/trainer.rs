@@ -501,18 +501,26 @@ fn checkpoints(out: &Path) -> Vec<(u64, PathBuf)> {
     found
 }
 
-impl<B: BurnBackend> Trainer<B> {
-    /// Runs `job` on the Burn backend `B` on `device` (a Switchyard backend of `caps`):
-    /// prepares the model (creating its head from `job.labels` if it has none), reads the
-    /// data, trains for the epochs asked, evaluating after each, saving checkpoints, and writes
-    /// the trained model to `job.out` as a Hugging Face directory with `training.json`.
-    pub fn fit(
-        device: B::Device,
-        caps: Caps,
-        job: &Job,
-        progress: &mut (dyn FnMut(&Progress) + Send),
-    ) -> Result<TrainReport> {
-        let started = std::time::Instant::now();
+/// A job made ready to run: its model, data and batches, and where a resumed run stands.
+struct Prepared {
+    /// The model training starts from (a checkpoint's, when resuming).
+    model: Model,
+    /// Where it was read from.
+    dir: PathBuf,
+    train: Data,
+    eval: Option<Data>,
+    /// Per epoch, its batches of example indices.
+    epochs: Vec<Vec<Vec<usize>>>,
+    /// Steps in all.
+    steps: u64,
+    /// The checkpoint resumed from, and its state.
+    resume: Option<(PathBuf, TrainerState)>,
+}
+
+impl Prepared {
+    /// Checks the settings, finds the checkpoint to resume from, prepares the model (a new head
+    /// from the labels), reads the records and packs every epoch's batches.
+    fn new(job: &Job) -> Result<Prepared> {
         let s = &job.settings;
         if s.epochs == 0 || s.batch_size == 0 || s.batch_tokens == 0 {
             return Err(Error::Config(
@@ -528,52 +536,17 @@ impl<B: BurnBackend> Trainer<B> {
             )));
         }
         std::fs::create_dir_all(&job.out).map_err(|e| Error::io(&job.out, e))?;
-        let resume_from = if job.resume { checkpoints(&job.out).pop() } else { None };
-        if job.resume && resume_from.is_none() {
-            return Err(Error::Config(format!(
-                "--resume: {} holds no checkpoint (checkpoint-N/ with trainer_state.json)",
-                job.out.display()
-            )));
-        }
-        let state: Option<TrainerState> = match &resume_from {
-            Some((_, dir)) => {
-                let path = dir.join("trainer_state.json");
-                let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
-                Some(serde_json::from_str(&text).map_err(|e| {
-                    Error::Config(format!("{}: not a trainer state: {e}", path.display()))
-                })?)
-            }
-            None => None,
-        };
-        let dir = match &resume_from {
-            Some((_, dir)) => dir.clone(),
+        let resume = if job.resume { Some(latest_checkpoint(&job.out)?) } else { None };
+        let dir = match &resume {
+            Some((dir, _)) => dir.clone(),
             None => prepare(job)?,
         };
         let mut model = Model::load(&dir)?;
         if let Some(n) = job.max_len {
             model.set_max_len(n)?;
         }
-        let read_task = match (job.task, model.task()) {
-            (Task::Embed, ModelTask::Embed(_)) => ReadTask::Embed,
-            (Task::Classify, ModelTask::Classify { .. }) => ReadTask::Classify,
-            (Task::Tokens, ModelTask::ClassifyTokens { .. }) => ReadTask::Tokens,
-            (task, m) => {
-                return Err(Error::Config(format!(
-                    "--task {} cannot train {}{}",
-                    serde_json::to_value(task)
-                        .ok()
-                        .and_then(|v| v.as_str().map(str::to_owned))
-                        .unwrap_or_default(),
-                    m.describe(),
-                    match task {
-                        Task::Embed => "",
-                        _ => "; --labels NAME,NAME... gives a model without a classifier a new one",
-                    }
-                )));
-            }
-        };
-        let reader =
-            Reader { tokenizer: model.tokenizer(), task: read_task, labels: model.task().labels() };
+        let task = read_task(job.task, model.task())?;
+        let reader = Reader { tokenizer: model.tokenizer(), task, labels: model.task().labels() };
         let train = reader.read(&job.data)?;
         let eval = job.eval.as_deref().map(|p| reader.read(p)).transpose()?;
         if let Some(e) = &eval
@@ -596,7 +569,7 @@ impl<B: BurnBackend> Trainer<B> {
             })
             .collect();
         let steps: u64 = epochs.iter().map(|e| e.len() as u64).sum();
-        if let Some(st) = &state
+        if let Some((dir, st)) = &resume
             && (st.steps != steps
                 || st.records != train.examples.len()
                 || st.task != job.task
@@ -610,17 +583,73 @@ impl<B: BurnBackend> Trainer<B> {
                 st.steps
             )));
         }
-        let graded = Graded::<B>::new(device, caps, model.graph().clone(), &model.tensors()?)?;
-        let mut trainer = Trainer::new(graded, train.kind, s.clone(), steps);
-        let mut report = TrainReport::default();
-        let (mut first_epoch, mut first_batch) = (0, 0);
-        if let (Some(st), Some((_, dir))) = (state, &resume_from) {
-            trainer.load_optimizer(&dir.join("optimizer.safetensors"), st.step)?;
-            (first_epoch, first_batch) = (st.epoch, st.batch);
-            report = st.report;
+        Ok(Prepared { model, dir, train, eval, epochs, steps, resume })
+    }
+}
+
+/// The latest checkpoint in `out` and its state; an error if there is none.
+fn latest_checkpoint(out: &Path) -> Result<(PathBuf, TrainerState)> {
+    let (_, dir) = checkpoints(out).pop().ok_or_else(|| {
+        Error::Config(format!(
+            "--resume: {} holds no checkpoint (checkpoint-N/ with trainer_state.json)",
+            out.display()
+        ))
+    })?;
+    let path = dir.join("trainer_state.json");
+    let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
+    let state = serde_json::from_str(&text)
+        .map_err(|e| Error::Config(format!("{}: not a trainer state: {e}", path.display())))?;
+    Ok((dir, state))
+}
+
+/// How `task`'s records are read for a model of `model`'s task; an error if it cannot learn it.
+fn read_task(task: Task, model: &ModelTask) -> Result<ReadTask> {
+    match (task, model) {
+        (Task::Embed, ModelTask::Embed(_)) => Ok(ReadTask::Embed),
+        (Task::Classify, ModelTask::Classify { .. }) => Ok(ReadTask::Classify),
+        (Task::Tokens, ModelTask::ClassifyTokens { .. }) => Ok(ReadTask::Tokens),
+        (task, m) => {
+            let name = match task {
+                Task::Embed => "embed",
+                Task::Classify => "classify",
+                Task::Tokens => "tokens",
+            };
+            let hint = match task {
+                Task::Embed => "",
+                _ => "; --labels NAME,NAME... gives a model without a classifier a new one",
+            };
+            Err(Error::Config(format!("--task {name} cannot train {}{hint}", m.describe())))
         }
-        progress(&Progress::Start { steps, from: trainer.steps_done(), loss: train.kind.loss() });
-        if let Some(e) = &eval
+    }
+}
+
+impl<B: BurnBackend> Trainer<B> {
+    /// Runs `job` on the Burn backend `B` on `device` (a Switchyard backend of `caps`):
+    /// prepares the model (creating its head from `job.labels` if it has none), reads the
+    /// data, trains for the epochs asked, evaluating after each, saving checkpoints, and writes
+    /// the trained model to `job.out` as a Hugging Face directory with `training.json`.
+    pub fn fit(
+        device: B::Device,
+        caps: Caps,
+        job: &Job,
+        progress: &mut (dyn FnMut(&Progress) + Send),
+    ) -> Result<TrainReport> {
+        let started = std::time::Instant::now();
+        let p = Prepared::new(job)?;
+        let s = &job.settings;
+        let tensors = p.model.tensors()?;
+        let graded = Graded::<B>::new(device, caps, p.model.graph().clone(), &tensors)?;
+        let mut trainer = Trainer::new(graded, p.train.kind, s.clone(), p.steps);
+        let (mut report, (first_epoch, first_batch)) = match &p.resume {
+            Some((dir, st)) => {
+                trainer.load_optimizer(&dir.join("optimizer.safetensors"), st.step)?;
+                (st.report.clone(), (st.epoch, st.batch))
+            }
+            None => (TrainReport::default(), (0, 0)),
+        };
+        let (steps, kind) = (p.steps, p.train.kind);
+        progress(&Progress::Start { steps, from: trainer.steps_done(), loss: kind.loss() });
+        if let Some(e) = &p.eval
             && report.before.is_none()
         {
             let before = trainer.evaluate(e)?;
@@ -629,65 +658,53 @@ impl<B: BurnBackend> Trainer<B> {
         }
         let mut tokens = 0usize;
         let run_start = std::time::Instant::now();
-        for (epoch, batches) in epochs.iter().enumerate().skip(first_epoch) {
+        for (epoch, batches) in p.epochs.iter().enumerate().skip(first_epoch) {
             let _span = tracing::info_span!("epoch", epoch = epoch + 1).entered();
             let (mut sum, mut count) = (0.0f64, 0usize);
             let from = if epoch == first_epoch { first_batch } else { 0 };
             let mut save_after_eval = false;
             for (b, batch) in batches.iter().enumerate().skip(from) {
-                let examples: Vec<&Example> = batch.iter().map(|&i| &train.examples[i]).collect();
+                let examples: Vec<&Example> = batch.iter().map(|&i| &p.train.examples[i]).collect();
                 let figures = trainer.step(&examples)?;
                 tokens += figures.tokens;
                 sum += f64::from(figures.loss);
                 count += 1;
                 report.losses.push(figures.loss);
                 let step = trainer.steps_done();
-                progress(&Progress::Step {
-                    epoch: epoch + 1,
-                    step,
-                    steps,
-                    figures,
-                    mean_loss: sum / count as f64,
-                });
+                let mean_loss = sum / count as f64;
+                progress(&Progress::Step { epoch: epoch + 1, step, steps, figures, mean_loss });
                 // A checkpoint due at an epoch's last step waits for the epoch's evaluation.
                 let due = s.save_steps.is_some_and(|n| n > 0 && step % n == 0);
                 if due && b + 1 < batches.len() {
                     report.steps = step;
-                    let at = (epoch, b + 1);
-                    let saved = trainer.checkpoint(
-                        &model,
+                    progress(&Progress::Saved(trainer.checkpoint(
+                        &p,
                         job,
-                        steps,
-                        train.examples.len(),
-                        at,
+                        (epoch, b + 1),
                         &report,
-                    )?;
-                    progress(&Progress::Saved(saved));
+                    )?));
                 }
                 save_after_eval = due && b + 1 == batches.len();
             }
-            if let Some(e) = &eval {
+            if let Some(e) = &p.eval {
                 let after = trainer.evaluate(e)?;
                 progress(&Progress::Eval { step: trainer.steps_done(), eval: after.clone() });
                 report.evals.push(after);
             }
             // The last epoch's end is the export itself.
-            if save_after_eval && epoch + 1 < epochs.len() {
+            if save_after_eval && epoch + 1 < p.epochs.len() {
                 report.steps = trainer.steps_done();
-                let at = (epoch + 1, 0);
-                let saved =
-                    trainer.checkpoint(&model, job, steps, train.examples.len(), at, &report)?;
-                progress(&Progress::Saved(saved));
+                progress(&Progress::Saved(trainer.checkpoint(&p, job, (epoch + 1, 0), &report)?));
             }
         }
         report.steps = trainer.steps_done();
         report.tokens = tokens;
         report.seconds = run_start.elapsed().as_secs_f64();
         report.tokens_per_second = tokens as f64 / report.seconds.max(1e-9);
-        trainer.export(&model, &job.out)?;
+        trainer.export(&p.model, &job.out)?;
         // The head made from labels lives on in the export and the checkpoints.
         let initial = job.out.join("initial");
-        if dir == initial {
+        if p.dir == initial {
             std::fs::remove_dir_all(&initial).map_err(|e| Error::io(&initial, e))?;
         }
         let path = job.out.join("training.json");
@@ -719,10 +736,8 @@ impl<B: BurnBackend> Trainer<B> {
     /// place.
     fn checkpoint(
         &self,
-        model: &Model,
+        p: &Prepared,
         job: &Job,
-        steps: u64,
-        records: usize,
         (epoch, batch): (usize, usize),
         report: &TrainReport,
     ) -> Result<PathBuf> {
@@ -732,16 +747,16 @@ impl<B: BurnBackend> Trainer<B> {
         if tmp.exists() {
             std::fs::remove_dir_all(&tmp).map_err(|e| Error::io(&tmp, e))?;
         }
-        self.export(model, &tmp)?;
+        self.export(&p.model, &tmp)?;
         self.save_optimizer(&tmp.join("optimizer.safetensors"))?;
         let state = TrainerState {
             step,
             epoch,
             batch,
-            steps,
+            steps: p.steps,
             settings: job.settings.clone(),
             task: job.task,
-            records,
+            records: p.train.examples.len(),
             report: report.clone(),
         };
         let path = tmp.join("trainer_state.json");
