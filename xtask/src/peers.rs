@@ -89,6 +89,22 @@ fn python() -> Result<PathBuf, String> {
     Ok(py)
 }
 
+/// `switchyard-bench` built in release mode: its path.
+fn release_bench() -> Result<PathBuf, String> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    step(
+        "building switchyard-bench (release)",
+        Command::new(cargo).args([
+            "build",
+            "--release",
+            "--quiet",
+            "--package",
+            "switchyard-bench",
+        ]),
+    )?;
+    Ok(crate::target_dir().join("release/switchyard-bench"))
+}
+
 /// One timed run, as `peers.py` and `switchyard-bench corpus` print it.
 #[derive(Debug)]
 struct Run {
@@ -163,19 +179,9 @@ fn run(threads: &[usize]) -> Result<(), String> {
             Command::new(&py).arg(peers.join("export_onnx.py")).arg(&model).arg(&onnx),
         )?;
     }
+    let bench = release_bench()?;
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    step(
-        "building switchyard-bench (release)",
-        Command::new(&cargo).args([
-            "build",
-            "--release",
-            "--quiet",
-            "--package",
-            "switchyard-bench",
-        ]),
-    )?;
     let target = crate::target_dir();
-    let bench = target.join("release/switchyard-bench");
     step(
         "building the Python package's native module (release)",
         Command::new(&cargo).args([
@@ -287,18 +293,7 @@ pub fn bench_train(threads: &[usize]) -> ExitCode {
             )?;
         }
         let py = python()?;
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        step(
-            "building switchyard-bench (release)",
-            Command::new(&cargo).args([
-                "build",
-                "--release",
-                "--quiet",
-                "--package",
-                "switchyard-bench",
-            ]),
-        )?;
-        let bench = crate::target_dir().join("release/switchyard-bench");
+        let bench = release_bench()?;
         let (batch, max_len) = ("32", "128");
         let mut all = Vec::new();
         for &n in threads {

@@ -266,11 +266,11 @@ fn exports_load_in_transformers_and_sentence_transformers() {
             text(&r.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect()
         };
         let reference = &case["reference"];
+        // A command on the model, then the sentences.
+        let on = |cmd: &[&str]| run(&[cmd, sentences.as_slice()].concat());
         match case["kind"].as_str().unwrap() {
             kind @ ("embed" | "sentence-embed") => {
-                let mut cmd = vec!["embed", "--model", o];
-                cmd.extend(&sentences);
-                let lines = run(&cmd);
+                let lines = on(&["embed", "--model", o]);
                 let libs: &[&str] = if kind == "embed" {
                     &["transformers", "sentence-transformers"]
                 } else {
@@ -294,10 +294,8 @@ fn exports_load_in_transformers_and_sentence_transformers() {
                 }
             }
             "classify" => {
-                let mut cmd = vec!["classify", "--model", o];
-                cmd.extend(&sentences);
-                for (line, want) in
-                    run(&cmd).iter().zip(reference["transformers"].as_array().unwrap())
+                let lines = on(&["classify", "--model", o]);
+                for (line, want) in lines.iter().zip(reference["transformers"].as_array().unwrap())
                 {
                     assert_eq!(line["labels"], reference["labels"], "{name}");
                     for (g, w) in
@@ -308,9 +306,7 @@ fn exports_load_in_transformers_and_sentence_transformers() {
                 }
             }
             "rerank" => {
-                let mut cmd = vec!["rerank", "--model", o, "--query", query];
-                cmd.extend(&sentences);
-                for line in run(&cmd) {
+                for line in on(&["rerank", "--model", o, "--query", query]) {
                     let i = line["index"].as_u64().unwrap() as usize;
                     close(
                         name,
@@ -325,11 +321,9 @@ fn exports_load_in_transformers_and_sentence_transformers() {
                 }
             }
             "tokens" => {
-                let mut cmd = vec!["classify", "--model", o];
-                cmd.extend(&sentences);
                 let labels = reference["labels"].as_array().unwrap();
-                for (line, want) in
-                    run(&cmd).iter().zip(reference["transformers"].as_array().unwrap())
+                let lines = on(&["classify", "--model", o]);
+                for (line, want) in lines.iter().zip(reference["transformers"].as_array().unwrap())
                 {
                     let words = line["tokens"].as_array().unwrap();
                     let want = want.as_array().unwrap();

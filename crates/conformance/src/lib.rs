@@ -53,16 +53,7 @@ pub const TOLERANCES: [(DType, Tol); 4] = [
 ];
 
 /// Every activation, for checks that cover them all.
-pub const ACTS: [Act; 8] = [
-    Act::Identity,
-    Act::Gelu,
-    Act::GeluTanh,
-    Act::Relu,
-    Act::Silu,
-    Act::Tanh,
-    Act::Sigmoid,
-    Act::Log1pRelu,
-];
+pub const ACTS: [Act; 8] = Act::ALL;
 
 /// The tolerance for a compute dtype.
 pub fn tolerance(dtype: DType) -> Tol {

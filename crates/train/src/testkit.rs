@@ -3,9 +3,9 @@
 //! trains (feature `testkit`; not part of the interface).
 //!
 //! `tests/fixtures/make_fixtures.py` wrote, from torch, transformers and sentence-transformers:
-//! for eight tiny models, every parameter's gradient of `L = sum(out * R)` over the tiny test
-//! inputs (`R[i][j] = sin(0.7 i + 1.3 j + 0.1)`); and five short AdamW runs, each step's loss and
-//! the final weights (dropout off in both).
+//! for eight tiny models, every parameter's gradient of `L = sum(out * R)` over the inputs the
+//! fixture lists (`R[i][j] = sin(0.7 i + 1.3 j + 0.1)`); and five short AdamW runs, each step's
+//! loss and the final weights (dropout off in both).
 
 use std::path::{Path, PathBuf};
 
@@ -52,23 +52,6 @@ pub fn torch_tensors(file: &str, prefix: &str) -> Vec<(String, Vec<usize>, Vec<f
     out
 }
 
-/// The texts the fixtures use.
-const SENTENCES: [&str; 6] = [
-    "The man is eating food.",
-    "a quick brown fox jumps over the lazy dog",
-    "short",
-    "transformers are networks built around attention, and some text about the sea.",
-    "cats sat on mats",
-    "zzz",
-];
-
-/// The pairs the fixtures give a cross-encoder.
-const PAIRS: [(&str, &str); 3] = [
-    ("the quick fox", "a brown fox jumps over the dog"),
-    ("the quick fox", "man eating food"),
-    ("attention", "transformers are built around attention"),
-];
-
 /// Attention key biases: their gradient is zero in exact arithmetic (softmax ignores what is
 /// added to every score of a query alike), so every engine's gradient of them is rounding
 /// noise, and AdamW, which divides a gradient by its own size, moves them by noise too.
@@ -99,11 +82,21 @@ pub fn check_gradients<B: BurnBackend>(device: B::Device, caps: Caps, name: &str
     let model = Model::load(&tiny(name)).expect("a tiny model");
     let t = model.tokenizer();
     let kind = case["kind"].as_str().expect("a kind");
-    let encoded: Vec<Encoded> = if name == "bert-cross-encoder" {
-        PAIRS.iter().map(|(a, b)| t.encode_pair(a, b).expect("tokens")).collect()
-    } else {
-        SENTENCES.iter().map(|s| t.encode(s).expect("tokens")).collect()
-    };
+    // Each input a text, or a `[text, pair]` whose pair may be null.
+    let encoded: Vec<Encoded> = case["inputs"]
+        .as_array()
+        .expect("inputs")
+        .iter()
+        .map(|i| {
+            match (i.as_str(), i.get(0).and_then(|a| a.as_str()), i.get(1).and_then(|b| b.as_str()))
+            {
+                (Some(text), _, _) | (None, Some(text), None) => t.encode(text),
+                (None, Some(a), Some(b)) => t.encode_pair(a, b),
+                _ => panic!("{name}: an input that is neither a text nor a pair: {i}"),
+            }
+        })
+        .collect::<Result<_, _>>()
+        .expect("tokens");
     let mut buf = BatchBuf::new();
     for e in &encoded {
         let markers: Vec<u32> = if kind == "tokens" {

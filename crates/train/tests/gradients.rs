@@ -187,17 +187,7 @@ fn embeddings_add_and_norms() {
 
 #[test]
 fn linear_with_each_epilogue() {
-    let acts = [
-        Act::Identity,
-        Act::Gelu,
-        Act::GeluTanh,
-        Act::Relu,
-        Act::Silu,
-        Act::Tanh,
-        Act::Sigmoid,
-        Act::Log1pRelu,
-    ];
-    for act in acts {
+    for act in Act::ALL {
         for (bias, residual) in [(true, true), (false, false)] {
             let mut c = Case::new(tokens());
             let x = c.input(5);

@@ -26,6 +26,18 @@ pub enum Act {
 }
 
 impl Act {
+    /// Every activation, for checks that cover them all.
+    pub const ALL: [Act; 8] = [
+        Act::Identity,
+        Act::Gelu,
+        Act::GeluTanh,
+        Act::Relu,
+        Act::Silu,
+        Act::Tanh,
+        Act::Sigmoid,
+        Act::Log1pRelu,
+    ];
+
     /// Applies the activation to one value, in f64. Backends must match this within tolerance.
     pub fn apply(self, x: f64) -> f64 {
         match self {
