@@ -84,19 +84,16 @@ pub fn explain(
 ) -> Result<Explained> {
     let t = model.tokenizer();
     let labels = model.task().labels();
-    let (inputs, target, label, words) = match (question, model.task()) {
+    let (inputs, aim) = match (question, model.task()) {
         (Question::Label { text, label }, Task::Classify { .. }) if labels.len() > 1 => {
-            let index = match label {
-                None => None,
-                Some(l) => Some(label_index(labels, l)?),
-            };
-            (vec![t.encode(text)?], index, index.map(|i| labels[i].clone()), "label")
+            let index = label.as_deref().map(|l| label_index(labels, l)).transpose()?;
+            (vec![t.encode(text)?], Aim::Label(index))
         }
         (Question::Score { query, document }, Task::Classify { .. }) if labels.len() == 1 => {
-            (vec![t.encode_pair(query, document)?], Some(0), None, "score")
+            (vec![t.encode_pair(query, document)?], Aim::Score)
         }
         (Question::Similarity { a, b }, Task::Embed(_)) => {
-            (vec![t.encode(a)?, t.encode(b)?], None, None, "similarity")
+            (vec![t.encode(a)?, t.encode(b)?], Aim::Similarity)
         }
         (q, task) => {
             let wants = match q {
@@ -110,44 +107,53 @@ pub fn explain(
             )));
         }
     };
-    let pad = pad_id(model);
     struct Work<'a> {
         model: &'a Model,
         inputs: &'a [switchyard_models::Encoded],
-        target: Option<usize>,
+        aim: Aim,
         steps: usize,
         pad: Option<u32>,
     }
     impl BurnVisitor for Work<'_> {
-        type Out = switchyard_train::Result<(Explanation, Option<usize>)>;
+        type Out = switchyard_train::Result<(Explanation, Target)>;
         fn visit<B: BurnBackend>(self, device: B::Device, caps: Caps) -> Self::Out {
             let graph = self.model.graph().clone();
             let graded = Graded::<B>::new(device, caps, graph, &self.model.tensors()?)?;
             let refs: Vec<&switchyard_models::Encoded> = self.inputs.iter().collect();
-            let target = match (self.target, self.inputs.len()) {
-                (Some(i), _) => Target::Logit(i),
-                (None, 2) => Target::Similarity,
-                (None, _) => Target::Logit(predicted(&graded, &refs)?),
-            };
-            let label = match target {
-                Target::Logit(i) => Some(i),
-                Target::Similarity => None,
+            let target = match self.aim {
+                Aim::Label(Some(i)) => Target::Logit(i),
+                Aim::Label(None) => Target::Logit(predicted(&graded, &refs)?),
+                Aim::Score => Target::Logit(0),
+                Aim::Similarity => Target::Similarity,
             };
             let e = switchyard_train::explain::integrated_gradients(
                 &graded, &refs, target, self.steps, self.pad,
             )?;
-            Ok((e, label))
+            Ok((e, target))
         }
     }
     let backend = crate::open::backend(device, threads)?;
-    let work = Work { model, inputs: &inputs, target, steps, pad };
-    let (explanation, index) = backend.on_burn(work)??;
-    let (target, label) = match (words, index) {
-        ("label", Some(i)) => (format!("logit of `{}`", labels[i]), Some(labels[i].clone())),
-        ("score", _) => ("score (logit)".to_owned(), label),
-        _ => ("cosine similarity".to_owned(), label),
+    let work = Work { model, inputs: &inputs, aim, steps, pad: pad_id(model) };
+    let (explanation, target) = backend.on_burn(work)??;
+    let (target, label) = match (aim, target) {
+        (Aim::Label(_), Target::Logit(i)) => {
+            (format!("logit of `{}`", labels[i]), Some(labels[i].clone()))
+        }
+        (Aim::Score, _) => ("score (logit)".to_owned(), None),
+        _ => ("cosine similarity".to_owned(), None),
     };
     Ok(Explained { target, label, explanation })
+}
+
+/// What an explanation is of, before the model is on its device.
+#[derive(Clone, Copy)]
+enum Aim {
+    /// A classifier's label (`None`: the predicted one).
+    Label(Option<usize>),
+    /// A cross-encoder's one logit.
+    Score,
+    /// An embedder's similarity of two texts.
+    Similarity,
 }
 
 /// The label a classifier predicts for its one input.
