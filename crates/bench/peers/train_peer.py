@@ -36,7 +36,8 @@ def main():
     ap.add_argument("--epochs", type=int, default=1)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
-    from sentence_transformers import InputExample, SentenceTransformer, losses
+    from sentence_transformers import InputExample, SentenceTransformer
+    from sentence_transformers.sentence_transformer import losses
     from torch.utils.data import DataLoader
 
     recs = [json.loads(l) for l in open(a.data, encoding="utf-8") if l.strip()]

@@ -67,8 +67,9 @@ fn status(d: &Device) -> DeviceStatus {
                 1 => "1 thread".to_owned(),
                 n => format!("{n} threads"),
             };
+            let trains = if d.family().trains { ", trains in f32" } else { "" };
             let what = format!(
-                "available ({} backend on {}, {threads}, computes in {})",
+                "available ({} backend on {}, {threads}, computes in {}{trains})",
                 caps.backend,
                 caps.device,
                 dtypes.join("/")
@@ -89,6 +90,7 @@ mod tests {
         assert!(list.len() >= FAMILIES.len(), "{list:?}");
         let flex = list.iter().find(|d| d.name == "flex").expect("flex is listed");
         assert!(flex.available && flex.status.contains("computes in f32"), "{flex:?}");
+        assert!(flex.status.contains(", trains in f32)"), "{flex:?}");
         let remote = list.iter().find(|d| d.name.starts_with("remote:"));
         assert!(remote.is_some_and(|r| !r.available), "{list:?}");
     }
