@@ -4,6 +4,7 @@
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod backends;
+mod cuda;
 mod libtorch;
 mod models;
 mod peers;
@@ -30,10 +31,17 @@ tasks:
                LibTorch 2.9.0 for the tch backend, from PyPI wheels, into
                $HOME/.cache/switchyard/libtorch-2.9.0 (or $SWITCHYARD_LIBTORCH); prints the
                environment the tch build and tests need
-  check-gpu    type-checks the cube backend's cuda, rocm, cpu, vulkan and metal features,
+  check-gpu    type-checks the cube backend's cuda (with cuda-nvrtc, as build-cuda builds it),
+               rocm, cpu, vulkan and metal features,
                which this machine cannot build (cubecl-cuda's, cubecl-hip's and cubecl-cpu's
                builds download LLVM) or test (llvmpipe crashes on SPIR-V; Metal is Apple's);
                DOCS_RS=1 makes the LLVM build scripts skip what a check never uses
+  build-cuda [--tests]
+               release binaries (switchyard, switchyard-bench; with --tests the test binaries of
+               cube, dispatch, models and train) with cuda-nvrtc, on a machine that cannot
+               download LLVM: DOCS_RS=1 and stand-ins for the LLVM symbols cubecl-llvm references
+               (NVRTC compiles every kernel); in TARGET/cuda-offline, for a machine with NVIDIA's
+               driver and the CUDA toolkit's NVRTC (docs/backends.md, CUDA offline)
   lint         cargo fmt --check, clippy with warnings denied, and rustdoc with warnings denied
   fuzz [--cases N] [--seed S]
                every fuzz target of crates/fuzz (bucket tables, batches, config.json,
@@ -71,6 +79,7 @@ fn main() -> ExitCode {
     match task.as_deref() {
         Some("lint") => lint(),
         Some("check-gpu") => check_gpu(),
+        Some("build-cuda") => cuda::build_cuda(&std::env::args().skip(2).collect::<Vec<_>>()),
         Some("fetch-models") => models::fetch_models(),
         Some("fetch-libtorch") => libtorch::fetch_libtorch(),
         Some("test-all-backends") => backends::test_all(),
@@ -142,8 +151,9 @@ fn lint() -> ExitCode {
 
 /// The dispatch features `check-gpu` type-checks: the CubeCL runtimes this machine cannot build
 /// (their builds download LLVM) or run.
-const GPU_FEATURES: &str = "switchyard-dispatch/cuda,switchyard-dispatch/rocm,\
-    switchyard-dispatch/cubecl-cpu,switchyard-dispatch/vulkan,switchyard-dispatch/metal";
+const GPU_FEATURES: &str = "switchyard-dispatch/cuda,switchyard-dispatch/cuda-nvrtc,\
+    switchyard-dispatch/rocm,switchyard-dispatch/cubecl-cpu,switchyard-dispatch/vulkan,\
+    switchyard-dispatch/metal";
 
 /// Type-checks every target with dispatch's cuda, rocm, cpu, vulkan and metal features, offline:
 /// with `DOCS_RS` set, the build scripts of cubecl-llvm and tracel-llvm-bundler skip the LLVM

@@ -216,7 +216,7 @@ impl Reader<'_> {
                 let labels: Vec<usize> =
                     labels.iter().map(|l| self.label(l)).collect::<Result<_, _>>()?;
                 let input = t.encode_words(&words).map_err(tok)?;
-                let marks = input
+                let marks: Vec<(u32, usize)> = input
                     .word_starts()
                     .into_iter()
                     .map(|(pos, _)| {
@@ -225,6 +225,14 @@ impl Reader<'_> {
                         (pos, labels[word])
                     })
                     .collect();
+                if marks.is_empty() {
+                    return Err(format!(
+                        "no word to learn from: {} words, none of whose first tokens fits in the \
+                         model's {} tokens",
+                        words.len(),
+                        t.max_len()
+                    ));
+                }
                 Ok((Kind::Words, Example::Words(input, marks)))
             }
         }

@@ -269,6 +269,10 @@ fn records_that_cannot_be_used_are_errors_naming_their_line() {
         assert!(matches!(e, Error::Data { .. }), "{e:?}");
         assert!(e.to_string().contains(want), "expected `{want}` in `{e}`");
     }
+    let no_words = write(&dir, "words.jsonl", &["{\"words\": [], \"labels\": []}".to_owned()]);
+    let e = fit(&job(tiny("bert-token-classifier"), Task::Tokens, no_words, dir.join("out")))
+        .unwrap_err();
+    assert!(e.to_string().contains("words.jsonl:1: no word to learn from: 0 words"), "{e}");
     let empty = write(&dir, "empty.jsonl", &[String::new()]);
     let e = fit(&job(tiny("bert"), Task::Embed, empty, dir.join("out"))).unwrap_err();
     assert!(e.to_string().contains("holds no records"), "{e}");
