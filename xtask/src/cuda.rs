@@ -18,13 +18,16 @@ use std::process::{Command, ExitCode};
 /// The CUDA version cudarc's bindings are built for.
 const CUDA_VERSION: &str = "13000";
 
-/// The names the linker says are missing, from its `undefined reference to `NAME'` lines.
+/// The names the linker says are missing: GNU ld's `undefined reference to `NAME'` lines and
+/// lld's `undefined symbol: NAME` (Rust links with lld on x86-64 Linux).
 pub(crate) fn undefined_symbols(linker_output: &str) -> Vec<String> {
     let mut names: Vec<String> = linker_output
         .lines()
         .filter_map(|l| {
-            let rest = l.split("undefined reference to `").nth(1)?;
-            Some(rest.split('\'').next()?.to_owned())
+            if let Some(rest) = l.split("undefined reference to `").nth(1) {
+                return Some(rest.split('\'').next()?.to_owned());
+            }
+            Some(l.split("undefined symbol: ").nth(1)?.trim().to_owned())
         })
         .filter(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
         .collect();
@@ -101,7 +104,8 @@ fn build(tests: bool) -> Result<Vec<PathBuf>, String> {
         write_stubs(&[], &archive)?;
     }
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let rustflags = format!("-C link-arg={}", archive.display());
+    // Every undefined symbol in one link, not lld's first 20.
+    let rustflags = format!("-C link-arg={} -C link-arg=-Wl,--error-limit=0", archive.display());
     let features = "switchyard/cuda-nvrtc,switchyard-bench/cuda-nvrtc";
     let mut attempts =
         vec![vec!["build", "--release", "-p", "switchyard", "-p", "switchyard-bench"]];
@@ -126,7 +130,7 @@ fn build(tests: bool) -> Result<Vec<PathBuf>, String> {
             eprintln!("xtask build-cuda: cargo {} (round {})", args.join(" "), round + 1);
             let out = Command::new(&cargo)
                 .args(&args)
-                .args(["--features", features, "--message-format", "short"])
+                .args(["--features", features])
                 .env("CARGO_TARGET_DIR", &target)
                 .env("DOCS_RS", "1")
                 .env("CUDARC_CUDA_VERSION", CUDA_VERSION)
@@ -170,8 +174,10 @@ mod tests {
                    x.rs:(.text+0x1): undefined reference to `LLVMContextCreate'\n\
                    x.rs:(.text+0x9): undefined reference to `LLVMContextCreate'\n\
                    y.rs:(.text+0x2): undefined reference to `cubecl_llvm_emit_bitcode'\n\
-                   collect2: error: ld returned 1 exit status\n";
-        assert_eq!(undefined_symbols(out), ["LLVMContextCreate", "cubecl_llvm_emit_bitcode"]);
+                   collect2: error: ld returned 1 exit status\n\
+                   \x20         rust-lld: error: undefined symbol: LLVMDisposeMessage\n";
+        let want = ["LLVMContextCreate", "LLVMDisposeMessage", "cubecl_llvm_emit_bitcode"];
+        assert_eq!(undefined_symbols(out), want);
         assert!(undefined_symbols("error[E0425]: cannot find value").is_empty());
         let c = stubs_source(&["LLVMContextCreate".to_owned()]);
         assert!(

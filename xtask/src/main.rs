@@ -249,14 +249,23 @@ fn bench(args: Vec<String>) -> ExitCode {
     }
     cmd.arg("--");
     cmd.args(reps);
-    match cmd.status() {
-        Ok(s) if s.success() => ExitCode::SUCCESS,
-        Ok(s) => {
-            eprintln!("xtask bench: the benchmarks failed ({s})");
-            ExitCode::FAILURE
-        }
+    if !gpu {
+        return match cmd.status() {
+            Ok(s) if s.success() => ExitCode::SUCCESS,
+            Ok(s) => {
+                eprintln!("xtask bench: the benchmarks failed ({s})");
+                ExitCode::FAILURE
+            }
+            Err(e) => {
+                eprintln!("xtask bench: could not start cargo: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    match peers::with_gpu_peer(&mut cmd) {
+        Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("xtask bench: could not start cargo: {e}");
+            eprintln!("xtask bench: {e}");
             ExitCode::FAILURE
         }
     }

@@ -243,6 +243,49 @@ fn run(threads: &[usize]) -> Result<(), String> {
     Ok(())
 }
 
+/// `cargo xtask bench --gpu`: runs the benchmarks (`bench`, whose output it passes through and
+/// keeps in `.cache/bench/gpu-ours.txt`), then, where `python3` has torch and transformers,
+/// `peers/gpu_peer.py` on the same batches beside them.
+pub fn with_gpu_peer(bench: &mut Command) -> Result<(), String> {
+    let out = bench
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| format!("could not start cargo: {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    print!(
+        "{}",
+        text.lines()
+            .filter(|l| !l.starts_with("gpu\t"))
+            .map(|l| format!("{l}\n"))
+            .collect::<String>()
+    );
+    if !out.status.success() {
+        return Err(format!("the benchmarks failed ({})", out.status));
+    }
+    let root = crate::workspace();
+    let ours = root.join(".cache/bench/gpu-ours.txt");
+    std::fs::create_dir_all(root.join(".cache/bench")).map_err(|e| e.to_string())?;
+    std::fs::write(&ours, text.as_bytes()).map_err(|e| format!("{}: {e}", ours.display()))?;
+    if !text.lines().any(|l| l.starts_with("gpu\t")) {
+        return Ok(());
+    }
+    let torch = Command::new("python3").args(["-c", "import torch, transformers"]).output();
+    if !torch.is_ok_and(|o| o.status.success()) {
+        println!(
+            "(no PyTorch peer: python3 cannot import torch and transformers; the batches are in {})",
+            ours.display()
+        );
+        return Ok(());
+    }
+    step(
+        "PyTorch on the same batches",
+        Command::new("python3")
+            .arg(root.join("crates/bench/peers/gpu_peer.py"))
+            .arg("--ours")
+            .arg(&ours),
+    )
+}
+
 /// One timed training run, as `switchyard-bench train` and `peers/train_peer.py` print it.
 struct TrainRun {
     engine: String,

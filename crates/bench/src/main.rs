@@ -267,13 +267,15 @@ fn bench_gpus(reps: usize) {
         let name = device.to_string();
         let cube = Dispatch::new(&device).expect("it started above");
         let caps = cube.caps();
-        let runs: Vec<(&str, EncoderSpec, BatchBuf)> = if software {
-            vec![("MiniLM shape", minilm, ragged(4, 8, 24, minilm.vocab))]
+        // Each batch: the shape, and `ragged`'s sequences and length range.
+        let runs: Vec<(&str, EncoderSpec, (usize, usize, usize))> = if software {
+            vec![("MiniLM shape", minilm, (4, 8, 24))]
         } else {
             vec![
-                ("MiniLM shape", minilm, ragged(32, 11, 120, minilm.vocab)),
-                ("MiniLM shape", minilm, ragged(256, 11, 120, minilm.vocab)),
-                ("bge-base shape", bge_base, ragged(32, 11, 120, bge_base.vocab)),
+                ("MiniLM shape", minilm, (32, 11, 120)),
+                ("MiniLM shape", minilm, (256, 11, 120)),
+                ("bge-base shape", bge_base, (32, 11, 120)),
+                ("bge-base shape", bge_base, (256, 11, 120)),
             ]
         };
         println!();
@@ -283,7 +285,8 @@ fn bench_gpus(reps: usize) {
             if software { ", a CPU emulating a GPU: correctness-scale sizes only" } else { "" }
         );
         println!("  {:<34} {:>9} {:>12} {:>8}", "", "time", "tokens/s", "ratio");
-        for (what, spec, batch) in runs {
+        for (what, spec, (seqs, min, max)) in runs {
+            let batch = ragged(seqs, min, max, spec.vocab);
             let g = testkit::bert_like(spec);
             let tokens = batch.tokens() as f64;
             let label = format!("{what}, {} seqs, {} tokens", batch.seqs(), batch.tokens());
@@ -317,6 +320,12 @@ fn bench_gpus(reps: usize) {
                     time_plan(be, &g, &batch, reps),
                 ));
             }
+            // A lines for `peers/gpu_peer.py`, which runs PyTorch on the same batches.
+            let mut machine = Vec::new();
+            for (who, t) in &rows {
+                let batch_id = format!("{what}\t{seqs}\t{min}\t{max}\t{}", batch.tokens());
+                machine.push(format!("gpu\t{batch_id}\t{who}\t{:.3}", ms(*t)));
+            }
             let flex = time_plan(open("flex"), &g, &batch, reps);
             rows.push(("flex (peer)".to_owned(), flex));
             for (who, t) in rows {
@@ -328,6 +337,7 @@ fn bench_gpus(reps: usize) {
                     flex.as_secs_f64() / t.as_secs_f64()
                 );
             }
+            machine.iter().for_each(|l| println!("{l}"));
         }
         println!(
             "  (ratio: speed relative to flex; above 1 is faster. Our kernels: ragged attention \

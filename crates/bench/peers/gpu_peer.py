@@ -1,0 +1,145 @@
+"""PyTorch beside Switchyard's GPU benchmark, on the same ragged batches.
+
+    python3 gpu_peer.py --ours OURS.txt [--device cuda|cpu] [--reps 5]
+
+OURS.txt is what `switchyard-bench --gpus-only` printed (`cargo xtask bench --gpu` writes it);
+its `gpu` lines name each batch (encoder shape, sequences, the length range of
+`crates/bench`'s `ragged` and its token count) and each of Switchyard's times. For each batch
+this script builds the same sequences with the same generator (a port of switchyard-core's
+test Rng; the token counts are checked against ours), a random-weight BERT of the same shape
+(transformers, SDPA attention), and times a whole call from ids on the host to mean-pooled
+vectors back on the host, median of REPS after two warm-up calls:
+
+- padded: the whole batch padded to its longest sequence, in fp32, fp16 and bf16;
+- sentence-transformers' way: sorted by length, micro-batches of 32, each padded to its own
+  longest, in fp32, fp16 and bf16.
+
+It prints a line per engine with its time and the ratio of its time to Switchyard's best for
+the batch (above 1: Switchyard is faster). fp16 on a CPU is skipped (PyTorch's CPU fp16
+matmul is not what anyone runs).
+"""
+
+import argparse
+import statistics
+import time
+
+import torch
+
+MASK = (1 << 64) - 1
+SHAPES = {
+    "MiniLM shape": dict(hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536),
+    "bge-base shape": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072),
+}
+
+
+class Rng:
+    """switchyard_core::testkit::Rng: xorshift64*."""
+
+    def __init__(self, seed):
+        self.x = ((seed * 0x9E3779B97F4A7C15) & MASK) | 1
+
+    def next(self):
+        x = self.x
+        x ^= x >> 12
+        x ^= (x << 25) & MASK
+        x ^= x >> 27
+        self.x = x
+        return (x * 0x2545F4914F6CDD1D) & MASK
+
+    def below(self, n):
+        return (self.next() >> 11) % n
+
+
+def ragged(seqs, lo, hi, vocab=30522):
+    """crates/bench's `ragged`: `seqs` sequences of `lo` to `hi` random ids (each draws its
+    length, its ids, and a marker bit per token, as `push_random_seq` does)."""
+    r, out = Rng(7), []
+    for _ in range(seqs):
+        n = lo + r.below(hi - lo + 1)
+        out.append([r.below(vocab) for _ in range(n)])
+        for _ in range(n):
+            r.below(2)
+    return out
+
+
+def call(model, seqs, device):
+    """Ids on the host, padded, to mean-pooled vectors on the host."""
+    n = max(len(s) for s in seqs)
+    ids = torch.zeros(len(seqs), n, dtype=torch.long)
+    mask = torch.zeros(len(seqs), n, dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, : len(s)] = torch.tensor(s)
+        mask[i, : len(s)] = 1
+    ids, mask = ids.to(device), mask.to(device)
+    with torch.inference_mode():
+        h = model(input_ids=ids, attention_mask=mask).last_hidden_state
+        m = mask.unsqueeze(-1).to(h.dtype)
+        return ((h * m).sum(1) / m.sum(1)).float().cpu()
+
+
+def st_way(model, seqs, device):
+    order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))
+    parts = [call(model, [seqs[i] for i in order[k: k + 32]], device) for k in range(0, len(order), 32)]
+    return torch.cat(parts)
+
+
+def timed(f, reps, device):
+    def once():
+        if device == "cuda":
+            torch.cuda.synchronize()
+        t = time.perf_counter()
+        f()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter() - t
+    once()
+    once()
+    return statistics.median(once() for _ in range(reps))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ours", required=True)
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--reps", type=int, default=5)
+    a = ap.parse_args()
+    from transformers import BertConfig, BertModel
+
+    batches = {}
+    for line in open(a.ours, encoding="utf-8"):
+        f = line.rstrip("\n").split("\t")
+        if len(f) != 8 or f[0] != "gpu":
+            continue
+        _, shape, seqs, lo, hi, tokens, who, ms = f
+        key = (shape, int(seqs), int(lo), int(hi), int(tokens))
+        batches.setdefault(key, []).append((who, float(ms)))
+    if not batches:
+        raise SystemExit(f"{a.ours} has no `gpu` lines: run `switchyard-bench --gpus-only` on a GPU first")
+    print(f"PyTorch {torch.__version__} on {a.device}"
+          + (f" ({torch.cuda.get_device_name()})" if a.device == "cuda" else "")
+          + f"; median of {a.reps}")
+    for (shape, nseq, lo, hi, tokens), ours in batches.items():
+        seqs = ragged(nseq, lo, hi)
+        assert sum(map(len, seqs)) == tokens, "the generator differs from crates/bench's"
+        best_who, best = min(ours, key=lambda r: r[1])
+        padded = nseq * max(map(len, seqs))
+        print(f"\n{shape}, {nseq} seqs, {tokens} tokens ({padded} when padded to the longest)")
+        print(f"  {'':<44} {'time':>9} {'x ours':>8}")
+        print(f"  {'Switchyard, ' + best_who:<44} {best:>7.2f}ms {1.0:>8.2f}")
+        config = BertConfig(vocab_size=30522, max_position_embeddings=512, attn_implementation="sdpa",
+                            **SHAPES[shape])
+        for dtype in (torch.float32, torch.float16, torch.bfloat16):
+            if dtype == torch.float16 and a.device == "cpu":
+                continue
+            torch.manual_seed(0)
+            model = BertModel(config).eval().to(a.device, dtype)
+            name = str(dtype).replace("torch.", "")
+            for way, f in (("padded", call), ("sentence-transformers' way", st_way)):
+                t = timed(lambda: f(model, seqs, a.device), a.reps, a.device) * 1e3
+                print(f"  {'PyTorch ' + name + ', ' + way:<44} {t:>7.2f}ms {t / best:>8.2f}")
+            del model
+    print("\n(x ours: the engine's time over Switchyard's best for the batch; above 1, Switchyard is faster)")
+
+
+if __name__ == "__main__":
+    main()
