@@ -10,9 +10,14 @@
 //! i32 (with AVX-512 VNNI or AVX-VNNI where the CPU has them): weights a quarter the size, the
 //! GEMM faster, results within a few percent of f32 (see the conformance tolerance).
 //!
-//! In f16 and bf16 ([`Backend::with_dtype`]) it runs the generic Burn lowering on burn-flex,
-//! which stores and computes in those dtypes; burn-flex is also what `switchyard remote-serve`
-//! hosts as flex ([`burn_flex()`]).
+//! In bf16 the same engine runs its linear layers on bf16 weights and activations, summing their
+//! exact products in f32 (with AVX-512 BF16 where the CPU has it, twice the f32 GEMM's
+//! arithmetic; elsewhere portable code, slower than f32): weights half the size, every other op
+//! in f32, as PyTorch's CPU autocast runs a model in bf16.
+//!
+//! In f16 ([`Backend::with_dtype`]) it runs the generic Burn lowering on burn-flex, which stores
+//! and computes in f16; burn-flex is also what `switchyard remote-serve` hosts as flex
+//! ([`burn_flex()`]).
 
 mod buf;
 pub mod kernels;
@@ -25,15 +30,15 @@ use burn_flex::{Flex, FlexDevice};
 use switchyard_burn::{Burn, BurnPlan, BurnState, BurnWeights, Generic};
 use switchyard_core::{Backend, Batch, Bucket, Caps, DType, Graph, HostTensor, Outputs, Result};
 
-use crate::kernels::{Isa, Isa8};
+use crate::kernels::{Isa, Isa8, Isa16};
 use crate::native::{NativePlan, NativeState, NativeWeights, Precision};
 pub use crate::pool::{THREADS_ENV, threads_from_env};
 
-/// The generic Burn lowering on burn-flex: flex's engine in f16 and bf16, and what remote
-/// serving hosts.
+/// The generic Burn lowering on burn-flex: flex's engine in f16, and what remote serving
+/// hosts.
 pub type BurnFlex = Burn<Flex, Generic>;
 
-/// The flex backend: its own engine in f32 and int8, burn-flex's in f16 and bf16, on its thread
+/// The flex backend: its own engine in f32, bf16 and int8, burn-flex's in f16, on its thread
 /// pool.
 #[derive(Debug)]
 pub struct FlexBackend {
@@ -42,9 +47,10 @@ pub struct FlexBackend {
     pool: Arc<rayon::ThreadPool>,
     isa: Isa,
     isa8: Isa8,
+    isa16: Isa16,
 }
 
-/// Which engine runs: flex's own (f32 or int8 linear layers), or burn-flex's (f16, bf16).
+/// Which engine runs: flex's own (f32, bf16 or int8 linear layers), or burn-flex's (f16).
 #[derive(Debug)]
 enum Engine {
     Native(Linears),
@@ -55,6 +61,7 @@ enum Engine {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Linears {
     F32,
+    Bf16,
     Int8,
 }
 
@@ -112,7 +119,8 @@ pub fn with_threads(threads: Option<usize>) -> Result<FlexBackend> {
     let mut dtypes = switchyard_burn::float_dtypes::<Flex>(&FlexDevice);
     dtypes.push(DType::I8);
     let caps = native::caps(pool.current_num_threads(), isa).with_dtypes(dtypes);
-    Ok(FlexBackend { caps, engine: Engine::Native(Linears::F32), pool, isa, isa8: Isa8::detect() })
+    let engine = Engine::Native(Linears::F32);
+    Ok(FlexBackend { caps, engine, pool, isa, isa8: Isa8::detect(), isa16: Isa16::detect() })
 }
 
 /// burn-flex, the Burn backend on the CPU: what `switchyard remote-serve` hosts for flex.
@@ -161,9 +169,26 @@ impl FlexBackend {
         Ok(FlexBackend { isa8, ..self })
     }
 
+    /// The instruction set of its bf16 GEMM.
+    pub fn isa16(&self) -> Isa16 {
+        self.isa16
+    }
+
+    /// This backend using `isa16`'s bf16 GEMM instead (one this CPU has: see
+    /// [`Isa16::available`]), for tests and benchmarks.
+    pub fn with_isa16(self, isa16: Isa16) -> Result<FlexBackend> {
+        if !Isa16::available().contains(&isa16) {
+            return Err(switchyard_core::Error::Unsupported(format!(
+                "this CPU cannot run flex's {isa16:?} bf16 kernels"
+            )));
+        }
+        Ok(FlexBackend { isa16, ..self })
+    }
+
     fn precision(&self, linears: Linears) -> Precision {
         match linears {
             Linears::F32 => Precision::F32,
+            Linears::Bf16 => Precision::Bf16(self.isa16),
             Linears::Int8 => Precision::Int8(self.isa8),
         }
     }
@@ -249,14 +274,15 @@ impl Backend for FlexBackend {
         }
     }
 
-    /// f32 and int8 run flex's own engine; f16 and bf16 run burn-flex's, which stores and
-    /// computes in them.
+    /// f32, bf16 and int8 run flex's own engine; f16 runs burn-flex's, which stores and
+    /// computes in it.
     fn with_dtype(self, dtype: DType) -> Result<Self> {
         self.caps.check_dtype(dtype)?;
         let engine = match dtype {
             DType::F32 => Engine::Native(Linears::F32),
+            DType::Bf16 => Engine::Native(Linears::Bf16),
             DType::I8 => Engine::Native(Linears::Int8),
-            DType::F16 | DType::Bf16 => Engine::Half(burn_flex().with_dtype(dtype)?),
+            DType::F16 => Engine::Half(burn_flex().with_dtype(dtype)?),
         };
         Ok(FlexBackend { caps: Caps { dtype, ..self.caps }, engine, ..self })
     }

@@ -5,7 +5,8 @@
 //!
 //! Activations are f32 throughout. In int8 ([`Precision::Int8`]) the linear layers' weights are
 //! quantized at upload and each linear layer's input rows just before it, the GEMM summing in
-//! i32 ([`gemm8`]); every other op is the f32 engine's.
+//! i32 ([`gemm8`]); in bf16 ([`Precision::Bf16`]) both are rounded to bf16 instead, the GEMM
+//! summing exact products in f32 ([`gemm16`]). Every other op is the f32 engine's.
 
 use std::sync::Arc;
 
@@ -17,6 +18,7 @@ use crate::buf::AlignedBuf;
 use crate::kernels::attention::{self, Heads};
 use crate::kernels::gemm::{self, PackedWeight};
 use crate::kernels::gemm8::{self, Isa8, PackedWeight8};
+use crate::kernels::gemm16::{self, Isa16, PackedWeight16};
 use crate::kernels::scratch::{ScratchSize, Scratches};
 use crate::kernels::{Isa, rows};
 
@@ -28,6 +30,9 @@ pub enum Precision {
     /// int8 weights (per output column) and input rows (per row), i32 sums, with `Isa8`'s
     /// microkernel.
     Int8(Isa8),
+    /// bf16 weights and input rows, f32 sums of their exact products, with `Isa16`'s
+    /// microkernel.
+    Bf16(Isa16),
 }
 
 /// A linear layer's weight, packed for the GEMM of its precision.
@@ -35,6 +40,7 @@ pub enum Precision {
 enum Linear {
     F32(PackedWeight),
     Int8(PackedWeight8),
+    Bf16(PackedWeight16),
 }
 
 impl Linear {
@@ -42,6 +48,7 @@ impl Linear {
         match self {
             Linear::F32(p) => p.bytes(),
             Linear::Int8(p) => p.bytes(),
+            Linear::Bf16(p) => p.bytes(),
         }
     }
 }
@@ -94,13 +101,14 @@ pub struct NativePlan {
 }
 
 /// What one run writes: the arena, the kernels' scratch for each thread of the pool, and in
-/// int8 the quantized input rows of the linear layer running.
+/// int8 or bf16 the input rows of the linear layer running, quantized or rounded.
 #[derive(Debug)]
 pub struct NativeState {
     arena: AlignedBuf,
     scratch: Scratches,
     quantized: Vec<u8>,
     row_scales: Vec<f32>,
+    rounded: Vec<u16>,
 }
 
 const F32: usize = size_of::<f32>();
@@ -126,6 +134,7 @@ pub(crate) fn upload(
         let packed = linear.then(|| match precision {
             Precision::F32 => Linear::F32(PackedWeight::pack(&values, n, k, isa)),
             Precision::Int8(isa8) => Linear::Int8(PackedWeight8::pack(&values, n, k, isa8)),
+            Precision::Bf16(isa16) => Linear::Bf16(PackedWeight16::pack(&values, n, k, isa16)),
         });
         w.bytes += packed.as_ref().map_or(0, Linear::bytes);
         w.bytes += if plain { values.len() * F32 } else { 0 };
@@ -173,7 +182,7 @@ pub(crate) fn state(plan: &NativePlan, threads: usize) -> Result<NativeState> {
     let g = &plan.graph;
     let longest = (plan.bucket.tokens).min(g.limits().max_len as usize);
     let mut size = ScratchSize::default();
-    let (mut quantized, mut row_scales) = (0, 0);
+    let (mut quantized, mut row_scales, mut rounded) = (0, 0, 0);
     for op in &g.ops {
         match *op {
             Op::Linear { x, weight, .. } => {
@@ -184,6 +193,10 @@ pub(crate) fn state(plan: &NativePlan, threads: usize) -> Result<NativeState> {
                         quantized = quantized.max(rows * w.k4());
                         row_scales = row_scales.max(rows);
                         gemm8::scratch_size(rows, w)
+                    }
+                    Linear::Bf16(w) => {
+                        rounded = rounded.max(rows * w.k2());
+                        gemm16::scratch_size(rows, w)
                     }
                 });
             }
@@ -199,6 +212,7 @@ pub(crate) fn state(plan: &NativePlan, threads: usize) -> Result<NativeState> {
         scratch: Scratches::new(threads, size),
         quantized: vec![0; quantized],
         row_scales: vec![0.0; row_scales],
+        rounded: vec![0; rounded],
     })
 }
 
@@ -217,12 +231,13 @@ impl NativePlan {
 }
 
 impl NativeState {
-    /// Bytes held (the arena, the scratch, the quantized rows).
+    /// Bytes held (the arena, the scratch, the quantized or rounded rows).
     pub(crate) fn bytes(&self) -> usize {
         self.arena.len() * F32
             + self.scratch.bytes()
             + self.quantized.len()
             + self.row_scales.len() * F32
+            + self.rounded.len() * size_of::<u16>()
     }
 }
 
@@ -236,7 +251,7 @@ pub(crate) fn run(
 ) -> Result<()> {
     plan.bucket.admit(batch)?;
     let g = &plan.graph;
-    let NativeState { arena, scratch, quantized, row_scales } = state;
+    let NativeState { arena, scratch, quantized, row_scales, rounded } = state;
     let arena = arena.as_mut_slice();
     let base = arena.as_mut_ptr();
     // The address of value v: values live at the layout's offsets, which lie inside the arena.
@@ -245,9 +260,9 @@ pub(crate) fn run(
         unsafe { base.add(plan.layout.offsets[v.idx()] / F32) }
     };
     let w = &plan.weights;
-    // In int8, the value whose rows `quantized` holds: linear layers reading the same input
-    // (a BERT layer's query, key and value) quantize it once.
-    let mut quantized_from = None;
+    // In int8 or bf16, the value whose rows `quantized` or `rounded` holds: linear layers
+    // reading the same input (a BERT layer's query, key and value) quantize or round it once.
+    let mut prepared_from = None;
     for op in &g.ops {
         let o = op.out();
         let shape = g.shape(o);
@@ -297,13 +312,22 @@ pub(crate) fn run(
                         Linear::Int8(wt) => {
                             // Values are written once, and `x`, read here, is not yet
                             // overwritten: its rows are what they were when quantized.
-                            if quantized_from != Some(x) {
+                            if prepared_from != Some(x) {
                                 let (q, s) = (&mut quantized[..], &mut row_scales[..]);
                                 gemm8::quantize_rows(isa, at(x), rows, wt.k(), wt.k4(), q, s);
-                                quantized_from = Some(x);
+                                prepared_from = Some(x);
                             }
                             let (q, s) = (&quantized[..], &row_scales[..]);
                             gemm8::gemm8(q, s, rows, wt, bias, act, residual, at(o), scratch);
+                        }
+                        Linear::Bf16(wt) => {
+                            // As in int8: `x`'s rows are what they were when rounded.
+                            if prepared_from != Some(x) {
+                                gemm16::round_rows(isa, at(x), rows, wt.k(), wt.k2(), rounded);
+                                prepared_from = Some(x);
+                            }
+                            let h = &rounded[..];
+                            gemm16::gemm16(isa, h, rows, wt, bias, act, residual, at(o), scratch);
                         }
                     }
                 }

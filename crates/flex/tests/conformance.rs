@@ -77,6 +77,13 @@ fn f16_really_computes_in_f16() {
 }
 
 #[test]
+fn bf16_really_rounds() {
+    // bf16 keeps 8 significant bits: its rounding shows, well inside the suite's tolerance.
+    let worst = worst_difference_from_f32(DType::Bf16);
+    assert!(worst > 1e-4 && worst < 2e-2, "bf16 against f32: worst difference {worst}");
+}
+
+#[test]
 fn int8_really_quantizes() {
     // Likewise for int8: its rounding (a step of 1/127 of a row's or column's largest value)
     // shows, at about the size the suite's tolerance allows.
@@ -97,7 +104,7 @@ fn half_precision_weights_take_half_the_memory() {
 }
 
 #[test]
-fn int8_weights_take_about_a_quarter_of_the_memory() {
+fn int8_and_bf16_linear_weights_take_a_quarter_and_half_the_memory() {
     let spec = EncoderSpec { vocab: 50, width: 64, heads: 2, ffn: 128, layers: 2, max_pos: 64 };
     let g = testkit::bert_like(spec);
     let weights = testkit::random_weights(&g, 1);
@@ -120,6 +127,13 @@ fn int8_weights_take_about_a_quarter_of_the_memory() {
     assert!(
         saved >= linear * 3 * 9 / 10 && saved <= linear * 3,
         "{f32s} bytes in f32, {int8s} in int8, {linear} linear weights"
+    );
+    // In bf16 they halve (a panel's columns past the weight's are padding).
+    let bf16s = bytes(flex_in(DType::Bf16));
+    let saved = f32s - bf16s;
+    assert!(
+        saved >= linear * 2 * 9 / 10 && saved <= linear * 2,
+        "{f32s} bytes in f32, {bf16s} in bf16, {linear} linear weights"
     );
 }
 

@@ -10,8 +10,9 @@ use switchyard_core::{
 };
 use switchyard_flex::kernels::gemm::{PackedWeight, gemm};
 use switchyard_flex::kernels::gemm8::{PackedWeight8, gemm8, quantize_rows};
+use switchyard_flex::kernels::gemm16::{PackedWeight16, from_bf16, gemm16, round_rows, to_bf16};
 use switchyard_flex::kernels::scratch::Scratches;
-use switchyard_flex::kernels::{Isa, Isa8};
+use switchyard_flex::kernels::{Isa, Isa8, Isa16};
 
 /// The f32 tolerance of the conformance suite.
 fn close(got: f32, want: f64) -> bool {
@@ -232,6 +233,114 @@ fn int8_gemm_of_nothing_touches_nothing() {
     }
 }
 
+/// The bf16 GEMM `act(x . w^T + bias) + residual` on `isa16`, its input rounded and its portable
+/// kernel compiled for `isa`, apart and with the residual overwritten in place (which must agree
+/// exactly).
+#[allow(clippy::too_many_arguments)]
+fn run_gemm16(
+    isa: Isa,
+    isa16: Isa16,
+    x: &[f32],
+    w: &[f32],
+    bias: &[f32],
+    res: &[f32],
+    (m, k, n): (usize, usize, usize),
+    act: Act,
+) -> Vec<f32> {
+    let packed = PackedWeight16::pack(w, n, k, isa16);
+    let scratch = Scratches::for_current_pool();
+    let mut rows = vec![7u16; m * packed.k2()];
+    let mut apart = vec![f32::NAN; m * n];
+    let mut in_place = res.to_vec();
+    // SAFETY: x is m x k, rows holds m rows of k2, the outputs and residual m x n, bias n;
+    // `in_place` is its own residual, which the contract allows.
+    unsafe {
+        round_rows(isa, x.as_ptr(), m, k, packed.k2(), &mut rows);
+        let r = Some(res.as_ptr());
+        gemm16(isa, &rows, m, &packed, Some(bias), act, r, apart.as_mut_ptr(), &scratch);
+        let p = in_place.as_mut_ptr();
+        gemm16(isa, &rows, m, &packed, Some(bias), act, Some(p), p, &scratch);
+    }
+    assert_eq!(apart, in_place, "{isa:?} {isa16:?} {m}x{k}x{n}: in place differs");
+    apart
+}
+
+#[test]
+fn bf16_gemm_is_within_its_rounding_of_f64_on_every_isa_and_shape() {
+    // The bf16 kernel's blocks of k are 512 long, so the two longest shapes span two and three.
+    let mut r = Rng::new(31);
+    for &(m, k, n) in &SHAPES {
+        let x = values(&mut r, m * k, 1.0);
+        let w = values(&mut r, n * k, 1.0 / (k as f32).sqrt());
+        let (bias, res) = (values(&mut r, n, 1.0), values(&mut r, m * n, 1.0));
+        for act in [Act::Identity, Act::Relu] {
+            let want = gemm_f64(&x, &w, &bias, &res, (m, k, n), act);
+            let best = Isa::available()[0];
+            let isas = Isa16::available().into_iter().map(|i| (best, i));
+            let portable = Isa::available().into_iter().map(|i| (i, Isa16::Portable));
+            for (isa, isa16) in isas.chain(portable) {
+                let got = run_gemm16(isa, isa16, &x, &w, &bias, &res, (m, k, n), act);
+                let at = format!("{isa:?} {isa16:?} {m}x{k}x{n} {act:?}");
+                for (idx, (&g, &v)) in got.iter().zip(&want).enumerate() {
+                    let (i, j) = (idx / n, idx % n);
+                    // Rounding to bf16 moves a value by at most 2^-8 of itself, so a product
+                    // errs by at most (2^-7 + 2^-16) of |x w|; the f32 sums of k exact products
+                    // by at most k 2^-24 of the sum of |x w|; the epilogue's f32 rounding adds
+                    // the rest. Relu and identity move no value further than their input moved.
+                    let abs: f64 = (0..k)
+                        .map(|p| (f64::from(x[i * k + p]) * f64::from(w[j * k + p])).abs())
+                        .sum();
+                    let bound = abs * (2f64.powi(-7) + 2f64.powi(-16) + k as f64 * 2f64.powi(-24))
+                        + 1e-5 * (1.0 + v.abs());
+                    let err = (f64::from(g) - v).abs();
+                    assert!(err <= bound, "{at} [{i},{j}]: {g} vs {v} (bound {bound:e})");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn bf16_gemm_really_rounds_its_operands() {
+    // x = 1 + 2^-8 rounds to 1 in bf16 (a tie, to even) and w = 1 + 3 2^-8 to 1 + 2^-6: the
+    // product is 1 + 2^-6 in bf16 where f32 gives about 1 + 2^-8 + 3 2^-8.
+    let (m, k, n) = (1, 2, 1);
+    let x = [1.0 + 2f32.powi(-8), 0.0];
+    let w = [1.0 + 3.0 * 2f32.powi(-8), 5.0];
+    for isa16 in Isa16::available() {
+        let got =
+            run_gemm16(Isa::detect(), isa16, &x, &w, &[0.0], &[0.0], (m, k, n), Act::Identity);
+        assert_eq!(got, [1.0 + 2f32.powi(-6)], "{isa16:?}");
+    }
+}
+
+#[test]
+fn bf16_rounds_to_nearest_even_and_keeps_nan_and_infinity() {
+    let one = 0x3f80u16;
+    assert_eq!(to_bf16(1.0), one);
+    assert_eq!(to_bf16(1.0 + 2f32.powi(-8)), one, "a tie rounds to the even neighbour");
+    assert_eq!(to_bf16(1.0 + 3.0 * 2f32.powi(-8)), one + 2, "a tie rounds to the even neighbour");
+    assert_eq!(to_bf16(1.0 + 2f32.powi(-8) + 2f32.powi(-20)), one + 1, "past a tie rounds up");
+    assert_eq!(to_bf16(-2.5), 0xc020);
+    assert_eq!(to_bf16(f32::INFINITY), 0x7f80);
+    assert_eq!(to_bf16(f32::MAX), 0x7f80, "past the largest bf16 rounds to infinity");
+    // A NaN whose payload lies in the low bits only would truncate to infinity.
+    assert!(from_bf16(to_bf16(f32::from_bits(0x7f80_0001))).is_nan());
+    assert!(from_bf16(to_bf16(-f32::NAN)).is_nan());
+    for v in [0.0f32, -0.0, 1.5, -0.093_75, 65536.0] {
+        assert_eq!(from_bf16(to_bf16(v)).to_bits(), v.to_bits(), "{v} is a bf16 value");
+    }
+    // Rows are rounded value by value, and zero past k.
+    let x = [1.0 + 2f32.powi(-8), f32::NAN, -2.5];
+    for isa in Isa::available() {
+        let mut rows = vec![7u16; 4];
+        // SAFETY: x holds one row of 3 values; rows has 4.
+        unsafe { round_rows(isa, x.as_ptr(), 1, 3, 4, &mut rows) };
+        assert_eq!((rows[0], rows[2], rows[3]), (one, 0xc020, 0), "{isa:?}");
+        assert!(from_bf16(rows[1]).is_nan(), "{isa:?}");
+    }
+}
+
 /// The whole suite on each instruction set other than the one flex picks by default (which
 /// `tests/conformance.rs` runs).
 #[test]
@@ -250,6 +359,16 @@ fn conformance_on_every_other_isa() {
         };
         for c in Check::ALL {
             check(c, make, int8);
+        }
+    }
+    let bf16 = Options { dtype: DType::Bf16, ..Options::default() };
+    for isa16 in Isa16::available().into_iter().skip(1) {
+        let make = || {
+            let be = switchyard_flex::flex().with_dtype(DType::Bf16).expect("flex has bf16");
+            be.with_isa16(isa16).expect("an available instruction set")
+        };
+        for c in Check::ALL {
+            check(c, make, bf16);
         }
     }
 }

@@ -45,11 +45,12 @@ fn a_warm_run_allocates_nothing_on_any_thread() {
 
     let spec = EncoderSpec { vocab: 97, width: 48, heads: 3, ffn: 100, layers: 2, max_pos: 128 };
     let graphs = [testkit::bert_like(spec), testkit::modernbert_like(spec)];
-    for (g, dtype) in graphs.iter().flat_map(|g| [(g, DType::F32), (g, DType::I8)]) {
+    let dtypes = [DType::F32, DType::Bf16, DType::I8];
+    for (g, dtype) in graphs.iter().flat_map(|g| dtypes.map(|d| (g, d))) {
         let weights = testkit::random_weights(g, 3);
         let buckets: Buckets = "default 256 8 256\n".parse().expect("a bucket table");
         let be = switchyard_flex::with_threads(Some(2)).expect("a pool");
-        let be = be.with_dtype(dtype).expect("flex computes in f32 and int8");
+        let be = be.with_dtype(dtype).expect("flex computes in f32, bf16 and int8");
         let mut ex = Executor::new(be, &weights.tensors(), g.clone(), "default", buckets)
             .expect("an executor");
         let types = g.limits().types > 1;

@@ -336,41 +336,77 @@ trait Micro {
 /// As [`gemm`]'s, for the rows and columns of task `t`; the CPU has `M`'s target features.
 #[inline(always)]
 unsafe fn task<M: Micro>(job: &Job<'_>, t: usize, ctile: &mut AlignedBuf) {
-    let (k, n, nr) = (job.w.k, job.w.n, M::NR);
-    let Span { r0, rows, p0, panels } = job.tiling.span(t, job.m);
+    let (k, w, x) = (job.w.k, job.w, job.x.0.cast_const());
+    // SAFETY: the caller's contract; the driver keeps every row below m, every block of `k`
+    // inside the rows and the panel, and every tile inside the tile buffer.
+    unsafe {
+        task_blocks(
+            job.tiling.span(t, job.m),
+            (job.m, w.n, M::NR),
+            (k, KC),
+            ctile,
+            |p, kb| w.panel(p)[kb * M::NR..].as_ptr(),
+            |r, kb| x.add(r * k + kb),
+            |kc, a, b, c: *mut f32, ldc, first| M::tile(kc, a, b, c, ldc, first),
+            |r, c0, row| job.epilogue.finish(r, c0, row),
+        )
+    }
+}
+
+/// The loops of one task of a packed GEMM (f32, int8 or bf16): for each block of up to `block`
+/// of the `groups` groups of `k` (one value, or the two or four one step of a microkernel
+/// reads), for each of the span's column panels and microkernel rows, `tile` adds the block's
+/// products to the task's tile of `nr`-column panels in `ctile`, whose words hold `C` (f32 or
+/// i32 sums); then `finish(row, first column, values)` finishes each of the span's rows.
+/// `panel(p, g)` is panel `p` of the weights from group `g`, `row(r, g)` row `r` of the input
+/// from group `g`; a tile past the batch reads its last row again, and its results are not
+/// finished.
+///
+/// # Safety
+/// `panel` and `row` give pointers to at least `block` groups from `g` of what `tile` reads;
+/// `tile` may be called with them and a tile of `MR x nr` `C` at any row stride inside
+/// `ctile`, and `finish` with any row of the span and the columns of its panels (clipped to
+/// `n`).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn task_blocks<A, B, C>(
+    span: Span,
+    (m, n, nr): (usize, usize, usize),
+    (groups, block): (usize, usize),
+    ctile: &mut AlignedBuf,
+    panel: impl Fn(usize, usize) -> *const B,
+    row: impl Fn(usize, usize) -> *const A,
+    tile: impl Fn(usize, &[*const A; MR], *const B, *mut C, usize, bool),
+    mut finish: impl FnMut(usize, usize, &mut [f32]),
+) {
+    const { assert!(size_of::<C>() == size_of::<f32>(), "a tile word holds an f32 or an i32") };
+    let Span { r0, rows, p0, panels } = span;
     let micro_rows = rows.div_ceil(MR);
     let ldc = panels * nr;
     ctile.ensure(micro_rows * MR * ldc);
     let ct = ctile.as_mut_slice();
-    if k == 0 {
+    if groups == 0 {
         ct[..micro_rows * MR * ldc].fill(0.0);
     }
-    let x = job.x.0.cast_const();
-    let mut kb = 0;
-    while kb < k {
-        let kc = KC.min(k - kb);
+    let c = ct.as_mut_ptr().cast::<C>();
+    let mut g0 = 0;
+    while g0 < groups {
+        let gc = block.min(groups - g0);
         for jp in 0..panels {
-            let b = job.w.panel(p0 + jp)[kb * nr..].as_ptr();
+            let b = panel(p0 + jp, g0);
             for ip in 0..micro_rows {
-                // The tile's rows of x from column kb; past the batch, its last row again,
-                // whose results are not written.
-                // SAFETY: every row index is below m, and kb < k.
-                let a: [*const f32; MR] = std::array::from_fn(|i| unsafe {
-                    x.add((r0 + ip * MR + i).min(job.m - 1) * k + kb)
-                });
-                let c = ct[ip * MR * ldc + jp * nr..].as_mut_ptr();
-                // SAFETY: each row holds kc values from kb; `b` holds kc steps of its panel; the
-                // tile lies inside `ct`, which holds micro_rows * MR rows of ldc; the features
-                // are the caller's.
-                unsafe { M::tile(kc, &a, b, c, ldc, kb == 0) };
+                let a: [*const A; MR] =
+                    std::array::from_fn(|i| row((r0 + ip * MR + i).min(m - 1), g0));
+                // SAFETY: the tile's rows lie inside the tile buffer, which holds micro_rows *
+                // MR rows of ldc words; the rest is the caller's.
+                tile(gc, &a, b, unsafe { c.add(ip * MR * ldc + jp * nr) }, ldc, g0 == 0);
             }
         }
-        kb += kc;
+        g0 += gc;
     }
     let (c0, cols) = (p0 * nr, (panels * nr).min(n - p0 * nr));
     for i in 0..rows {
-        // SAFETY: row r0 + i < m, columns c0..c0 + cols <= n: this task's alone.
-        unsafe { job.epilogue.finish(r0 + i, c0, &mut ct[i * ldc..i * ldc + cols]) };
+        finish(r0 + i, c0, &mut ct[i * ldc..i * ldc + cols]);
     }
 }
 

@@ -9,16 +9,17 @@
 //! panels of `NR` columns, groups of four consecutive `k` per column (what `vpdpbusd` reads);
 //! `k` is padded to a multiple of four with zero weights.
 //!
-//! Tasks, tiling and the epilogue are the f32 GEMM's ([`super::gemm`]): a task accumulates its
-//! tiles in its thread's tile buffer (as i32), block of `k` by block, then turns each sum into
-//! f32 with the row's and the column's scales and finishes it as the f32 GEMM does. The
+//! Tasks, tiling, their loops and the epilogue are the f32 GEMM's ([`super::gemm`]): a task
+//! accumulates its tiles in its thread's tile buffer (as i32), block of `k` by block, then turns
+//! each sum into f32 with the row's and the column's scales and finishes it as the f32 GEMM
+//! does. The
 //! microkernel runs on AVX-512 VNNI (32 columns) or AVX-VNNI (16), chosen at run time, else on
 //! portable code (16).
 
 use rayon::prelude::*;
 use switchyard_core::Act;
 
-use super::gemm::{Epilogue, Isa, MR, Span, Tiling, for_each_task, tile_scratch};
+use super::gemm::{Epilogue, Isa, MR, Tiling, for_each_task, task_blocks, tile_scratch};
 use super::multiversion;
 use super::scratch::{ScratchSize, Scratches, SendPtr};
 use crate::buf::AlignedBuf;
@@ -289,48 +290,29 @@ trait Micro {
 /// As [`gemm8`]'s, for the rows and columns of task `t`; the CPU has `M`'s target features.
 #[inline(always)]
 unsafe fn task<M: Micro>(job: &Job<'_>, t: usize, ctile: &mut AlignedBuf) {
-    let (k4, n, nr) = (job.w.k4(), job.w.n, M::NR);
-    let Span { r0, rows, p0, panels } = job.tiling.span(t, job.m);
-    let micro_rows = rows.div_ceil(MR);
-    let ldc = panels * nr;
-    ctile.ensure(micro_rows * MR * ldc);
-    let ct = ctile.as_mut_slice();
-    // The tile holds i32 sums, then their f32 values, in the same words.
-    let ci = ct.as_mut_ptr().cast::<i32>();
-    let groups = k4 / 4;
-    if groups == 0 {
-        ct[..micro_rows * MR * ldc].fill(0.0);
-    }
-    let mut g0 = 0;
-    while g0 < groups {
-        let gc = KG.min(groups - g0);
-        for jp in 0..panels {
-            let b = job.w.panel(p0 + jp)[g0 * nr * 4..].as_ptr();
-            for ip in 0..micro_rows {
-                // The tile's quantized rows from group g0; past the batch, its last row again,
-                // whose results are not written.
-                let a: [*const u8; MR] = std::array::from_fn(|i| {
-                    job.q[(r0 + ip * MR + i).min(job.m - 1) * k4 + g0 * 4..].as_ptr()
-                });
-                // SAFETY: each row holds gc groups from g0, the panel gc groups; the tile lies
-                // inside the tile buffer; the features are the caller's.
-                unsafe { M::tile(gc, &a, b, ci.add(ip * MR * ldc + jp * nr), ldc, g0 == 0) };
-            }
-        }
-        g0 += gc;
-    }
-    let (c0, cols) = (p0 * nr, (panels * nr).min(n - p0 * nr));
-    let (ws, shift) = (&job.w.scales[c0..c0 + cols], &job.w.shift[c0..c0 + cols]);
-    for i in 0..rows {
-        let r = r0 + i;
-        let row = &mut ct[i * ldc..i * ldc + cols];
-        let xs = job.scales[r];
-        for ((v, &s), &sh) in row.iter_mut().zip(ws).zip(shift) {
-            // The word holds the i32 sum; it becomes the f32 value.
-            *v = (v.to_bits() as i32 - sh) as f32 * (xs * s);
-        }
-        // SAFETY: row r < m, columns c0..c0 + cols <= n: this task's alone.
-        unsafe { job.epilogue.finish(r, c0, row) };
+    let (k4, w, q) = (job.w.k4(), job.w, job.q);
+    // SAFETY: the caller's contract; the driver keeps every row below m, every block of groups
+    // inside the rows and the panel, and every tile inside the tile buffer.
+    unsafe {
+        task_blocks(
+            job.tiling.span(t, job.m),
+            (job.m, w.n, M::NR),
+            (k4 / 4, KG),
+            ctile,
+            |p, g0| w.panel(p)[g0 * M::NR * 4..].as_ptr(),
+            |r, g0| q[r * k4 + g0 * 4..].as_ptr(),
+            |groups, a, b, c: *mut i32, ldc, first| M::tile(groups, a, b, c, ldc, first),
+            |r, c0, row| {
+                let cols = row.len();
+                let (ws, shift) = (&w.scales[c0..c0 + cols], &w.shift[c0..c0 + cols]);
+                let xs = job.scales[r];
+                for ((v, &s), &sh) in row.iter_mut().zip(ws).zip(shift) {
+                    // The word holds the i32 sum; it becomes the f32 value.
+                    *v = (v.to_bits() as i32 - sh) as f32 * (xs * s);
+                }
+                job.epilogue.finish(r, c0, row);
+            },
+        )
     }
 }
 
@@ -377,7 +359,7 @@ impl Micro for Portable {
 }
 
 #[cfg(target_arch = "x86_64")]
-mod x86 {
+pub(crate) mod x86 {
     use std::arch::x86_64::*;
 
     use super::{Job, MR, Micro, task};
@@ -398,29 +380,55 @@ mod x86 {
             ldc: usize,
             first: bool,
         ) {
-            // SAFETY: every pointer stays inside the rows, panel and tile the caller vouched
-            // for, and the caller enabled avx512f, avx512bw and avx512vnni.
+            // SAFETY: the caller's contract, which is `tile512`'s; the caller enabled avx512f,
+            // avx512bw and avx512vnni.
             unsafe {
-                let mut acc = [[_mm512_setzero_si512(); 2]; MR];
-                if !first {
-                    for (i, r) in acc.iter_mut().enumerate() {
-                        r[0] = _mm512_loadu_si512(c.add(i * ldc).cast());
-                        r[1] = _mm512_loadu_si512(c.add(i * ldc + 16).cast());
-                    }
+                tile512(groups, a, b.cast(), c, ldc, first, |s, a, b| _mm512_dpbusd_epi32(s, a, b))
+            }
+        }
+    }
+
+    /// The AVX-512 microkernel of the int8 and the bf16 GEMMs: an `MR x 32` tile of 32-bit
+    /// sums at `c` (row stride `ldc`, added to unless `first`) from `groups` groups of four
+    /// bytes of each of `MR` rows (four bytes of int8, or two bf16) and a panel of 32 columns
+    /// (128 bytes a group), in two registers per row, 12 accumulators: `dot(sums, row group
+    /// broadcast, panel register)` is `vpdpbusd`, or `vdpbf16ps` on the sums' bits.
+    ///
+    /// # Safety
+    /// Each of `a` holds `4 * groups` bytes, `b` `128 * groups`, `c` an `MR x 32` tile at row
+    /// stride `ldc`; the CPU has avx512f and what `dot` uses.
+    #[inline(always)]
+    pub(crate) unsafe fn tile512(
+        groups: usize,
+        a: &[*const u8; MR],
+        b: *const u8,
+        c: *mut i32,
+        ldc: usize,
+        first: bool,
+        dot: impl Fn(__m512i, __m512i, __m512i) -> __m512i,
+    ) {
+        // SAFETY: every pointer stays inside the rows, panel and tile the caller vouched for,
+        // and the caller enabled the features.
+        unsafe {
+            let mut acc = [[_mm512_setzero_si512(); 2]; MR];
+            if !first {
+                for (i, r) in acc.iter_mut().enumerate() {
+                    r[0] = _mm512_loadu_si512(c.add(i * ldc).cast());
+                    r[1] = _mm512_loadu_si512(c.add(i * ldc + 16).cast());
                 }
-                for g in 0..groups {
-                    let b0 = _mm512_loadu_si512(b.add(g * 128).cast());
-                    let b1 = _mm512_loadu_si512(b.add(g * 128 + 64).cast());
-                    for (r, ai) in acc.iter_mut().zip(a) {
-                        let av = _mm512_set1_epi32(ai.add(g * 4).cast::<i32>().read_unaligned());
-                        r[0] = _mm512_dpbusd_epi32(r[0], av, b0);
-                        r[1] = _mm512_dpbusd_epi32(r[1], av, b1);
-                    }
+            }
+            for g in 0..groups {
+                let b0 = _mm512_loadu_si512(b.add(g * 128).cast());
+                let b1 = _mm512_loadu_si512(b.add(g * 128 + 64).cast());
+                for (r, ai) in acc.iter_mut().zip(a) {
+                    let av = _mm512_set1_epi32(ai.add(g * 4).cast::<i32>().read_unaligned());
+                    r[0] = dot(r[0], av, b0);
+                    r[1] = dot(r[1], av, b1);
                 }
-                for (i, r) in acc.iter().enumerate() {
-                    _mm512_storeu_si512(c.add(i * ldc).cast(), r[0]);
-                    _mm512_storeu_si512(c.add(i * ldc + 16).cast(), r[1]);
-                }
+            }
+            for (i, r) in acc.iter().enumerate() {
+                _mm512_storeu_si512(c.add(i * ldc).cast(), r[0]);
+                _mm512_storeu_si512(c.add(i * ldc + 16).cast(), r[1]);
             }
         }
     }

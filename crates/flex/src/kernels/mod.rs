@@ -1,9 +1,11 @@
-//! The flex backend's kernels: plain Rust over f32 slices (and int8 ones for the int8 GEMM),
-//! multiversioned for the CPU's vector instructions (AVX-512 or AVX2 with FMA, chosen at run
-//! time; elsewhere what the build's target has), parallel on the current rayon pool.
+//! The flex backend's kernels: plain Rust over f32 slices (and int8 and bf16 ones for the int8
+//! and bf16 GEMMs), multiversioned for the CPU's vector instructions (AVX-512 or AVX2 with FMA,
+//! chosen at run time; elsewhere what the build's target has), parallel on the current rayon
+//! pool.
 
 pub mod attention;
 pub mod gemm;
+pub mod gemm16;
 pub mod gemm8;
 pub mod math;
 pub mod rows;
@@ -11,6 +13,7 @@ pub mod scratch;
 
 pub use gemm::Isa;
 pub use gemm8::Isa8;
+pub use gemm16::Isa16;
 
 /// Defines `fn $name(isa: Isa, args..)`, which runs `$body` compiled for `isa`'s target features:
 /// the body once per instruction set, each copy free to vectorise with its registers.

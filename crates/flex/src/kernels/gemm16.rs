@@ -1,0 +1,390 @@
+//! The GEMM in bf16: `out = act(x . w^T + bias) + residual` with `w` rounded to bf16 once, at
+//! upload, and `x` rounded to bf16 per value just before, each product exact in f32 and the sums
+//! f32 (mixed precision, as PyTorch's CPU autocast computes a linear layer in bf16).
+//!
+//! A bf16 value is the upper half of an f32's bits, so a product of two is exact in f32: the
+//! only errors are the two roundings to bf16 (half a unit in the 8th significant bit of each
+//! value) and f32 summation. The weights are packed in panels of `NR` columns, pairs of
+//! consecutive `k` per column (what `vdpbf16ps` reads); `k` is padded to an even number with
+//! zero weights.
+//!
+//! Tasks, tiling, their loops and the epilogue are the f32 GEMM's ([`super::gemm`]). The microkernel runs on AVX-512 BF16 (32
+//! columns, `vdpbf16ps`: two products per lane per instruction, twice the f32 FMA's), chosen at
+//! run time; elsewhere portable code (16 columns) widens each bf16 to f32 and multiplies with
+//! FMA, compiled for the f32 GEMM's instruction set.
+
+use rayon::prelude::*;
+use switchyard_core::Act;
+
+use super::gemm::{Epilogue, Isa, MR, Tiling, for_each_task, task_blocks, tile_scratch};
+use super::multiversion;
+use super::scratch::{ScratchSize, Scratches, SendPtr};
+use crate::buf::AlignedBuf;
+
+/// Pairs of `k` per block of `k`: a block's panel of weights (32 KB with AVX-512 BF16) stays in
+/// L1.
+const KP: usize = 256;
+
+/// The instruction set of the bf16 microkernel, chosen once per process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Isa16 {
+    /// AVX-512 BF16: 32 columns per tile, `vdpbf16ps`.
+    Avx512Bf16,
+    /// Portable code: 16 columns per tile, bf16 widened to f32, compiled for the f32 GEMM's
+    /// instruction set.
+    Portable,
+}
+
+impl Isa16 {
+    /// The best this CPU has.
+    pub fn detect() -> Isa16 {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::is_x86_feature_detected as has;
+            if has!("avx512f") && has!("avx512bw") && has!("avx512bf16") {
+                return Isa16::Avx512Bf16;
+            }
+        }
+        Isa16::Portable
+    }
+
+    /// Every instruction set this CPU can run, best first (for tests).
+    pub fn available() -> Vec<Isa16> {
+        match Isa16::detect() {
+            Isa16::Avx512Bf16 => vec![Isa16::Avx512Bf16, Isa16::Portable],
+            Isa16::Portable => vec![Isa16::Portable],
+        }
+    }
+
+    /// Columns of a microkernel tile.
+    pub const fn nr(self) -> usize {
+        match self {
+            Isa16::Avx512Bf16 => 32,
+            Isa16::Portable => 16,
+        }
+    }
+}
+
+/// `v` rounded to bf16 (to nearest, ties to even), as its 16 bits; a NaN stays a NaN.
+#[inline(always)]
+pub fn to_bf16(v: f32) -> u16 {
+    let bits = v.to_bits();
+    let rounded = (bits + 0x7fff + ((bits >> 16) & 1)) >> 16;
+    // A NaN's payload may round into the exponent (or past it): keep it a quiet NaN instead.
+    if v.is_nan() { ((bits >> 16) | 0x40) as u16 } else { rounded as u16 }
+}
+
+/// The f32 whose upper half is the bf16 `h`: exact.
+#[inline(always)]
+pub fn from_bf16(h: u16) -> f32 {
+    f32::from_bits(u32::from(h) << 16)
+}
+
+/// A weight matrix `[n, k]` rounded to bf16 and packed for `x . w^T`.
+#[derive(Clone, Debug)]
+pub struct PackedWeight16 {
+    n: usize,
+    k: usize,
+    isa: Isa16,
+    /// Panels of `nr` columns, each `k2 / 2` pairs of `nr x 2` values.
+    data: Vec<u16>,
+}
+
+impl PackedWeight16 {
+    /// Rounds and packs the row-major `[n, k]` matrix `w` for `isa`'s microkernel.
+    pub fn pack(w: &[f32], n: usize, k: usize, isa: Isa16) -> PackedWeight16 {
+        assert_eq!(w.len(), n * k, "a [{n}, {k}] weight");
+        let (nr, k2) = (isa.nr(), k.next_multiple_of(2));
+        let panels = n.div_ceil(nr);
+        let mut data = vec![0u16; panels * k2 * nr];
+        for (j, row) in w.chunks_exact(k.max(1)).enumerate().take(n) {
+            let (p, c) = (j / nr, j % nr);
+            let panel = &mut data[p * k2 * nr..(p + 1) * k2 * nr];
+            for (kk, &v) in row.iter().enumerate() {
+                panel[(kk / 2) * nr * 2 + c * 2 + kk % 2] = to_bf16(v);
+            }
+        }
+        PackedWeight16 { n, k, isa, data }
+    }
+
+    /// Output columns.
+    pub fn n(&self) -> usize {
+        self.n
+    }
+
+    /// Input columns.
+    pub fn k(&self) -> usize {
+        self.k
+    }
+
+    /// `k` padded to an even number: the row stride of rounded input rows.
+    pub fn k2(&self) -> usize {
+        self.k.next_multiple_of(2)
+    }
+
+    /// Bytes held.
+    pub fn bytes(&self) -> usize {
+        self.data.len() * size_of::<u16>()
+    }
+
+    fn panel(&self, p: usize) -> &[u16] {
+        let span = self.k2() * self.isa.nr();
+        &self.data[p * span..(p + 1) * span]
+    }
+}
+
+/// Rounds `m` rows of `k` values at `x` to bf16 for the bf16 GEMM, into `out` (`k2` per row,
+/// zero past `k`), in parallel on the current rayon pool, compiled for `isa`.
+///
+/// # Safety
+/// `x` holds `m x k` readable values that no thread writes meanwhile.
+pub unsafe fn round_rows(isa: Isa, x: *const f32, m: usize, k: usize, k2: usize, out: &mut [u16]) {
+    let x = SendPtr(x.cast_mut());
+    out[..m * k2].par_chunks_mut(k2.max(1)).enumerate().for_each(|(r, row)| {
+        // SAFETY: row r < m of x, and a row of k2 >= k values.
+        unsafe { round_row(isa, SendPtr(x.get().add(r * k)), k, row) }
+    });
+}
+
+multiversion! {
+    /// One row of [`round_rows`]: `k` values at `x` into `row`, the rest of `row` zero.
+    ///
+    /// # Safety
+    /// `x` holds `k` readable values, and `row` has at least `k` values.
+    unsafe fn round_row(x: SendPtr, k: usize, row: &mut [u16]) {
+        // SAFETY: the caller's contract.
+        let xr = unsafe { std::slice::from_raw_parts(x.get().cast_const(), k) };
+        for (d, &v) in row.iter_mut().zip(xr) {
+            *d = to_bf16(v);
+        }
+        row[k..].fill(0);
+    }
+}
+
+/// The scratch a bf16 GEMM over at most `m` rows of `w` needs per thread.
+pub fn scratch_size(m: usize, w: &PackedWeight16) -> ScratchSize {
+    tile_scratch(m, w.isa.nr())
+}
+
+/// One bf16 GEMM call.
+struct Job<'a> {
+    rows: &'a [u16],
+    m: usize,
+    w: &'a PackedWeight16,
+    epilogue: Epilogue<'a>,
+    tiling: Tiling,
+}
+
+/// `out = act(x . w^T + bias) + residual` for `m` rows given as [`round_rows`] left them
+/// (`rows`), on the current rayon pool, with the threads' `scratch`; the portable microkernel is
+/// compiled for `isa`.
+///
+/// # Safety
+/// `out` holds `m x w.n()` writable values; a `residual` holds `m x w.n()` readable values and
+/// is either `out` itself or overlaps nothing written; `bias` has `w.n()` values; `rows` holds
+/// `m` rows rounded for `w` (`w.k2()` values each). No other thread writes any of them
+/// meanwhile.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn gemm16(
+    isa: Isa,
+    rows: &[u16],
+    m: usize,
+    w: &PackedWeight16,
+    bias: Option<&[f32]>,
+    act: Act,
+    residual: Option<*const f32>,
+    out: *mut f32,
+    scratch: &Scratches,
+) {
+    if m == 0 || w.n == 0 {
+        return;
+    }
+    assert!(rows.len() >= m * w.k2(), "rows rounded for this weight");
+    let tiling = Tiling::new(m, w.n.div_ceil(w.isa.nr()));
+    let epilogue = Epilogue::new(w.n, bias, act, residual, out);
+    let job = Job { rows, m, w, epilogue, tiling };
+    // SAFETY: the caller's contract covers every address a task touches; tasks write disjoint
+    // rows x columns of `out`, and each tile buffer is its thread's alone.
+    for_each_task(tiling, scratch, |t, ctile| unsafe { run_task(isa, &job, t, ctile) });
+}
+
+/// Runs task `t` with the microkernel of the packed weight's instruction set.
+///
+/// # Safety
+/// As [`gemm16`]'s, for the rows and columns of task `t`.
+unsafe fn run_task(isa: Isa, job: &Job<'_>, t: usize, ctile: &mut AlignedBuf) {
+    match (job.w.isa, isa) {
+        // SAFETY: the instruction set was detected on this CPU when the weight was packed, so
+        // the features the function enables are present; the rest is the caller's contract.
+        #[cfg(target_arch = "x86_64")]
+        (Isa16::Avx512Bf16, _) => unsafe { x86::task_avx512_bf16(job, t, ctile) },
+        // SAFETY: `isa` was detected on this CPU; the rest is the caller's contract.
+        #[cfg(target_arch = "x86_64")]
+        (Isa16::Portable, Isa::Avx512) => unsafe { x86::task_avx512(job, t, ctile) },
+        // SAFETY: as above.
+        #[cfg(target_arch = "x86_64")]
+        (Isa16::Portable, Isa::Avx2) => unsafe { x86::task_avx2(job, t, ctile) },
+        // SAFETY: the caller's contract; the portable kernel needs no feature.
+        _ => unsafe { task::<Portable>(job, t, ctile) },
+    }
+}
+
+/// A bf16 microkernel: an `MR x NR` tile of f32 sums at `c` (row stride `ldc`) from `pairs`
+/// pairs of bf16 values of `MR` rows (at `a`) and a packed panel of `NR` columns, added to `c`
+/// unless `first`.
+trait Micro {
+    const NR: usize;
+
+    /// # Safety
+    /// Each of `a` holds `2 * pairs` values, `b` `pairs * NR * 2`, `c` an `MR x NR` tile at row
+    /// stride `ldc`; the CPU has the kernel's target features.
+    unsafe fn tile(
+        pairs: usize,
+        a: &[*const u16; MR],
+        b: *const u16,
+        c: *mut f32,
+        ldc: usize,
+        first: bool,
+    );
+}
+
+/// One task: the microkernel over its tiles, block of `k` by block, then the epilogue.
+///
+/// # Safety
+/// As [`gemm16`]'s, for the rows and columns of task `t`; the CPU has `M`'s target features.
+#[inline(always)]
+unsafe fn task<M: Micro>(job: &Job<'_>, t: usize, ctile: &mut AlignedBuf) {
+    let k2 = job.w.k2();
+    let (w, rows) = (job.w, job.rows);
+    // SAFETY: the caller's contract; each block's rows, panel and tile are the driver's, which
+    // it keeps inside `rows`, the panel and the tile buffer.
+    unsafe {
+        task_blocks(
+            job.tiling.span(t, job.m),
+            (job.m, w.n, M::NR),
+            (k2 / 2, KP),
+            ctile,
+            |p, g0| w.panel(p)[g0 * M::NR * 2..].as_ptr(),
+            |r, g0| rows[r * k2 + g0 * 2..].as_ptr(),
+            |pairs, a, b, c: *mut f32, ldc, first| M::tile(pairs, a, b, c, ldc, first),
+            |r, c0, row| job.epilogue.finish(r, c0, row),
+        )
+    }
+}
+
+/// The portable microkernel: bf16 widened to f32, plain loops over fixed-size arrays.
+struct Portable;
+
+impl Micro for Portable {
+    const NR: usize = 16;
+
+    #[inline(always)]
+    unsafe fn tile(
+        pairs: usize,
+        a: &[*const u16; MR],
+        b: *const u16,
+        c: *mut f32,
+        ldc: usize,
+        first: bool,
+    ) {
+        let mut acc = [[0.0f32; 16]; MR];
+        if !first {
+            for (i, row) in acc.iter_mut().enumerate() {
+                // SAFETY: row i of the tile, 16 columns.
+                row.copy_from_slice(unsafe { std::slice::from_raw_parts(c.add(i * ldc), 16) });
+            }
+        }
+        for g in 0..pairs {
+            // SAFETY: pair g of the panel: 16 columns of two values.
+            let bg: &[u16; 32] = unsafe { &*b.add(g * 32).cast::<[u16; 32]>() };
+            let (b0, b1): ([f32; 16], [f32; 16]) = (
+                std::array::from_fn(|col| from_bf16(bg[col * 2])),
+                std::array::from_fn(|col| from_bf16(bg[col * 2 + 1])),
+            );
+            for (row, ai) in acc.iter_mut().zip(a) {
+                // SAFETY: pair g of the row.
+                let (a0, a1) =
+                    unsafe { (from_bf16(*ai.add(g * 2)), from_bf16(*ai.add(g * 2 + 1))) };
+                for ((s, &x0), &x1) in row.iter_mut().zip(&b0).zip(&b1) {
+                    *s = a1.mul_add(x1, a0.mul_add(x0, *s));
+                }
+            }
+        }
+        for (i, row) in acc.iter().enumerate() {
+            // SAFETY: row i of the tile, 16 columns.
+            unsafe { std::slice::from_raw_parts_mut(c.add(i * ldc), 16) }.copy_from_slice(row);
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    use super::{Job, MR, Micro, Portable, task};
+    use crate::buf::AlignedBuf;
+    use crate::kernels::gemm8::x86::tile512;
+
+    /// AVX-512 BF16: 32 columns in two registers of f32 per row, 12 accumulators, on the int8
+    /// GEMM's microkernel.
+    pub(super) struct Avx512Bf16;
+
+    impl Micro for Avx512Bf16 {
+        const NR: usize = 32;
+
+        #[inline(always)]
+        unsafe fn tile(
+            pairs: usize,
+            a: &[*const u16; MR],
+            b: *const u16,
+            c: *mut f32,
+            ldc: usize,
+            first: bool,
+        ) {
+            // A pair of bf16 is four bytes, as `tile512` reads a row; the panel's pairs of 32
+            // columns are its 128 bytes a group. `__m512bh` and `__m512` are the bits of an
+            // `__m512i`, so the casts only reinterpret registers.
+            let dot = |s: __m512i, a: __m512i, b: __m512i| -> __m512i {
+                // SAFETY: the caller enabled avx512bf16.
+                unsafe {
+                    let bf16 = |v| std::mem::transmute::<__m512i, __m512bh>(v);
+                    let sums = _mm512_dpbf16_ps(_mm512_castsi512_ps(s), bf16(a), bf16(b));
+                    _mm512_castps_si512(sums)
+                }
+            };
+            // SAFETY: the caller's contract, which is `tile512`'s in bytes; the caller enabled
+            // avx512f, avx512bw and avx512bf16.
+            unsafe { tile512(pairs, &a.map(|r| r.cast()), b.cast(), c.cast(), ldc, first, dot) }
+        }
+    }
+
+    /// A task with the AVX-512 BF16 microkernel, the rest compiled for AVX-512 too.
+    ///
+    /// # Safety
+    /// As `task`'s; the CPU has avx512f, avx512bw and avx512bf16.
+    #[target_feature(enable = "avx512f,avx512bw,avx512bf16,avx2,fma")]
+    pub(super) unsafe fn task_avx512_bf16(job: &Job<'_>, t: usize, ctile: &mut AlignedBuf) {
+        // SAFETY: the caller's contract, and the features are enabled here.
+        unsafe { task::<Avx512Bf16>(job, t, ctile) }
+    }
+
+    /// A task with the portable microkernel compiled for AVX-512.
+    ///
+    /// # Safety
+    /// As `task`'s; the CPU has avx512f.
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    pub(super) unsafe fn task_avx512(job: &Job<'_>, t: usize, ctile: &mut AlignedBuf) {
+        // SAFETY: the caller's contract, and the features are enabled here.
+        unsafe { task::<Portable>(job, t, ctile) }
+    }
+
+    /// A task with the portable microkernel compiled for AVX2.
+    ///
+    /// # Safety
+    /// As `task`'s; the CPU has avx2 and fma.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn task_avx2(job: &Job<'_>, t: usize, ctile: &mut AlignedBuf) {
+        // SAFETY: the caller's contract, and the features are enabled here.
+        unsafe { task::<Portable>(job, t, ctile) }
+    }
+}
