@@ -519,7 +519,7 @@ fn report(about: &str, all: &[Run]) {
     println!(
         "(x ORT, x ORT-int8: speed relative to ONNX Runtime fp32 or int8 sorted by length at the \
          same thread count; max diff: the largest difference from the program's first run's \
-         embeddings, f32 in file order: so for int8 runs, from f32)"
+         embeddings, f32 in file order: so for bf16 and int8 runs, from f32)"
     );
     for py in all.iter().filter(|r| r.engine == "switchyard python") {
         let engine = all.iter().find(|r| {

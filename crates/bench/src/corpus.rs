@@ -33,7 +33,7 @@ pub fn load(path: &str) -> Vec<String> {
 }
 
 /// `corpus --model DIR --corpus FILE --threads N [--max-len N] [--dtypes LIST]`: flex in each
-/// dtype of `LIST` (default `f32,int8`), in file order and sorted by length (characters, as the
+/// dtype of `LIST` (default `f32,bf16,int8`), in file order and sorted by length (characters, as the
 /// peers sort), a tab-separated line each, as the peers print theirs: `run`, engine, order,
 /// threads, texts, tokens, wall seconds, CPU seconds, largest difference from the first run's
 /// embeddings (f32 in file order, by default).
@@ -46,7 +46,7 @@ pub fn run(args: &[String]) {
     let (model_dir, corpus) = (arg("--model"), arg("--corpus"));
     let threads: usize = arg("--threads").parse().expect("a number of threads");
     let dtypes: Vec<DType> = opt("--dtypes")
-        .unwrap_or_else(|| "f32,int8".into())
+        .unwrap_or_else(|| "f32,bf16,int8".into())
         .split(',')
         .map(|d| d.parse().expect("a dtype"))
         .collect();

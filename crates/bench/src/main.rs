@@ -26,9 +26,9 @@ fn open(name: &str) -> Dispatch {
     Dispatch::new(&device).unwrap_or_else(|e| panic!("{name}: {e}"))
 }
 
-/// flex with its linear layers in int8.
-fn flex_int8() -> Dispatch {
-    open("flex").with_dtype(DType::I8).expect("flex computes in int8")
+/// flex with its linear layers in `dtype` (bf16 or int8).
+fn flex_in(dtype: DType) -> Dispatch {
+    open("flex").with_dtype(dtype).unwrap_or_else(|e| panic!("flex in {dtype}: {e}"))
 }
 
 /// Median wall time of `reps` calls of `f`, after `warm` untimed calls.
@@ -165,11 +165,13 @@ fn bench_gemm(reps: usize) {
             time_plan(open(name), &base, &batch, reps),
         );
     }
-    row(
-        "flex int8",
-        time_plan(flex_int8(), &g, &batch, reps),
-        time_plan(flex_int8(), &base, &batch, reps),
-    );
+    for dtype in [DType::Bf16, DType::I8] {
+        row(
+            &format!("flex {dtype}"),
+            time_plan(flex_in(dtype), &g, &batch, reps),
+            time_plan(flex_in(dtype), &base, &batch, reps),
+        );
+    }
 }
 
 fn ms(t: Duration) -> f64 {
@@ -191,10 +193,12 @@ fn bench_encoder(reps: usize) {
     println!("  {:<34} {:>9} {:>12} {:>8}", "", "time", "tokens/s", "ratio");
     let flex = time_plan(open("flex"), &g, &batch, reps);
     let burn_flex = time_plan(switchyard_dispatch::flex::burn_flex(), &g, &batch, reps);
-    let int8 = time_plan(flex_int8(), &g, &batch, reps);
+    let bf16 = time_plan(flex_in(DType::Bf16), &g, &batch, reps);
+    let int8 = time_plan(flex_in(DType::I8), &g, &batch, reps);
     let nd = time_plan(open("ndarray"), &g, &batch, reps);
     for (name, t) in [
         ("flex", flex),
+        ("flex bf16", bf16),
         ("flex int8", int8),
         ("burn-flex (Burn's ops)", burn_flex),
         ("ndarray (peer)", nd),
