@@ -1,6 +1,7 @@
 //! Fuzz targets for what Switchyard parses and checks: bucket tables, ragged batches,
-//! `config.json`, safetensors checkpoints, tokenizer input, the CLI's input files, and what a
-//! remote server's guard reads from the network (request heads and WebSocket frames).
+//! `config.json`, safetensors checkpoints and their shard indexes, tokenizer input, the CLI's
+//! input files, and what a remote server's guard reads from the network (request heads and
+//! WebSocket frames).
 //!
 //! Each target mutates valid seeds (the tiny checkpoints the model tests use, a bucket table, a
 //! real batch) with a deterministic generator, so a failure is reproduced by its seed and case
@@ -38,7 +39,7 @@ impl Tally {
 }
 
 /// Values that break parsers more often than random bytes do.
-pub const INTERESTING: [&str; 16] = [
+pub const INTERESTING: [&str; 18] = [
     "0",
     "-1",
     "1",
@@ -55,6 +56,8 @@ pub const INTERESTING: [&str; 16] = [
     "{}",
     "\"\"",
     "\u{feff}",
+    "../",
+    "/",
 ];
 
 /// Applies one to four random edits to `bytes`: a byte flipped, inserted or removed, a range
@@ -225,6 +228,40 @@ pub fn checkpoints(seed: u64, cases: usize) -> Tally {
         let mut bytes = head;
         bytes.extend_from_slice(&weights[header.min(weights.len())..]);
         std::fs::write(scratch.0.join("model.safetensors"), &bytes).expect("a scratch file");
+        Model::load(&scratch.0).and_then(|m| m.tensors().map(|t| t.len())).is_ok()
+    })
+}
+
+/// The tiny BERT as a sharded checkpoint (its weights in one shard, which
+/// `model.safetensors.index.json` names for every tensor), the index edited: loaded, and if it
+/// loads, every tensor read. Edits reach the file names (the loader keeps shards inside the
+/// model's directory) and the tensor names as well as the JSON.
+pub fn shard_indexes(seed: u64, cases: usize) -> Tally {
+    let dir = tiny("bert");
+    let scratch = Scratch::new("shard-indexes", &dir);
+    let shard = "model-00001-of-00001.safetensors";
+    std::fs::rename(scratch.0.join("model.safetensors"), scratch.0.join(shard))
+        .expect("a scratch file");
+    let weights = std::fs::read(scratch.0.join(shard)).expect("the tiny BERT's weights");
+    let header = 8 + u64::from_le_bytes(weights[..8].try_into().expect("8 bytes")) as usize;
+    let meta: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(&weights[8..header]).expect("a safetensors header");
+    let map: serde_json::Map<String, serde_json::Value> = meta
+        .keys()
+        .filter(|k| *k != "__metadata__")
+        .map(|k| (k.clone(), serde_json::Value::from(shard)))
+        .collect();
+    let index =
+        serde_json::json!({ "metadata": { "total_size": weights.len() }, "weight_map": map });
+    let index = serde_json::to_vec_pretty(&index).expect("an index");
+    let path = scratch.0.join("model.safetensors.index.json");
+    std::fs::write(&path, &index).expect("a scratch file");
+    assert!(Model::load(&scratch.0).is_ok(), "the unedited sharded checkpoint loads");
+    each("shard_indexes", seed, cases, |r, shown| {
+        let mut bytes = index.clone();
+        mutate(r, &mut bytes);
+        *shown = show(&bytes);
+        std::fs::write(&path, &bytes).expect("a scratch file");
         Model::load(&scratch.0).and_then(|m| m.tensors().map(|t| t.len())).is_ok()
     })
 }

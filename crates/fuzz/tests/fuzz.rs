@@ -6,7 +6,7 @@
 
 use switchyard_fuzz::{
     Tally, batches, buckets, checkpoints, cli_inputs, configs, guard_frames, guard_requests,
-    peak_memory_kib, tokenizer_inputs,
+    peak_memory_kib, shard_indexes, tokenizer_inputs,
 };
 
 fn setting(name: &str, default: u64) -> u64 {
@@ -51,6 +51,11 @@ fn config_files() {
 #[test]
 fn safetensors_headers() {
     run("checkpoints", checkpoints);
+}
+
+#[test]
+fn shard_index_files() {
+    run("shard_indexes", shard_indexes);
 }
 
 #[test]
