@@ -17,7 +17,7 @@
 
 backends! {
     backend "flex" Flex = switchyard_flex::FlexBackend {
-        /// Pure Rust on the host CPU, an engine of its own (f32, int8): the default device.
+        /// Pure Rust on the host CPU, an engine of its own (f32, bf16, int8): the default device.
         "flex" bare switchyard_flex, feature "flex", ci [run], served, trains;
     }
     backend "ndarray" NdArray = switchyard_ndarray::NdArrayBackend {

@@ -118,9 +118,10 @@ pub fn with_threads(threads: Option<usize>) -> Result<FlexBackend> {
     let isa = Isa::detect();
     let mut dtypes = switchyard_burn::float_dtypes::<Flex>(&FlexDevice);
     dtypes.push(DType::I8);
-    let caps = native::caps(pool.current_num_threads(), isa).with_dtypes(dtypes);
+    let (isa8, isa16) = (Isa8::detect(), Isa16::detect());
+    let caps = native::caps(pool.current_num_threads(), isa, isa8, isa16).with_dtypes(dtypes);
     let engine = Engine::Native(Linears::F32);
-    Ok(FlexBackend { caps, engine, pool, isa, isa8: Isa8::detect(), isa16: Isa16::detect() })
+    Ok(FlexBackend { caps, engine, pool, isa, isa8, isa16 })
 }
 
 /// burn-flex, the Burn backend on the CPU: what `switchyard remote-serve` hosts for flex.
@@ -215,8 +216,11 @@ impl Backend for FlexBackend {
     type Plan = FlexPlan;
     type State = FlexState;
 
+    /// The caps, the device in words naming the instruction sets its kernels use (which
+    /// `with_isa` and its kin change).
     fn caps(&self) -> Caps {
-        self.caps.clone()
+        let device = native::device(self.isa, self.isa8, self.isa16);
+        Caps { device, ..self.caps.clone() }
     }
 
     fn upload(&self, tensors: &[HostTensor<'_>], graph: &Graph) -> Result<FlexWeights> {

@@ -365,12 +365,28 @@ pub(crate) fn run(
     Ok(())
 }
 
-/// The caps of the native engine on `threads` threads.
-pub(crate) fn caps(threads: usize, isa: Isa) -> Caps {
-    let device = match isa {
-        Isa::Avx512 => "host CPU, AVX-512",
-        Isa::Avx2 => "host CPU, AVX2",
-        Isa::Portable => "host CPU",
+/// The caps of the native engine on `threads` threads, with the instruction sets of its f32,
+/// int8 and bf16 kernels.
+pub(crate) fn caps(threads: usize, isa: Isa, isa8: Isa8, isa16: Isa16) -> Caps {
+    let device = device(isa, isa8, isa16);
+    Caps::new("flex", &device, switchyard_core::DeviceKind::Cpu).with_threads(threads)
+}
+
+/// The host CPU in words, with what its f32, int8 and bf16 kernels run on.
+pub(crate) fn device(isa: Isa, isa8: Isa8, isa16: Isa16) -> String {
+    let f32s = match isa {
+        Isa::Avx512 => "AVX-512",
+        Isa::Avx2 => "AVX2",
+        Isa::Portable => "portable code",
     };
-    Caps::new("flex", device, switchyard_core::DeviceKind::Cpu).with_threads(threads)
+    let int8 = match isa8 {
+        Isa8::Avx512Vnni => "AVX-512 VNNI",
+        Isa8::AvxVnni => "AVX-VNNI",
+        Isa8::Portable => "portable code",
+    };
+    let bf16 = match isa16 {
+        Isa16::Avx512Bf16 => "bf16 on AVX-512 BF16",
+        Isa16::Portable => "bf16 widened to f32 (slower than f32)",
+    };
+    format!("host CPU: f32 on {f32s}, int8 on {int8}, {bf16}")
 }

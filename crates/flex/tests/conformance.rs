@@ -138,6 +138,21 @@ fn int8_and_bf16_linear_weights_take_a_quarter_and_half_the_memory() {
 }
 
 #[test]
+fn caps_say_what_each_dtype_runs_on() {
+    let flex = switchyard_flex::flex();
+    let device = flex.caps().device;
+    assert!(device.starts_with("host CPU: f32 on "), "{device}");
+    let bf16 = match switchyard_flex::kernels::Isa16::detect() {
+        switchyard_flex::kernels::Isa16::Avx512Bf16 => "bf16 on AVX-512 BF16",
+        switchyard_flex::kernels::Isa16::Portable => "bf16 widened to f32 (slower than f32)",
+    };
+    assert!(device.ends_with(bf16), "{device}");
+    let portable = flex.with_isa16(switchyard_flex::kernels::Isa16::Portable).expect("portable");
+    let device = portable.caps().device;
+    assert!(device.ends_with("bf16 widened to f32 (slower than f32)"), "{device}");
+}
+
+#[test]
 fn caps_list_the_dtypes_flex_computes_in() {
     let caps = switchyard_flex::flex().caps();
     assert_eq!(caps.dtypes, [DType::F32, DType::F16, DType::Bf16, DType::I8]);
