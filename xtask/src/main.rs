@@ -249,20 +249,16 @@ fn bench(args: Vec<String>) -> ExitCode {
     }
     cmd.arg("--");
     cmd.args(reps);
-    if !gpu {
-        return match cmd.status() {
-            Ok(s) if s.success() => ExitCode::SUCCESS,
-            Ok(s) => {
-                eprintln!("xtask bench: the benchmarks failed ({s})");
-                ExitCode::FAILURE
-            }
-            Err(e) => {
-                eprintln!("xtask bench: could not start cargo: {e}");
-                ExitCode::FAILURE
-            }
-        };
-    }
-    match peers::with_gpu_peer(&mut cmd) {
+    let ran = if gpu {
+        peers::with_gpu_peer(&mut cmd)
+    } else {
+        match cmd.status() {
+            Ok(s) if s.success() => Ok(()),
+            Ok(s) => Err(format!("the benchmarks failed ({s})")),
+            Err(e) => Err(format!("could not start cargo: {e}")),
+        }
+    };
+    match ran {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("xtask bench: {e}");

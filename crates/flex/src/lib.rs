@@ -151,7 +151,8 @@ impl FlexBackend {
                 "this CPU cannot run flex's {isa:?} kernels"
             )));
         }
-        Ok(FlexBackend { isa, ..self })
+        let (isa8, isa16) = (self.isa8, self.isa16);
+        Ok(self.on(isa, isa8, isa16))
     }
 
     /// The instruction set of its int8 GEMM.
@@ -167,7 +168,8 @@ impl FlexBackend {
                 "this CPU cannot run flex's {isa8:?} int8 kernels"
             )));
         }
-        Ok(FlexBackend { isa8, ..self })
+        let (isa, isa16) = (self.isa, self.isa16);
+        Ok(self.on(isa, isa8, isa16))
     }
 
     /// The instruction set of its bf16 GEMM.
@@ -183,7 +185,14 @@ impl FlexBackend {
                 "this CPU cannot run flex's {isa16:?} bf16 kernels"
             )));
         }
-        Ok(FlexBackend { isa16, ..self })
+        let (isa, isa8) = (self.isa, self.isa8);
+        Ok(self.on(isa, isa8, isa16))
+    }
+
+    /// This backend with these instruction sets, its caps naming them.
+    fn on(self, isa: Isa, isa8: Isa8, isa16: Isa16) -> FlexBackend {
+        let caps = Caps { device: native::device(isa, isa8, isa16), ..self.caps };
+        FlexBackend { caps, isa, isa8, isa16, ..self }
     }
 
     fn precision(&self, linears: Linears) -> Precision {
@@ -216,11 +225,8 @@ impl Backend for FlexBackend {
     type Plan = FlexPlan;
     type State = FlexState;
 
-    /// The caps, the device in words naming the instruction sets its kernels use (which
-    /// `with_isa` and its kin change).
     fn caps(&self) -> Caps {
-        let device = native::device(self.isa, self.isa8, self.isa16);
-        Caps { device, ..self.caps.clone() }
+        self.caps.clone()
     }
 
     fn upload(&self, tensors: &[HostTensor<'_>], graph: &Graph) -> Result<FlexWeights> {

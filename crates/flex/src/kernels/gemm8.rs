@@ -12,9 +12,8 @@
 //! Tasks, tiling, their loops and the epilogue are the f32 GEMM's ([`super::gemm`]): a task
 //! accumulates its tiles in its thread's tile buffer (as i32), block of `k` by block, then turns
 //! each sum into f32 with the row's and the column's scales and finishes it as the f32 GEMM
-//! does. The
-//! microkernel runs on AVX-512 VNNI (32 columns) or AVX-VNNI (16), chosen at run time, else on
-//! portable code (16).
+//! does. The microkernel runs on AVX-512 VNNI (32 columns; the bf16 GEMM shares it) or AVX-VNNI
+//! (16), chosen at run time, else on portable code (16).
 
 use rayon::prelude::*;
 use switchyard_core::Act;
