@@ -1,12 +1,13 @@
 //! The cube crate's own kernels against the f64 reference, on shapes the shared suite does not
 //! reach: sequences longer than one block of queries and one tile of keys, windows that cross
-//! block and tile edges, heads up to the widest the kernel takes, and GEMMs over many `k`
-//! steps. Each test also checks that the kernel really ran (the generic path would pass the
+//! block and tile edges, heads up to the widest the kernel takes, attention in the half-precision
+//! dtypes the device has, and GEMMs over many `k` steps. Each test also checks that the kernel really ran (the generic path would pass the
 //! value checks too) and that it stands down where it should.
 //!
 //! Tolerance: the suite's f32 bound (2e-5 + 2e-5 |want|), unchanged, for our kernels. Burn's
 //! own ops, where a test runs them, meet it too, except on a device where they compute f32
-//! products in TF32: there they are held to f16's bound (see `generic_tolerance`).
+//! products in TF32: there they are held to f16's bound (see `generic_tolerance`). In f16 and
+//! bf16, the suite's bound for that dtype.
 
 #![cfg(any(feature = "wgpu", feature = "cuda", feature = "rocm", feature = "cpu"))]
 
@@ -53,6 +54,13 @@ fn check_within(cube: Cube, graph: &Graph, lens: &[usize], what: &str, tol: Tol)
             );
         }
     }
+}
+
+/// The half-precision dtypes the device under test computes in (llvmpipe: f16).
+fn half_dtypes() -> Vec<DType> {
+    let cube = common::open().expect("the device under test");
+    let caps = switchyard_core::Backend::caps(&cube);
+    caps.dtypes.iter().copied().filter(|d| matches!(d, DType::F16 | DType::Bf16)).collect()
 }
 
 /// The outputs of `graph` over sequences of `lens` on `cube` and on the reference.
@@ -123,7 +131,7 @@ const LENS: [usize; 7] = [1, 7, 31, 32, 33, 97, 150];
 
 #[test]
 fn ragged_attention_matches_the_reference_across_blocks_tiles_and_windows() {
-    for (heads, head_dim) in [(2, 8), (3, 64), (1, 128)] {
+    for (heads, head_dim) in [(2, 8), (3, 64), (1, 128), (1, 256)] {
         for window in [None, Some(0), Some(5), Some(40)] {
             let cube = device(KernelSet::ALL);
             let kernels = cube.kernels().clone();
@@ -135,21 +143,40 @@ fn ragged_attention_matches_the_reference_across_blocks_tiles_and_windows() {
 }
 
 #[test]
+fn ragged_attention_runs_in_half_precision_with_f32_arithmetic() {
+    let dtypes = half_dtypes();
+    if dtypes.is_empty() {
+        eprintln!("skipped: {} computes in no half-precision dtype", common::name());
+    }
+    for dtype in dtypes {
+        for (heads, head_dim, window) in [(2, 8, None), (3, 64, Some(5)), (1, 256, None)] {
+            let cube = device(KernelSet::ALL);
+            let kernels = cube.kernels().clone();
+            let cube = switchyard_core::Backend::with_dtype(cube, dtype).expect("a listed dtype");
+            let what = format!("{dtype} {heads}x{head_dim} window {window:?}");
+            let graph = attention(heads, head_dim, window);
+            check_within(cube, &graph, &LENS, &what, tolerance(dtype));
+            assert_eq!(kernels.launched(), Launched { attention: 1, linear: 0 }, "{what}");
+        }
+    }
+}
+
+#[test]
 fn attention_wider_than_the_kernel_takes_goes_to_the_generic_path() {
     let cube = device(KernelSet::ALL);
     let kernels = cube.kernels().clone();
-    let wide = attention(1, 136, Some(3));
+    let wide = attention(1, 264, Some(3));
     if kernels.tf32() {
         // Burn's attention here would compute in TF32: refused while the kernel is chosen.
         let e = run_both(cube, &wide, &[40, 3]).map(|_| ()).expect_err("refused in f32");
         assert!(matches!(e, Error::Unsupported(_)), "{e}");
-        assert!(e.to_string().contains("heads 136 wide"), "{e}");
+        assert!(e.to_string().contains("heads 264 wide"), "{e}");
         assert!(e.to_string().contains("TF32"), "{e}");
         let generic = device(KernelSet::NONE);
         let tol = generic_tolerance(&generic);
-        check_within(generic, &wide, &[40, 3], "1x136, Burn's attention", tol);
+        check_within(generic, &wide, &[40, 3], "1x264, Burn's attention", tol);
     } else {
-        check(cube, &wide, &[40, 3], "1x136");
+        check(cube, &wide, &[40, 3], "1x264");
     }
     assert_eq!(kernels.launched().attention, 0);
 }

@@ -7,6 +7,11 @@
 //! keeps a running max, a running sum and its `head_dim` accumulators (the online softmax of
 //! FlashAttention), so scores are never stored.
 //!
+//! Rows may be f32, f16 or bf16 (the kernel is generic over the element): each value is widened
+//! to f32 as it is read, and scores, the softmax and the accumulators stay f32 (as
+//! FlashAttention's half-precision kernels keep them), so half precision rounds only the inputs
+//! and the output.
+//!
 //! Every loop over `head_dim` or a tile is unrolled, so a unit's only runtime loops are over
 //! tiles and keys. Besides keeping the accumulators in registers, this matters on Mesa's
 //! llvmpipe, which ends any shader loop after 65535 iterations in all, silently: with
@@ -24,8 +29,9 @@ pub(crate) const BLOCK: usize = 32;
 const TILE_FLOATS: usize = 2048;
 
 /// The widest head the kernel takes: each unit keeps `head_dim` accumulators in registers, and
-/// the unrolled loops grow with it (encoders use 32 to 128).
-pub(crate) const MAX_HEAD_DIM: usize = 128;
+/// the unrolled loops grow with it. Encoders use 32 to 128; 256 is the widest any checkpoint we
+/// know has (past 128, a GPU keeps part of them in local memory, slower but exact).
+pub(crate) const MAX_HEAD_DIM: usize = 256;
 
 /// Keys per tile for a head of `head_dim`: as many as fit in [`TILE_FLOATS`], at most one per
 /// unit, and never fewer than one.
@@ -34,14 +40,14 @@ fn tile_keys(head_dim: usize) -> usize {
 }
 
 /// `out[i] = softmax(q[i] . k[j] * scale over the keys j of i's sequence (within the window)) . v`,
-/// for each head. Rows are `[tokens, heads * head_dim]`.
+/// for each head. Rows are `[tokens, heads * head_dim]` of `F`; arithmetic is f32.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
-fn varlen_attention(
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    out: &mut [f32],
+fn varlen_attention<F: Float>(
+    q: &[F],
+    k: &[F],
+    v: &[F],
+    out: &mut [F],
     cu: &[u32],
     block_seq: &[u32],
     block_first: &[u32],
@@ -51,6 +57,7 @@ fn varlen_attention(
     #[comptime] head_dim: usize,
     #[comptime] tile: usize,
     #[comptime] windowed: bool,
+    #[define(F)] _dtype: ElemType,
 ) {
     let block = CUBE_POS_X as usize;
     let head = CUBE_POS_Y as usize;
@@ -81,7 +88,7 @@ fn varlen_attention(
     let mut acc = Array::<f32>::new(head_dim);
     #[unroll]
     for d in 0..head_dim {
-        query[d] = q[me * width + col + d] * scale;
+        query[d] = f32::cast_from(q[me * width + col + d]) * scale;
         acc[d] = 0.0;
     }
     // Finite, so the first correction exp(max - new_max) is 0 rather than NaN.
@@ -99,8 +106,8 @@ fn varlen_attention(
             if e < n * head_dim {
                 let j = t0 + e / head_dim;
                 let d = e % head_dim;
-                keys[e] = k[j * width + col + d];
-                vals[e] = v[j * width + col + d];
+                keys[e] = f32::cast_from(k[j * width + col + d]);
+                vals[e] = f32::cast_from(v[j * width + col + d]);
             }
         }
         sync_cube();
@@ -138,7 +145,7 @@ fn varlen_attention(
         // Every query sees itself, so `sum` is at least 1 here.
         #[unroll]
         for d in 0..head_dim {
-            out[row * width + col + d] = acc[d] / sum;
+            out[row * width + col + d] = F::cast_from(acc[d] / sum);
         }
     }
 }
@@ -170,7 +177,8 @@ fn blocks(batch: &Batch<'_>) -> (Vec<u32>, Vec<u32>) {
     (seqs, firsts)
 }
 
-/// Self-attention of every sequence of `batch` over `[tokens, heads * head_dim]` f32 rows.
+/// Self-attention of every sequence of `batch` over `[tokens, heads * head_dim]` rows, all three
+/// of one float dtype (the output's).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn run(
     q: CubeTensor,
@@ -187,6 +195,7 @@ pub(crate) fn run(
     let v = super::contiguous(v);
     let out = super::empty_like(&q);
     let client = q.client.clone();
+    let dtype = burn_backend::cubecl::dtype_to_storage_type(q.dtype);
     let (block_seq, block_first) = blocks(batch);
     let cubes = block_seq.len() as u32;
     let (cu, cu_len) = super::u32s(&client, batch.cu);
@@ -219,6 +228,7 @@ pub(crate) fn run(
         head_dim,
         tile_keys(head_dim),
         window.is_some(),
+        dtype,
     );
     out
 }

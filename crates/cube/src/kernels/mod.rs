@@ -5,7 +5,9 @@
 //! - [`gemm`]: a linear layer with its bias, activation and residual applied in the GEMM's
 //!   epilogue, where the generic path makes a pass over the output for each.
 //!
-//! They run on f32 tensors of the unfused backend. Anything else (another dtype, a head wider
+//! They run on tensors of the unfused backend: attention in f32, f16 and bf16 (f32 arithmetic
+//! in each), the GEMM in f32 only (in half precision Burn's matmul runs on tensor cores, which
+//! a scalar GEMM cannot match). Anything else (another dtype, a head wider
 //! than [`attention::MAX_HEAD_DIM`], a batch or output needing more than 65535 cubes along a
 //! grid dimension, a `fusion` build, whose tensors are fusion handles) goes to the generic
 //! lowering, and [`CubeKernels::launched`] shows which path ran.
@@ -176,7 +178,7 @@ impl Kernels<burn_cubecl::CubeBackend> for CubeKernels {
             ) if self.set.attention
                 && head_dim <= attention::MAX_HEAD_DIM
                 && attention::launchable(cx.batch)
-                && all_f32(&[&q, &k, &v]) =>
+                && all_float(&[&q, &k, &v]) =>
             {
                 self.attention.fetch_add(1, Ordering::Relaxed);
                 Outcome::Done(attention::run(q, k, v, heads, head_dim, scale, window, cx.batch))
@@ -207,6 +209,14 @@ fn all_f32(ts: &[&CubeTensor]) -> bool {
     ts.iter().all(|t| t.dtype == burn_backend::DType::F32)
 }
 
+/// Whether `ts` are all of one float dtype: f32, f16 or bf16.
+#[cfg(not(feature = "fusion"))]
+fn all_float(ts: &[&CubeTensor]) -> bool {
+    use burn_backend::DType::{BF16, F16, F32};
+    let first = ts.first().map(|t| t.dtype);
+    matches!(first, Some(F32 | F16 | BF16)) && ts.iter().all(|t| Some(t.dtype) == first)
+}
+
 /// `t` laid out as plain rows (copied only if it is not already).
 #[cfg(not(feature = "fusion"))]
 fn contiguous(t: CubeTensor) -> CubeTensor {
@@ -220,18 +230,18 @@ fn dims(t: &CubeTensor) -> [usize; 2] {
     [s[0], s[1]]
 }
 
-/// An uninitialised f32 tensor of `shape` on `like`'s device.
+/// An uninitialised tensor of `shape` on `like`'s device, in `like`'s dtype.
 #[cfg(not(feature = "fusion"))]
 fn empty(like: &CubeTensor, shape: [usize; 2]) -> CubeTensor {
     burn_cubecl::ops::numeric::empty_device_contiguous_dtype(
         like.client.clone(),
         like.device.clone(),
         burn_backend::Shape::from(shape.to_vec()),
-        burn_backend::DType::F32,
+        like.dtype,
     )
 }
 
-/// An uninitialised f32 tensor shaped like `like`.
+/// An uninitialised tensor shaped like `like`, in its dtype.
 #[cfg(not(feature = "fusion"))]
 fn empty_like(like: &CubeTensor) -> CubeTensor {
     empty(like, dims(like))
@@ -284,8 +294,8 @@ mod tests {
         let k = CubeKernels { set: KernelSet::ALL, tf32: true, ..CubeKernels::default() };
         let small = Bucket::new(64, 4, 64);
         assert_eq!(refusal(&k, &graph(64, 8), small, DType::F32), None);
-        let wide = refusal(&k, &graph(136, 8), small, DType::F32).expect("refused");
-        assert!(wide.contains("heads 136 wide") && wide.contains("TF32"), "{wide}");
+        let wide = refusal(&k, &graph(264, 8), small, DType::F32).expect("refused");
+        assert!(wide.contains("heads 264 wide") && wide.contains("TF32"), "{wide}");
         let huge = Bucket::new(70_000 * 32, 4, 64);
         let e = refusal(&k, &graph(64, 8), huge, DType::F32).expect("refused");
         assert!(e.contains("2240000 tokens"), "{e}");
@@ -295,7 +305,7 @@ mod tests {
 
     #[test]
     fn without_tf32_or_in_half_precision_or_with_burns_ops_chosen_nothing_is_refused() {
-        let wide = graph(136, 8);
+        let wide = graph(264, 8);
         let small = Bucket::new(64, 4, 64);
         let exact = CubeKernels::new(KernelSet::ALL);
         assert_eq!(refusal(&exact, &wide, small, DType::F32), None);
