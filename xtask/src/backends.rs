@@ -213,6 +213,7 @@ impl Build {
                 "--",
                 "conformance_through_dispatch",
                 "minilm_matches_sentence_transformers_on_each_device",
+                "minilm_in_half_precision_keeps_its_direction_on_each_device",
                 "training_through_dispatch",
             ],
         )

@@ -10,7 +10,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use switchyard_core::{Buckets, DType};
+use switchyard_core::Buckets;
 use switchyard_dispatch::{Device, Dispatch};
 use switchyard_models::{Model, Runner};
 use switchyard_server::{Config, ModelSpec, Opener, Replica, Server};
@@ -64,7 +64,7 @@ struct Local(switchyard_server::Running);
 
 impl Local {
     fn start(replicas: Vec<Replica<Dispatch>>, config: Config) -> Local {
-        let spec = ModelSpec { name: "model".into(), dtype: DType::F32, replicas };
+        let spec = ModelSpec { name: "model".into(), replicas };
         let server = Server::new(config, vec![spec]).expect("the server starts");
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a loopback port");
         Local(server.spawn(listener).expect("the server serves"))

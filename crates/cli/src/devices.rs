@@ -69,10 +69,11 @@ fn status(d: &Device) -> DeviceStatus {
             };
             let trains = if d.family().trains { ", trains in f32" } else { "" };
             let what = format!(
-                "available ({} backend on {}, {threads}, computes in {}{trains})",
+                "available ({} backend on {}, {threads}, computes in {} (auto: {}){trains})",
                 caps.backend,
                 caps.device,
-                dtypes.join("/")
+                dtypes.join("/"),
+                caps.auto
             );
             (true, what)
         }
@@ -90,6 +91,7 @@ mod tests {
         assert!(list.len() >= FAMILIES.len(), "{list:?}");
         let flex = list.iter().find(|d| d.name == "flex").expect("flex is listed");
         assert!(flex.available && flex.status.contains("computes in f32"), "{flex:?}");
+        assert!(flex.status.contains("(auto: f32)"), "a CPU's auto is f32: {flex:?}");
         assert!(flex.status.contains(", trains in f32)"), "{flex:?}");
         let remote = list.iter().find(|d| d.name.starts_with("remote:"));
         assert!(remote.is_some_and(|r| !r.available), "{list:?}");

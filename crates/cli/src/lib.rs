@@ -47,7 +47,7 @@ pub use hub::{describe, resolve, shadows_hub};
 pub use open::{Options, open_runner};
 pub use reranker::{Ranked, Reranker};
 pub use sparse::{SparseEncoder, Term};
-pub use switchyard_core::{Buckets, DType};
+pub use switchyard_core::{Buckets, DType, DTypeChoice};
 pub use switchyard_dispatch::{Device, Dispatch};
 pub use switchyard_models::{Model, Runner, Task};
 #[cfg(feature = "train")]

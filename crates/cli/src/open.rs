@@ -2,7 +2,7 @@
 
 use std::num::NonZeroUsize;
 
-use switchyard_core::{Buckets, DType};
+use switchyard_core::{Buckets, DTypeChoice};
 use switchyard_dispatch::{Device, Dispatch};
 use switchyard_models::{Model, Runner, Task};
 
@@ -14,8 +14,9 @@ use crate::{Error, Result};
 pub struct Options {
     /// The device (default: flex).
     pub device: Device,
-    /// The dtype weights are stored and activations computed in (default: f32).
-    pub dtype: DType,
+    /// The dtype weights are stored and activations computed in (default: `auto`, the device's
+    /// pick: f16 on a GPU with half-precision tensor cores, f32 elsewhere).
+    pub dtype: DTypeChoice,
     /// The bucket table (default: the compiled-in one).
     pub buckets: Buckets,
     /// flex's thread count (default: `SWITCHYARD_THREADS`, else every core); set for another
@@ -30,7 +31,7 @@ impl Default for Options {
     fn default() -> Self {
         Options {
             device: Device::flex(),
-            dtype: DType::F32,
+            dtype: DTypeChoice::Auto,
             buckets: Buckets::default(),
             threads: None,
             max_len: None,
@@ -44,9 +45,10 @@ impl Options {
         Ok(Options { device: device.parse()?, ..Options::default() })
     }
 
-    /// These options computing in `dtype`.
-    pub fn dtype(self, dtype: DType) -> Options {
-        Options { dtype, ..self }
+    /// These options computing in `dtype` (a [`DType`](switchyard_core::DType), or
+    /// [`DTypeChoice::Auto`]).
+    pub fn dtype(self, dtype: impl Into<DTypeChoice>) -> Options {
+        Options { dtype: dtype.into(), ..self }
     }
 
     /// These options on `threads` threads (flex only).
@@ -94,7 +96,8 @@ pub fn open_runner(model: &str, options: &Options) -> Result<Runner<Dispatch>> {
         loaded.set_max_len(n)?;
     }
     let backend = backend(&options.device, options.threads)?;
-    let backend = switchyard_core::Backend::with_dtype(backend, options.dtype)?;
+    let dtype = options.dtype.resolve(&switchyard_core::Backend::caps(&backend));
+    let backend = switchyard_core::Backend::with_dtype(backend, dtype)?;
     Ok(Runner::new(loaded, backend, options.buckets.clone())?)
 }
 

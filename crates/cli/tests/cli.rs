@@ -562,6 +562,22 @@ fn dtype_f16_embeds_close_to_f32_and_a_device_without_it_refuses() {
 }
 
 #[test]
+fn dtype_auto_is_the_default_and_means_f32_on_a_cpu() {
+    let m = model_dir();
+    let m = m.to_str().unwrap();
+    let embed = |dtype: &[&str]| {
+        let o = switchyard(&[&["embed", "--model", m], dtype, &[THREE[0]]].concat());
+        assert!(o.status.success(), "{dtype:?}: {}", text(&o.stderr));
+        lines(&o)[0]["embedding"].clone()
+    };
+    let (default, auto, f32) =
+        (embed(&[]), embed(&["--dtype", "auto"]), embed(&["--dtype", "f32"]));
+    assert_eq!(default, auto);
+    assert_eq!(auto, f32, "flex's auto is f32");
+    assert_ne!(auto, embed(&["--dtype", "bf16"]), "a different dtype shows");
+}
+
+#[test]
 fn int8_and_threads_embed_close_to_f32_and_what_cannot_apply_is_refused() {
     let m = model_dir();
     let m = m.to_str().unwrap();

@@ -31,6 +31,9 @@ pub struct Caps {
     /// The dtypes [`crate::Backend::with_dtype`] accepts on this device: f32 first, then f16,
     /// bf16 and int8 where the device stores and computes in them.
     pub dtypes: Vec<DType>,
+    /// The dtype [`DTypeChoice::Auto`](crate::DTypeChoice) picks here, one of `dtypes`: f16 on
+    /// a GPU with half-precision tensor cores, f32 elsewhere.
+    pub auto: DType,
 }
 
 impl Caps {
@@ -43,6 +46,7 @@ impl Caps {
             threads: 1,
             dtype: DType::F32,
             dtypes: vec![DType::F32],
+            auto: DType::F32,
         }
     }
 
@@ -55,6 +59,13 @@ impl Caps {
     /// These caps with the dtypes the device can compute in (f32 is always among them).
     pub fn with_dtypes(mut self, dtypes: Vec<DType>) -> Caps {
         self.dtypes = dtypes;
+        self
+    }
+
+    /// These caps with `dtype` as what `auto` picks, if the device computes in it (else they
+    /// keep f32: `auto` never names a dtype the device would refuse).
+    pub fn with_auto(mut self, dtype: DType) -> Caps {
+        self.auto = if self.dtypes.contains(&dtype) { dtype } else { DType::F32 };
         self
     }
 
@@ -83,7 +94,14 @@ mod tests {
         let c = Caps::new("b", "d", DeviceKind::Cpu);
         assert_eq!((c.threads, c.dtype, c.dtypes.as_slice()), (1, DType::F32, &[DType::F32][..]));
         let c = c.with_threads(4).with_dtypes(vec![DType::F32, DType::F16]);
-        assert_eq!((c.threads, c.dtypes.len()), (4, 2));
+        assert_eq!((c.threads, c.dtypes.len(), c.auto), (4, 2, DType::F32));
+    }
+
+    #[test]
+    fn auto_names_only_a_dtype_the_device_computes_in() {
+        let half = Caps::new("b", "d", DeviceKind::Gpu).with_dtypes(vec![DType::F32, DType::F16]);
+        assert_eq!(half.clone().with_auto(DType::F16).auto, DType::F16);
+        assert_eq!(half.with_auto(DType::Bf16).auto, DType::F32);
     }
 
     #[test]

@@ -63,6 +63,55 @@ impl std::str::FromStr for DType {
     }
 }
 
+/// The dtype a user asks for: one in particular, or whatever suits the device
+/// ([`Caps::auto`](crate::Caps::auto)).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum DTypeChoice {
+    /// The device's choice: half precision on a GPU with fast half precision, f32 elsewhere.
+    #[default]
+    Auto,
+    /// This dtype, or an error where the device cannot compute in it.
+    Exact(DType),
+}
+
+impl DTypeChoice {
+    /// The dtype this choice means on a device with `caps`.
+    pub fn resolve(self, caps: &crate::Caps) -> DType {
+        match self {
+            DTypeChoice::Auto => caps.auto,
+            DTypeChoice::Exact(d) => d,
+        }
+    }
+}
+
+impl From<DType> for DTypeChoice {
+    fn from(d: DType) -> Self {
+        DTypeChoice::Exact(d)
+    }
+}
+
+impl std::fmt::Display for DTypeChoice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DTypeChoice::Auto => f.write_str("auto"),
+            DTypeChoice::Exact(d) => d.fmt(f),
+        }
+    }
+}
+
+impl std::str::FromStr for DTypeChoice {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        if s.eq_ignore_ascii_case("auto") {
+            return Ok(DTypeChoice::Auto);
+        }
+        s.parse().map(DTypeChoice::Exact).map_err(|_| {
+            Error::Format(format!("unknown dtype `{s}`; expected auto, f32, f16, bf16 or int8"))
+        })
+    }
+}
+
 /// A tensor borrowed from host memory: little-endian elements in row-major order.
 #[derive(Clone, Copy, Debug)]
 pub struct HostTensor<'a> {
@@ -134,6 +183,23 @@ mod tests {
         assert_eq!(DType::Bf16.size(), 2);
         assert_eq!(DType::I8.size(), 1);
         assert!("f8".parse::<DType>().unwrap_err().to_string().contains("expected f32"));
+    }
+
+    #[test]
+    fn a_choice_is_auto_or_a_dtype_and_auto_resolves_to_the_devices_pick() {
+        assert_eq!("AUTO".parse::<DTypeChoice>().unwrap(), DTypeChoice::Auto);
+        assert_eq!("bf16".parse::<DTypeChoice>().unwrap(), DTypeChoice::Exact(DType::Bf16));
+        let e = "fp8".parse::<DTypeChoice>().unwrap_err().to_string();
+        assert!(e.contains("`fp8`; expected auto, f32"), "{e}");
+        assert_eq!(DTypeChoice::default().to_string(), "auto");
+        assert_eq!(DTypeChoice::from(DType::I8).to_string(), "int8");
+        let gpu = crate::Caps::new("b", "d", crate::DeviceKind::Gpu)
+            .with_dtypes(vec![DType::F32, DType::F16])
+            .with_auto(DType::F16);
+        assert_eq!(DTypeChoice::Auto.resolve(&gpu), DType::F16);
+        assert_eq!(DTypeChoice::Exact(DType::F32).resolve(&gpu), DType::F32);
+        let cpu = crate::Caps::new("b", "d", crate::DeviceKind::Cpu);
+        assert_eq!(DTypeChoice::Auto.resolve(&cpu), DType::F32);
     }
 
     #[test]

@@ -29,7 +29,7 @@ pub use backend::Backend;
 pub use batch::{Batch, BatchBuf};
 pub use bucket::{Bucket, Buckets, DEFAULT_BUCKETS, DEFAULT_STAGE, MAX_BUCKET_ROWS};
 pub use caps::{Caps, DeviceKind};
-pub use dtype::{DType, HostTensor};
+pub use dtype::{DType, DTypeChoice, HostTensor};
 pub use error::{Error, Result};
 pub use executor::{Executor, LaneId, Memory, Scratch};
 pub use graph::{

@@ -15,7 +15,7 @@ use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
-use switchyard::{DType, Device, Options};
+use switchyard::{DTypeChoice, Device, Options};
 
 create_exception!(
     _switchyard,
@@ -55,7 +55,7 @@ fn options(
     .map_err(|e| SwitchyardError::new_err(e.to_string()))?;
     let mut options = Options { device, ..Options::default() };
     if let Some(d) = dtype {
-        let d: DType =
+        let d: DTypeChoice =
             d.parse().map_err(|e: switchyard::core::Error| PyValueError::new_err(e.to_string()))?;
         options = options.dtype(d);
     }

@@ -127,6 +127,12 @@ def test_devices_lists_flex_as_available():
     assert all(set(d) == {"device", "available", "status"} for d in listed)
 
 
+def test_dtype_auto_is_the_default_and_f32_on_flex(minilm):
+    default = switchyard.Embedder(minilm).encode(TEXTS)
+    assert np.array_equal(default, switchyard.Embedder(minilm, dtype="auto").encode(TEXTS))
+    assert np.array_equal(default, switchyard.Embedder(minilm, dtype="f32").encode(TEXTS))
+
+
 def test_int8_stays_as_close_as_docs_say(minilm, minilm_expected):
     got = switchyard.Embedder(minilm, dtype="int8").encode(minilm_expected["sentences"])
     want = np.array(minilm_expected["embeddings"], dtype=np.float32)

@@ -40,12 +40,12 @@ impl Server {
         let metrics = Arc::new(metrics::Metrics::new());
         let mut served = Vec::with_capacity(models.len());
         for spec in models {
-            let (name, dtype) = (spec.name.clone(), spec.dtype);
+            let name = spec.name.clone();
             let (pool, meta) = pool::Pool::start(spec, &config, Arc::clone(&metrics))?;
             tracing::info!(model = %name, task = meta.task.describe(), "serving");
             let devices: Vec<String> = pool.health().into_iter().map(|(d, _)| d).collect();
             let devices = devices.join(",");
-            served.push(api::Served { name, devices, dtype, meta, pool });
+            served.push(api::Served { name, devices, meta, pool });
         }
         Ok(Server { app: Arc::new(api::App::new(config, served, metrics)) })
     }

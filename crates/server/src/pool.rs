@@ -32,12 +32,10 @@ pub struct Replica<B: Backend> {
     pub open: Opener<B>,
 }
 
-/// A model to serve: its name, the dtype it computes in, and a replica per device.
+/// A model to serve: its name and a replica per device.
 pub struct ModelSpec<B: Backend> {
     /// The name clients select it by (`model` in requests).
     pub name: String,
-    /// The dtype its replicas compute in (for `/info`).
-    pub dtype: DType,
     /// One replica per device; at least one.
     pub replicas: Vec<Replica<B>>,
 }
@@ -137,6 +135,8 @@ struct Queue {
 /// What a replica's thread shares with the others and with the HTTP side.
 struct ReplicaState {
     device: String,
+    /// The dtype the replica's backend computes in, as it reported when it opened.
+    dtype: DType,
     healthy: AtomicBool,
 }
 
@@ -178,11 +178,8 @@ impl Pool {
         if spec.replicas.is_empty() {
             return Err(Error::Setup(format!("the model {} has no device", spec.name)));
         }
-        let replicas = spec
-            .replicas
-            .iter()
-            .map(|r| ReplicaState { device: r.device.clone(), healthy: AtomicBool::new(true) })
-            .collect();
+        let devices: Vec<String> = spec.replicas.iter().map(|r| r.device.clone()).collect();
+        let mut dtypes = vec![DType::F32; devices.len()];
         let (tx, rx) = mpsc::channel();
         let mut threads = Vec::new();
         for (me, replica) in spec.replicas.into_iter().enumerate() {
@@ -198,7 +195,8 @@ impl Pool {
         let (mut meta, mut failure, mut waiting) = (None, None, Vec::new());
         for opened in rx {
             match opened {
-                Ok((m, go)) => {
+                Ok((me, dtype, m, go)) => {
+                    dtypes[me] = dtype;
                     meta.get_or_insert(m);
                     waiting.push(go);
                 }
@@ -223,6 +221,11 @@ impl Pool {
                 return Err(e);
             }
         };
+        let replicas = devices
+            .into_iter()
+            .zip(dtypes)
+            .map(|(device, dtype)| ReplicaState { device, dtype, healthy: AtomicBool::new(true) })
+            .collect();
         let shared = Arc::new(Shared {
             model: spec.name,
             queue: Mutex::new(Queue::default()),
@@ -272,6 +275,11 @@ impl Pool {
         replicas.iter().map(|r| (r.device.clone(), r.healthy.load(Ordering::Acquire))).collect()
     }
 
+    /// The dtype each replica computes in (`auto` resolves per device), in replica order.
+    pub fn dtypes(&self) -> Vec<DType> {
+        self.shared.replicas.iter().map(|r| r.dtype).collect()
+    }
+
     /// The most tokens and inputs one batch takes.
     pub fn budget(&self) -> Bucket {
         self.shared.budget
@@ -316,9 +324,10 @@ fn batch_budget(limit: Bucket, config: &Config) -> Result<Bucket> {
     Ok(budget)
 }
 
-/// What a replica's thread reports once it has opened its model (or failed to): the model's
-/// metadata with the channel that starts it serving.
-type Opened = Result<(Meta, mpsc::Sender<Arc<Shared>>)>;
+/// What a replica's thread reports once it has opened its model (or failed to): which replica
+/// it is, the dtype its backend computes in, the model's metadata, and the channel that starts
+/// it serving.
+type Opened = Result<(usize, DType, Meta, mpsc::Sender<Arc<Shared>>)>;
 
 /// A replica's thread: opens the model, reports to [`Pool::start`], then serves batches until
 /// the pool closes.
@@ -348,8 +357,9 @@ fn opening<B: Backend + 'static>(
         },
         limit: runner.batch_limit(),
     };
+    let dtype = runner.executor().caps().dtype;
     let (go_tx, go) = mpsc::channel();
-    if report.send(Ok((meta, go_tx))).is_err() {
+    if report.send(Ok((me, dtype, meta, go_tx))).is_err() {
         return;
     }
     drop(report);

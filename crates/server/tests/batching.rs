@@ -11,7 +11,7 @@ use std::thread;
 
 use common::{Control, Fault, Running, eventually, floats, held_model, runner, worst};
 use serde_json::json;
-use switchyard_core::{Buckets, DType};
+use switchyard_core::{Backend, Buckets, DType};
 use switchyard_dispatch::Dispatch;
 use switchyard_models::{Model, Runner};
 use switchyard_server::{Config, ModelSpec, Opener, Replica};
@@ -82,19 +82,35 @@ fn a_batch_budget_splits_one_request_over_batches() {
 
 /// A replica of the tiny BERT on the device named `device`, through dispatch.
 fn dispatch_replica(device: &str) -> Replica<Dispatch> {
+    dispatch_replica_in(device, DType::F32)
+}
+
+/// [`dispatch_replica`] computing in `dtype`.
+fn dispatch_replica_in(device: &str, dtype: DType) -> Replica<Dispatch> {
     let name = device.to_owned();
     let open: Opener<Dispatch> = Arc::new(move || {
-        let backend = Dispatch::new(&name.parse().unwrap())?;
+        let backend = Dispatch::new(&name.parse().unwrap())?.with_dtype(dtype)?;
         Runner::new(Model::load(&common::tiny("bert"))?, backend, Buckets::default())
     });
     Replica { device: device.to_owned(), open }
 }
 
 #[test]
+fn info_gives_the_dtype_each_replica_computes_in() {
+    // As `--dtype auto` on a GPU and on flex: f16 on one device, f32 on the other.
+    let replicas = vec![dispatch_replica_in("flex", DType::Bf16), dispatch_replica("ndarray")];
+    let s = Running::start(Config::default(), vec![ModelSpec { name: "e".into(), replicas }]);
+    let info = s.get("/info").body;
+    assert_eq!(info["model_dtype"], json!("bfloat16"), "the first replica's");
+    let devices = &info["models"][0]["devices"];
+    assert_eq!(devices[0], json!({ "device": "flex", "dtype": "bfloat16", "healthy": true }));
+    assert_eq!(devices[1], json!({ "device": "ndarray", "dtype": "float32", "healthy": true }));
+}
+
+#[test]
 fn two_devices_serve_one_model_with_the_same_answers() {
     let spec = ModelSpec {
         name: "embedder".into(),
-        dtype: DType::F32,
         replicas: vec![dispatch_replica("flex"), dispatch_replica("ndarray")],
     };
     let s = Running::start(Config { max_batch_requests: Some(1), ..Config::default() }, vec![spec]);

@@ -252,7 +252,7 @@ fn info_and_health_describe_every_model() {
     assert_eq!(info.body["models"].as_array().unwrap().len(), 5);
     assert_eq!(
         info.body["models"][0]["devices"][0],
-        json!({ "device": "held:0", "healthy": true })
+        json!({ "device": "held:0", "dtype": "float32", "healthy": true })
     );
     let reranker = s.get("/info?model=reranker");
     assert!(reranker.body["model_type"]["reranker"]["id2label"].is_object());

@@ -151,8 +151,9 @@ class Embedder(_Model):
 
     :param model_name_or_path: a checkpoint directory or a Hugging Face repository id.
     :param device: a device name (default: ``SWITCHYARD_DEVICE``, else ``flex``).
-    :param dtype: the dtype weights are stored and computed in: ``f32`` (default), ``bf16``,
-        ``f16`` or ``int8`` (flex), where the device has it.
+    :param dtype: the dtype weights are stored and computed in: ``auto`` (default: f16 on a GPU
+        with half-precision tensor cores, f32 elsewhere), ``f32``, ``bf16``, ``f16`` or ``int8``,
+        where the device has it.
     :param threads: flex's thread count (default: ``SWITCHYARD_THREADS``, else every core).
     :param max_seq_length: where inputs are truncated, in tokens (default: the checkpoint's).
     """

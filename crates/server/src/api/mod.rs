@@ -16,7 +16,6 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use subtle::ConstantTimeEq;
-use switchyard_core::DType;
 use switchyard_models::{Encoded, Marked, Marking, Read, Task, Truncation};
 
 pub(crate) use error::{ApiError, ErrorBody, OpenAiError, OpenAiErrorBody};
@@ -30,7 +29,6 @@ pub(crate) struct Served {
     pub name: String,
     /// The devices of its replicas, comma-separated (`x-compute-type`).
     pub devices: String,
-    pub dtype: DType,
     pub meta: Meta,
     pub pool: Pool,
 }

@@ -13,7 +13,7 @@ use switchyard_core::{DType, PoolMode};
 use switchyard_models::{Marking, Read, Task, Truncation, scores};
 use utoipa::ToSchema;
 
-use super::{ApiError, App, Encoding, ErrorBody, Text, blocking, check_count, compute};
+use super::{ApiError, App, Encoding, ErrorBody, Served, Text, blocking, check_count, compute};
 
 /// `?model=NAME`: which model a route uses (default: the first).
 #[derive(Deserialize, utoipa::IntoParams)]
@@ -642,6 +642,13 @@ fn dtype_name(d: DType) -> &'static str {
     }
 }
 
+/// The dtype a model computes in, for TEI's one `model_dtype`: its first replica's (where
+/// `auto` resolved differently per device, each device's entry in `/info`'s `models` has its
+/// own).
+fn model_dtype(s: &Served) -> DType {
+    s.pool.dtypes().first().copied().unwrap_or(DType::F32)
+}
+
 /// text-embeddings-inference's `model_type` for a task.
 fn model_type(task: &Task) -> Value {
     let labels = |l: &[String]| {
@@ -687,13 +694,16 @@ pub(crate) async fn info(
                 .pool
                 .health()
                 .into_iter()
-                .map(|(device, healthy)| json!({ "device": device, "healthy": healthy }))
+                .zip(s.pool.dtypes())
+                .map(|((device, healthy), dtype)| {
+                    json!({ "device": device, "dtype": dtype_name(dtype), "healthy": healthy })
+                })
                 .collect();
             json!({
                 "name": s.name,
                 "task": s.meta.task.describe(),
                 "max_input_length": s.meta.tokenizer.max_len(),
-                "dtype": dtype_name(s.dtype),
+                "dtype": dtype_name(model_dtype(s)),
                 "devices": devices,
             })
         })
@@ -702,7 +712,7 @@ pub(crate) async fn info(
     Ok(Json(json!({
         "model_id": served.name,
         "model_sha": null,
-        "model_dtype": dtype_name(served.dtype),
+        "model_dtype": dtype_name(model_dtype(served)),
         "model_type": model_type(&served.meta.task),
         "max_concurrent_requests": c.max_concurrent_requests,
         "max_input_length": served.meta.tokenizer.max_len(),

@@ -180,7 +180,7 @@ pub fn held_model(
         .enumerate()
         .map(|(i, c)| held_replica(fixture, &format!("held:{i}"), c))
         .collect();
-    ModelSpec { name: name.to_owned(), dtype: DType::F32, replicas }
+    ModelSpec { name: name.to_owned(), replicas }
 }
 
 /// A server on a loopback port, asked to stop when dropped.

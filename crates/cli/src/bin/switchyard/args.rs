@@ -5,8 +5,8 @@ use std::path::PathBuf;
 
 use anyhow::{Result, bail};
 use clap::{Parser, Subcommand};
-use switchyard::DType;
 use switchyard::dispatch::{FAMILIES, forms, forms_served};
+use switchyard::{DType, DTypeChoice};
 
 use switchyard::input::{Format, Inputs};
 
@@ -152,8 +152,8 @@ pub struct ServeArgs {
     #[arg(long = "device")]
     pub devices: Vec<String>,
     /// The dtype to store weights and compute in (as for `embed`).
-    #[arg(long, default_value = "f32")]
-    pub dtype: DType,
+    #[arg(long, default_value = "auto")]
+    pub dtype: DTypeChoice,
     /// Threads for flex (default: $SWITCHYARD_THREADS, else every core).
     #[arg(long)]
     pub threads: Option<NonZeroUsize>,
@@ -329,10 +329,11 @@ pub struct ModelArgs {
         forms()
     ))]
     pub device: Option<String>,
-    /// The dtype to store weights and compute in: f32, or f16, bf16 or int8 (linear layers
-    /// quantized, flex only) where the device supports them (`switchyard devices` lists them).
-    #[arg(long, default_value = "f32")]
-    pub dtype: DType,
+    /// The dtype to store weights and compute in: auto (the device's pick: f16 on a GPU with
+    /// half-precision tensor cores, f32 elsewhere), f32, or f16, bf16 or int8 (linear layers
+    /// quantized) where the device supports them (`switchyard devices` lists them).
+    #[arg(long, default_value = "auto")]
+    pub dtype: DTypeChoice,
     /// Threads for flex (default: $SWITCHYARD_THREADS, else every core); other devices refuse
     /// it.
     #[arg(long)]

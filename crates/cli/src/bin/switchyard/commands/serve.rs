@@ -55,7 +55,7 @@ pub fn run(args: &ServeArgs) -> Result<()> {
                 Replica { device: device.to_string(), open }
             })
             .collect();
-        specs.push(ModelSpec { name, dtype: args.dtype, replicas });
+        specs.push(ModelSpec { name, replicas });
     }
     let config = Config {
         max_client_batch_size: args.max_client_batch_size,

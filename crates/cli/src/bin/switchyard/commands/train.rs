@@ -5,14 +5,15 @@ use std::io::{IsTerminal, Write};
 use anyhow::{Context, Result, bail};
 use serde::Serialize;
 use switchyard::training::{Eval, Job, Progress, Settings, Task as TrainTask};
-use switchyard::{DType, Question, Task};
+use switchyard::{DType, DTypeChoice, Question, Task};
 
 use super::{device, json_line, say_source};
 use crate::args::{ExplainArgs, TaskArg, TrainArgs};
 
-/// Refuses a dtype other than f32, which is all training computes in yet.
-fn f32_only(dtype: DType) -> Result<()> {
-    if dtype != DType::F32 {
+/// Refuses a dtype other than f32, which is all training computes in yet (`auto` means f32
+/// here, on every device).
+fn f32_only(dtype: DTypeChoice) -> Result<()> {
+    if !matches!(dtype, DTypeChoice::Auto | DTypeChoice::Exact(DType::F32)) {
         bail!(
             "training and explaining compute in f32; --dtype {dtype} is not supported for them yet"
         );
@@ -34,7 +35,7 @@ struct Summary<'a> {
 
 /// Trains as the flags say, showing progress on stderr, and prints a summary line.
 pub fn run(a: &TrainArgs) -> Result<()> {
-    f32_only(a.dtype)?;
+    f32_only(a.dtype.into())?;
     let device = device(a.device.as_deref())?;
     say_source(&a.model);
     let model = switchyard::resolve(&a.model)?;
