@@ -296,9 +296,11 @@ fn bench_gpus(reps: usize) {
             let label = format!("{what}, {} seqs, {} tokens", batch.seqs(), batch.tokens());
             println!("  {label}");
             let sets = [
-                ("both of our kernels", KernelSet::ALL),
-                ("our attention only", KernelSet { attention: true, linear: false }),
-                ("our GEMM only", KernelSet { attention: false, linear: true }),
+                ("all of our kernels", KernelSet::ALL),
+                ("our attention and norm (default)", KernelSet::MEASURED),
+                ("our attention only", KernelSet { attention: true, ..KernelSet::NONE }),
+                ("our GEMM only", KernelSet { linear: true, ..KernelSet::NONE }),
+                ("our norm only", KernelSet { norm: true, ..KernelSet::NONE }),
                 ("Burn's ops only", KernelSet::NONE),
             ];
             let mut rows: Vec<(String, Duration)> = sets
@@ -310,19 +312,22 @@ fn bench_gpus(reps: usize) {
                     )
                 })
                 .collect();
-            // Half-precision weights and activations, on a real GPU that has them (our kernels
-            // are f32, so these rows run Burn's ops).
+            // Half-precision weights and activations, where the device has them: with our
+            // attention and norm (f32 arithmetic; the GEMM is f32 only), and Burn's ops alone.
             for dtype in [DType::F16, DType::Bf16] {
-                if software || !caps.dtypes.contains(&dtype) {
+                if !caps.dtypes.contains(&dtype) {
                     continue;
                 }
-                let be = with_kernels(&cube, KernelSet::NONE)
-                    .with_dtype(dtype)
-                    .expect("a dtype the caps list");
-                rows.push((
-                    format!("{name}, Burn's ops, {dtype}"),
-                    time_plan(be, &g, &batch, reps),
-                ));
+                let ours = KernelSet { linear: false, ..KernelSet::ALL };
+                for (what, set) in
+                    [("our attention and norm", ours), ("Burn's ops", KernelSet::NONE)]
+                {
+                    let be = with_kernels(&cube, set).with_dtype(dtype).expect("a listed dtype");
+                    rows.push((
+                        format!("{name}, {what}, {dtype}"),
+                        time_plan(be, &g, &batch, reps),
+                    ));
+                }
             }
             // A lines for `peers/gpu_peer.py`, which runs PyTorch on the same batches.
             let mut machine = Vec::new();
@@ -344,8 +349,9 @@ fn bench_gpus(reps: usize) {
             machine.iter().for_each(|l| println!("{l}"));
         }
         println!(
-            "  (ratio: speed relative to flex; above 1 is faster. Our kernels: ragged attention \
-             and the fused-epilogue GEMM; Burn's ops only: the same lowering without them)"
+            "  (ratio: speed relative to flex; above 1 is faster. Our kernels: ragged attention, \
+             the fused-epilogue GEMM and one-launch LayerNorm; Burn's ops only: the same \
+             lowering without them)"
         );
     }
 }

@@ -1,7 +1,8 @@
 //! The cube crate's own kernels against the f64 reference, on shapes the shared suite does not
 //! reach: sequences longer than one block of queries and one tile of keys, windows that cross
 //! block and tile edges, heads up to the widest the kernel takes, attention in the half-precision
-//! dtypes the device has, and GEMMs over many `k` steps. Each test also checks that the kernel really ran (the generic path would pass the
+//! dtypes the device has, LayerNorm across the cube's width in each dtype, and GEMMs over many
+//! `k` steps. Each test also checks that the kernel really ran (the generic path would pass the
 //! value checks too) and that it stands down where it should.
 //!
 //! Tolerance: the suite's f32 bound (2e-5 + 2e-5 |want|), unchanged, for our kernels. Burn's
@@ -126,6 +127,18 @@ fn linear(k: usize, n: usize, act: Act, bias: bool, residual: bool) -> Graph {
     g.finish().expect("a valid graph")
 }
 
+/// LayerNorm over a random token table `width` wide, with or without a shift.
+fn layer_norm(width: usize, beta: bool) -> Graph {
+    let mut g = GraphBuilder::new();
+    let table = g.weight("x", &[VOCAB, width]);
+    let x = g.op(Shape::tokens(width), |out| Op::Embed { table, out });
+    let gamma = g.weight("g", &[width]);
+    let beta = beta.then(|| g.weight("b", &[width]));
+    let y = g.op(Shape::tokens(width), |out| Op::LayerNorm { x, gamma, beta, eps: 1e-12, out });
+    g.output("y", y);
+    g.finish().expect("a valid graph")
+}
+
 /// Lengths around the kernel's 32-query blocks and its key tiles (32, 16 or 8 keys).
 const LENS: [usize; 7] = [1, 7, 31, 32, 33, 97, 150];
 
@@ -137,7 +150,11 @@ fn ragged_attention_matches_the_reference_across_blocks_tiles_and_windows() {
             let kernels = cube.kernels().clone();
             let what = format!("{heads}x{head_dim} window {window:?}");
             check(cube, &attention(heads, head_dim, window), &LENS, &what);
-            assert_eq!(kernels.launched(), Launched { attention: 1, linear: 0 }, "{what}");
+            assert_eq!(
+                kernels.launched(),
+                Launched { attention: 1, ..Launched::default() },
+                "{what}"
+            );
         }
     }
 }
@@ -156,7 +173,11 @@ fn ragged_attention_runs_in_half_precision_with_f32_arithmetic() {
             let what = format!("{dtype} {heads}x{head_dim} window {window:?}");
             let graph = attention(heads, head_dim, window);
             check_within(cube, &graph, &LENS, &what, tolerance(dtype));
-            assert_eq!(kernels.launched(), Launched { attention: 1, linear: 0 }, "{what}");
+            assert_eq!(
+                kernels.launched(),
+                Launched { attention: 1, ..Launched::default() },
+                "{what}"
+            );
         }
     }
 }
@@ -182,6 +203,23 @@ fn attention_wider_than_the_kernel_takes_goes_to_the_generic_path() {
 }
 
 #[test]
+fn layer_norm_in_one_launch_matches_the_reference_in_every_dtype() {
+    let mut dtypes = vec![DType::F32];
+    dtypes.extend(half_dtypes());
+    for dtype in dtypes {
+        // Widths under, at and over the 128 units of a cube, with and without a shift.
+        for (width, beta) in [(1, true), (7, false), (128, true), (384, true), (1000, false)] {
+            let cube = device(KernelSet::ALL);
+            let kernels = cube.kernels().clone();
+            let cube = switchyard_core::Backend::with_dtype(cube, dtype).expect("a listed dtype");
+            let what = format!("{dtype} width {width} beta {beta}");
+            check_within(cube, &layer_norm(width, beta), &[1, 64, 70], &what, tolerance(dtype));
+            assert_eq!(kernels.launched(), Launched { norm: 1, ..Launched::default() }, "{what}");
+        }
+    }
+}
+
+#[test]
 fn fused_linear_matches_the_reference_for_every_epilogue() {
     for (i, act) in ACTS.into_iter().enumerate() {
         for (bias, residual) in [(false, false), (true, false), (false, true), (true, true)] {
@@ -191,7 +229,7 @@ fn fused_linear_matches_the_reference_for_every_epilogue() {
             let kernels = cube.kernels().clone();
             let what = format!("{act:?} bias {bias} residual {residual}, {k} -> {n}");
             check(cube, &linear(k, n, act, bias, residual), &[1, 64, 70], &what);
-            assert_eq!(kernels.launched(), Launched { attention: 0, linear: 1 }, "{what}");
+            assert_eq!(kernels.launched(), Launched { linear: 1, ..Launched::default() }, "{what}");
         }
     }
 }
@@ -209,6 +247,7 @@ fn with_no_kernels_every_op_runs_the_generic_lowering() {
     let cases = [
         (attention(2, 8, Some(5)), &LENS[..], "attention"),
         (linear(17, 65, Act::Gelu, true, true), &[3, 9][..], "linear"),
+        (layer_norm(384, true), &[3, 9][..], "layer norm"),
     ];
     for (graph, lens, what) in cases {
         let cube = device(KernelSet::NONE);
@@ -240,7 +279,7 @@ fn a_new_device_uses_the_kernels_measured_to_win_or_those_that_keep_f32_exact() 
     let kernels = cube.kernels();
     let want = if kernels.tf32() { KernelSet::ALL } else { KernelSet::MEASURED };
     assert_eq!(kernels.set(), want, "TF32 in Burn's ops: {}", kernels.tf32());
-    assert_eq!(KernelSet::MEASURED, KernelSet { attention: true, linear: false });
+    assert_eq!(KernelSet::MEASURED, KernelSet { linear: false, ..KernelSet::ALL });
     // Choosing other kernels keeps what the device is.
     assert_eq!(with_kernels(&cube, KernelSet::NONE).kernels().tf32(), kernels.tf32());
 }

@@ -1,0 +1,159 @@
+//! LayerNorm in one kernel: `(x - mean) / sqrt(var + eps) * gamma + beta` for each row, where
+//! Burn's generic `layer_norm` makes nine passes (two means, a subtraction, a product, a square
+//! root, a division, a scale, a shift and a scalar add), each a launch.
+//!
+//! A cube of [`UNITS`] units takes one row: each unit sums a strided share of it, the cube adds
+//! the shares in shared memory, and the variance is a second pass over the centred values (two
+//! passes, not `E[x^2] - mean^2`, which cancels badly when the mean is large). Rows may be f32,
+//! f16 or bf16; the statistics and the arithmetic are f32 in every dtype, so half precision
+//! rounds only the inputs and the output, where Burn's ops would also reduce in it.
+
+use burn_cubecl::tensor::CubeTensor;
+use cubecl::prelude::*;
+
+/// Units per cube (per row).
+const UNITS: usize = 128;
+
+/// The sum over the cube of each unit's `v`, in every unit.
+#[cube]
+fn cube_sum(partial: &mut Shared<[f32]>, v: f32) -> f32 {
+    let unit = UNIT_POS as usize;
+    partial[unit] = v;
+    sync_cube();
+    // A runtime value: a comptime one would be folded, and the loop with it.
+    let mut stride = comptime![UNITS / 2].runtime();
+    while stride > 0 {
+        if unit < stride {
+            let both = partial[unit] + partial[unit + stride];
+            partial[unit] = both;
+        }
+        sync_cube();
+        stride /= 2;
+    }
+    let total = partial[0];
+    // Before any unit writes its next share over `partial[0]`.
+    sync_cube();
+    total
+}
+
+/// `out[r] = (x[r] - mean) / sqrt(var + eps) * gamma + beta` for each row `r` of `width`;
+/// `beta` is read only when `has_beta`.
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+fn layer_norm_kernel<F: Float>(
+    x: &[F],
+    gamma: &[F],
+    beta: &[F],
+    out: &mut [F],
+    rows: u32,
+    width: u32,
+    eps: f32,
+    #[comptime] has_beta: bool,
+    #[define(F)] _dtype: ElemType,
+) {
+    // The whole cube leaves together (the grid's last column may overhang the rows), so no
+    // unit misses a barrier.
+    let row = (CUBE_POS_Y * CUBE_COUNT_X + CUBE_POS_X) as usize;
+    if row >= rows as usize {
+        terminate!();
+    }
+    let w = width as usize;
+    let base = row * w;
+    let mut partial = Shared::<[f32]>::new_slice(UNITS);
+
+    let mut sum = 0.0f32;
+    let mut i = UNIT_POS as usize;
+    while i < w {
+        sum += f32::cast_from(x[base + i]);
+        i += UNITS;
+    }
+    let total = cube_sum(&mut partial, sum);
+    let mean = total / f32::cast_from(width);
+
+    let mut squares = 0.0f32;
+    i = UNIT_POS as usize;
+    while i < w {
+        let d = f32::cast_from(x[base + i]) - mean;
+        squares += d * d;
+        i += UNITS;
+    }
+    let total_squares = cube_sum(&mut partial, squares);
+    let var = total_squares / f32::cast_from(width);
+    let rstd = 1.0f32 / f32::sqrt(var + eps);
+
+    i = UNIT_POS as usize;
+    while i < w {
+        let mut y = (f32::cast_from(x[base + i]) - mean) * rstd * f32::cast_from(gamma[i]);
+        if has_beta {
+            y += f32::cast_from(beta[i]);
+        }
+        out[base + i] = F::cast_from(y);
+        i += UNITS;
+    }
+}
+
+/// The grid for `rows` rows, one cube each, folded into a second dimension past the 65535
+/// cubes a dimension holds: `None` past 65535 x 65535 rows.
+fn grid(rows: usize) -> Option<(u32, u32)> {
+    let x = rows.clamp(1, super::MAX_CUBES);
+    let y = rows.div_ceil(x).max(1);
+    (y <= super::MAX_CUBES).then_some((x as u32, y as u32))
+}
+
+/// Whether one launch covers `rows` rows.
+pub(crate) fn launchable(rows: usize) -> bool {
+    grid(rows).is_some()
+}
+
+/// LayerNorm of each row of `x: [rows, width]` with `gamma` and `beta` (`[width]`), all of one
+/// float dtype (the output's).
+pub(crate) fn run(
+    x: CubeTensor,
+    gamma: &CubeTensor,
+    beta: Option<&CubeTensor>,
+    eps: f32,
+) -> CubeTensor {
+    let x = super::contiguous(x);
+    let [rows, width] = super::dims(&x);
+    let out = super::empty_like(&x);
+    let client = x.client.clone();
+    let dtype = burn_backend::cubecl::dtype_to_storage_type(x.dtype);
+    let (gx, gy) = grid(rows).expect("checked by launchable");
+    let gamma = super::contiguous(gamma.clone());
+    // Without a shift, gamma stands in for it, unread.
+    let beta_arg = super::contiguous(beta.unwrap_or(&gamma).clone());
+    layer_norm_kernel::launch(
+        &client,
+        CubeCount::Static(gx, gy, 1),
+        CubeDim::new_1d(UNITS as u32),
+        x.into_buffer_arg(),
+        gamma.into_buffer_arg(),
+        beta_arg.into_buffer_arg(),
+        out.clone().into_buffer_arg(),
+        rows as u32,
+        width as u32,
+        eps,
+        beta.is_some(),
+        dtype,
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_grid_covers_every_row_once_and_refuses_what_no_launch_holds() {
+        assert_eq!(grid(0), Some((1, 1)));
+        assert_eq!(grid(7), Some((7, 1)));
+        assert_eq!(grid(65_535), Some((65_535, 1)));
+        assert_eq!(grid(65_536), Some((65_535, 2)));
+        let (x, y) = grid(1_000_000).unwrap();
+        assert!(
+            (x as usize * y as usize) >= 1_000_000 && (x as usize * (y as usize - 1)) < 1_000_000
+        );
+        assert!(launchable(65_535 * 65_535));
+        assert!(!launchable(65_535 * 65_535 + 1));
+    }
+}
