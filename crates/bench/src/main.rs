@@ -288,7 +288,7 @@ fn bench_gpus(reps: usize) {
             caps.device,
             if software { ", a CPU emulating a GPU: correctness-scale sizes only" } else { "" }
         );
-        println!("  {:<34} {:>9} {:>12} {:>8}", "", "time", "tokens/s", "ratio");
+        println!("  {:<46} {:>9} {:>12} {:>8}", "", "time", "tokens/s", "ratio");
         for (what, spec, (seqs, min, max)) in runs {
             let batch = ragged(seqs, min, max, spec.vocab);
             let g = testkit::bert_like(spec);
@@ -297,10 +297,15 @@ fn bench_gpus(reps: usize) {
             println!("  {label}");
             let sets = [
                 ("all of our kernels", KernelSet::ALL),
-                ("our attention and norm (default)", KernelSet::MEASURED),
+                ("attention, norm, epilogue (default)", KernelSet::MEASURED),
+                (
+                    "our attention and norm",
+                    KernelSet { attention: true, norm: true, ..KernelSet::NONE },
+                ),
                 ("our attention only", KernelSet { attention: true, ..KernelSet::NONE }),
                 ("our GEMM only", KernelSet { linear: true, ..KernelSet::NONE }),
                 ("our norm only", KernelSet { norm: true, ..KernelSet::NONE }),
+                ("our epilogue only", KernelSet { epilogue: true, ..KernelSet::NONE }),
                 ("Burn's ops only", KernelSet::NONE),
             ];
             let mut rows: Vec<(String, Duration)> = sets
@@ -313,15 +318,14 @@ fn bench_gpus(reps: usize) {
                 })
                 .collect();
             // Half-precision weights and activations, where the device has them: with our
-            // attention and norm (f32 arithmetic; the GEMM is f32 only), and Burn's ops alone.
+            // attention, norm and epilogue (f32 arithmetic; the GEMM is f32 only), and Burn's
+            // ops alone.
             for dtype in [DType::F16, DType::Bf16] {
                 if !caps.dtypes.contains(&dtype) {
                     continue;
                 }
-                let ours = KernelSet { linear: false, ..KernelSet::ALL };
-                for (what, set) in
-                    [("our attention and norm", ours), ("Burn's ops", KernelSet::NONE)]
-                {
+                let sets = [("our kernels", KernelSet::MEASURED), ("Burn's ops", KernelSet::NONE)];
+                for (what, set) in sets {
                     let be = with_kernels(&cube, set).with_dtype(dtype).expect("a listed dtype");
                     rows.push((
                         format!("{name}, {what}, {dtype}"),
@@ -339,7 +343,7 @@ fn bench_gpus(reps: usize) {
             rows.push(("flex (peer)".to_owned(), flex));
             for (who, t) in rows {
                 println!(
-                    "  {:<34} {:>7.1}ms {:>12.0} {:>8.2}",
+                    "  {:<46} {:>7.1}ms {:>12.0} {:>8.2}",
                     who,
                     ms(t),
                     tokens / t.as_secs_f64(),
@@ -350,8 +354,8 @@ fn bench_gpus(reps: usize) {
         }
         println!(
             "  (ratio: speed relative to flex; above 1 is faster. Our kernels: ragged attention, \
-             the fused-epilogue GEMM and one-launch LayerNorm; Burn's ops only: the same \
-             lowering without them)"
+             the fused-epilogue GEMM, one-launch LayerNorm and the epilogue after Burn's matmul; \
+             Burn's ops only: the same lowering without them)"
         );
     }
 }

@@ -235,6 +235,37 @@ fn fused_linear_matches_the_reference_for_every_epilogue() {
 }
 
 #[test]
+fn burns_matmul_with_our_epilogue_matches_the_reference_in_every_dtype() {
+    let mut dtypes = vec![DType::F32];
+    dtypes.extend(half_dtypes());
+    let only = KernelSet { epilogue: true, ..KernelSet::NONE };
+    for dtype in dtypes {
+        for (i, act) in ACTS.into_iter().enumerate() {
+            let (bias, residual) = [(true, false), (false, true), (true, true)][i % 3];
+            let (k, n) = [(17, 65), (100, 63), (300, 130)][i % 3];
+            let cube = device(only);
+            // Burn's matmul: in f32 on a TF32 device, TF32 products.
+            let tol = if dtype == DType::F32 { generic_tolerance(&cube) } else { tolerance(dtype) };
+            let kernels = cube.kernels().clone();
+            let cube = switchyard_core::Backend::with_dtype(cube, dtype).expect("a listed dtype");
+            let what = format!("{dtype} {act:?} bias {bias} residual {residual}, {k} -> {n}");
+            check_within(cube, &linear(k, n, act, bias, residual), &[1, 64, 70], &what, tol);
+            assert_eq!(
+                kernels.launched(),
+                Launched { epilogue: 1, ..Launched::default() },
+                "{what}"
+            );
+        }
+    }
+    // With nothing to apply, Burn's matmul alone is the whole layer.
+    let cube = device(only);
+    let kernels = cube.kernels().clone();
+    let tol = generic_tolerance(&cube);
+    check_within(cube, &linear(17, 65, Act::Identity, false, false), &[3], "bare matmul", tol);
+    assert_eq!(kernels.launched(), Launched::default());
+}
+
+#[test]
 fn a_deep_gemm_over_many_k_steps_matches_the_reference() {
     let cube = device(KernelSet::ALL);
     let kernels = cube.kernels().clone();
@@ -280,6 +311,8 @@ fn a_new_device_uses_the_kernels_measured_to_win_or_those_that_keep_f32_exact() 
     let want = if kernels.tf32() { KernelSet::ALL } else { KernelSet::MEASURED };
     assert_eq!(kernels.set(), want, "TF32 in Burn's ops: {}", kernels.tf32());
     assert_eq!(KernelSet::MEASURED, KernelSet { linear: false, ..KernelSet::ALL });
+    // Where the fused GEMM is chosen and applies, it takes the layer, not the epilogue.
+    assert!(KernelSet::ALL.linear && KernelSet::ALL.epilogue);
     // Choosing other kernels keeps what the device is.
     assert_eq!(with_kernels(&cube, KernelSet::NONE).kernels().tf32(), kernels.tf32());
 }

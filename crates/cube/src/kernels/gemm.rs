@@ -21,7 +21,7 @@ const BLOCK: usize = UNITS * PATCH;
 const DEPTH: usize = 16;
 
 /// The activation's code in the kernel.
-fn code(act: Act) -> u32 {
+pub(super) fn code(act: Act) -> u32 {
     match act {
         Act::Identity => 0,
         Act::Gelu => 1,
@@ -36,7 +36,7 @@ fn code(act: Act) -> u32 {
 
 /// Applies the activation `act` (a [`code`]), following [`Act`]'s definitions.
 #[cube]
-fn activate(y: f32, #[comptime] act: u32) -> f32 {
+pub(super) fn activate(y: f32, #[comptime] act: u32) -> f32 {
     let mut r = y;
     if comptime![act == 1] {
         r = 0.5 * y * (1.0 + Erf::erf(y * std::f32::consts::FRAC_1_SQRT_2));

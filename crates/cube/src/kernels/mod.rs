@@ -4,10 +4,12 @@
 //!   generic path makes one Burn attention call (and, with a window, one mask) per sequence;
 //! - [`gemm`]: a linear layer with its bias, activation and residual applied in the GEMM's
 //!   epilogue, where the generic path makes a pass over the output for each;
-//! - [`norm`]: LayerNorm in one launch with f32 statistics, where the generic path makes nine.
+//! - [`norm`]: LayerNorm in one launch with f32 statistics, where the generic path makes nine;
+//! - [`epilogue`]: where the fused GEMM does not run, Burn's matmul followed by one launch for
+//!   the bias, activation and residual, where the generic path makes one for each.
 //!
-//! They run on tensors of the unfused backend: attention and LayerNorm in f32, f16 and bf16 (f32
-//! arithmetic in each), the GEMM in f32 only (in half precision Burn's matmul runs on tensor cores, which
+//! They run on tensors of the unfused backend: attention, LayerNorm and the epilogue in f32, f16
+//! and bf16 (f32 arithmetic in each), the GEMM in f32 only (in half precision Burn's matmul runs on tensor cores, which
 //! a scalar GEMM cannot match). Anything else (another dtype, a head wider
 //! than [`attention::MAX_HEAD_DIM`], a batch or output needing more than 65535 cubes along a
 //! grid dimension, a `fusion` build, whose tensors are fusion handles) goes to the generic
@@ -22,6 +24,8 @@
 #[cfg(not(feature = "fusion"))]
 mod attention;
 #[cfg(not(feature = "fusion"))]
+mod epilogue;
+#[cfg(not(feature = "fusion"))]
 mod gemm;
 #[cfg(not(feature = "fusion"))]
 mod norm;
@@ -33,7 +37,7 @@ use switchyard_burn::Kernels;
 #[cfg(not(feature = "fusion"))]
 use switchyard_burn::{Bound, Inputs, Outcome, RunCx};
 #[cfg(not(feature = "fusion"))]
-use switchyard_core::{Bucket, DType, Error, Graph, Op, Result};
+use switchyard_core::{Act, Bucket, DType, Error, Graph, Op, Result};
 
 /// Which of the crate's own kernels a backend uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,18 +48,24 @@ pub struct KernelSet {
     pub linear: bool,
     /// LayerNorm in one launch.
     pub norm: bool,
+    /// Where the fused GEMM does not run, a linear layer's bias, activation and residual in one
+    /// launch after Burn's matmul.
+    pub epilogue: bool,
 }
 
 impl KernelSet {
     /// Every kernel of this crate.
-    pub const ALL: KernelSet = KernelSet { attention: true, linear: true, norm: true };
+    pub const ALL: KernelSet =
+        KernelSet { attention: true, linear: true, norm: true, epilogue: true };
     /// None: Burn's generic lowering for every op.
-    pub const NONE: KernelSet = KernelSet { attention: false, linear: false, norm: false };
+    pub const NONE: KernelSet =
+        KernelSet { attention: false, linear: false, norm: false, epilogue: false };
     /// The kernels measured to win where Burn's ops compute f32 exactly, the default there:
     /// ragged attention and LayerNorm. On llvmpipe (`cargo xtask bench --gpu`) attention made
     /// the MiniLM-shaped encoder 1.2x faster and LayerNorm beside it 1.1x more (median of seven
     /// runs), while the fused GEMM made it 2x slower than Burn's tuned matmul.
-    pub const MEASURED: KernelSet = KernelSet { attention: true, linear: false, norm: true };
+    pub const MEASURED: KernelSet =
+        KernelSet { attention: true, linear: false, norm: true, epilogue: true };
 
     /// The default on a device: [`KernelSet::ALL`] where Burn's ops would compute f32 products
     /// in TF32 (`tf32`), else [`KernelSet::MEASURED`].
@@ -79,6 +89,8 @@ pub struct Launched {
     pub linear: usize,
     /// LayerNorm ops run by the one-launch LayerNorm.
     pub norm: usize,
+    /// Linear ops run as Burn's matmul and the one-launch epilogue.
+    pub epilogue: usize,
 }
 
 /// The cube backend's kernels: the chosen [`KernelSet`], whether the device's Burn ops compute
@@ -90,6 +102,7 @@ pub struct CubeKernels {
     attention: Arc<AtomicUsize>,
     linear: Arc<AtomicUsize>,
     norm: Arc<AtomicUsize>,
+    epilogue: Arc<AtomicUsize>,
 }
 
 impl CubeKernels {
@@ -127,6 +140,7 @@ impl CubeKernels {
             attention: self.attention.load(Ordering::Relaxed),
             linear: self.linear.load(Ordering::Relaxed),
             norm: self.norm.load(Ordering::Relaxed),
+            epilogue: self.epilogue.load(Ordering::Relaxed),
         }
     }
 }
@@ -201,6 +215,16 @@ impl Kernels<burn_cubecl::CubeBackend> for CubeKernels {
             {
                 self.linear.fetch_add(1, Ordering::Relaxed);
                 Outcome::Done(gemm::run(x, wt, bias.as_ref(), act, residual))
+            }
+            (&Op::Linear { act, .. }, [Some(x), residual, None], Bound::Linear { wt, bias })
+                if self.set.epilogue
+                    && (bias.is_some() || residual.is_some() || act != Act::Identity)
+                    && epilogue::launchable(dims(&x)[0], dims(wt)[1])
+                    && all_float(&[&x, wt])
+                    && bias.iter().chain(&residual).all(|t| t.dtype == x.dtype) =>
+            {
+                self.epilogue.fetch_add(1, Ordering::Relaxed);
+                Outcome::Done(epilogue::run(x, wt, bias.as_ref(), act, residual))
             }
             (&Op::LayerNorm { eps, .. }, [Some(x), None, None], Bound::Norm { gamma, beta })
                 if self.set.norm

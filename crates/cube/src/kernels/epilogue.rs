@@ -1,0 +1,110 @@
+//! A linear layer's epilogue in one launch: `y = act(y + bias) + residual` over the output of
+//! Burn's matmul, in place, where the generic path makes a launch for each of the three.
+//!
+//! This is how a linear layer runs where our fused GEMM does not: in f16 and bf16, where Burn's
+//! matmul runs on tensor cores, and in f32 where Burn's matmul is exact and measured faster than
+//! ours. Each unit takes one value; the arithmetic is f32 in every dtype, so in half precision
+//! the bias, the activation and the residual add round once, at the store.
+
+use burn_cubecl::tensor::CubeTensor;
+use cubecl::prelude::*;
+use switchyard_core::Act;
+
+use super::gemm::{activate, code};
+
+/// Units per cube.
+const UNITS: usize = 256;
+
+/// `y[i] = act(y[i] + bias[i % n]) + residual[i]` for the `len` values of `y`, rows `n` wide;
+/// `bias` and `residual` are read only when their flags say so.
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+fn epilogue_kernel<F: Float>(
+    y: &mut [F],
+    bias: &[F],
+    residual: &[F],
+    len: u32,
+    n: u32,
+    #[comptime] act: u32,
+    #[comptime] has_bias: bool,
+    #[comptime] has_residual: bool,
+    #[define(F)] _dtype: ElemType,
+) {
+    let cube = (CUBE_POS_Y * CUBE_COUNT_X + CUBE_POS_X) as usize;
+    let i = cube * UNITS + UNIT_POS as usize;
+    if i < len as usize {
+        let mut v = f32::cast_from(y[i]);
+        if has_bias {
+            v += f32::cast_from(bias[i % n as usize]);
+        }
+        v = activate(v, act);
+        if has_residual {
+            v += f32::cast_from(residual[i]);
+        }
+        y[i] = F::cast_from(v);
+    }
+}
+
+/// The grid for `len` values, [`UNITS`] a cube, folded into a second dimension past the 65535
+/// cubes a dimension holds: `None` past what one launch holds (or past `u32` values).
+fn grid(len: usize) -> Option<(u32, u32)> {
+    let cubes = len.div_ceil(UNITS);
+    let x = cubes.clamp(1, super::MAX_CUBES);
+    let y = cubes.div_ceil(x).max(1);
+    (y <= super::MAX_CUBES && u32::try_from(len).is_ok()).then_some((x as u32, y as u32))
+}
+
+/// Whether one launch covers an `[m, n]` output.
+pub(crate) fn launchable(m: usize, n: usize) -> bool {
+    m.checked_mul(n).is_some_and(|len| grid(len).is_some())
+}
+
+/// `act(x . wt + bias) + residual`: Burn's matmul, then this epilogue in place; every tensor of
+/// one float dtype. `bias: [1, n]`, `residual: [m, n]`.
+pub(crate) fn run(
+    x: CubeTensor,
+    wt: &CubeTensor,
+    bias: Option<&CubeTensor>,
+    act: Act,
+    residual: Option<CubeTensor>,
+) -> CubeTensor {
+    use burn_backend::ops::FloatTensorOps;
+    let y = super::contiguous(burn_cubecl::CubeBackend::float_matmul(x, wt.clone()));
+    let [m, n] = super::dims(&y);
+    let (has_bias, has_residual) = (bias.is_some(), residual.is_some());
+    // An absent operand is bound as `y`, which the kernel never reads in its place.
+    let bias = bias.map_or_else(|| y.clone(), |b| super::contiguous(b.clone()));
+    let residual = residual.map_or_else(|| y.clone(), super::contiguous);
+    let (gx, gy) = grid(m * n).expect("checked by launchable");
+    let dtype = burn_backend::cubecl::dtype_to_storage_type(y.dtype);
+    epilogue_kernel::launch(
+        &y.client.clone(),
+        CubeCount::Static(gx, gy, 1),
+        CubeDim::new_1d(UNITS as u32),
+        y.clone().into_buffer_arg(),
+        bias.into_buffer_arg(),
+        residual.into_buffer_arg(),
+        (m * n) as u32,
+        n as u32,
+        code(act),
+        has_bias,
+        has_residual,
+        dtype,
+    );
+    y
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_grid_covers_every_value_and_refuses_what_no_launch_holds() {
+        assert_eq!(grid(1), Some((1, 1)));
+        assert_eq!(grid(256 * 65_535), Some((65_535, 1)));
+        assert_eq!(grid(256 * 65_535 + 1), Some((65_535, 2)));
+        assert!(launchable(30_000, 1536));
+        assert!(!launchable(1 << 20, 1 << 13), "2^33 values exceed u32 indices");
+        assert!(!launchable(usize::MAX, 2));
+    }
+}
