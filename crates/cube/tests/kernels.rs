@@ -161,11 +161,8 @@ fn ragged_attention_matches_the_reference_across_blocks_tiles_and_windows() {
 
 #[test]
 fn ragged_attention_runs_in_half_precision_with_f32_arithmetic() {
-    let dtypes = half_dtypes();
-    if dtypes.is_empty() {
-        eprintln!("skipped: {} computes in no half-precision dtype", common::name());
-    }
-    for dtype in dtypes {
+    // llvmpipe through Vulkan, where CI runs this, has f16.
+    for dtype in half_dtypes() {
         for (heads, head_dim, window) in [(2, 8, None), (3, 64, Some(5)), (1, 256, None)] {
             let cube = device(KernelSet::ALL);
             let kernels = cube.kernels().clone();
@@ -311,8 +308,6 @@ fn a_new_device_uses_the_kernels_measured_to_win_or_those_that_keep_f32_exact() 
     let want = if kernels.tf32() { KernelSet::ALL } else { KernelSet::MEASURED };
     assert_eq!(kernels.set(), want, "TF32 in Burn's ops: {}", kernels.tf32());
     assert_eq!(KernelSet::MEASURED, KernelSet { linear: false, ..KernelSet::ALL });
-    // Where the fused GEMM is chosen and applies, it takes the layer, not the epilogue.
-    assert!(KernelSet::ALL.linear && KernelSet::ALL.epilogue);
     // Choosing other kernels keeps what the device is.
     assert_eq!(with_kernels(&cube, KernelSet::NONE).kernels().tf32(), kernels.tf32());
 }

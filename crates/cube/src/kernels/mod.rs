@@ -320,7 +320,7 @@ mod tests {
             out,
         });
         let weight = g.weight("w", &[n, head_dim]);
-        let (bias, act, residual) = (None, switchyard_core::Act::Identity, None);
+        let (bias, act, residual) = (None, Act::Identity, None);
         let y = g.op(Shape::tokens(n), |out| Op::Linear { x: a, weight, bias, act, residual, out });
         g.output("y", y);
         g.finish().expect("a valid graph")
