@@ -8,7 +8,9 @@
 //! in registers over the head's columns, each key block loaded once for the block of queries;
 //! each query's softmax, with the maximum subtracted, runs over the keys it sees; and the value
 //! rows, weighted by it, add up in registers sixteen columns at a time, each value row loaded
-//! once for the block. Sums are f32, over keys in order.
+//! once for the block. With AVX-512, two blocks of keys (or of columns) go together where the
+//! head has them: sixteen chains of FMAs, each broadcast shared by two. Sums are f32, over keys
+//! in order.
 //!
 //! The query block is what keeps the FMA units busy: each accumulator is a chain of dependent
 //! FMAs, and a core with two FMA units of four cycles' latency needs eight chains. Sixteen
@@ -187,6 +189,47 @@ trait Block {
         keys: Range<usize>,
         nq: usize,
     );
+
+    /// [`Block::scores`] for the keys `jb..jb + 32`, both blocks in one pass where the
+    /// instruction set has the registers (by default, one block after the other).
+    ///
+    /// # Safety
+    /// As [`Block::scores`]'s, with `jb + 32 <= lpad`.
+    #[inline(always)]
+    unsafe fn scores2(
+        kt: *const f32,
+        q: &[*const f32; MAX_QB],
+        sc: *mut f32,
+        l: Layout,
+        jb: usize,
+    ) {
+        // SAFETY: the caller's contract.
+        unsafe {
+            Self::scores(kt, q, sc, l, jb);
+            Self::scores(kt, q, sc, l, jb + KB);
+        }
+    }
+
+    /// [`Block::weighted`] for thirty-two columns, both blocks in one pass where the
+    /// instruction set has the registers (by default, one block after the other).
+    ///
+    /// # Safety
+    /// As [`Block::weighted`]'s, for 32 columns.
+    #[inline(always)]
+    unsafe fn weighted2(
+        v: *const f32,
+        sc: *const f32,
+        out: *mut f32,
+        l: Layout,
+        keys: Range<usize>,
+        nq: usize,
+    ) {
+        // SAFETY: the caller's contract.
+        unsafe {
+            Self::weighted(v, sc, out, l, keys.clone(), nq);
+            Self::weighted(v.add(KB), sc, out.add(KB), l, keys, nq);
+        }
+    }
 }
 
 /// The transpose of [`Block::transpose_keys`] for the columns `cols` only, one value at a time.
@@ -358,6 +401,68 @@ mod x86 {
                 }
             }
         }
+
+        /// Sixteen accumulators, eight queries by two blocks of keys: sixteen chains of FMAs,
+        /// each query's element broadcast once for both.
+        #[inline(always)]
+        unsafe fn scores2(
+            kt: *const f32,
+            q: &[*const f32; MAX_QB],
+            sc: *mut f32,
+            l: Layout,
+            jb: usize,
+        ) {
+            let Layout { d, lpad, scale, .. } = l;
+            // SAFETY: the caller's contract, with avx512f enabled by the caller.
+            unsafe {
+                let (mut lo, mut hi) = ([_mm512_setzero_ps(); 8], [_mm512_setzero_ps(); 8]);
+                for c in 0..d {
+                    let k0 = _mm512_loadu_ps(kt.add(c * lpad + jb));
+                    let k1 = _mm512_loadu_ps(kt.add(c * lpad + jb + KB));
+                    for qi in 0..MAX_QB {
+                        let x = _mm512_set1_ps(*q[qi].add(c));
+                        lo[qi] = _mm512_fmadd_ps(x, k0, lo[qi]);
+                        hi[qi] = _mm512_fmadd_ps(x, k1, hi[qi]);
+                    }
+                }
+                let scale = _mm512_set1_ps(scale);
+                for qi in 0..MAX_QB {
+                    _mm512_storeu_ps(sc.add(qi * lpad + jb), _mm512_mul_ps(lo[qi], scale));
+                    _mm512_storeu_ps(sc.add(qi * lpad + jb + KB), _mm512_mul_ps(hi[qi], scale));
+                }
+            }
+        }
+
+        /// Sixteen accumulators, eight queries by two blocks of columns: sixteen chains of
+        /// FMAs, each weight broadcast once for both.
+        #[inline(always)]
+        unsafe fn weighted2(
+            v: *const f32,
+            sc: *const f32,
+            out: *mut f32,
+            l: Layout,
+            keys: Range<usize>,
+            nq: usize,
+        ) {
+            let Layout { width, lpad, .. } = l;
+            // SAFETY: the caller's contract, with avx512f enabled by the caller.
+            unsafe {
+                let (mut lo, mut hi) = ([_mm512_setzero_ps(); 8], [_mm512_setzero_ps(); 8]);
+                for j in keys {
+                    let v0 = _mm512_loadu_ps(v.add(j * width));
+                    let v1 = _mm512_loadu_ps(v.add(j * width + KB));
+                    for qi in 0..MAX_QB {
+                        let p = _mm512_set1_ps(*sc.add(qi * lpad + j));
+                        lo[qi] = _mm512_fmadd_ps(p, v0, lo[qi]);
+                        hi[qi] = _mm512_fmadd_ps(p, v1, hi[qi]);
+                    }
+                }
+                for qi in 0..nq {
+                    _mm512_storeu_ps(out.add(qi * width), lo[qi]);
+                    _mm512_storeu_ps(out.add(qi * width + KB), hi[qi]);
+                }
+            }
+        }
     }
 
     /// The transpose of sixteen rows of sixteen values: `out[t][r] = rows[r][t]`.
@@ -448,6 +553,11 @@ unsafe fn head_body<B: Block>(task: Task, keys: &mut AlignedBuf, scores: &mut Al
         let (blo, bhi) = (lo / KB * KB, hi.next_multiple_of(KB));
         // Scores: sc[qi * lpad + j] = scale * q_qi . k_j, the block's accumulators in registers.
         let mut jb = blo;
+        while jb + 2 * KB <= bhi {
+            // SAFETY: blocks jb and jb + 16 of the transposed keys and of the scores.
+            unsafe { B::scores2(ktp, &rows, scp, layout, jb) };
+            jb += 2 * KB;
+        }
         while jb < bhi {
             // SAFETY: block jb of the transposed keys and of the scores, inside their buffers.
             unsafe { B::scores(ktp, &rows, scp, layout, jb) };
@@ -471,6 +581,15 @@ unsafe fn head_body<B: Block>(task: Task, keys: &mut AlignedBuf, scores: &mut Al
         // then the columns past the last block of sixteen.
         let full = d / KB * KB;
         let mut c0 = 0;
+        while c0 + 2 * KB <= full {
+            // SAFETY: as below, for columns c0..c0 + 32.
+            unsafe {
+                let (vs, os) =
+                    (v.add(start * width + col + c0), out.add((start + i0) * width + col + c0));
+                B::weighted2(vs, scp, os, layout, lo..hi, nq);
+            }
+            c0 += 2 * KB;
+        }
         while c0 < full {
             // SAFETY: rows lo..hi of v and rows i0..i0 + nq of out, columns c0..c0 + 16 of
             // the head; out overlaps no input, and only this task writes them.
