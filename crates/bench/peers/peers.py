@@ -2,13 +2,16 @@
 embedding all-MiniLM-L6-v2 the way `switchyard embed` does: truncation at 256 tokens (or
 --max-len), batches of 32, mean pooling over the tokens, L2 normalisation.
 
-    python peers.py --model DIR --onnx DIR --corpus FILE --threads N [--engines LIST] [--max-len N]
+    python peers.py --model DIR [--onnx DIR] --corpus FILE --threads N [--engines LIST] [--max-len N]
+
+(`--onnx` is needed by the `ort` engines only.)
 
 Engines: `py` (Switchyard's own Python package, flex in f32, from PYTHONPATH: the binding's
 overhead over the engine, which `switchyard-bench corpus` times alone), `ort` and `ort-int8` (ONNX Runtime's CPU provider on OUT/model.onnx and
 model-int8.onnx from export_onnx.py, all graph optimisations on), each in file order and
 sorted by length (characters, as sentence-transformers sorts), and `st` (sentence-transformers
-on PyTorch, which sorts by length itself). Each run is timed after its model is loaded and one
+on PyTorch, which sorts by length itself), on the CPU; `st-cuda` and `st-cuda-fp16` run it on
+the GPU, in fp32 and in fp16 (`model.half()`, as its users run it there). Each run is timed after its model is loaded and one
 warm-up batch, from the texts to normalised embeddings (tokenizing included), in wall seconds
 and process CPU seconds. Prints one tab-separated line per run, as `switchyard-bench corpus`
 does: `run`, engine, order, threads, texts, tokens, wall seconds, CPU seconds, and the largest
@@ -69,14 +72,21 @@ def ort_engine(model_dir, onnx_path, threads, max_len):
     return run
 
 
-def st_engine(model_dir, threads, max_len):
+def st_engine(model_dir, threads, max_len, device="cpu", half=False):
     import torch
     from sentence_transformers import SentenceTransformer
 
     torch.set_num_threads(threads)
-    model = SentenceTransformer(model_dir, device="cpu")
+    model = SentenceTransformer(model_dir, device=device)
+    if half:
+        model.half()
     model.max_seq_length = max_len
-    return lambda texts: model.encode(texts, batch_size=32, convert_to_numpy=True)
+
+    def run(texts):
+        out = model.encode(texts, batch_size=32, convert_to_numpy=True)
+        return out.astype("float32")
+
+    return run
 
 
 def py_engine(model_dir, threads, max_len):
@@ -90,7 +100,7 @@ def py_engine(model_dir, threads, max_len):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--model", required=True)
-    p.add_argument("--onnx", required=True)
+    p.add_argument("--onnx")
     p.add_argument("--corpus", required=True)
     p.add_argument("--threads", type=int, required=True)
     p.add_argument("--engines", default="ort,ort-int8,st")
@@ -108,12 +118,16 @@ def main():
     order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
     first = None
     for engine in a.engines.split(","):
-        if engine == "st":
-            runs = [("sorted by the engine", st_engine(a.model, a.threads, a.max_len), None)]
+        if engine in ("st", "st-cuda", "st-cuda-fp16"):
+            device = "cpu" if engine == "st" else "cuda"
+            st = st_engine(a.model, a.threads, a.max_len, device, engine.endswith("fp16"))
+            runs = [("sorted by the engine", st, None)]
         elif engine == "py":
             run = py_engine(a.model, a.threads, a.max_len)
             runs = [("file", run, None), ("sorted", run, order)]
         else:
+            if a.onnx is None:
+                p.error(f"--onnx is needed for the {engine} engine")
             name = "model.onnx" if engine == "ort" else "model-int8.onnx"
             run = ort_engine(a.model, os.path.join(a.onnx, name), a.threads, a.max_len)
             runs = [("file", run, None), ("sorted", run, order)]

@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use switchyard_core::{Backend, Buckets, DType};
+use switchyard_core::{Backend, Buckets, DType, DTypeChoice};
 use switchyard_dispatch::{Device, Dispatch};
 use switchyard_models::{Model, Runner};
 
@@ -32,11 +32,12 @@ pub fn load(path: &str) -> Vec<String> {
         .collect()
 }
 
-/// `corpus --model DIR --corpus FILE --threads N [--max-len N] [--dtypes LIST]`: flex in each
-/// dtype of `LIST` (default `f32,bf16,int8`), in file order and sorted by length (characters, as the
-/// peers sort), a tab-separated line each, as the peers print theirs: `run`, engine, order,
-/// threads, texts, tokens, wall seconds, CPU seconds, largest difference from the first run's
-/// embeddings (f32 in file order, by default).
+/// `corpus --model DIR --corpus FILE --threads N [--max-len N] [--dtypes LIST] [--device D]`:
+/// flex (or the device `D`, such as `cuda:0`, whose threads are its own) in each dtype of `LIST`
+/// (default `f32,bf16,int8`; `auto` is the device's pick), in file order and sorted by length
+/// (characters, as the peers sort), a tab-separated line each, as the peers print theirs: `run`,
+/// engine, order, threads, texts, tokens, wall seconds, CPU seconds, largest difference from the
+/// first run's embeddings (f32 in file order, by default).
 pub fn run(args: &[String]) {
     let opt = |name: &str| {
         let i = args.iter().position(|a| a == name)?;
@@ -45,11 +46,13 @@ pub fn run(args: &[String]) {
     let arg = |name: &str| opt(name).unwrap_or_else(|| panic!("{name} is needed"));
     let (model_dir, corpus) = (arg("--model"), arg("--corpus"));
     let threads: usize = arg("--threads").parse().expect("a number of threads");
-    let dtypes: Vec<DType> = opt("--dtypes")
+    let dtypes: Vec<DTypeChoice> = opt("--dtypes")
         .unwrap_or_else(|| "f32,bf16,int8".into())
         .split(',')
         .map(|d| d.parse().expect("a dtype"))
         .collect();
+    let device: Device =
+        opt("--device").map_or_else(Device::flex, |d| d.parse().expect("a device"));
     let texts = load(&corpus);
     let load_model = || {
         let mut model = Model::load(model_dir.as_ref()).expect("the model loads");
@@ -69,15 +72,19 @@ pub fn run(args: &[String]) {
     order.sort_by_key(|&i| texts[i].len());
     let mut first: Option<Vec<Vec<f32>>> = None;
     for dtype in dtypes {
-        let flex = switchyard_dispatch::flex::with_threads(Some(threads))
-            .and_then(|f| f.with_dtype(dtype))
-            .expect("flex in this dtype");
-        let backend = Dispatch::Flex { device: Device::flex(), backend: flex };
+        let backend = if device == Device::flex() {
+            let flex = switchyard_dispatch::flex::with_threads(Some(threads)).expect("flex");
+            Dispatch::Flex { device: Device::flex(), backend: flex }
+        } else {
+            Dispatch::new(&device).expect("the device opens")
+        };
+        let dtype = dtype.resolve(&backend.caps());
+        let backend = backend.with_dtype(dtype).expect("the device computes in this dtype");
         let mut runner =
             Runner::new(load_model(), backend, Buckets::default()).expect("the model uploads");
         let engine = match dtype {
-            DType::F32 => "switchyard flex".to_owned(),
-            d => format!("switchyard flex {d}"),
+            DType::F32 => format!("switchyard {device}"),
+            d => format!("switchyard {device} {d}"),
         };
         for (label, perm) in [("file", None), ("sorted", Some(&order))] {
             let inputs: Vec<&str> = match perm {
