@@ -360,21 +360,8 @@ mod x86 {
             l: Layout,
             jb: usize,
         ) {
-            let Layout { d, lpad, scale, .. } = l;
-            // SAFETY: the caller's contract, with avx512f enabled by the caller.
-            unsafe {
-                let mut acc = [_mm512_setzero_ps(); 8];
-                for c in 0..d {
-                    let kv = _mm512_loadu_ps(kt.add(c * lpad + jb));
-                    for (a, qi) in acc.iter_mut().zip(q) {
-                        *a = _mm512_fmadd_ps(_mm512_set1_ps(*qi.add(c)), kv, *a);
-                    }
-                }
-                let scale = _mm512_set1_ps(scale);
-                for (qi, a) in acc.iter().enumerate() {
-                    _mm512_storeu_ps(sc.add(qi * lpad + jb), _mm512_mul_ps(*a, scale));
-                }
-            }
+            // SAFETY: the caller's contract.
+            unsafe { scores_n::<1>(kt, q, sc, l, jb) }
         }
 
         #[inline(always)]
@@ -386,24 +373,10 @@ mod x86 {
             keys: Range<usize>,
             nq: usize,
         ) {
-            let Layout { width, lpad, .. } = l;
-            // SAFETY: the caller's contract, with avx512f enabled by the caller.
-            unsafe {
-                let mut acc = [_mm512_setzero_ps(); 8];
-                for j in keys {
-                    let vj = _mm512_loadu_ps(v.add(j * width));
-                    for (qi, a) in acc.iter_mut().enumerate() {
-                        *a = _mm512_fmadd_ps(_mm512_set1_ps(*sc.add(qi * lpad + j)), vj, *a);
-                    }
-                }
-                for (qi, a) in acc.iter().enumerate().take(nq) {
-                    _mm512_storeu_ps(out.add(qi * width), *a);
-                }
-            }
+            // SAFETY: the caller's contract.
+            unsafe { weighted_n::<1>(v, sc, out, l, keys, nq) }
         }
 
-        /// Sixteen accumulators, eight queries by two blocks of keys: sixteen chains of FMAs,
-        /// each query's element broadcast once for both.
         #[inline(always)]
         unsafe fn scores2(
             kt: *const f32,
@@ -412,29 +385,10 @@ mod x86 {
             l: Layout,
             jb: usize,
         ) {
-            let Layout { d, lpad, scale, .. } = l;
-            // SAFETY: the caller's contract, with avx512f enabled by the caller.
-            unsafe {
-                let (mut lo, mut hi) = ([_mm512_setzero_ps(); 8], [_mm512_setzero_ps(); 8]);
-                for c in 0..d {
-                    let k0 = _mm512_loadu_ps(kt.add(c * lpad + jb));
-                    let k1 = _mm512_loadu_ps(kt.add(c * lpad + jb + KB));
-                    for qi in 0..MAX_QB {
-                        let x = _mm512_set1_ps(*q[qi].add(c));
-                        lo[qi] = _mm512_fmadd_ps(x, k0, lo[qi]);
-                        hi[qi] = _mm512_fmadd_ps(x, k1, hi[qi]);
-                    }
-                }
-                let scale = _mm512_set1_ps(scale);
-                for qi in 0..MAX_QB {
-                    _mm512_storeu_ps(sc.add(qi * lpad + jb), _mm512_mul_ps(lo[qi], scale));
-                    _mm512_storeu_ps(sc.add(qi * lpad + jb + KB), _mm512_mul_ps(hi[qi], scale));
-                }
-            }
+            // SAFETY: the caller's contract.
+            unsafe { scores_n::<2>(kt, q, sc, l, jb) }
         }
 
-        /// Sixteen accumulators, eight queries by two blocks of columns: sixteen chains of
-        /// FMAs, each weight broadcast once for both.
         #[inline(always)]
         unsafe fn weighted2(
             v: *const f32,
@@ -444,22 +398,78 @@ mod x86 {
             keys: Range<usize>,
             nq: usize,
         ) {
-            let Layout { width, lpad, .. } = l;
-            // SAFETY: the caller's contract, with avx512f enabled by the caller.
-            unsafe {
-                let (mut lo, mut hi) = ([_mm512_setzero_ps(); 8], [_mm512_setzero_ps(); 8]);
-                for j in keys {
-                    let v0 = _mm512_loadu_ps(v.add(j * width));
-                    let v1 = _mm512_loadu_ps(v.add(j * width + KB));
-                    for qi in 0..MAX_QB {
-                        let p = _mm512_set1_ps(*sc.add(qi * lpad + j));
-                        lo[qi] = _mm512_fmadd_ps(p, v0, lo[qi]);
-                        hi[qi] = _mm512_fmadd_ps(p, v1, hi[qi]);
+            // SAFETY: the caller's contract.
+            unsafe { weighted_n::<2>(v, sc, out, l, keys, nq) }
+        }
+    }
+
+    /// [`Block::scores`] for `N` blocks of sixteen keys from `jb`: `8 x N` accumulators, eight
+    /// queries by `N` blocks, each query's element broadcast once for all `N`.
+    ///
+    /// # Safety
+    /// As [`Block::scores`]'s, with `jb + 16 N <= lpad`; avx512f enabled by the caller.
+    #[inline(always)]
+    unsafe fn scores_n<const N: usize>(
+        kt: *const f32,
+        q: &[*const f32; MAX_QB],
+        sc: *mut f32,
+        l: Layout,
+        jb: usize,
+    ) {
+        let Layout { d, lpad, scale, .. } = l;
+        // SAFETY: the caller's contract.
+        unsafe {
+            let mut acc = [[_mm512_setzero_ps(); MAX_QB]; N];
+            for c in 0..d {
+                let keys: [__m512; N] =
+                    std::array::from_fn(|b| _mm512_loadu_ps(kt.add(c * lpad + jb + b * KB)));
+                for (qi, row) in q.iter().enumerate() {
+                    let x = _mm512_set1_ps(*row.add(c));
+                    for (a, k) in acc.iter_mut().zip(&keys) {
+                        a[qi] = _mm512_fmadd_ps(x, *k, a[qi]);
                     }
                 }
-                for qi in 0..nq {
-                    _mm512_storeu_ps(out.add(qi * width), lo[qi]);
-                    _mm512_storeu_ps(out.add(qi * width + KB), hi[qi]);
+            }
+            let scale = _mm512_set1_ps(scale);
+            for (b, a) in acc.iter().enumerate() {
+                for (qi, s) in a.iter().enumerate() {
+                    _mm512_storeu_ps(sc.add(qi * lpad + jb + b * KB), _mm512_mul_ps(*s, scale));
+                }
+            }
+        }
+    }
+
+    /// [`Block::weighted`] for `N` blocks of sixteen columns: `8 x N` accumulators, eight
+    /// queries by `N` blocks, each weight broadcast once for all `N`.
+    ///
+    /// # Safety
+    /// As [`Block::weighted`]'s, for `16 N` columns; avx512f enabled by the caller.
+    #[inline(always)]
+    unsafe fn weighted_n<const N: usize>(
+        v: *const f32,
+        sc: *const f32,
+        out: *mut f32,
+        l: Layout,
+        keys: Range<usize>,
+        nq: usize,
+    ) {
+        let Layout { width, lpad, .. } = l;
+        // SAFETY: the caller's contract.
+        unsafe {
+            let mut acc = [[_mm512_setzero_ps(); MAX_QB]; N];
+            for j in keys {
+                let vals: [__m512; N] =
+                    std::array::from_fn(|b| _mm512_loadu_ps(v.add(j * width + b * KB)));
+                for qi in 0..MAX_QB {
+                    let p = _mm512_set1_ps(*sc.add(qi * lpad + j));
+                    for (a, x) in acc.iter_mut().zip(&vals) {
+                        a[qi] = _mm512_fmadd_ps(p, *x, a[qi]);
+                    }
+                }
+            }
+            for (b, a) in acc.iter().enumerate() {
+                for (qi, o) in a.iter().enumerate().take(nq) {
+                    _mm512_storeu_ps(out.add(qi * width + b * KB), *o);
                 }
             }
         }
