@@ -372,7 +372,8 @@ pub(crate) fn caps(threads: usize, isa: Isa, isa8: Isa8, isa16: Isa16) -> Caps {
     Caps::new("flex", &device, switchyard_core::DeviceKind::Cpu).with_threads(threads)
 }
 
-/// The host CPU in words, with what its f32, int8 and bf16 kernels run on.
+/// The host CPU in words, with what its f32, int8 and bf16 kernels run on, and that f16 runs
+/// Burn's generic ops (burn-flex), not this engine.
 pub(crate) fn device(isa: Isa, isa8: Isa8, isa16: Isa16) -> String {
     let f32s = match isa {
         Isa::Avx512 => "AVX-512",
@@ -388,5 +389,5 @@ pub(crate) fn device(isa: Isa, isa8: Isa8, isa16: Isa16) -> String {
         Isa16::Avx512Bf16 => "bf16 on AVX-512 BF16",
         Isa16::Portable => "bf16 widened to f32 (slower than f32)",
     };
-    format!("host CPU: f32 on {f32s}, int8 on {int8}, {bf16}")
+    format!("host CPU: f32 on {f32s}, int8 on {int8}, {bf16}, f16 on Burn's ops (slower than f32)")
 }

@@ -146,10 +146,11 @@ fn caps_say_what_each_dtype_runs_on() {
         switchyard_flex::kernels::Isa16::Avx512Bf16 => "bf16 on AVX-512 BF16",
         switchyard_flex::kernels::Isa16::Portable => "bf16 widened to f32 (slower than f32)",
     };
-    assert!(device.ends_with(bf16), "{device}");
+    let f16 = ", f16 on Burn's ops (slower than f32)";
+    assert!(device.ends_with(&format!("{bf16}{f16}")), "{device}");
     let portable = flex.with_isa16(switchyard_flex::kernels::Isa16::Portable).expect("portable");
     let device = portable.caps().device;
-    assert!(device.ends_with("bf16 widened to f32 (slower than f32)"), "{device}");
+    assert!(device.ends_with(&format!("bf16 widened to f32 (slower than f32){f16}")), "{device}");
 }
 
 #[test]
