@@ -320,3 +320,14 @@ fn a_software_adapter_computes_f32_products_in_f32() {
         assert!(!common::open().expect("the device under test").kernels().tf32());
     }
 }
+
+/// The half-precision tests above loop over the dtypes the device has; on the device CI runs
+/// them on, llvmpipe through Vulkan, that must include f16, or they would test nothing.
+#[cfg(feature = "wgpu")]
+#[test]
+fn llvmpipe_through_vulkan_has_f16_so_the_half_precision_tests_run() {
+    let adapter = switchyard_cube::wgpu::adapters().into_iter().next().expect("a wgpu adapter");
+    if adapter.kind == "Cpu" && adapter.api == "Vulkan" && common::name() == "wgpu:0" {
+        assert!(half_dtypes().contains(&DType::F16), "{adapter:?}");
+    }
+}

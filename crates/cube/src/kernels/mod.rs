@@ -9,16 +9,16 @@
 //!   the bias, activation and residual, where the generic path makes one for each.
 //!
 //! They run on tensors of the unfused backend: attention, LayerNorm and the epilogue in f32, f16
-//! and bf16 (f32 arithmetic in each), the GEMM in f32 only (in half precision Burn's matmul runs on tensor cores, which
-//! a scalar GEMM cannot match). Anything else (another dtype, a head wider
-//! than [`attention::MAX_HEAD_DIM`], a batch or output needing more than 65535 cubes along a
-//! grid dimension, a `fusion` build, whose tensors are fusion handles) goes to the generic
-//! lowering, and [`CubeKernels::launched`] shows which path ran.
+//! and bf16 (f32 arithmetic in each), the GEMM in f32 only (in half precision Burn's matmul runs
+//! on tensor cores, which a scalar GEMM cannot match). Anything else (another dtype, a head
+//! wider than [`attention::MAX_HEAD_DIM`], a batch or output needing more cubes than a launch
+//! holds, a `fusion` build, whose tensors are fusion handles) goes to the generic lowering, and
+//! [`CubeKernels::launched`] shows which path ran.
 //!
 //! On a device with TF32 tensor cores (an NVIDIA GPU since Ampere), Burn's matmul and attention
 //! compute f32 products in TF32, 10 bits of mantissa: on an H200 that put whole encoders 1e-4
-//! off the f64 reference, where f32 is 1e-6 off. There both kernels are on by default, so f32
-//! means f32, and a plan the kernels could not run whole is refused at lower time rather than
+//! off the f64 reference, where f32 is 1e-6 off. There every kernel is on by default (the GEMM
+//! taking each f32 linear layer, the epilogue each half-precision one), so f32 means f32, and a plan the kernels could not run whole is refused at lower time rather than
 //! run in TF32. A kernel set chosen without them (`with_kernels`) runs Burn's TF32 ops.
 
 #[cfg(not(feature = "fusion"))]
@@ -61,9 +61,10 @@ impl KernelSet {
     pub const NONE: KernelSet =
         KernelSet { attention: false, linear: false, norm: false, epilogue: false };
     /// The kernels measured to win where Burn's ops compute f32 exactly, the default there:
-    /// ragged attention and LayerNorm. On llvmpipe (`cargo xtask bench --gpu`) attention made
-    /// the MiniLM-shaped encoder 1.2x faster and LayerNorm beside it 1.1x more (median of seven
-    /// runs), while the fused GEMM made it 2x slower than Burn's tuned matmul.
+    /// ragged attention, LayerNorm and the epilogue after Burn's matmul. On llvmpipe (`cargo
+    /// xtask bench --gpu`) attention made the MiniLM-shaped encoder 1.2x faster, LayerNorm
+    /// beside it 1.1x more (median of seven runs) and the epilogue 1.05x more (of three), while
+    /// the fused GEMM made it 2x slower than Burn's tuned matmul.
     pub const MEASURED: KernelSet =
         KernelSet { attention: true, linear: false, norm: true, epilogue: true };
 
