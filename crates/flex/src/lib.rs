@@ -7,13 +7,14 @@
 //! `SWITCHYARD_THREADS` threads (default: every core). A warm run allocates nothing.
 //!
 //! In int8 the same engine runs its linear layers on int8 weights and activations, summing in
-//! i32 (with AVX-512 VNNI or AVX-VNNI where the CPU has them): weights a quarter the size, the
-//! GEMM faster, results within a few percent of f32 (see the conformance tolerance).
+//! i32 (with AVX-512 VNNI, AVX-VNNI or plain AVX2, whichever the CPU has): weights a quarter the
+//! size, the GEMM faster, results within a few percent of f32 (see the conformance tolerance).
 //!
 //! In bf16 the same engine runs its linear layers on bf16 weights and activations, summing their
 //! exact products in f32 (with AVX-512 BF16 where the CPU has it, twice the f32 GEMM's
-//! arithmetic; elsewhere portable code, slower than f32): weights half the size, every other op
-//! in f32, as PyTorch's CPU autocast runs a model in bf16.
+//! arithmetic; with AVX2, widened to f32 in registers, at f32's speed; elsewhere portable code,
+//! slower than f32): weights half the size, every other op in f32, as PyTorch's CPU autocast
+//! runs a model in bf16.
 //!
 //! In f16 ([`Backend::with_dtype`]) it runs the generic Burn lowering on burn-flex, which stores
 //! and computes in f16; burn-flex is also what `switchyard remote-serve` hosts as flex

@@ -190,12 +190,12 @@ pub(crate) fn state(plan: &NativePlan, threads: usize) -> Result<NativeState> {
                 size = size.max(match plan.weights.linear(weight)? {
                     Linear::F32(w) => gemm::scratch_size(rows, w),
                     Linear::Int8(w) => {
-                        quantized = quantized.max(rows * w.k4());
+                        quantized = quantized.max(rows * w.row_bytes());
                         row_scales = row_scales.max(rows);
                         gemm8::scratch_size(rows, w)
                     }
                     Linear::Bf16(w) => {
-                        rounded = rounded.max(rows * w.k2());
+                        rounded = rounded.max(rows * w.row_len());
                         gemm16::scratch_size(rows, w)
                     }
                 });
@@ -314,7 +314,7 @@ pub(crate) fn run(
                             // overwritten: its rows are what they were when quantized.
                             if prepared_from != Some(x) {
                                 let (q, s) = (&mut quantized[..], &mut row_scales[..]);
-                                gemm8::quantize_rows(isa, at(x), rows, wt.k(), wt.k4(), q, s);
+                                gemm8::quantize_rows(isa, at(x), rows, wt, q, s);
                                 prepared_from = Some(x);
                             }
                             let (q, s) = (&quantized[..], &row_scales[..]);
@@ -323,7 +323,7 @@ pub(crate) fn run(
                         Linear::Bf16(wt) => {
                             // As in int8: `x`'s rows are what they were when rounded.
                             if prepared_from != Some(x) {
-                                gemm16::round_rows(isa, at(x), rows, wt.k(), wt.k2(), rounded);
+                                gemm16::round_rows(isa, at(x), rows, wt, rounded);
                                 prepared_from = Some(x);
                             }
                             let h = &rounded[..];
@@ -383,10 +383,12 @@ pub(crate) fn device(isa: Isa, isa8: Isa8, isa16: Isa16) -> String {
     let int8 = match isa8 {
         Isa8::Avx512Vnni => "AVX-512 VNNI",
         Isa8::AvxVnni => "AVX-VNNI",
+        Isa8::Avx2 => "AVX2",
         Isa8::Portable => "portable code",
     };
     let bf16 = match isa16 {
         Isa16::Avx512Bf16 => "bf16 on AVX-512 BF16",
+        Isa16::Avx2 => "bf16 widened to f32 on AVX2 (no faster than f32)",
         Isa16::Portable => "bf16 widened to f32 (slower than f32)",
     };
     format!("host CPU: f32 on {f32s}, int8 on {int8}, {bf16}, f16 on Burn's ops (slower than f32)")

@@ -144,6 +144,7 @@ fn caps_say_what_each_dtype_runs_on() {
     assert!(device.starts_with("host CPU: f32 on "), "{device}");
     let bf16 = match switchyard_flex::kernels::Isa16::detect() {
         switchyard_flex::kernels::Isa16::Avx512Bf16 => "bf16 on AVX-512 BF16",
+        switchyard_flex::kernels::Isa16::Avx2 => "bf16 widened to f32 on AVX2 (no faster than f32)",
         switchyard_flex::kernels::Isa16::Portable => "bf16 widened to f32 (slower than f32)",
     };
     let f16 = ", f16 on Burn's ops (slower than f32)";
@@ -151,6 +152,12 @@ fn caps_say_what_each_dtype_runs_on() {
     let portable = flex.with_isa16(switchyard_flex::kernels::Isa16::Portable).expect("portable");
     let device = portable.caps().device;
     assert!(device.ends_with(&format!("bf16 widened to f32 (slower than f32){f16}")), "{device}");
+    // Every x86-64 CPU with AVX2 has an int8 kernel of its own, VNNI or not.
+    let avx2 = switchyard_flex::kernels::Isa8::Avx2;
+    if switchyard_flex::kernels::Isa8::available().contains(&avx2) {
+        let device = switchyard_flex::flex().with_isa8(avx2).expect("available").caps().device;
+        assert!(device.contains(", int8 on AVX2, "), "{device}");
+    }
 }
 
 #[test]

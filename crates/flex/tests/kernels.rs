@@ -9,8 +9,10 @@ use switchyard_core::{
     Reference, Shape,
 };
 use switchyard_flex::kernels::gemm::{PackedWeight, gemm};
-use switchyard_flex::kernels::gemm8::{PackedWeight8, gemm8, quantize_rows};
-use switchyard_flex::kernels::gemm16::{PackedWeight16, from_bf16, gemm16, round_rows, to_bf16};
+use switchyard_flex::kernels::gemm8::{PackedWeight8, Rows8, gemm8, quantize_rows};
+use switchyard_flex::kernels::gemm16::{
+    PackedWeight16, Rows16, from_bf16, gemm16, round_rows, to_bf16,
+};
 use switchyard_flex::kernels::scratch::Scratches;
 use switchyard_flex::kernels::{Isa, Isa8, Isa16};
 
@@ -134,13 +136,13 @@ fn run_gemm8(
 ) -> Vec<f32> {
     let packed = PackedWeight8::pack(w, n, k, isa8);
     let scratch = Scratches::for_current_pool();
-    let (mut q, mut scales) = (vec![0u8; m * packed.k4()], vec![0.0f32; m]);
+    let (mut q, mut scales) = (vec![0u8; m * packed.row_bytes()], vec![0.0f32; m]);
     let mut apart = vec![f32::NAN; m * n];
     let mut in_place = res.to_vec();
     // SAFETY: x is m x k, q and scales hold m rows, the outputs and residual m x n, bias n;
     // `in_place` is its own residual, which the contract allows.
     unsafe {
-        quantize_rows(isa, x.as_ptr(), m, k, packed.k4(), &mut q, &mut scales);
+        quantize_rows(isa, x.as_ptr(), m, &packed, &mut q, &mut scales);
         let r = Some(res.as_ptr());
         gemm8(&q, &scales, m, &packed, Some(bias), act, r, apart.as_mut_ptr(), &scratch);
         let p = in_place.as_mut_ptr();
@@ -193,21 +195,66 @@ fn int8_gemm_is_within_its_rounding_of_f64_on_every_isa_and_shape() {
 }
 
 #[test]
+fn int8_gemm_is_exact_at_the_ends_of_its_range_on_every_isa() {
+    // Every value of x and w quantizes to +-127, the largest magnitude, so every product is
+    // 127^2 and a pair of them 32258: near the i16 that plain AVX2 sums pairs in (32767), and
+    // past it for rows shifted by 128 (255 * 127 * 2). The sums of signs are exact in f32, so
+    // each output is k's count of agreeing signs minus the rest, within the scales' rounding.
+    let (m, k, n) = (7, 1000, 33);
+    let mut r = Rng::new(37);
+    let sign = |r: &mut Rng| if r.unit() < 0.0 { -1.0f32 } else { 1.0 };
+    let x: Vec<f32> = (0..m * k).map(|_| sign(&mut r)).collect();
+    let mut w: Vec<f32> = (0..n * k).map(|_| sign(&mut r)).collect();
+    // Column 0 agrees with row 0 everywhere: a sum of 1000 products of 127^2.
+    w[..k].copy_from_slice(&x[..k]);
+    let want = gemm_f64(&x, &w, &vec![0.0; n], &vec![0.0; m * n], (m, k, n), Act::Identity);
+    assert_eq!(want[0], 1000.0);
+    for isa8 in Isa8::available() {
+        let got =
+            run_gemm8(Isa::detect(), isa8, &x, &w, &vec![0.0; n], &vec![0.0; m * n], (m, k, n), {
+                Act::Identity
+            });
+        for (i, (&g, &v)) in got.iter().zip(&want).enumerate() {
+            // The two scales are 1/127 each, rounded to f32: a relative error of a few 2^-24.
+            assert!(
+                (f64::from(g) - v).abs() <= 1e-5 * v.abs().max(1.0),
+                "{isa8:?} [{i}]: {g} vs {v}"
+            );
+        }
+    }
+}
+
+#[test]
 fn quantizing_rounds_to_nearest_even_and_spreads_nan_on_every_isa() {
     // Row 0 reaches 127 at 127 (scale 1), so its values are their own steps: 2.5, -3.5, 1.5
     // and -0.5 are ties. Row 1 is zeros (scale 1); row 2 holds a NaN, which becomes its scale.
     let x = [127.0f32, 2.5, -3.5, 1.5, -0.5, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, f32::NAN, 2.0, 3.0, 4.0];
-    let (m, k, k4) = (3, 5, 8);
+    let (m, k) = (3, 5);
+    // 127, 2, -4, 2, 0, then zeros past k.
+    let values: [i8; 8] = [127, 2, -4, 2, 0, 0, 0, 0];
     for isa in Isa::available() {
-        let (mut q, mut scales) = (vec![7u8; m * k4], vec![0.0f32; m]);
-        // SAFETY: x holds m x k values; q has k4 bytes per row.
-        unsafe { quantize_rows(isa, x.as_ptr(), m, k, k4, &mut q, &mut scales) };
-        // 127, 2, -4, 2, 0, shifted by 128.
-        assert_eq!(&q[..k], &[255, 130, 124, 130, 128], "{isa:?}");
-        assert_eq!(&q[..k4][k..], &[128; 3], "{isa:?}: past k is zero");
-        assert_eq!(&q[k4..2 * k4], &[128; 8], "{isa:?}: a row of zeros");
-        assert_eq!((scales[0], scales[1]), (1.0, 1.0), "{isa:?}");
-        assert!(scales[2].is_nan(), "{isa:?}: a NaN spreads through its row's scale");
+        for isa8 in Isa8::available() {
+            let w = PackedWeight8::pack(&[1.0; 2 * 5], 2, k, isa8);
+            let len = w.row_bytes();
+            let (mut q, mut scales) = (vec![7u8; m * len], vec![0.0f32; m]);
+            // SAFETY: x holds m x k values; q has a row's bytes for each row.
+            unsafe { quantize_rows(isa, x.as_ptr(), m, &w, &mut q, &mut scales) };
+            let (row0, row1) = (&q[..len], &q[len..2 * len]);
+            let at = format!("{isa:?} {isa8:?}");
+            match isa8.rows() {
+                Rows8::Shifted => {
+                    assert_eq!(row0, values.map(|v| (i16::from(v) + 128) as u8), "{at}");
+                    assert_eq!(row1, [128; 8], "{at}: a row of zeros");
+                }
+                Rows8::MagnitudesThenValues => {
+                    let (m, v) = (values.map(i8::unsigned_abs), values.map(|v| v as u8));
+                    assert_eq!(row0, [&m[..4], &v[..4], &m[4..], &v[4..]].concat(), "{at}");
+                    assert_eq!(row1, [0; 16], "{at}: a row of zeros");
+                }
+            }
+            assert_eq!((scales[0], scales[1]), (1.0, 1.0), "{at}");
+            assert!(scales[2].is_nan(), "{at}: a NaN spreads through its row's scale");
+        }
     }
 }
 
@@ -249,13 +296,13 @@ fn run_gemm16(
 ) -> Vec<f32> {
     let packed = PackedWeight16::pack(w, n, k, isa16);
     let scratch = Scratches::for_current_pool();
-    let mut rows = vec![7u16; m * packed.k2()];
+    let mut rows = vec![7u16; m * packed.row_len()];
     let mut apart = vec![f32::NAN; m * n];
     let mut in_place = res.to_vec();
     // SAFETY: x is m x k, rows holds m rows of k2, the outputs and residual m x n, bias n;
     // `in_place` is its own residual, which the contract allows.
     unsafe {
-        round_rows(isa, x.as_ptr(), m, k, packed.k2(), &mut rows);
+        round_rows(isa, x.as_ptr(), m, &packed, &mut rows);
         let r = Some(res.as_ptr());
         gemm16(isa, &rows, m, &packed, Some(bias), act, r, apart.as_mut_ptr(), &scratch);
         let p = in_place.as_mut_ptr();
@@ -278,9 +325,14 @@ fn bf16_gemm_is_within_its_rounding_of_f64_on_every_isa_and_shape() {
             let best = Isa::available()[0];
             let isas = Isa16::available().into_iter().map(|i| (best, i));
             let portable = Isa::available().into_iter().map(|i| (i, Isa16::Portable));
+            let reference = run_gemm16(best, Isa16::Portable, &x, &w, &bias, &res, (m, k, n), act);
             for (isa, isa16) in isas.chain(portable) {
                 let got = run_gemm16(isa, isa16, &x, &w, &bias, &res, (m, k, n), act);
                 let at = format!("{isa:?} {isa16:?} {m}x{k}x{n} {act:?}");
+                if isa16 == Isa16::Avx2 {
+                    // Its FMAs run in the portable kernel's order: the same sums, bit for bit.
+                    assert_eq!(got, reference, "{at}: differs from the portable kernel");
+                }
                 for (idx, (&g, &v)) in got.iter().zip(&want).enumerate() {
                     let (i, j) = (idx / n, idx % n);
                     // Rounding to bf16 moves a value by at most 2^-8 of itself, so a product
@@ -330,14 +382,27 @@ fn bf16_rounds_to_nearest_even_and_keeps_nan_and_infinity() {
     for v in [0.0f32, -0.0, 1.5, -0.093_75, 65536.0] {
         assert_eq!(from_bf16(to_bf16(v)).to_bits(), v.to_bits(), "{v} is a bf16 value");
     }
-    // Rows are rounded value by value, and zero past k.
+    // Rows are rounded value by value, and zero past k; widened, each bf16 is the upper half
+    // of its f32.
     let x = [1.0 + 2f32.powi(-8), f32::NAN, -2.5];
     for isa in Isa::available() {
-        let mut rows = vec![7u16; 4];
-        // SAFETY: x holds one row of 3 values; rows has 4.
-        unsafe { round_rows(isa, x.as_ptr(), 1, 3, 4, &mut rows) };
-        assert_eq!((rows[0], rows[2], rows[3]), (one, 0xc020, 0), "{isa:?}");
-        assert!(from_bf16(rows[1]).is_nan(), "{isa:?}");
+        for isa16 in Isa16::available() {
+            let w = PackedWeight16::pack(&[1.0; 3], 1, 3, isa16);
+            let mut rows = vec![7u16; w.row_len()];
+            // SAFETY: x holds one row of 3 values; rows has the row's length.
+            unsafe { round_rows(isa, x.as_ptr(), 1, &w, &mut rows) };
+            let at = format!("{isa:?} {isa16:?}");
+            let values: Vec<u16> = match isa16.rows() {
+                Rows16::Pairs => rows.clone(),
+                Rows16::Widened => {
+                    assert!(rows.iter().step_by(2).all(|&low| low == 0), "{at}: {rows:x?}");
+                    rows.iter().skip(1).step_by(2).copied().collect()
+                }
+            };
+            assert_eq!(values.len(), 4, "{at}");
+            assert_eq!((values[0], values[2], values[3]), (one, 0xc020, 0), "{at}");
+            assert!(from_bf16(values[1]).is_nan(), "{at}");
+        }
     }
 }
 

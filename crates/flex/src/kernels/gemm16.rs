@@ -8,10 +8,13 @@
 //! consecutive `k` per column (what `vdpbf16ps` reads); `k` is padded to an even number with
 //! zero weights.
 //!
-//! Tasks, tiling, their loops and the epilogue are the f32 GEMM's ([`super::gemm`]). The microkernel runs on AVX-512 BF16 (32
-//! columns, `vdpbf16ps`: two products per lane per instruction, twice the f32 FMA's), chosen at
-//! run time; elsewhere portable code (16 columns) widens each bf16 to f32 and multiplies with
-//! FMA, compiled for the f32 GEMM's instruction set.
+//! Tasks, tiling, their loops and the epilogue are the f32 GEMM's ([`super::gemm`]). The
+//! microkernel runs on AVX-512 BF16 (32 columns, `vdpbf16ps`: two products per lane per
+//! instruction, twice the f32 FMA's), or on AVX2 with FMA (16 columns), which widens the bf16
+//! values to f32 in registers (a shift or a mask of the bits each) and multiplies with the f32
+//! GEMM's FMAs: no faster than f32 there, the weights half the size. Which runs is chosen at run
+//! time; elsewhere portable code (16 columns) widens each value and multiplies with FMA,
+//! compiled for the f32 GEMM's instruction set.
 
 use rayon::prelude::*;
 use switchyard_core::Act;
@@ -30,6 +33,8 @@ const KP: usize = 256;
 pub enum Isa16 {
     /// AVX-512 BF16: 32 columns per tile, `vdpbf16ps`.
     Avx512Bf16,
+    /// AVX2 with FMA: 16 columns per tile, bf16 widened to f32 in registers.
+    Avx2,
     /// Portable code: 16 columns per tile, bf16 widened to f32, compiled for the f32 GEMM's
     /// instruction set.
     Portable,
@@ -44,23 +49,27 @@ impl Isa16 {
             if has!("avx512f") && has!("avx512bw") && has!("avx512bf16") {
                 return Isa16::Avx512Bf16;
             }
+            if has!("avx2") && has!("fma") {
+                return Isa16::Avx2;
+            }
         }
         Isa16::Portable
     }
 
     /// Every instruction set this CPU can run, best first (for tests).
     pub fn available() -> Vec<Isa16> {
-        match Isa16::detect() {
-            Isa16::Avx512Bf16 => vec![Isa16::Avx512Bf16, Isa16::Portable],
-            Isa16::Portable => vec![Isa16::Portable],
-        }
+        let best = Isa16::detect();
+        [Isa16::Avx512Bf16, Isa16::Avx2, Isa16::Portable]
+            .into_iter()
+            .skip_while(|&i| i != best)
+            .collect()
     }
 
     /// Columns of a microkernel tile.
     pub const fn nr(self) -> usize {
         match self {
             Isa16::Avx512Bf16 => 32,
-            Isa16::Portable => 16,
+            Isa16::Avx2 | Isa16::Portable => 16,
         }
     }
 }
@@ -133,31 +142,83 @@ impl PackedWeight16 {
     }
 }
 
-/// Rounds `m` rows of `k` values at `x` to bf16 for the bf16 GEMM, into `out` (`k2` per row,
-/// zero past `k`), in parallel on the current rayon pool, compiled for `isa`.
+/// How a bf16 kernel reads the rounded rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rows16 {
+    /// Each value's bf16, pairs of consecutive values together (what `vdpbf16ps` multiplies),
+    /// `k2` values a row.
+    Pairs,
+    /// Each value's bf16 widened to f32 (the bf16 in the upper half), as the AVX2 kernel
+    /// broadcasts it: two `u16` a value, `2 * k2` a row.
+    Widened,
+}
+
+impl Rows16 {
+    /// `u16` a row holds for each pair of values.
+    const fn pair_len(self) -> usize {
+        match self {
+            Rows16::Pairs => 2,
+            Rows16::Widened => 4,
+        }
+    }
+}
+
+impl Isa16 {
+    /// How its kernel reads the rounded rows.
+    pub const fn rows(self) -> Rows16 {
+        match self {
+            Isa16::Avx2 => Rows16::Widened,
+            Isa16::Avx512Bf16 | Isa16::Portable => Rows16::Pairs,
+        }
+    }
+}
+
+impl PackedWeight16 {
+    /// `u16` of one input row rounded for this weight's kernel.
+    pub fn row_len(&self) -> usize {
+        self.k2() / 2 * self.isa.rows().pair_len()
+    }
+}
+
+/// Rounds `m` rows of `k = w.k()` values at `x` to bf16 for the bf16 GEMM with `w`, into `out`
+/// in the form `w`'s kernel reads ([`Rows16`]; `w.row_len()` a row, zero past `k`), in parallel
+/// on the current rayon pool, compiled for `isa`.
 ///
 /// # Safety
-/// `x` holds `m x k` readable values that no thread writes meanwhile.
-pub unsafe fn round_rows(isa: Isa, x: *const f32, m: usize, k: usize, k2: usize, out: &mut [u16]) {
-    let x = SendPtr(x.cast_mut());
-    out[..m * k2].par_chunks_mut(k2.max(1)).enumerate().for_each(|(r, row)| {
-        // SAFETY: row r < m of x, and a row of k2 >= k values.
-        unsafe { round_row(isa, SendPtr(x.get().add(r * k)), k, row) }
+/// `x` holds `m x w.k()` readable values that no thread writes meanwhile.
+pub unsafe fn round_rows(isa: Isa, x: *const f32, m: usize, w: &PackedWeight16, out: &mut [u16]) {
+    let (x, k, form, len) = (SendPtr(x.cast_mut()), w.k, w.isa.rows(), w.row_len());
+    out[..m * len].par_chunks_mut(len.max(1)).enumerate().for_each(|(r, row)| {
+        // SAFETY: row r < m of x, and a row of the form's length for k values.
+        unsafe { round_row(isa, SendPtr(x.get().add(r * k)), k, form, row) }
     });
 }
 
 multiversion! {
-    /// One row of [`round_rows`]: `k` values at `x` into `row`, the rest of `row` zero.
+    /// One row of [`round_rows`]: `k` values at `x` into `row` in `form`, the rest of `row`
+    /// zero.
     ///
     /// # Safety
-    /// `x` holds `k` readable values, and `row` has at least `k` values.
-    unsafe fn round_row(x: SendPtr, k: usize, row: &mut [u16]) {
+    /// `x` holds `k` readable values, and `row` has at least the `u16` `form` stores for `k`
+    /// values.
+    unsafe fn round_row(x: SendPtr, k: usize, form: Rows16, row: &mut [u16]) {
         // SAFETY: the caller's contract.
         let xr = unsafe { std::slice::from_raw_parts(x.get().cast_const(), k) };
-        for (d, &v) in row.iter_mut().zip(xr) {
-            *d = to_bf16(v);
+        match form {
+            Rows16::Pairs => {
+                for (d, &v) in row.iter_mut().zip(xr) {
+                    *d = to_bf16(v);
+                }
+                row[k..].fill(0);
+            }
+            Rows16::Widened => {
+                // Little-endian: the low `u16` of a value's f32 first, zero for a bf16.
+                for (d, &v) in row.chunks_exact_mut(2).zip(xr) {
+                    (d[0], d[1]) = (0, to_bf16(v));
+                }
+                row[2 * k..].fill(0);
+            }
         }
-        row[k..].fill(0);
     }
 }
 
@@ -182,7 +243,7 @@ struct Job<'a> {
 /// # Safety
 /// `out` holds `m x w.n()` writable values; a `residual` holds `m x w.n()` readable values and
 /// is either `out` itself or overlaps nothing written; `bias` has `w.n()` values; `rows` holds
-/// `m` rows rounded for `w` (`w.k2()` values each). No other thread writes any of them
+/// `m` rows rounded for `w` (`w.row_len()` values each). No other thread writes any of them
 /// meanwhile.
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn gemm16(
@@ -199,7 +260,7 @@ pub unsafe fn gemm16(
     if m == 0 || w.n == 0 {
         return;
     }
-    assert!(rows.len() >= m * w.k2(), "rows rounded for this weight");
+    assert!(rows.len() >= m * w.row_len(), "rows rounded for this weight");
     let tiling = Tiling::new(m, w.n.div_ceil(w.isa.nr()));
     let epilogue = Epilogue::new(w.n, bias, act, residual, out);
     let job = Job { rows, m, w, epilogue, tiling };
@@ -218,6 +279,9 @@ unsafe fn run_task(isa: Isa, job: &Job<'_>, t: usize, ctile: &mut AlignedBuf) {
         // the features the function enables are present; the rest is the caller's contract.
         #[cfg(target_arch = "x86_64")]
         (Isa16::Avx512Bf16, _) => unsafe { x86::task_avx512_bf16(job, t, ctile) },
+        // SAFETY: as above.
+        #[cfg(target_arch = "x86_64")]
+        (Isa16::Avx2, _) => unsafe { x86::task_avx2_widened(job, t, ctile) },
         // SAFETY: `isa` was detected on this CPU; the rest is the caller's contract.
         #[cfg(target_arch = "x86_64")]
         (Isa16::Portable, Isa::Avx512) => unsafe { x86::task_avx512(job, t, ctile) },
@@ -256,6 +320,7 @@ trait Micro {
 unsafe fn task<M: Micro>(job: &Job<'_>, t: usize, ctile: &mut AlignedBuf) {
     let k2 = job.w.k2();
     let (w, rows) = (job.w, job.rows);
+    let (len, pair) = (w.row_len(), w.isa.rows().pair_len());
     // SAFETY: the caller's contract; each block's rows, panel and tile are the driver's, which
     // it keeps inside `rows`, the panel and the tile buffer.
     unsafe {
@@ -265,7 +330,7 @@ unsafe fn task<M: Micro>(job: &Job<'_>, t: usize, ctile: &mut AlignedBuf) {
             (k2 / 2, KP),
             ctile,
             |p, g0| w.panel(p)[g0 * M::NR * 2..].as_ptr(),
-            |r, g0| rows[r * k2 + g0 * 2..].as_ptr(),
+            |r, g0| rows[r * len + g0 * pair..].as_ptr(),
             |pairs, a, b, c: *mut f32, ldc, first| M::tile(pairs, a, b, c, ldc, first),
             |r, c0, row| job.epilogue.finish(r, c0, row),
         )
@@ -356,6 +421,72 @@ mod x86 {
             // avx512f, avx512bw and avx512bf16.
             unsafe { tile512(pairs, &a.map(|r| r.cast()), b.cast(), c.cast(), ldc, first, dot) }
         }
+    }
+
+    /// AVX2 with FMA: 16 columns in two registers of f32 per row, 12 accumulators. A register
+    /// of the panel holds eight columns' pairs, the first of each pair in the low half of its
+    /// lane: shifted up 16 bits it is the f32 of the pair's first values, masked to its high
+    /// half the second's. The rows are widened already ([`super::Rows16::Widened`]), so each
+    /// value is broadcast as the f32 kernel broadcasts. Each pair's first products add up
+    /// before its second's, so every sum is in `k` order, as the portable kernel's.
+    pub(super) struct Avx2;
+
+    impl Micro for Avx2 {
+        const NR: usize = 16;
+
+        #[inline(always)]
+        unsafe fn tile(
+            pairs: usize,
+            a: &[*const u16; MR],
+            b: *const u16,
+            c: *mut f32,
+            ldc: usize,
+            first: bool,
+        ) {
+            // SAFETY: every pointer stays inside the rows, panel and tile the caller vouched
+            // for, and the caller enabled avx2 and fma; a row holds four `u16` a pair.
+            unsafe {
+                let high = _mm256_set1_epi32(0xffff_0000_u32 as i32);
+                let firsts = |v: __m256i| _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+                let seconds = |v: __m256i| _mm256_castsi256_ps(_mm256_and_si256(v, high));
+                let mut acc = [[_mm256_setzero_ps(); 2]; MR];
+                if !first {
+                    for (i, r) in acc.iter_mut().enumerate() {
+                        r[0] = _mm256_loadu_ps(c.add(i * ldc));
+                        r[1] = _mm256_loadu_ps(c.add(i * ldc + 8));
+                    }
+                }
+                for g in 0..pairs {
+                    let panel = |half: usize| _mm256_loadu_si256(b.add(g * 32 + half * 16).cast());
+                    let (b0, b1) = (firsts(panel(0)), firsts(panel(1)));
+                    for (r, ai) in acc.iter_mut().zip(a) {
+                        let x = _mm256_broadcast_ss(&*ai.add(g * 4).cast());
+                        r[0] = _mm256_fmadd_ps(x, b0, r[0]);
+                        r[1] = _mm256_fmadd_ps(x, b1, r[1]);
+                    }
+                    let (b0, b1) = (seconds(panel(0)), seconds(panel(1)));
+                    for (r, ai) in acc.iter_mut().zip(a) {
+                        let x = _mm256_broadcast_ss(&*ai.add(g * 4 + 2).cast());
+                        r[0] = _mm256_fmadd_ps(x, b0, r[0]);
+                        r[1] = _mm256_fmadd_ps(x, b1, r[1]);
+                    }
+                }
+                for (i, r) in acc.iter().enumerate() {
+                    _mm256_storeu_ps(c.add(i * ldc), r[0]);
+                    _mm256_storeu_ps(c.add(i * ldc + 8), r[1]);
+                }
+            }
+        }
+    }
+
+    /// A task with the AVX2 microkernel, the rest compiled for AVX2 too.
+    ///
+    /// # Safety
+    /// As `task`'s; the CPU has avx2 and fma.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn task_avx2_widened(job: &Job<'_>, t: usize, ctile: &mut AlignedBuf) {
+        // SAFETY: the caller's contract, and the features are enabled here.
+        unsafe { task::<Avx2>(job, t, ctile) }
     }
 
     /// A task with the AVX-512 BF16 microkernel, the rest compiled for AVX-512 too.

@@ -12,8 +12,17 @@
 //! Tasks, tiling, their loops and the epilogue are the f32 GEMM's ([`super::gemm`]): a task
 //! accumulates its tiles in its thread's tile buffer (as i32), block of `k` by block, then turns
 //! each sum into f32 with the row's and the column's scales and finishes it as the f32 GEMM
-//! does. The microkernel runs on AVX-512 VNNI (32 columns; the bf16 GEMM shares it) or AVX-VNNI
-//! (16), chosen at run time, else on portable code (16).
+//! does. The microkernel runs on AVX-512 VNNI (32 columns; the bf16 GEMM shares it), AVX-VNNI
+//! (16) or plain AVX2 (16), chosen at run time, else on portable code (16).
+//!
+//! Plain AVX2 has no instruction that sums products of bytes into i32 lanes: `vpmaddubsw`
+//! multiplies unsigned by signed bytes into pairs summed in i16, saturating, and `vpmaddwd`
+//! widens those pairs' sums to i32. A pair of shifted rows' bytes (up to 255) times weights (up
+//! to 127 in magnitude) would saturate, so that kernel multiplies each row's magnitudes, `|x|`
+//! (at most 127), by the weights given the row's signs (`vpsignb`): a pair's sum is then at
+//! most `2 * 127 * 127 = 32258`, exact in i16, and every sum is `x . w` exactly, the same i32
+//! as the VNNI kernels' once their shift is taken off. Its rows are stored as magnitudes and
+//! signed values ([`Rows8`]) and its weights carry no shift.
 
 use rayon::prelude::*;
 use switchyard_core::Act;
@@ -34,6 +43,8 @@ pub enum Isa8 {
     Avx512Vnni,
     /// AVX2 with AVX-VNNI: 16 columns per tile.
     AvxVnni,
+    /// AVX2 without VNNI: 16 columns per tile, products summed by `vpmaddubsw` and `vpmaddwd`.
+    Avx2,
     /// Portable code, vectorised by the compiler for the build's target: 16 columns per tile.
     Portable,
 }
@@ -50,6 +61,9 @@ impl Isa8 {
             if has!("avx2") && has!("avxvnni") {
                 return Isa8::AvxVnni;
             }
+            if has!("avx2") {
+                return Isa8::Avx2;
+            }
         }
         Isa8::Portable
     }
@@ -57,7 +71,7 @@ impl Isa8 {
     /// Every instruction set this CPU can run, best first (for tests).
     pub fn available() -> Vec<Isa8> {
         let best = Isa8::detect();
-        [Isa8::Avx512Vnni, Isa8::AvxVnni, Isa8::Portable]
+        [Isa8::Avx512Vnni, Isa8::AvxVnni, Isa8::Avx2, Isa8::Portable]
             .into_iter()
             .skip_while(|&i| i != best)
             .filter(|&i| {
@@ -79,8 +93,14 @@ impl Isa8 {
     pub const fn nr(self) -> usize {
         match self {
             Isa8::Avx512Vnni => 32,
-            Isa8::AvxVnni | Isa8::Portable => 16,
+            Isa8::AvxVnni | Isa8::Avx2 | Isa8::Portable => 16,
         }
+    }
+
+    /// Whether its kernel multiplies the rows as stored, shifted by 128 (so each column's sum
+    /// needs the shift's share taken off), rather than their signed values.
+    const fn sums_shifted_rows(self) -> bool {
+        !matches!(self, Isa8::Avx2)
     }
 }
 
@@ -94,7 +114,8 @@ pub struct PackedWeight8 {
     data: Vec<i8>,
     /// Each column's scale.
     scales: Vec<f32>,
-    /// Each column's `128 * sum(q)`: the share of the rows' shift by 128.
+    /// Each column's `128 * sum(q)`, the share of the rows' shift by 128, where the kernel sums
+    /// shifted rows; else zero.
     shift: Vec<i32>,
 }
 
@@ -119,7 +140,7 @@ impl PackedWeight8 {
                 sum += i32::from(q);
             }
             scales.push(scale);
-            shift.push(128 * sum);
+            shift.push(if isa.sums_shifted_rows() { 128 * sum } else { 0 });
         }
         PackedWeight8 { n, k, isa, data, scales, shift }
     }
@@ -150,26 +171,63 @@ impl PackedWeight8 {
     }
 }
 
-/// Quantizes `m` rows of `k` values at `x` for the int8 GEMM: each row's scale into `scales`,
-/// its values shifted to unsigned bytes into `q` (`k4` per row, zero-valued past `k`), in
-/// parallel on the current rayon pool, compiled for `isa`.
+/// How an int8 kernel reads the quantized rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rows8 {
+    /// Each value plus 128, an unsigned byte (what `vpdpbusd` multiplies), `k4` bytes a row.
+    Shifted,
+    /// For each group of four values, their magnitudes, then the values as signed bytes: what
+    /// the plain AVX2 kernel broadcasts, `2 * k4` bytes a row.
+    MagnitudesThenValues,
+}
+
+impl Rows8 {
+    /// Bytes a row holds for each group of four values.
+    const fn group_bytes(self) -> usize {
+        match self {
+            Rows8::Shifted => 4,
+            Rows8::MagnitudesThenValues => 8,
+        }
+    }
+}
+
+impl Isa8 {
+    /// How its kernel reads the quantized rows.
+    pub const fn rows(self) -> Rows8 {
+        match self {
+            Isa8::Avx2 => Rows8::MagnitudesThenValues,
+            Isa8::Avx512Vnni | Isa8::AvxVnni | Isa8::Portable => Rows8::Shifted,
+        }
+    }
+}
+
+impl PackedWeight8 {
+    /// Bytes of one input row quantized for this weight's kernel.
+    pub fn row_bytes(&self) -> usize {
+        self.k4() / 4 * self.isa.rows().group_bytes()
+    }
+}
+
+/// Quantizes `m` rows of `k = w.k()` values at `x` for the int8 GEMM with `w`: each row's scale
+/// into `scales`, its values, rounded to -127..=127, into `q` in the form `w`'s kernel reads
+/// ([`Rows8`]; `w.row_bytes()` a row, zero-valued past `k`), in parallel on the current rayon
+/// pool, compiled for `isa`.
 ///
 /// # Safety
-/// `x` holds `m x k` readable values that no thread writes meanwhile.
+/// `x` holds `m x w.k()` readable values that no thread writes meanwhile.
 pub unsafe fn quantize_rows(
     isa: Isa,
     x: *const f32,
     m: usize,
-    k: usize,
-    k4: usize,
+    w: &PackedWeight8,
     q: &mut [u8],
     scales: &mut [f32],
 ) {
-    let x = SendPtr(x.cast_mut());
-    q[..m * k4].par_chunks_mut(k4.max(1)).zip(&mut scales[..m]).enumerate().for_each(
+    let (x, k, form, len) = (SendPtr(x.cast_mut()), w.k, w.isa.rows(), w.row_bytes());
+    q[..m * len].par_chunks_mut(len.max(1)).zip(&mut scales[..m]).enumerate().for_each(
         |(r, (row, scale))| {
-            // SAFETY: row r < m of x, and a row of k4 >= k bytes.
-            unsafe { quantize_row(isa, SendPtr(x.get().add(r * k)), k, row, scale) }
+            // SAFETY: row r < m of x, and a row of the form's length for k values.
+            unsafe { quantize_row(isa, SendPtr(x.get().add(r * k)), k, form, row, scale) }
         },
     );
 }
@@ -179,11 +237,13 @@ pub unsafe fn quantize_rows(
 const ROUND_AND_SHIFT: f32 = 8_388_736.0;
 
 multiversion! {
-    /// One row of [`quantize_rows`]: `k` values at `x` into `row`, the rest of `row` zero-valued.
+    /// One row of [`quantize_rows`]: `k` values at `x` into `row` in `form`, the rest of `row`
+    /// zero-valued.
     ///
     /// # Safety
-    /// `x` holds `k` readable values, and `row` has at least `k` bytes.
-    unsafe fn quantize_row(x: SendPtr, k: usize, row: &mut [u8], scale: &mut f32) {
+    /// `x` holds `k` readable values, and `row` has at least the bytes `form` stores for `k`
+    /// values.
+    unsafe fn quantize_row(x: SendPtr, k: usize, form: Rows8, row: &mut [u8], scale: &mut f32) {
         // SAFETY: the caller's contract.
         let xr = unsafe { std::slice::from_raw_parts(x.get().cast_const(), k) };
         // |v| compared as bits, which order as the values do; a NaN compares above them all.
@@ -191,10 +251,38 @@ multiversion! {
         // A row of zeros keeps scale 1; a NaN becomes the scale, so it spreads to the row's sums.
         *scale = if amax > 0.0 || amax.is_nan() { amax / 127.0 } else { 1.0 };
         let inv = 1.0 / *scale;
-        for (d, &v) in row.iter_mut().zip(xr) {
-            *d = ((v * inv).clamp(-127.0, 127.0) + ROUND_AND_SHIFT).to_bits() as u8;
+        let shifted = |v: f32| ((v * inv).clamp(-127.0, 127.0) + ROUND_AND_SHIFT).to_bits() as u8;
+        match form {
+            Rows8::Shifted => {
+                for (d, &v) in row.iter_mut().zip(xr) {
+                    *d = shifted(v);
+                }
+                row[k..].fill(128);
+            }
+            Rows8::MagnitudesThenValues => {
+                // Eight values (two groups) at a time, as fixed-size arrays the compiler keeps
+                // in vector registers; then the last group, padded with zeros.
+                let (pairs, rest) = xr.split_at(k / 8 * 8);
+                let (head, tail) = row.split_at_mut(pairs.len() * 2);
+                let signed = |v: &[f32; 8]| v.map(|v| (shifted(v) ^ 0x80) as i8);
+                for (out, v) in head.chunks_exact_mut(16).zip(pairs.chunks_exact(8)) {
+                    let x = signed(v.try_into().expect("eight values"));
+                    let (m, x) = (x.map(i8::unsigned_abs), x.map(|x| x as u8));
+                    let groups = [&m[..4], &x[..4], &m[4..], &x[4..]];
+                    for (dst, src) in out.chunks_exact_mut(4).zip(groups) {
+                        dst.copy_from_slice(src);
+                    }
+                }
+                tail.fill(0);
+                let mut last = [0.0f32; 8];
+                last[..rest.len()].copy_from_slice(rest);
+                let x = signed(&last);
+                for (t, &x) in x.iter().enumerate().take(rest.len()) {
+                    let at = t / 4 * 8 + t % 4;
+                    (tail[at], tail[at + 4]) = (x.unsigned_abs(), x as u8);
+                }
+            }
         }
-        row[k..].fill(128);
     }
 }
 
@@ -219,7 +307,7 @@ struct Job<'a> {
 /// # Safety
 /// `out` holds `m x w.n()` writable values; a `residual` holds `m x w.n()` readable values and
 /// is either `out` itself or overlaps nothing written; `bias` has `w.n()` values; `q` and
-/// `scales` hold `m` rows quantized for `w` (`w.k4()` bytes each). No other thread writes any of
+/// `scales` hold `m` rows quantized for `w` (`w.row_bytes()` bytes each). No other thread writes any of
 /// them meanwhile.
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn gemm8(
@@ -236,7 +324,7 @@ pub unsafe fn gemm8(
     if m == 0 || w.n == 0 {
         return;
     }
-    assert!(q.len() >= m * w.k4() && scales.len() >= m, "rows quantized for this weight");
+    assert!(q.len() >= m * w.row_bytes() && scales.len() >= m, "rows quantized for this weight");
     let tiling = Tiling::new(m, w.n.div_ceil(w.isa.nr()));
     let epilogue = Epilogue::new(w.n, bias, act, residual, out);
     let job = Job { q, scales, m, w, epilogue, tiling };
@@ -257,7 +345,10 @@ unsafe fn run_task(job: &Job<'_>, t: usize, ctile: &mut AlignedBuf) {
         Isa8::Avx512Vnni => unsafe { x86::task_avx512(job, t, ctile) },
         // SAFETY: as above.
         #[cfg(target_arch = "x86_64")]
-        Isa8::AvxVnni => unsafe { x86::task_avx2(job, t, ctile) },
+        Isa8::AvxVnni => unsafe { x86::task_avx_vnni(job, t, ctile) },
+        // SAFETY: as above.
+        #[cfg(target_arch = "x86_64")]
+        Isa8::Avx2 => unsafe { x86::task_avx2(job, t, ctile) },
         // SAFETY: the caller's contract; the portable kernel needs no feature.
         _ => unsafe { task::<Portable>(job, t, ctile) },
     }
@@ -290,6 +381,7 @@ trait Micro {
 #[inline(always)]
 unsafe fn task<M: Micro>(job: &Job<'_>, t: usize, ctile: &mut AlignedBuf) {
     let (k4, w, q) = (job.w.k4(), job.w, job.q);
+    let (len, group) = (w.row_bytes(), w.isa.rows().group_bytes());
     // SAFETY: the caller's contract; the driver keeps every row below m, every block of groups
     // inside the rows and the panel, and every tile inside the tile buffer.
     unsafe {
@@ -299,7 +391,7 @@ unsafe fn task<M: Micro>(job: &Job<'_>, t: usize, ctile: &mut AlignedBuf) {
             (k4 / 4, KG),
             ctile,
             |p, g0| w.panel(p)[g0 * M::NR * 4..].as_ptr(),
-            |r, g0| q[r * k4 + g0 * 4..].as_ptr(),
+            |r, g0| q[r * len + g0 * group..].as_ptr(),
             |groups, a, b, c: *mut i32, ldc, first| M::tile(groups, a, b, c, ldc, first),
             |r, c0, row| {
                 let cols = row.len();
@@ -433,9 +525,9 @@ pub(crate) mod x86 {
     }
 
     /// AVX-VNNI: 16 columns in two registers of i32 per row, 12 accumulators.
-    pub(super) struct Avx2;
+    pub(super) struct AvxVnni;
 
-    impl Micro for Avx2 {
+    impl Micro for AvxVnni {
         const NR: usize = 16;
 
         #[inline(always)]
@@ -473,6 +565,66 @@ pub(crate) mod x86 {
         }
     }
 
+    /// Plain AVX2: 16 columns in two registers of i32 per row, three rows at a time (six
+    /// accumulators, leaving registers for each row's broadcasts). For each group of four
+    /// values, the row's magnitudes and values are broadcast; `vpmaddubsw` multiplies the
+    /// magnitudes by the panel's weights given the values' signs (`vpsignb`) and sums them in
+    /// pairs (exact: see the module's comment), and `vpmaddwd` by ones sums the pairs to i32.
+    pub(super) struct Avx2;
+
+    /// Rows of `Avx2`'s tile that share each load of the panel.
+    const HALF: usize = MR / 2;
+
+    impl Micro for Avx2 {
+        const NR: usize = 16;
+
+        #[inline(always)]
+        unsafe fn tile(
+            groups: usize,
+            a: &[*const u8; MR],
+            b: *const i8,
+            c: *mut i32,
+            ldc: usize,
+            first: bool,
+        ) {
+            // SAFETY: as for `Avx512`, with avx2 enabled by the caller; a row holds eight bytes
+            // a group (`Rows8::MagnitudesThenValues`).
+            unsafe {
+                let ones = _mm256_set1_epi16(1);
+                // Four bytes broadcast from memory: `vbroadcastss` only loads, where an integer
+                // broadcast is compiled to a move and a shuffle.
+                let splat = |p: *const u8| _mm256_castps_si256(_mm256_broadcast_ss(&*p.cast()));
+                for (h, rows) in a.chunks_exact(HALF).enumerate() {
+                    let c = c.add(h * HALF * ldc);
+                    let mut acc = [[_mm256_setzero_si256(); 2]; HALF];
+                    if !first {
+                        for (i, r) in acc.iter_mut().enumerate() {
+                            r[0] = _mm256_loadu_si256(c.add(i * ldc).cast());
+                            r[1] = _mm256_loadu_si256(c.add(i * ldc + 8).cast());
+                        }
+                    }
+                    for g in 0..groups {
+                        let b0 = _mm256_loadu_si256(b.add(g * 64).cast());
+                        let b1 = _mm256_loadu_si256(b.add(g * 64 + 32).cast());
+                        for (r, ai) in acc.iter_mut().zip(rows) {
+                            let (magnitude, x) = (splat(ai.add(g * 8)), splat(ai.add(g * 8 + 4)));
+                            let dot = |s: __m256i, w: __m256i| {
+                                let pairs = _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(w, x));
+                                _mm256_add_epi32(s, _mm256_madd_epi16(pairs, ones))
+                            };
+                            r[0] = dot(r[0], b0);
+                            r[1] = dot(r[1], b1);
+                        }
+                    }
+                    for (i, r) in acc.iter().enumerate() {
+                        _mm256_storeu_si256(c.add(i * ldc).cast(), r[0]);
+                        _mm256_storeu_si256(c.add(i * ldc + 8).cast(), r[1]);
+                    }
+                }
+            }
+        }
+    }
+
     /// A task with the AVX-512 VNNI microkernel, the rest compiled for AVX-512 too.
     ///
     /// # Safety
@@ -488,6 +640,16 @@ pub(crate) mod x86 {
     /// # Safety
     /// As `task`'s; the CPU has avx2 and avxvnni.
     #[target_feature(enable = "avx2,avxvnni,fma")]
+    pub(super) unsafe fn task_avx_vnni(job: &Job<'_>, t: usize, ctile: &mut AlignedBuf) {
+        // SAFETY: the caller's contract, and the features are enabled here.
+        unsafe { task::<AvxVnni>(job, t, ctile) }
+    }
+
+    /// A task with the plain AVX2 microkernel, the rest compiled for AVX2 too.
+    ///
+    /// # Safety
+    /// As `task`'s; the CPU has avx2 and fma.
+    #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn task_avx2(job: &Job<'_>, t: usize, ctile: &mut AlignedBuf) {
         // SAFETY: the caller's contract, and the features are enabled here.
         unsafe { task::<Avx2>(job, t, ctile) }
