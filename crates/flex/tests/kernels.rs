@@ -483,10 +483,16 @@ fn attention_out<B: Backend>(
 fn attention_over_long_sequences_and_windows_on_every_isa() {
     let lens = [1, 700, 33, 257];
     for isa in Isa::available() {
-        // Heads of one, two and four pairs of sixteen columns, one pair and one more sixteen, and
-        // fewer than sixteen.
-        let shapes =
-            [(2, 64, None), (3, 8, Some(5)), (1, 128, Some(300)), (2, 32, None), (1, 56, Some(20))];
+        // Heads of one, two and four pairs of sixteen columns, one pair and one more sixteen,
+        // fewer than sixteen, and off a multiple of eight (the AVX2 transpose's tiles).
+        let shapes = [
+            (2, 64, None),
+            (3, 8, Some(5)),
+            (1, 128, Some(300)),
+            (2, 32, None),
+            (1, 56, Some(20)),
+            (2, 12, None),
+        ];
         for (heads, head_dim, window) in shapes {
             let flex = switchyard_flex::flex().with_isa(isa).expect("an available instruction set");
             let got = attention_out(flex, heads, head_dim, window, &lens);
