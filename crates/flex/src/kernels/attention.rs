@@ -330,25 +330,12 @@ mod x86 {
         /// the last whole sixteen one value at a time.
         #[inline(always)]
         unsafe fn transpose_keys(k: *const f32, len: usize, kt: *mut f32, l: Layout) {
-            let Layout { d, width, lpad, .. } = l;
-            let full = d / KB * KB;
             // SAFETY: the caller's contract, with avx512f enabled by the caller.
             unsafe {
-                for j0 in (0..lpad).step_by(KB) {
-                    for c0 in (0..full).step_by(KB) {
-                        let rows: [__m512; KB] = std::array::from_fn(|r| {
-                            if j0 + r < len {
-                                _mm512_loadu_ps(k.add((j0 + r) * width + c0))
-                            } else {
-                                _mm512_setzero_ps()
-                            }
-                        });
-                        for (t, col) in transpose16(rows).iter().enumerate() {
-                            _mm512_storeu_ps(kt.add((c0 + t) * lpad + j0), *col);
-                        }
-                    }
-                }
-                transpose_columns(k, len, full..d, kt, l);
+                let (load, store) = (|p| _mm512_loadu_ps(p), |p, v| _mm512_storeu_ps(p, v));
+                transpose_tiles::<_, KB>(k, len, kt, l, _mm512_setzero_ps(), load, store, |r| {
+                    transpose16(r)
+                })
             }
         }
 
@@ -415,26 +402,12 @@ mod x86 {
         /// last whole eight one value at a time.
         #[inline(always)]
         unsafe fn transpose_keys(k: *const f32, len: usize, kt: *mut f32, l: Layout) {
-            let Layout { d, width, lpad, .. } = l;
-            let full = d / 8 * 8;
-            // SAFETY: the caller's contract (`lpad` is a multiple of sixteen), with avx2
-            // enabled by the caller.
+            // SAFETY: the caller's contract, with avx2 enabled by the caller.
             unsafe {
-                for j0 in (0..lpad).step_by(8) {
-                    for c0 in (0..full).step_by(8) {
-                        let rows: [__m256; 8] = std::array::from_fn(|r| {
-                            if j0 + r < len {
-                                _mm256_loadu_ps(k.add((j0 + r) * width + c0))
-                            } else {
-                                _mm256_setzero_ps()
-                            }
-                        });
-                        for (t, col) in transpose8(rows).iter().enumerate() {
-                            _mm256_storeu_ps(kt.add((c0 + t) * lpad + j0), *col);
-                        }
-                    }
-                }
-                transpose_columns(k, len, full..d, kt, l);
+                let (load, store) = (|p| _mm256_loadu_ps(p), |p, v| _mm256_storeu_ps(p, v));
+                transpose_tiles::<_, 8>(k, len, kt, l, _mm256_setzero_ps(), load, store, |r| {
+                    transpose8(r)
+                })
             }
         }
 
@@ -567,6 +540,46 @@ mod x86 {
                 }
             }
         }
+    }
+
+    /// [`Block::transpose_keys`] in tiles of `T` keys by `T` columns: `T` rows loaded into
+    /// registers of `T` values (`zero` past the keys), `transpose`d, and stored; the columns
+    /// past the last whole tile one value at a time.
+    ///
+    /// # Safety
+    /// As [`Block::transpose_keys`]'s, with `T` dividing sixteen (so `lpad`); `load` and `store`
+    /// move `T` values.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn transpose_tiles<V: Copy, const T: usize>(
+        k: *const f32,
+        len: usize,
+        kt: *mut f32,
+        l: Layout,
+        zero: V,
+        load: impl Fn(*const f32) -> V,
+        store: impl Fn(*mut f32, V),
+        transpose: impl Fn([V; T]) -> [V; T],
+    ) {
+        let Layout { d, width, lpad, .. } = l;
+        let full = d / T * T;
+        for j0 in (0..lpad).step_by(T) {
+            for c0 in (0..full).step_by(T) {
+                let rows = std::array::from_fn(|r| {
+                    if j0 + r >= len {
+                        return zero;
+                    }
+                    // SAFETY: row j0 + r < len of k, columns c0..c0 + T <= d.
+                    load(unsafe { k.add((j0 + r) * width + c0) })
+                });
+                for (t, col) in transpose(rows).into_iter().enumerate() {
+                    // SAFETY: row c0 + t < d of kt, keys j0..j0 + T <= lpad.
+                    store(unsafe { kt.add((c0 + t) * lpad + j0) }, col);
+                }
+            }
+        }
+        // SAFETY: the caller's contract.
+        unsafe { transpose_columns(k, len, full..d, kt, l) }
     }
 
     /// The transpose of sixteen rows of sixteen values: `out[t][r] = rows[r][t]`.
