@@ -178,12 +178,17 @@ pub fn exp_sum(xs: &mut [f32], shift: f32) -> f32 {
             *a += *x;
         }
     }
-    let mut rest = 0.0;
-    for x in chunks.into_remainder() {
+    // The last values in a block of sixteen too, so that they vectorise as well (one at a
+    // time, they took about a quarter of attention's time for 47-token sequences); the same
+    // values, summed in the same order.
+    let rest = chunks.into_remainder();
+    let mut block = [0.0f32; 16];
+    block[..rest.len()].copy_from_slice(rest);
+    for x in &mut block {
         *x = exp(*x - shift);
-        rest += *x;
     }
-    acc.iter().sum::<f32>() + rest
+    rest.copy_from_slice(&block[..rest.len()]);
+    acc.iter().sum::<f32>() + block[..rest.len()].iter().fold(0.0, |s, &x| s + x)
 }
 
 #[cfg(test)]
