@@ -3,14 +3,14 @@
 //!
 //! A task is one head of one sequence. It transposes the head's keys into its thread's scratch
 //! (`head_dim x len`), then takes the queries a block at a time (eight with AVX-512, six with
-//! AVX2, four in portable code, each broadcast from its own row): their scores against blocks of sixteen keys
-//! (the keys any of them may see: all of the sequence, or those within the window) accumulate
-//! in registers over the head's columns, each key block loaded once for the block of queries;
-//! each query's softmax, with the maximum subtracted, runs over the keys it sees; and the value
-//! rows, weighted by it, add up in registers sixteen columns at a time, each value row loaded
-//! once for the block. With AVX-512, two blocks of keys (or of columns) go together where the
-//! head has them: sixteen chains of FMAs, each broadcast shared by two. Sums are f32, over keys
-//! in order.
+//! AVX2, four in portable code, each broadcast from its own row): their scores against blocks
+//! of sixteen keys (the keys any of them may see: all of the sequence, or those within the
+//! window) accumulate in registers over the head's columns, each key block loaded once for the
+//! block of queries; each query's softmax, with the maximum subtracted, runs over the keys it
+//! sees; and the value rows, weighted by it, add up in registers sixteen columns at a time, each
+//! value row loaded once for the block. With AVX-512, two blocks of keys (or of columns) go
+//! together where the head has them: sixteen chains of FMAs, each broadcast shared by two. Sums
+//! are f32, over keys in order.
 //!
 //! The query block is what keeps the FMA units busy: each accumulator is a chain of dependent
 //! FMAs, and a core with two FMA units of four cycles' latency needs eight chains. Sixteen

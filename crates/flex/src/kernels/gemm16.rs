@@ -72,6 +72,14 @@ impl Isa16 {
             Isa16::Avx2 | Isa16::Portable => 16,
         }
     }
+
+    /// How its kernel reads the rounded rows.
+    pub const fn rows(self) -> Rows16 {
+        match self {
+            Isa16::Avx2 => Rows16::Widened,
+            Isa16::Avx512Bf16 | Isa16::Portable => Rows16::Pairs,
+        }
+    }
 }
 
 /// `v` rounded to bf16 (to nearest, ties to even), as its 16 bits; a NaN stays a NaN.
@@ -131,6 +139,11 @@ impl PackedWeight16 {
         self.k.next_multiple_of(2)
     }
 
+    /// `u16` of one input row rounded for this weight's kernel.
+    pub fn row_len(&self) -> usize {
+        self.k2() / 2 * self.isa.rows().pair_len()
+    }
+
     /// Bytes held.
     pub fn bytes(&self) -> usize {
         self.data.len() * size_of::<u16>()
@@ -160,23 +173,6 @@ impl Rows16 {
             Rows16::Pairs => 2,
             Rows16::Widened => 4,
         }
-    }
-}
-
-impl Isa16 {
-    /// How its kernel reads the rounded rows.
-    pub const fn rows(self) -> Rows16 {
-        match self {
-            Isa16::Avx2 => Rows16::Widened,
-            Isa16::Avx512Bf16 | Isa16::Portable => Rows16::Pairs,
-        }
-    }
-}
-
-impl PackedWeight16 {
-    /// `u16` of one input row rounded for this weight's kernel.
-    pub fn row_len(&self) -> usize {
-        self.k2() / 2 * self.isa.rows().pair_len()
     }
 }
 

@@ -102,6 +102,14 @@ impl Isa8 {
     const fn sums_shifted_rows(self) -> bool {
         !matches!(self, Isa8::Avx2)
     }
+
+    /// How its kernel reads the quantized rows.
+    pub const fn rows(self) -> Rows8 {
+        match self {
+            Isa8::Avx2 => Rows8::MagnitudesThenValues,
+            Isa8::Avx512Vnni | Isa8::AvxVnni | Isa8::Portable => Rows8::Shifted,
+        }
+    }
 }
 
 /// A weight matrix `[n, k]` quantized to int8 per output column and packed for `x . w^T`.
@@ -160,6 +168,11 @@ impl PackedWeight8 {
         self.k.next_multiple_of(4)
     }
 
+    /// Bytes of one input row quantized for this weight's kernel.
+    pub fn row_bytes(&self) -> usize {
+        self.k4() / 4 * self.isa.rows().group_bytes()
+    }
+
     /// Bytes held.
     pub fn bytes(&self) -> usize {
         self.data.len() + (self.scales.len() + self.shift.len()) * 4
@@ -188,23 +201,6 @@ impl Rows8 {
             Rows8::Shifted => 4,
             Rows8::MagnitudesThenValues => 8,
         }
-    }
-}
-
-impl Isa8 {
-    /// How its kernel reads the quantized rows.
-    pub const fn rows(self) -> Rows8 {
-        match self {
-            Isa8::Avx2 => Rows8::MagnitudesThenValues,
-            Isa8::Avx512Vnni | Isa8::AvxVnni | Isa8::Portable => Rows8::Shifted,
-        }
-    }
-}
-
-impl PackedWeight8 {
-    /// Bytes of one input row quantized for this weight's kernel.
-    pub fn row_bytes(&self) -> usize {
-        self.k4() / 4 * self.isa.rows().group_bytes()
     }
 }
 
@@ -307,8 +303,8 @@ struct Job<'a> {
 /// # Safety
 /// `out` holds `m x w.n()` writable values; a `residual` holds `m x w.n()` readable values and
 /// is either `out` itself or overlaps nothing written; `bias` has `w.n()` values; `q` and
-/// `scales` hold `m` rows quantized for `w` (`w.row_bytes()` bytes each). No other thread writes any of
-/// them meanwhile.
+/// `scales` hold `m` rows quantized for `w` (`w.row_bytes()` bytes each). No other thread writes
+/// any of them meanwhile.
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn gemm8(
     q: &[u8],
