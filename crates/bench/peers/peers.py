@@ -114,6 +114,8 @@ def main():
     texts = load_corpus(a.corpus)
     counter = Tokenizer.from_file(os.path.join(a.model, "tokenizer.json"))
     counter.enable_truncation(a.max_len)
+    # all-MiniLM-L6-v2's tokenizer.json pads to 128 tokens: count real tokens only.
+    counter.no_padding()
     tokens = sum(len(e.ids) for e in counter.encode_batch(texts))
     order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
     first = None
