@@ -96,7 +96,7 @@ pub fn build_cuda(args: &[String]) -> ExitCode {
     }
 }
 
-fn build(tests: bool) -> Result<Vec<PathBuf>, String> {
+pub(crate) fn build(tests: bool) -> Result<Vec<PathBuf>, String> {
     let target = crate::target_dir().join("cuda-offline");
     let archive = std::path::absolute(target.join("llvm-stubs/libswitchyard_llvm_stubs.a"))
         .map_err(|e| format!("the stand-ins' path: {e}"))?;

@@ -5,6 +5,7 @@
 
 mod backends;
 mod cuda;
+mod device;
 mod libtorch;
 mod models;
 mod peers;
@@ -42,6 +43,11 @@ tasks:
                download LLVM: DOCS_RS=1 and stand-ins for the LLVM symbols cubecl-llvm references
                (NVRTC compiles every kernel); in TARGET/cuda-offline, for a machine with NVIDIA's
                driver and the CUDA toolkit's NVRTC (docs/backends.md, CUDA offline)
+  device-bundle [--cuda]
+               what the benchmarks need on a machine with no Rust toolchain and no network (the
+               release switchyard-bench compressed with xz, with --cuda the build-cuda one;
+               all-MiniLM-L6-v2 in f16; both corpora), in .cache/device/, for
+               crates/bench/peers/device.sh to run there (docs/benchmarks.md)
   lint         cargo fmt --check, clippy with warnings denied, and rustdoc with warnings denied
   fuzz [--cases N] [--seed S]
                every fuzz target of crates/fuzz (bucket tables, batches, config.json,
@@ -50,6 +56,7 @@ tasks:
                (default 100000) from seed S (default 1), in the test profile the test suite
                builds; prints each target's tally and the peak memory
   bench [N] [--gpu] [--gpus-only] [--peers [--threads 1,2]] [--train [--threads 1,2]] [--serve]
+        [--report DIR]
                the benchmarks, in release mode, each beside a peer (N repetitions, default 15);
                --gpu adds the cube backend's devices beside flex (wgpu:0 where a Vulkan driver
                is installed, cuda:0 where there is an NVIDIA GPU): a long release build;
@@ -62,7 +69,8 @@ tasks:
                memory, at each thread count of --threads; --serve runs
                `switchyard serve`'s server under 64 clients and 1 beside the CLI on the same
                corpus, with a second device (flex remote-serve on loopback), then a soak of
-               10000 requests (valid, malformed, oversized, and clients that leave)
+               10000 requests (valid, malformed, oversized, and clients that leave);
+               --report DIR prints --peers' tables from the runs device.sh wrote into DIR
   soak [--requests N] [--clients C] [--garbage G] [--model DIR]
                `switchyard remote-serve` (built in the dev profile) under real clients and
                garbage: `switchyard serve` on the remote device answering N HTTP requests
@@ -79,6 +87,7 @@ fn main() -> ExitCode {
     match task.as_deref() {
         Some("lint") => lint(),
         Some("check-gpu") => check_gpu(),
+        Some("device-bundle") => device::bundle(&std::env::args().skip(2).collect::<Vec<_>>()),
         Some("build-cuda") => cuda::build_cuda(&std::env::args().skip(2).collect::<Vec<_>>()),
         Some("fetch-models") => models::fetch_models(),
         Some("fetch-libtorch") => libtorch::fetch_libtorch(),
@@ -208,6 +217,9 @@ fn fuzz(args: &[String]) -> ExitCode {
 fn bench(args: Vec<String>) -> ExitCode {
     if args.iter().any(|a| a == "--serve") {
         return peers::bench_serve();
+    }
+    if let Some(dir) = flag(&args, "--report") {
+        return peers::report_dir(std::path::Path::new(dir));
     }
     let peers = args.iter().any(|a| a == "--peers");
     let train = args.iter().any(|a| a == "--train");

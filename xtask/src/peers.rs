@@ -26,7 +26,7 @@ const PACKAGES: [&str; 7] = [
 
 /// A corpus the peers and flex embed: its file under `.cache/bench`, how many texts of at least
 /// how many words `corpus.py` picks, and where every engine truncates.
-struct Corpus {
+pub(crate) struct Corpus {
     file: &'static str,
     texts: usize,
     min_words: usize,
@@ -35,7 +35,7 @@ struct Corpus {
 }
 
 /// Mixed lengths, as embedding sees them; then equal lengths, where padding cannot help anyone.
-const CORPORA: [Corpus; 2] = [
+pub(crate) const CORPORA: [Corpus; 2] = [
     Corpus {
         file: "corpus.jsonl",
         texts: 1000,
@@ -52,6 +52,30 @@ const CORPORA: [Corpus; 2] = [
     },
 ];
 
+impl Corpus {
+    /// The corpus' file, built by `corpus.py` from the machine's files if it is not there yet.
+    pub(crate) fn ensure(&self) -> Result<PathBuf, String> {
+        let root = crate::workspace();
+        let corpus = root.join(".cache/bench").join(self.file);
+        if !corpus.is_file() {
+            step(
+                &format!("building the corpus {}", self.file),
+                Command::new("python3")
+                    .arg(root.join("crates/bench/peers/corpus.py"))
+                    .arg(&corpus)
+                    .arg(self.texts.to_string())
+                    .arg(self.min_words.to_string()),
+            )?;
+        }
+        Ok(corpus)
+    }
+
+    /// The name of its file of run lines in a results folder (`crates/bench/peers/device.sh`).
+    fn runs_file(&self) -> String {
+        format!("runs-{}.tsv", self.file.trim_end_matches(".jsonl"))
+    }
+}
+
 fn home_cache() -> PathBuf {
     std::env::var_os("HOME")
         .map_or_else(|| PathBuf::from("/tmp"), PathBuf::from)
@@ -59,7 +83,7 @@ fn home_cache() -> PathBuf {
 }
 
 /// Runs `cmd`, saying what it does; an error naming it if it fails.
-fn step(what: &str, cmd: &mut Command) -> Result<(), String> {
+pub(crate) fn step(what: &str, cmd: &mut Command) -> Result<(), String> {
     eprintln!("xtask bench: {what}");
     match cmd.status() {
         Ok(s) if s.success() => Ok(()),
@@ -90,7 +114,7 @@ fn python() -> Result<PathBuf, String> {
 }
 
 /// `switchyard-bench` built in release mode: its path.
-fn release_bench() -> Result<PathBuf, String> {
+pub(crate) fn release_bench() -> Result<PathBuf, String> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     step(
         "building switchyard-bench (release)",
@@ -199,17 +223,7 @@ fn run(threads: &[usize]) -> Result<(), String> {
         &package,
     )?;
     for c in &CORPORA {
-        let corpus = cache.join(c.file);
-        if !corpus.is_file() {
-            step(
-                &format!("building the corpus {}", c.file),
-                Command::new("python3")
-                    .arg(peers.join("corpus.py"))
-                    .arg(&corpus)
-                    .arg(c.texts.to_string())
-                    .arg(c.min_words.to_string()),
-            )?;
-        }
+        let corpus = c.ensure()?;
         let max_len = c.max_len.to_string();
         let mut all = Vec::new();
         for &n in threads {
@@ -241,6 +255,35 @@ fn run(threads: &[usize]) -> Result<(), String> {
         report(c.about, &all);
     }
     Ok(())
+}
+
+/// `cargo xtask bench --report DIR`: the tables of `--peers` from the run lines that
+/// `crates/bench/peers/device.sh` wrote into `DIR` on another machine (`runs-corpus.tsv`,
+/// `runs-corpus-128.tsv`, `runs-gpu-corpus.tsv`); the files it finds, or an error if none.
+pub fn report_dir(dir: &std::path::Path) -> ExitCode {
+    let read = |name: &str| -> Option<Vec<Run>> {
+        let text = std::fs::read_to_string(dir.join(name)).ok()?;
+        Some(text.lines().filter_map(parse).collect())
+    };
+    let mut found = 0;
+    if let Ok(machine) = std::fs::read_to_string(dir.join("machine.txt")) {
+        println!("{}", machine.trim_end());
+    }
+    for c in &CORPORA {
+        if let Some(all) = read(&c.runs_file()) {
+            found += 1;
+            report(c.about, &all);
+        }
+    }
+    if let Some(all) = read("runs-gpu-corpus.tsv") {
+        found += 1;
+        report("real texts of mixed lengths, truncated at 256 tokens, on the GPU", &all);
+    }
+    if found == 0 {
+        eprintln!("xtask bench --report: no runs-*.tsv with run lines in {}", dir.display());
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
 }
 
 /// `cargo xtask bench --gpu`: runs the benchmarks (`bench`, whose output it passes through and
@@ -479,6 +522,39 @@ fn ratios(all: &[Run], r: &Run, engine: &str) -> (f64, f64) {
     peer.map_or((f64::NAN, f64::NAN), |p| (p.wall / r.wall, p.cpu / r.cpu))
 }
 
+/// For each engine and order run at more than one thread count: its speed at each count as a
+/// multiple of its speed at the fewest threads (the issue's "16 threads >= 6x of 2").
+fn scaling(all: &[Run]) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut seen: Vec<(&str, &str)> = Vec::new();
+    for r in all {
+        let key = (r.engine.as_str(), r.order.as_str());
+        if seen.contains(&key) {
+            continue;
+        }
+        seen.push(key);
+        let mut same: Vec<&Run> =
+            all.iter().filter(|p| (p.engine.as_str(), p.order.as_str()) == key).collect();
+        same.sort_by_key(|p| p.threads);
+        let [base, rest @ ..] = &same[..] else { continue };
+        if rest.is_empty() || base.threads == rest[rest.len() - 1].threads {
+            continue;
+        }
+        let steps: Vec<String> = rest
+            .iter()
+            .map(|p| format!("{} threads {:.2}x", p.threads, base.wall / p.wall))
+            .collect();
+        lines.push(format!(
+            "scaling of {} ({}) over its {} threads: {}",
+            key.0,
+            key.1,
+            base.threads,
+            steps.join(", ")
+        ));
+    }
+    lines
+}
+
 /// The table: texts per wall second and per CPU second, each as a ratio to ONNX Runtime fp32
 /// sorted by length at the same thread count, and speed as a ratio to ONNX Runtime int8.
 fn report(about: &str, all: &[Run]) {
@@ -521,6 +597,9 @@ fn report(about: &str, all: &[Run]) {
          same thread count; max diff: the largest difference from the program's first run's \
          embeddings, f32 in file order: so for bf16 and int8 runs, from f32)"
     );
+    for line in scaling(all) {
+        println!("{line}");
+    }
     for py in all.iter().filter(|r| r.engine == "switchyard python") {
         let engine = all.iter().find(|r| {
             r.engine == "switchyard flex" && r.order == py.order && r.threads == py.threads
@@ -550,5 +629,24 @@ mod tests {
         assert_eq!((r.wall, r.cpu), (3.5, 6.9));
         assert!(parse("Batches: 100%").is_none());
         assert!(parse("run\tort\tsorted").is_none());
+    }
+
+    #[test]
+    fn scaling_is_each_thread_count_over_the_fewest() {
+        let run = |engine: &str, threads, wall| Run {
+            engine: engine.into(),
+            order: "file".into(),
+            threads,
+            texts: 10,
+            tokens: 100,
+            wall,
+            cpu: wall,
+            max_diff: 0.0,
+        };
+        let all = [run("a", 16, 1.0), run("a", 2, 6.0), run("a", 8, 2.0), run("b", 2, 1.0)];
+        assert_eq!(
+            scaling(&all),
+            ["scaling of a (file) over its 2 threads: 8 threads 3.00x, 16 threads 6.00x"]
+        );
     }
 }

@@ -3,13 +3,14 @@ embedding all-MiniLM-L6-v2 the way `switchyard embed` does: truncation at 256 to
 --max-len), batches of 32, mean pooling over the tokens, L2 normalisation.
 
     python peers.py --model DIR [--onnx DIR] --corpus FILE --threads N [--engines LIST] [--max-len N]
+                    [--orders file,sorted]
 
 (`--onnx` is needed by the `ort` engines only.)
 
 Engines: `py` (Switchyard's own Python package, flex in f32, from PYTHONPATH: the binding's
 overhead over the engine, which `switchyard-bench corpus` times alone), `ort` and `ort-int8` (ONNX Runtime's CPU provider on OUT/model.onnx and
 model-int8.onnx from export_onnx.py, all graph optimisations on), each in file order and
-sorted by length (characters, as sentence-transformers sorts), and `st` (sentence-transformers
+sorted by length (characters, as sentence-transformers sorts; `--orders` picks one or both), and `st` (sentence-transformers
 on PyTorch, which sorts by length itself), on the CPU; `st-cuda` and `st-cuda-fp16` run it on
 the GPU, in fp32 and in fp16 (`model.half()`, as its users run it there). Each run is timed after its model is loaded and one
 warm-up batch, from the texts to normalised embeddings (tokenizing included), in wall seconds
@@ -105,7 +106,12 @@ def main():
     p.add_argument("--threads", type=int, required=True)
     p.add_argument("--engines", default="ort,ort-int8,st")
     p.add_argument("--max-len", type=int, default=256)
+    # ORT's and the Python package's orders to run (sentence-transformers always sorts).
+    p.add_argument("--orders", default="file,sorted")
     a = p.parse_args()
+    orders = a.orders.split(",")
+    if not orders or any(o not in ("file", "sorted") for o in orders):
+        p.error(f"--orders {a.orders}: expected file, sorted or both, comma-separated")
     # The tokenizer's own threads follow the run's.
     os.environ["RAYON_NUM_THREADS"] = str(a.threads)
     import numpy as np
@@ -126,13 +132,13 @@ def main():
             runs = [("sorted by the engine", st, None)]
         elif engine == "py":
             run = py_engine(a.model, a.threads, a.max_len)
-            runs = [("file", run, None), ("sorted", run, order)]
+            runs = [(o, run, order if o == "sorted" else None) for o in orders]
         else:
             if a.onnx is None:
                 p.error(f"--onnx is needed for the {engine} engine")
             name = "model.onnx" if engine == "ort" else "model-int8.onnx"
             run = ort_engine(a.model, os.path.join(a.onnx, name), a.threads, a.max_len)
-            runs = [("file", run, None), ("sorted", run, order)]
+            runs = [(o, run, order if o == "sorted" else None) for o in orders]
         for label, run, perm in runs:
             inputs = texts if perm is None else [texts[i] for i in perm]
             emb, wall, cpu = timed(run, inputs)

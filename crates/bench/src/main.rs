@@ -10,6 +10,7 @@
 mod corpus;
 mod serve;
 mod train;
+mod weights;
 
 use std::time::{Duration, Instant};
 
@@ -443,7 +444,8 @@ fn bench_remote(reps: usize) {
 
 /// `switchyard-bench [REPS] [--gpus-only]`: every benchmark, or only the GPU devices';
 /// `switchyard-bench corpus ...`: see [`corpus::run`]; `serve ...` and `soak ...`: see
-/// [`serve::serve`] and [`serve::soak`].
+/// [`serve::serve`] and [`serve::soak`]; `train ...` and `weights ...`: see [`train::run`] and
+/// [`weights::run`].
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
@@ -451,6 +453,7 @@ fn main() {
         Some("serve") => return serve::serve(&args[1..]),
         Some("soak") => return serve::soak(&args[1..]),
         Some("train") => return train::run(&args[1..]),
+        Some("weights") => return weights::run(&args[1..]),
         _ => {}
     }
     let gpus_only = args.iter().any(|a| a == "--gpus-only");

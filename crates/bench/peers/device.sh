@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# The benchmarks on a machine that has no Rust toolchain and no network, from the bundle that
+# `cargo xtask device-bundle` writes into .cache/device/ (docs/benchmarks.md, "On a machine
+# without a toolchain"). From the repository's root there:
+#
+#   crates/bench/peers/device.sh cpu|gpu|all OUT_DIR [THREADS]
+#
+# cpu: Switchyard flex (f32, bf16, int8; file order and sorted) and ONNX Runtime (fp32 and
+#      int8, sorted by length) on both corpora at each thread count of THREADS (default
+#      2,8,16), into OUT_DIR/runs-corpus.tsv and runs-corpus-128.tsv;
+# gpu: `switchyard-bench --gpus-only` (into gpu-ours.txt) with PyTorch on the same batches
+#      (gpu_peer.py, into gpu-peer.txt), then the mixed corpus on cuda:0 in f32 and the
+#      device's own dtype beside sentence-transformers on the GPU in fp32 and fp16
+#      (runs-gpu-corpus.tsv); needs a bundle made with --cuda;
+# all: both.
+# It also writes machine.txt (CPU, memory, load, GPU, the peers' versions). Back on the
+# machine with the toolchain, `cargo xtask bench --report OUT_DIR` prints the tables.
+#
+# Needs python3 with onnxruntime, onnx, torch, transformers and sentence-transformers (and
+# `xz`, or python3's lzma). TEXTS=N embeds only each corpus' first N texts.
+set -euo pipefail
+
+what=${1:?cpu, gpu or all}
+out=${2:?a folder for the results}
+threads=${3:-2,8,16}
+case $what in cpu | gpu | all) ;; *) echo "device.sh: $what: expected cpu, gpu or all" >&2; exit 2 ;; esac
+here=$(cd "$(dirname "$0")" && pwd)
+bundle=.cache/device
+work=${TMPDIR:-/tmp}/switchyard-device
+for f in switchyard-bench.xz all-MiniLM-L6-v2/model.safetensors corpus.jsonl corpus-128.jsonl; do
+    [[ -e $bundle/$f ]] || { echo "device.sh: $bundle/$f is missing: run cargo xtask device-bundle first" >&2; exit 1; }
+done
+mkdir -p "$out" "$work"
+say() { echo "device.sh: $*" >&2; }
+
+bin=$work/switchyard-bench
+if command -v xz >/dev/null; then
+    xz -dc "$bundle/switchyard-bench.xz" >"$bin"
+else
+    python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
+        "$bundle/switchyard-bench.xz" "$bin"
+fi
+chmod +x "$bin"
+model=$work/all-MiniLM-L6-v2
+[[ -e $model/model.safetensors ]] || "$bin" weights --dtype f32 "$bundle/all-MiniLM-L6-v2" "$model"
+corpus() { # the corpus file $1, cut to $TEXTS texts if set
+    if [[ -n ${TEXTS:-} ]]; then head -n "$TEXTS" "$bundle/$1" >"$work/$1"; else cp "$bundle/$1" "$work/$1"; fi
+    echo "$work/$1"
+}
+
+{
+    date -u
+    uname -a
+    echo "cores: $(nproc)"
+    lscpu 2>/dev/null | grep -E 'Model name|^CPU\(s\)|Thread|Socket|MHz|L1d|L2|L3|Flags' || true
+    free -g 2>/dev/null || true
+    uptime || true
+    python3 -c 'import importlib.metadata as m
+for p in ("torch", "transformers", "sentence-transformers", "onnxruntime", "onnx"):
+    try: print(p, m.version(p))
+    except Exception as e: print(p, "missing:", e)'
+    nvidia-smi 2>/dev/null || echo "(no nvidia-smi)"
+} >"$out/machine.txt" 2>&1
+
+if [[ $what != gpu ]]; then
+    onnx=$work/onnx
+    if [[ ! -e $onnx/model-int8.onnx ]]; then
+        say "exporting the model to ONNX"
+        python3 "$here/export_onnx.py" "$model" "$onnx" >&2
+    fi
+    for spec in corpus.jsonl:256 corpus-128.jsonl:128; do
+        file=${spec%%:*} len=${spec##*:}
+        texts=$(corpus "$file")
+        runs=$out/runs-${file%.jsonl}.tsv
+        : >"$runs"
+        for t in ${threads//,/ }; do
+            say "flex on $file, $t threads"
+            "$bin" corpus --model "$model" --corpus "$texts" --threads "$t" --max-len "$len" | tee -a "$runs"
+            say "ONNX Runtime on $file, $t threads"
+            python3 "$here/peers.py" --model "$model" --onnx "$onnx" --corpus "$texts" --threads "$t" \
+                --max-len "$len" --engines ort,ort-int8 --orders sorted | tee -a "$runs"
+        done
+    done
+fi
+
+if [[ $what != cpu ]]; then
+    say "the GPU benchmarks"
+    "$bin" 15 --gpus-only | tee "$out/gpu-ours.txt"
+    grep -q '^gpu	' "$out/gpu-ours.txt" || { say "no GPU rows: was the bundle made with --cuda?"; exit 1; }
+    say "PyTorch on the same batches"
+    python3 "$here/gpu_peer.py" --ours "$out/gpu-ours.txt" | tee "$out/gpu-peer.txt"
+    texts=$(corpus corpus.jsonl)
+    runs=$out/runs-gpu-corpus.tsv
+    say "Switchyard on cuda:0 and sentence-transformers on the GPU, mixed corpus"
+    "$bin" corpus --model "$model" --corpus "$texts" --threads "$(nproc)" --max-len 256 \
+        --device cuda:0 --dtypes f32,auto | tee "$runs"
+    python3 "$here/peers.py" --model "$model" --corpus "$texts" --threads "$(nproc)" --max-len 256 \
+        --engines st-cuda,st-cuda-fp16 | tee -a "$runs"
+fi
+say "done: $out"

@@ -1,0 +1,97 @@
+//! `cargo xtask device-bundle [--cuda]`: what the benchmarks need on a machine that has no Rust
+//! toolchain and no network (a GPU host, a many-core one), in `.cache/device/`, small enough to
+//! carry there: the release `switchyard-bench` compressed with xz (with `--cuda`, the
+//! cuda-nvrtc build of `build-cuda`), all-MiniLM-L6-v2 with its weights in f16 (restored to
+//! f32 there, so every engine loads the same weights), and both corpora.
+//! `crates/bench/peers/device.sh` runs them there; `cargo xtask bench --report DIR` reads what
+//! it wrote.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+use crate::peers::{CORPORA, release_bench, step};
+
+/// What a bundle may weigh: the device tool carries at most 64 MiB with the working tree, which
+/// is about 5 MiB.
+const BUDGET: u64 = 58 << 20;
+
+/// The task.
+pub fn bundle(args: &[String]) -> ExitCode {
+    let cuda = args.iter().any(|a| a == "--cuda");
+    match make(cuda) {
+        Ok((dir, bytes)) => {
+            println!(
+                "xtask device-bundle: {} ({:.1} MiB); there, from the repository's root:\n  \
+                 crates/bench/peers/device.sh {} OUT_DIR [THREADS]\n\
+                 (carry .cache/device), then here: cargo xtask bench --report OUT_DIR",
+                dir.display(),
+                bytes as f64 / f64::from(1 << 20),
+                if cuda { "cpu|gpu|all" } else { "cpu" },
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("xtask device-bundle: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn make(cuda: bool) -> Result<(PathBuf, u64), String> {
+    if crate::models::fetch_models() != ExitCode::SUCCESS {
+        return Err("the real models could not be fetched".into());
+    }
+    let root = crate::workspace();
+    let corpora = CORPORA.iter().map(|c| c.ensure()).collect::<Result<Vec<_>, _>>()?;
+    // The plain release build converts the weights either way: it runs here, the CUDA one may not.
+    let plain = release_bench()?;
+    let bench = if cuda {
+        let bins = crate::cuda::build(false)?;
+        bins.into_iter().find(|b| b.ends_with("switchyard-bench")).expect("build-cuda's bench")
+    } else {
+        plain.clone()
+    };
+    let dir = root.join(".cache/device");
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let xz = dir.join("switchyard-bench.xz");
+    let file = std::fs::File::create(&xz).map_err(|e| format!("{}: {e}", xz.display()))?;
+    step(
+        &format!("compressing {} with xz", bench.display()),
+        Command::new("xz").args(["-9", "-T2", "-c"]).arg(&bench).stdout(file),
+    )?;
+    step(
+        "writing all-MiniLM-L6-v2 with f16 weights",
+        Command::new(&plain)
+            .args(["weights", "--dtype", "f16"])
+            .arg(root.join(".cache/models/all-MiniLM-L6-v2"))
+            .arg(dir.join("all-MiniLM-L6-v2")),
+    )?;
+    for c in &corpora {
+        let name = c.file_name().expect("a corpus file");
+        std::fs::copy(c, dir.join(name)).map_err(|e| format!("{}: {e}", c.display()))?;
+    }
+    let bytes = size(&dir)?;
+    if bytes > BUDGET {
+        return Err(format!(
+            "{} holds {:.1} MiB, more than the {} MiB the device tool can carry beside the tree",
+            dir.display(),
+            bytes as f64 / f64::from(1 << 20),
+            BUDGET >> 20
+        ));
+    }
+    Ok((dir, bytes))
+}
+
+/// The bytes of every file under `dir`.
+fn size(dir: &Path) -> Result<u64, String> {
+    let mut total = 0;
+    for entry in std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))? {
+        let entry = entry.map_err(|e| format!("{}: {e}", dir.display()))?;
+        let meta = entry.metadata().map_err(|e| format!("{}: {e}", entry.path().display()))?;
+        total += if meta.is_dir() { size(&entry.path())? } else { meta.len() };
+    }
+    Ok(total)
+}
