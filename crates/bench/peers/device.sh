@@ -27,22 +27,28 @@ case $what in cpu | gpu | all) ;; *) echo "device.sh: $what: expected cpu, gpu o
 here=$(cd "$(dirname "$0")" && pwd)
 bundle=.cache/device
 work=${TMPDIR:-/tmp}/switchyard-device
-for f in switchyard-bench.xz all-MiniLM-L6-v2/model.safetensors corpus.jsonl corpus-128.jsonl; do
+for f in switchyard-bench.xz all-MiniLM-L6-v2/model.safetensors.xz corpus.jsonl corpus-128.jsonl; do
     [[ -e $bundle/$f ]] || { echo "device.sh: $bundle/$f is missing: run cargo xtask device-bundle first" >&2; exit 1; }
 done
 mkdir -p "$out" "$work"
 say() { echo "device.sh: $*" >&2; }
 
+unxz() { # the xz file $1 decompressed into $2
+    if command -v xz >/dev/null; then
+        xz -dc "$1" >"$2"
+    else
+        python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' "$1" "$2"
+    fi
+}
 bin=$work/switchyard-bench
-if command -v xz >/dev/null; then
-    xz -dc "$bundle/switchyard-bench.xz" >"$bin"
-else
-    python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
-        "$bundle/switchyard-bench.xz" "$bin"
-fi
+unxz "$bundle/switchyard-bench.xz" "$bin"
 chmod +x "$bin"
 model=$work/all-MiniLM-L6-v2
-[[ -e $model/model.safetensors ]] || "$bin" weights --dtype f32 "$bundle/all-MiniLM-L6-v2" "$model"
+if [[ ! -e $model/model.safetensors ]]; then
+    rm -rf "$work/f16" && cp -r "$bundle/all-MiniLM-L6-v2" "$work/f16"
+    unxz "$work/f16/model.safetensors.xz" "$work/f16/model.safetensors" && rm "$work/f16/model.safetensors.xz"
+    "$bin" weights --dtype f32 "$work/f16" "$model"
+fi
 corpus() { # the corpus file $1, cut to $TEXTS texts if set
     if [[ -n ${TEXTS:-} ]]; then head -n "$TEXTS" "$bundle/$1" >"$work/$1"; else cp "$bundle/$1" "$work/$1"; fi
     echo "$work/$1"
