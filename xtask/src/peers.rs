@@ -470,24 +470,13 @@ pub fn bench_serve() -> ExitCode {
         }
         let root = crate::workspace();
         let model = root.join(".cache/models/all-MiniLM-L6-v2");
-        let c = &CORPORA[0];
-        let corpus = root.join(".cache/bench").join(c.file);
-        if !corpus.is_file() {
-            step(
-                &format!("building the corpus {}", c.file),
-                Command::new("python3")
-                    .arg(root.join("crates/bench/peers/corpus.py"))
-                    .arg(&corpus)
-                    .arg(c.texts.to_string())
-                    .arg(c.min_words.to_string()),
-            )?;
-        }
+        let corpus = CORPORA[0].ensure()?;
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let mut bench = Command::new(cargo);
         bench.args(["run", "--release", "--quiet", "--package", "switchyard-bench", "--"]);
         let common = |cmd: &mut Command| {
             cmd.arg("--model").arg(&model).arg("--corpus").arg(&corpus);
-            cmd.args(["--max-len", &c.max_len.to_string()]);
+            cmd.args(["--max-len", &CORPORA[0].max_len.to_string()]);
         };
         let mut serve = Command::new(bench.get_program());
         serve.args(bench.get_args()).args([
