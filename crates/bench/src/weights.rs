@@ -22,7 +22,7 @@ pub fn run(args: &[String]) {
         d => panic!("--dtype {d}: expected f16 or f32 ({usage})"),
     };
     let n = rewrite(Path::new(from), Path::new(to), want).unwrap_or_else(|e| panic!("{e}"));
-    eprintln!("weights: {n} tensors in {dtype} in {to}/model.safetensors");
+    println!("weights: {n} tensors in {dtype} in {to}/model.safetensors");
 }
 
 /// The checkpoint at `from` written to `to` (its `model.safetensors`, the tokenizer and every
