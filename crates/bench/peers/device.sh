@@ -72,7 +72,8 @@ if [[ $what != gpu ]]; then
     onnx=$work/onnx
     if [[ ! -e $onnx/model-int8.onnx ]]; then
         say "exporting the model to ONNX"
-        python3 "$here/export_onnx.py" "$model" "$onnx" >&2
+        # A failed export (another torch there) still leaves flex's runs to make.
+        python3 "$here/export_onnx.py" "$model" "$onnx" >&2 || say "the ONNX export failed: no ONNX Runtime runs"
     fi
     for spec in corpus.jsonl:256 corpus-128.jsonl:128; do
         file=${spec%%:*} len=${spec##*:}
@@ -82,6 +83,7 @@ if [[ $what != gpu ]]; then
         for t in ${threads//,/ }; do
             say "flex on $file, $t threads"
             "$bin" corpus --model "$model" --corpus "$texts" --threads "$t" --max-len "$len" | tee -a "$runs"
+            [[ -e $onnx/model-int8.onnx ]] || continue
             say "ONNX Runtime on $file, $t threads"
             python3 "$here/peers.py" --model "$model" --onnx "$onnx" --corpus "$texts" --threads "$t" \
                 --max-len "$len" --engines ort,ort-int8 --orders sorted | tee -a "$runs"
@@ -92,9 +94,12 @@ fi
 if [[ $what != cpu ]]; then
     say "the GPU benchmarks"
     "$bin" 15 --gpus-only | tee "$out/gpu-ours.txt"
-    grep -q '^gpu	' "$out/gpu-ours.txt" || { say "no GPU rows: was the bundle made with --cuda?"; exit 1; }
+    if ! grep -q '^gpu	' "$out/gpu-ours.txt"; then
+        say "no GPU rows: no GPU there, or a bundle made without --cuda (the bench said why above)"
+        exit 1
+    fi
     say "PyTorch on the same batches"
-    python3 "$here/gpu_peer.py" --ours "$out/gpu-ours.txt" | tee "$out/gpu-peer.txt"
+    python3 "$here/gpu_peer.py" --ours "$out/gpu-ours.txt" | tee "$out/gpu-peer.txt" || say "gpu_peer.py failed"
     texts=$(corpus corpus.jsonl)
     runs=$out/runs-gpu-corpus.tsv
     say "Switchyard on cuda:0 and sentence-transformers on the GPU, mixed corpus"
