@@ -278,6 +278,9 @@ pub fn report_dir(dir: &std::path::Path) -> ExitCode {
     if let Some(all) = read("runs-gpu-corpus.tsv") {
         found += 1;
         report("real texts of mixed lengths, truncated at 256 tokens, on the GPU", &all);
+        for line in versus_best(&all, "switchyard", "st-cuda") {
+            println!("{line}");
+        }
     }
     if found == 0 {
         eprintln!("xtask bench --report: no runs-*.tsv with run lines in {}", dir.display());
@@ -511,6 +514,30 @@ fn ratios(all: &[Run], r: &Run, engine: &str) -> (f64, f64) {
     peer.map_or((f64::NAN, f64::NAN), |p| (p.wall / r.wall, p.cpu / r.cpu))
 }
 
+/// Each run of an engine named `ours...` as a multiple of the fastest run of an engine named
+/// `peer...` (sentence-transformers on the GPU, in fp32 or fp16: its users' best).
+fn versus_best(all: &[Run], ours: &str, peer: &str) -> Vec<String> {
+    let speed = |r: &Run| r.texts as f64 / r.wall;
+    let best = all
+        .iter()
+        .filter(|r| r.engine.starts_with(peer))
+        .max_by(|a, b| speed(a).total_cmp(&speed(b)));
+    let Some(best) = best else { return Vec::new() };
+    all.iter()
+        .filter(|r| r.engine.starts_with(ours))
+        .map(|r| {
+            format!(
+                "{} ({}): {:.2}x {} ({:.1} texts/s)",
+                r.engine,
+                r.order,
+                speed(r) / speed(best),
+                best.engine,
+                speed(best)
+            )
+        })
+        .collect()
+}
+
 /// For each engine and order run at more than one thread count: its speed at each count as a
 /// multiple of its speed at the fewest threads (the "16 threads >= 6x of 2").
 fn scaling(all: &[Run]) -> Vec<String> {
@@ -618,6 +645,26 @@ mod tests {
         assert_eq!((r.wall, r.cpu), (3.5, 6.9));
         assert!(parse("Batches: 100%").is_none());
         assert!(parse("run\tort\tsorted").is_none());
+    }
+
+    #[test]
+    fn ours_are_set_against_the_fastest_peer() {
+        let run = |engine: &str, wall| Run {
+            engine: engine.into(),
+            order: "file".into(),
+            threads: 16,
+            texts: 100,
+            tokens: 1000,
+            wall,
+            cpu: wall,
+            max_diff: 0.0,
+        };
+        let all = [run("switchyard cuda:0", 1.0), run("st-cuda", 4.0), run("st-cuda-fp16", 2.0)];
+        assert_eq!(
+            versus_best(&all, "switchyard", "st-cuda"),
+            ["switchyard cuda:0 (file): 2.00x st-cuda-fp16 (50.0 texts/s)"]
+        );
+        assert!(versus_best(&all[..1], "switchyard", "st-cuda").is_empty());
     }
 
     #[test]
