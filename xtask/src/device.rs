@@ -57,7 +57,7 @@ fn make(cuda: bool) -> Result<(PathBuf, u64), String> {
     }
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     // Without its symbols (51 MB to 41 for the plain build, 123 to 92 for the CUDA one), then
-    // xz: 6 MB and 14 MB.
+    // xz: 7 MB and 14 MB.
     let bin = dir.join("switchyard-bench");
     step(
         &format!("stripping {}", bench.display()),

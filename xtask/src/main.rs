@@ -45,8 +45,8 @@ tasks:
                driver and the CUDA toolkit's NVRTC (docs/backends.md, CUDA offline)
   device-bundle [--cuda]
                what the benchmarks need on a machine with no Rust toolchain and no network (the
-               release switchyard-bench compressed with xz, with --cuda the build-cuda one;
-               all-MiniLM-L6-v2 in f16; both corpora), in .cache/device/, for
+               release switchyard-bench stripped and in xz, with --cuda the build-cuda one;
+               all-MiniLM-L6-v2 in f16, in xz; both corpora), in .cache/device/, for
                crates/bench/peers/device.sh to run there (docs/benchmarks.md)
   lint         cargo fmt --check, clippy with warnings denied, and rustdoc with warnings denied
   fuzz [--cases N] [--seed S]

@@ -84,7 +84,7 @@ fn home_cache() -> PathBuf {
 
 /// Runs `cmd`, saying what it does; an error naming it if it fails.
 pub(crate) fn step(what: &str, cmd: &mut Command) -> Result<(), String> {
-    eprintln!("xtask bench: {what}");
+    eprintln!("xtask: {what}");
     match cmd.status() {
         Ok(s) if s.success() => Ok(()),
         Ok(s) => Err(format!("{what} failed ({s})")),
@@ -645,6 +645,17 @@ mod tests {
         assert_eq!((r.wall, r.cpu), (3.5, 6.9));
         assert!(parse("Batches: 100%").is_none());
         assert!(parse("run\tort\tsorted").is_none());
+    }
+
+    #[test]
+    fn a_report_needs_a_file_of_runs() {
+        let dir = std::env::temp_dir().join(format!("switchyard-report-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        assert_eq!(report_dir(&dir), ExitCode::FAILURE, "an empty folder is an error");
+        let line = "run\tort\tsorted\t2\t1000\t90000\t3.5\t6.9\t0.0\n";
+        std::fs::write(dir.join(CORPORA[1].runs_file()), line).unwrap();
+        assert_eq!(report_dir(&dir), ExitCode::SUCCESS);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
