@@ -24,6 +24,7 @@ pub mod config;
 mod encoder;
 pub mod heads;
 mod modernbert;
+mod par;
 mod runner;
 pub mod scores;
 pub mod st;

@@ -2,7 +2,9 @@
 
 use std::borrow::Borrow;
 
-use switchyard_core::{Backend, BatchBuf, Bucket, Buckets, Executor, LaneId, Outputs, Rows};
+use switchyard_core::{
+    Backend, BatchBuf, Bucket, Buckets, DeviceKind, Executor, LaneId, Outputs, Rows,
+};
 
 use crate::heads::{EMBEDDING, LOGITS, SPARSE, TOKENS};
 use crate::{Encoded, Error, Model, Result, Task};
@@ -66,6 +68,8 @@ struct Engine<B: Backend> {
     limit: Bucket,
     /// The lane of the model's token graph, if it has one.
     tokens: Option<LaneId>,
+    /// Threads that tokenize the texts of the next batches, between runs.
+    tokenize_threads: usize,
 }
 
 impl<B: Backend> Runner<B> {
@@ -77,7 +81,9 @@ impl<B: Backend> Runner<B> {
         let limit = limit.ok_or_else(|| Error::format("the bucket table is empty"))?;
         let stage = switchyard_core::DEFAULT_STAGE;
         let tokens = model.token_graph().map(|g| exec.add_graph(g.clone(), stage)).transpose()?;
-        let engine = Engine { exec, buf: BatchBuf::new(), out: Outputs::new(), limit, tokens };
+        let tokenize_threads = tokenize_threads(&exec.caps());
+        let (buf, out) = (BatchBuf::new(), Outputs::new());
+        let engine = Engine { exec, buf, out, limit, tokens, tokenize_threads };
         Ok(Runner { model, engine })
     }
 
@@ -94,6 +100,12 @@ impl<B: Backend> Runner<B> {
     /// The most tokens, sequences and markers one batch holds.
     pub fn batch_limit(&self) -> Bucket {
         self.engine.limit
+    }
+
+    /// How many threads tokenize texts: the backend's host threads on a CPU, every core for a
+    /// device that computes elsewhere (its host threads are idle while it tokenizes).
+    pub fn tokenize_threads(&self) -> usize {
+        self.engine.tokenize_threads
     }
 
     /// One embedding per text (for an embedding model). `progress` is called with the number
@@ -127,7 +139,9 @@ impl<B: Backend> Runner<B> {
             "a cross-encoder (a sequence classifier)",
         )?;
         let tokens = &self.model.tokenizer;
-        let inputs = docs.iter().map(|d| Ok((tokens.encode_pair(query, d)?, Vec::new())));
+        let (chunk, threads) = (self.engine.limit.seqs, self.engine.tokenize_threads);
+        let inputs =
+            tokenize(docs, chunk, threads, |d| Ok((tokens.encode_pair(query, d)?, Vec::new())));
         let rows = self.engine.run(inputs, LOGITS, Rows::Seqs, progress)?;
         Ok(rows.into_iter().map(one_row).collect())
     }
@@ -215,7 +229,8 @@ impl<B: Backend> Runner<B> {
         progress: impl FnMut(usize),
     ) -> Result<Vec<InputRows>> {
         let tokens = &self.model.tokenizer;
-        let inputs = texts.iter().map(|t| {
+        let (chunk, threads) = (self.engine.limit.seqs, self.engine.tokenize_threads);
+        let inputs = tokenize(texts, chunk, threads, |t| {
             let e = tokens.encode(t)?;
             let marks = match marking {
                 None => Vec::new(),
@@ -249,6 +264,27 @@ fn batch_limit(model: &Model, buckets: &Buckets) -> Option<Bucket> {
         .find(|b| b.tokens >= max_len && bytes(b) <= WIDE_VALUE_BUDGET)
         .or_else(|| stage.iter().find(|b| b.tokens >= max_len))
         .copied()
+}
+
+/// `encode` of each text, lazily, `chunk` texts at a time (a batch's worth), each chunk
+/// tokenized on `threads` threads before its batches run.
+fn tokenize<'t>(
+    texts: &'t [&'t str],
+    chunk: usize,
+    threads: usize,
+    encode: impl Fn(&str) -> Result<Marked> + Sync + 't,
+) -> impl Iterator<Item = Result<Marked>> + 't {
+    texts
+        .chunks(chunk.max(1))
+        .flat_map(move |chunk| crate::par::map_ordered(chunk, threads, |t| encode(t)))
+}
+
+/// The threads [`Runner::tokenize_threads`] says.
+fn tokenize_threads(caps: &switchyard_core::Caps) -> usize {
+    match caps.kind {
+        DeviceKind::Cpu => caps.threads.max(1),
+        _ => std::thread::available_parallelism().map_or(1, usize::from),
+    }
 }
 
 impl<B: Backend> Engine<B> {
@@ -331,5 +367,22 @@ impl<B: Backend> Engine<B> {
             result.push((input, taken));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use switchyard_core::{Caps, DeviceKind};
+
+    use super::tokenize_threads;
+
+    #[test]
+    fn a_cpu_backend_tokenizes_on_its_threads_and_another_device_on_every_core() {
+        let cpu = |n| Caps::new("flex", "host CPU", DeviceKind::Cpu).with_threads(n);
+        assert_eq!(tokenize_threads(&cpu(3)), 3);
+        assert_eq!(tokenize_threads(&cpu(0)), 1);
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        let gpu = Caps::new("cube", "cuda:0", DeviceKind::Gpu);
+        assert_eq!(tokenize_threads(&gpu), cores);
     }
 }

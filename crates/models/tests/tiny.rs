@@ -361,3 +361,22 @@ fn the_maximum_length_can_be_lowered_within_the_positions() {
         assert!(err.contains(&want), "{err}");
     }
 }
+
+#[test]
+fn texts_tokenized_on_several_threads_embed_as_they_do_one_at_a_time() {
+    let backend = switchyard_flex::with_threads(Some(3)).unwrap();
+    let mut run =
+        Runner::new(Model::load(&tiny("bert")).unwrap(), backend, Buckets::default()).unwrap();
+    assert_eq!(run.tokenize_threads(), 3);
+    let texts: Vec<String> =
+        (0..40).map(|i| format!("{}number {i}", "a lazy dog ".repeat(i % 7))).collect();
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let all = run.embed(&refs, |_| {}).unwrap();
+    assert_eq!(all.len(), texts.len());
+    for (t, a) in refs.iter().zip(&all) {
+        let one = run.embed(&[t], |_| {}).unwrap();
+        // The same rows in another batch: only the GEMM's grouping of rows differs.
+        let worst = worst(a, &one[0].iter().map(|&x| f64::from(x)).collect::<Vec<_>>());
+        assert!(worst <= 1e-6, "{t:?}: max difference {worst}");
+    }
+}
