@@ -173,6 +173,17 @@ fn bench_gemm(reps: usize) {
             time_plan(flex_in(dtype), &base, &batch, reps),
         );
     }
+    // What a CPU without AVX2 runs: the kernels compiled for the build's target (on x86, with
+    // no FMA).
+    let portable = || {
+        let isa = switchyard_dispatch::flex::kernels::Isa::Portable;
+        switchyard_dispatch::flex::flex().with_isa(isa).expect("portable code runs anywhere")
+    };
+    row(
+        "flex portable",
+        time_plan(portable(), &g, &batch, reps),
+        time_plan(portable(), &base, &batch, reps),
+    );
 }
 
 fn ms(t: Duration) -> f64 {

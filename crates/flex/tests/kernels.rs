@@ -536,3 +536,26 @@ fn results_do_not_depend_on_the_thread_count() {
     // Each output value is summed in one order by one task whatever the split.
     assert_eq!(run(1), run(3));
 }
+
+#[test]
+fn portable_code_multiply_adds_as_its_target_does() {
+    // With a = 1 + 2^-12, a^2 = 1 + 2^-11 + 2^-24 rounds to 1 + 2^-11. The second step of
+    // `a a - a a` then gives -2^-24 where it is fused and 0 where it rounds twice.
+    let a = 1.0 + 2f32.powi(-12);
+    let (x, w) = ([a, a], [a, -a]);
+    let scratch = Scratches::for_current_pool();
+    let split = cfg!(all(target_arch = "x86_64", not(target_feature = "fma")));
+    for isa in Isa::available() {
+        let packed = PackedWeight::pack(&w, 1, 2, isa);
+        let mut out = [f32::NAN];
+        // SAFETY: x is 1 x 2, w 1 x 2, out 1 x 1.
+        unsafe {
+            gemm(x.as_ptr(), 1, &packed, None, Act::Identity, None, out.as_mut_ptr(), &scratch)
+        };
+        // The portable kernel on x86 is compiled for the baseline, which has no FMA: there a
+        // fused multiply-add is a call into libm (software on a CPU without FMA), one value
+        // at a time, about 30x slower than two roundings (`cargo xtask bench`).
+        let want = if isa == Isa::Portable && split { 0.0 } else { -(2f32.powi(-24)) };
+        assert_eq!(out[0], want, "{isa:?}");
+    }
+}

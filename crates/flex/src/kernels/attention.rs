@@ -24,8 +24,9 @@ use std::ops::Range;
 use rayon::prelude::*;
 use switchyard_core::Batch;
 
+use super::Isa;
+use super::math::{self, MulAdd};
 use super::scratch::{ScratchSize, Scratches, SendPtr};
-use super::{Isa, math};
 use crate::buf::AlignedBuf;
 
 /// The shape of one attention op.
@@ -144,11 +145,11 @@ unsafe fn load<const N: usize>(p: *const f32) -> [f32; N] {
     unsafe { p.cast::<[f32; N]>().read_unaligned() }
 }
 
-/// `acc[t] += a * b[t]` for one block of sixteen.
+/// `acc[t] += a * b[t]` for one block of sixteen, as portable code multiply-adds.
 #[inline(always)]
 fn fma16(acc: &mut [f32; KB], a: f32, b: &[f32; KB]) {
     for (s, &x) in acc.iter_mut().zip(b) {
-        *s = a.mul_add(x, *s);
+        *s = math::Baseline::mul_add(a, x, *s);
     }
 }
 
@@ -157,6 +158,9 @@ fn fma16(acc: &mut [f32; KB], a: f32, b: &[f32; KB]) {
 trait Block {
     /// Queries computed together.
     const QB: usize;
+    /// The multiply-add of the softmax and the columns past the blocks of sixteen, compiled
+    /// beside the block's kernels.
+    type Fma: MulAdd;
 
     /// `kt[c * lpad + j] = k[j * width + c]` for keys `j < len` and columns `c < d`, and zero
     /// for `len <= j < lpad`.
@@ -259,6 +263,7 @@ struct Four;
 
 impl Block for Four {
     const QB: usize = 4;
+    type Fma = math::Baseline;
 
     #[inline(always)]
     unsafe fn scores(kt: *const f32, q: &[*const f32; MAX_QB], sc: *mut f32, l: Layout, jb: usize) {
@@ -320,12 +325,14 @@ mod x86 {
     use std::ops::Range;
 
     use super::{Block, KB, Layout, MAX_QB, transpose_columns};
+    use crate::kernels::math::Fused;
 
     /// Eight queries, one AVX-512 register of sixteen keys or columns each: eight chains of FMAs.
     pub(super) struct Avx512;
 
     impl Block for Avx512 {
         const QB: usize = 8;
+        type Fma = Fused;
 
         /// Tiles of sixteen keys by sixteen columns, transposed in registers; the columns past
         /// the last whole sixteen one value at a time.
@@ -402,6 +409,7 @@ mod x86 {
 
     impl Block for Avx2 {
         const QB: usize = QB2;
+        type Fma = Fused;
 
         #[inline(always)]
         unsafe fn transpose_keys(k: *const f32, len: usize, kt: *mut f32, l: Layout) {
@@ -724,7 +732,7 @@ unsafe fn head_body<B: Block>(task: Task, keys: &mut AlignedBuf, scores: &mut Al
             let (a, b) = seen(i0 + qi);
             let row = &mut sc[qi * lpad..(qi + 1) * lpad];
             let max = math::max(&row[a..b]);
-            let inv = 1.0 / math::exp_sum(&mut row[a..b], max);
+            let inv = 1.0 / math::exp_sum::<B::Fma>(&mut row[a..b], max);
             row[a..b].iter_mut().for_each(|x| *x *= inv);
             row[lo..a].fill(0.0);
             row[b..hi].fill(0.0);
@@ -761,7 +769,7 @@ unsafe fn head_body<B: Block>(task: Task, keys: &mut AlignedBuf, scores: &mut Al
                 for j in lo..hi {
                     // SAFETY: row start + j of v, column c of the head.
                     let x = unsafe { *v.add((start + j) * width + col + c) };
-                    o = sc[qi * lpad + j].mul_add(x, o);
+                    o = B::Fma::mul_add(sc[qi * lpad + j], x, o);
                 }
                 // SAFETY: as for the blocks of sixteen.
                 unsafe { *out.add((start + i0 + qi) * width + col + c) = o };

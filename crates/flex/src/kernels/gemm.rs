@@ -15,7 +15,7 @@
 use rayon::prelude::*;
 use switchyard_core::Act;
 
-use super::math;
+use super::math::{self, MulAdd};
 use super::scratch::{ScratchSize, Scratches, SendPtr};
 use crate::buf::AlignedBuf;
 
@@ -210,14 +210,14 @@ impl<'a> Epilogue<'a> {
     /// Row `r` of the residual and of `out`, columns `c0..c0 + row.len()`, lie inside them, and
     /// no other thread writes those columns of `out` meanwhile.
     #[inline(always)]
-    pub(crate) unsafe fn finish(&self, r: usize, c0: usize, row: &mut [f32]) {
+    pub(crate) unsafe fn finish<M: MulAdd>(&self, r: usize, c0: usize, row: &mut [f32]) {
         let (n, cols) = (self.n, row.len());
         if let Some(bias) = self.bias {
             for (v, b) in row.iter_mut().zip(&bias[c0..c0 + cols]) {
                 *v += b;
             }
         }
-        math::act_in_place(self.act, row);
+        math::act_in_place::<M>(self.act, row);
         if let Some(res) = &self.residual {
             // SAFETY: the caller's contract.
             let res = unsafe { std::slice::from_raw_parts(res.0.add(r * n + c0), cols) };
@@ -315,6 +315,8 @@ unsafe fn run_task(job: &Job<'_>, t: usize, ctile: &mut AlignedBuf) {
 /// unless `first`.
 trait Micro {
     const NR: usize;
+    /// The multiply-add of the epilogue compiled beside the microkernel.
+    type Fma: MulAdd;
 
     /// # Safety
     /// Each of `a` holds `kc` values, `b` `kc * NR`, `c` an `MR x NR` tile at row stride `ldc`;
@@ -348,7 +350,7 @@ unsafe fn task<M: Micro>(job: &Job<'_>, t: usize, ctile: &mut AlignedBuf) {
             |p, kb| w.panel(p)[kb * M::NR..].as_ptr(),
             |r, kb| x.add(r * k + kb),
             |kc, a, b, c: *mut f32, ldc, first| M::tile(kc, a, b, c, ldc, first),
-            |r, c0, row| job.epilogue.finish(r, c0, row),
+            |r, c0, row| job.epilogue.finish::<M::Fma>(r, c0, row),
         )
     }
 }
@@ -415,6 +417,7 @@ struct Portable;
 
 impl Micro for Portable {
     const NR: usize = 16;
+    type Fma = math::Baseline;
 
     #[inline(always)]
     unsafe fn tile(
@@ -438,7 +441,7 @@ impl Micro for Portable {
                 unsafe { (a.map(|r| *r.add(p)), &*b.add(p * 16).cast::<[f32; 16]>()) };
             for (row, &av) in acc.iter_mut().zip(&ap) {
                 for (s, &bv) in row.iter_mut().zip(bp) {
-                    *s = av.mul_add(bv, *s);
+                    *s = Self::Fma::mul_add(av, bv, *s);
                 }
             }
         }
@@ -455,12 +458,14 @@ mod x86 {
 
     use super::{Job, MR, Micro, task};
     use crate::buf::AlignedBuf;
+    use crate::kernels::math::Fused;
 
     /// AVX2 with FMA: 16 columns in two registers per row, 12 accumulators.
     pub(super) struct Avx2;
 
     impl Micro for Avx2 {
         const NR: usize = 16;
+        type Fma = Fused;
 
         #[inline(always)]
         unsafe fn tile(
@@ -503,6 +508,7 @@ mod x86 {
 
     impl Micro for Avx512 {
         const NR: usize = 32;
+        type Fma = Fused;
 
         #[inline(always)]
         unsafe fn tile(

@@ -20,6 +20,7 @@ use rayon::prelude::*;
 use switchyard_core::Act;
 
 use super::gemm::{Epilogue, Isa, MR, Tiling, for_each_task, task_blocks, tile_scratch};
+use super::math::{self, MulAdd};
 use super::multiversion;
 use super::scratch::{ScratchSize, Scratches, SendPtr};
 use crate::buf::AlignedBuf;
@@ -285,7 +286,7 @@ unsafe fn run_task(isa: Isa, job: &Job<'_>, t: usize, ctile: &mut AlignedBuf) {
         #[cfg(target_arch = "x86_64")]
         (Isa16::Portable, Isa::Avx2) => unsafe { x86::task_avx2(job, t, ctile) },
         // SAFETY: the caller's contract; the portable kernel needs no feature.
-        _ => unsafe { task::<Portable>(job, t, ctile) },
+        _ => unsafe { task::<Portable<math::Baseline>>(job, t, ctile) },
     }
 }
 
@@ -294,6 +295,8 @@ unsafe fn run_task(isa: Isa, job: &Job<'_>, t: usize, ctile: &mut AlignedBuf) {
 /// unless `first`.
 trait Micro {
     const NR: usize;
+    /// The multiply-add of the epilogue compiled beside the microkernel.
+    type Fma: MulAdd;
 
     /// # Safety
     /// Each of `a` holds `2 * pairs` values, `b` `pairs * NR * 2`, `c` an `MR x NR` tile at row
@@ -328,16 +331,18 @@ unsafe fn task<M: Micro>(job: &Job<'_>, t: usize, ctile: &mut AlignedBuf) {
             |p, g0| w.panel(p)[g0 * M::NR * 2..].as_ptr(),
             |r, g0| rows[r * len + g0 * pair..].as_ptr(),
             |pairs, a, b, c: *mut f32, ldc, first| M::tile(pairs, a, b, c, ldc, first),
-            |r, c0, row| job.epilogue.finish(r, c0, row),
+            |r, c0, row| job.epilogue.finish::<M::Fma>(r, c0, row),
         )
     }
 }
 
-/// The portable microkernel: bf16 widened to f32, plain loops over fixed-size arrays.
-struct Portable;
+/// The portable microkernel: bf16 widened to f32, plain loops over fixed-size arrays, with
+/// the multiply-adds of `F`.
+struct Portable<F>(std::marker::PhantomData<F>);
 
-impl Micro for Portable {
+impl<F: MulAdd> Micro for Portable<F> {
     const NR: usize = 16;
+    type Fma = F;
 
     #[inline(always)]
     unsafe fn tile(
@@ -367,7 +372,7 @@ impl Micro for Portable {
                 let (a0, a1) =
                     unsafe { (from_bf16(*ai.add(g * 2)), from_bf16(*ai.add(g * 2 + 1))) };
                 for ((s, &x0), &x1) in row.iter_mut().zip(&b0).zip(&b1) {
-                    *s = a1.mul_add(x1, a0.mul_add(x0, *s));
+                    *s = F::mul_add(a1, x1, F::mul_add(a0, x0, *s));
                 }
             }
         }
@@ -385,6 +390,7 @@ mod x86 {
     use super::{Job, MR, Micro, Portable, task};
     use crate::buf::AlignedBuf;
     use crate::kernels::gemm8::x86::tile512;
+    use crate::kernels::math::Fused;
 
     /// AVX-512 BF16: 32 columns in two registers of f32 per row, 12 accumulators, on the int8
     /// GEMM's microkernel.
@@ -392,6 +398,7 @@ mod x86 {
 
     impl Micro for Avx512Bf16 {
         const NR: usize = 32;
+        type Fma = Fused;
 
         #[inline(always)]
         unsafe fn tile(
@@ -429,6 +436,7 @@ mod x86 {
 
     impl Micro for Avx2 {
         const NR: usize = 16;
+        type Fma = Fused;
 
         #[inline(always)]
         unsafe fn tile(
@@ -502,7 +510,7 @@ mod x86 {
     #[target_feature(enable = "avx512f,avx2,fma")]
     pub(super) unsafe fn task_avx512(job: &Job<'_>, t: usize, ctile: &mut AlignedBuf) {
         // SAFETY: the caller's contract, and the features are enabled here.
-        unsafe { task::<Portable>(job, t, ctile) }
+        unsafe { task::<Portable<Fused>>(job, t, ctile) }
     }
 
     /// A task with the portable microkernel compiled for AVX2.
@@ -512,6 +520,6 @@ mod x86 {
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn task_avx2(job: &Job<'_>, t: usize, ctile: &mut AlignedBuf) {
         // SAFETY: the caller's contract, and the features are enabled here.
-        unsafe { task::<Portable>(job, t, ctile) }
+        unsafe { task::<Portable<Fused>>(job, t, ctile) }
     }
 }

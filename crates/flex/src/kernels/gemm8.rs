@@ -28,6 +28,7 @@ use rayon::prelude::*;
 use switchyard_core::Act;
 
 use super::gemm::{Epilogue, Isa, MR, Tiling, for_each_task, task_blocks, tile_scratch};
+use super::math::{self, MulAdd};
 use super::multiversion;
 use super::scratch::{ScratchSize, Scratches, SendPtr};
 use crate::buf::AlignedBuf;
@@ -355,6 +356,8 @@ unsafe fn run_task(job: &Job<'_>, t: usize, ctile: &mut AlignedBuf) {
 /// unless `first`.
 trait Micro {
     const NR: usize;
+    /// The multiply-add of the epilogue compiled beside the microkernel.
+    type Fma: MulAdd;
 
     /// # Safety
     /// Each of `a` holds `4 * groups` bytes, `b` `groups * NR * 4`, `c` an `MR x NR` tile at row
@@ -397,7 +400,7 @@ unsafe fn task<M: Micro>(job: &Job<'_>, t: usize, ctile: &mut AlignedBuf) {
                     // The word holds the i32 sum; it becomes the f32 value.
                     *v = (v.to_bits() as i32 - sh) as f32 * (xs * s);
                 }
-                job.epilogue.finish(r, c0, row);
+                job.epilogue.finish::<M::Fma>(r, c0, row);
             },
         )
     }
@@ -408,6 +411,7 @@ struct Portable;
 
 impl Micro for Portable {
     const NR: usize = 16;
+    type Fma = math::Baseline;
 
     #[inline(always)]
     unsafe fn tile(
@@ -451,12 +455,14 @@ pub(crate) mod x86 {
 
     use super::{Job, MR, Micro, task};
     use crate::buf::AlignedBuf;
+    use crate::kernels::math::Fused;
 
     /// AVX-512 VNNI: 32 columns in two registers of i32 per row, 12 accumulators.
     pub(super) struct Avx512;
 
     impl Micro for Avx512 {
         const NR: usize = 32;
+        type Fma = Fused;
 
         #[inline(always)]
         unsafe fn tile(
@@ -525,6 +531,7 @@ pub(crate) mod x86 {
 
     impl Micro for AvxVnni {
         const NR: usize = 16;
+        type Fma = Fused;
 
         #[inline(always)]
         unsafe fn tile(
@@ -573,6 +580,7 @@ pub(crate) mod x86 {
 
     impl Micro for Avx2 {
         const NR: usize = 16;
+        type Fma = Fused;
 
         #[inline(always)]
         unsafe fn tile(

@@ -5,12 +5,51 @@
 //! Accuracy, checked against f64 in the tests below over the ranges activations see: `exp` and
 //! `ln` within 2 ulp; `erfc` within 2e-7 relative (the Chebyshev fit of Numerical Recipes'
 //! `erfcc`, 1.2e-7, plus f32 rounding); every activation within 1e-6 absolute plus 1e-6 relative,
-//! far inside the conformance suite's f32 bound (2e-5 + 2e-5 |want|).
+//! far inside the conformance suite's f32 bound (2e-5 + 2e-5 |want|), both with multiply-adds
+//! fused ([`Fused`]) and in two roundings ([`Split`]).
 
 // The polynomials' coefficients are written as published, a digit or two past f32.
 #![allow(clippy::excessive_precision)]
 
 use switchyard_core::Act;
+
+/// How a kernel computes `a * b + c`: each kernel body is compiled once per instruction set,
+/// and takes the form that its instructions do in one step.
+pub trait MulAdd {
+    /// `a * b + c`.
+    fn mul_add(a: f32, b: f32, c: f32) -> f32;
+}
+
+/// One rounding (`f32::mul_add`): for code compiled with FMA instructions (every AVX2 and
+/// AVX-512 body; the portable one where the target always has them, as aarch64 does).
+pub struct Fused;
+
+/// Two roundings: for code compiled without FMA instructions, where `f32::mul_add` is a call
+/// into libm's fma, one value at a time (in software on a CPU without FMA).
+pub struct Split;
+
+impl MulAdd for Fused {
+    #[inline(always)]
+    fn mul_add(a: f32, b: f32, c: f32) -> f32 {
+        a.mul_add(b, c)
+    }
+}
+
+impl MulAdd for Split {
+    #[inline(always)]
+    fn mul_add(a: f32, b: f32, c: f32) -> f32 {
+        a * b + c
+    }
+}
+
+/// The multiply-add of portable code compiled for the build's target: [`Split`] on x86
+/// (whose baseline has no FMA), [`Fused`] where the target has FMA.
+#[cfg(all(any(target_arch = "x86", target_arch = "x86_64"), not(target_feature = "fma")))]
+pub type Baseline = Split;
+/// The multiply-add of portable code compiled for the build's target: [`Split`] on x86
+/// (whose baseline has no FMA), [`Fused`] where the target has FMA.
+#[cfg(not(all(any(target_arch = "x86", target_arch = "x86_64"), not(target_feature = "fma"))))]
+pub type Baseline = Fused;
 
 const LOG2E: f32 = std::f32::consts::LOG2_E;
 /// ln 2 split in two, so that `n * LN2_HI` is exact for the `n` that `exp` meets.
@@ -19,23 +58,23 @@ const LN2_LO: f32 = -2.121_944_4e-4;
 
 /// `e^x` for `x` in [-87.33, 88.37] (the normal f32 range); outside, `x` is clamped to it.
 #[inline(always)]
-pub fn exp(x: f32) -> f32 {
+pub fn exp<M: MulAdd>(x: f32) -> f32 {
     // 1.5 * 2^23: adding it rounds to a whole number, which the low mantissa bits then hold.
     const ROUND: f32 = 12_582_912.0;
     let x = x.clamp(-87.33, 88.37);
     // x = n ln2 + r with |r| <= ln2 / 2, n = round(x log2 e) found without a float-to-int
     // conversion (whose saturating semantics would keep the loop from vectorising).
-    let t = x.mul_add(LOG2E, ROUND);
+    let t = M::mul_add(x, LOG2E, ROUND);
     let n = t - ROUND;
     let r = x - n * LN2_HI - n * LN2_LO;
     // e^r on [-ln2/2, ln2/2]: Cephes' minimax polynomial for expf.
     let p = 1.987_569_1e-4_f32;
-    let p = p.mul_add(r, 1.398_199_9e-3);
-    let p = p.mul_add(r, 8.333_452e-3);
-    let p = p.mul_add(r, 4.166_579_6e-2);
-    let p = p.mul_add(r, 1.666_666_5e-1);
-    let p = p.mul_add(r, 5.000_000_1e-1);
-    let er = p.mul_add(r * r, r) + 1.0;
+    let p = M::mul_add(p, r, 1.398_199_9e-3);
+    let p = M::mul_add(p, r, 8.333_452e-3);
+    let p = M::mul_add(p, r, 4.166_579_6e-2);
+    let p = M::mul_add(p, r, 1.666_666_5e-1);
+    let p = M::mul_add(p, r, 5.000_000_1e-1);
+    let er = M::mul_add(p, r * r, r) + 1.0;
     // 2^n through the exponent bits; n is in [-126, 127] after the clamp, and it is the low
     // bits of t (a NaN gives some scale, and NaN for the product).
     let scale = f32::from_bits(t.to_bits().wrapping_sub(ROUND.to_bits()).wrapping_add(127) << 23);
@@ -44,7 +83,7 @@ pub fn exp(x: f32) -> f32 {
 
 /// `ln x` for `x > 0` (finite); what it gives elsewhere is unspecified.
 #[inline(always)]
-pub fn ln(x: f32) -> f32 {
+pub fn ln<M: MulAdd>(x: f32) -> f32 {
     const SQRT_HALF: f32 = std::f32::consts::FRAC_1_SQRT_2;
     let bits = x.to_bits();
     // x = m 2^e with m in [1, 2).
@@ -57,83 +96,83 @@ pub fn ln(x: f32) -> f32 {
     let f = m - 1.0;
     // ln(1 + f) = f - f^2/2 + f^3 P(f): Cephes' polynomial for logf.
     let p = 7.037_683_6e-2_f32;
-    let p = p.mul_add(f, -1.151_461e-1);
-    let p = p.mul_add(f, 1.167_699_9e-1);
-    let p = p.mul_add(f, -1.242_014_1e-1);
-    let p = p.mul_add(f, 1.424_932_3e-1);
-    let p = p.mul_add(f, -1.666_805_8e-1);
-    let p = p.mul_add(f, 2.000_071_5e-1);
-    let p = p.mul_add(f, -2.499_999_4e-1);
-    let p = p.mul_add(f, 3.333_333e-1);
+    let p = M::mul_add(p, f, -1.151_461e-1);
+    let p = M::mul_add(p, f, 1.167_699_9e-1);
+    let p = M::mul_add(p, f, -1.242_014_1e-1);
+    let p = M::mul_add(p, f, 1.424_932_3e-1);
+    let p = M::mul_add(p, f, -1.666_805_8e-1);
+    let p = M::mul_add(p, f, 2.000_071_5e-1);
+    let p = M::mul_add(p, f, -2.499_999_4e-1);
+    let p = M::mul_add(p, f, 3.333_333e-1);
     let f2 = f * f;
     let y = f2 * f * p - 0.5 * f2 + f;
-    e.mul_add(std::f32::consts::LN_2, y)
+    M::mul_add(e, std::f32::consts::LN_2, y)
 }
 
 /// `erfc |z|`, the complementary error function of `|z|`.
 #[inline(always)]
-fn erfc_abs(z: f32) -> f32 {
+fn erfc_abs<M: MulAdd>(z: f32) -> f32 {
     let z = z.abs().min(10.0);
-    let t = 1.0 / 0.5f32.mul_add(z, 1.0);
+    let t = 1.0 / M::mul_add(0.5f32, z, 1.0);
     // Numerical Recipes' Chebyshev fit: erfc z = t exp(-z^2 + P(t)), fractional error < 1.2e-7.
     let p = 0.170_872_77_f32;
-    let p = p.mul_add(t, -0.822_152_23);
-    let p = p.mul_add(t, 1.488_515_9);
-    let p = p.mul_add(t, -1.135_203_98);
-    let p = p.mul_add(t, 0.278_868_07);
-    let p = p.mul_add(t, -0.186_288_06);
-    let p = p.mul_add(t, 0.096_784_18);
-    let p = p.mul_add(t, 0.374_091_96);
-    let p = p.mul_add(t, 1.000_023_7);
-    let p = p.mul_add(t, -1.265_512_2);
-    t * exp(p - z * z)
+    let p = M::mul_add(p, t, -0.822_152_23);
+    let p = M::mul_add(p, t, 1.488_515_9);
+    let p = M::mul_add(p, t, -1.135_203_98);
+    let p = M::mul_add(p, t, 0.278_868_07);
+    let p = M::mul_add(p, t, -0.186_288_06);
+    let p = M::mul_add(p, t, 0.096_784_18);
+    let p = M::mul_add(p, t, 0.374_091_96);
+    let p = M::mul_add(p, t, 1.000_023_7);
+    let p = M::mul_add(p, t, -1.265_512_2);
+    t * exp::<M>(p - z * z)
 }
 
 /// Exact GELU: `x/2 (1 + erf(x / sqrt 2))`, computed as `x - x/2 erfc(x / sqrt 2)` for
 /// `x >= 0` and `x/2 erfc(-x / sqrt 2)` below, so that neither side cancels.
 #[inline(always)]
-pub fn gelu(x: f32) -> f32 {
-    let half = 0.5 * x * erfc_abs(x * std::f32::consts::FRAC_1_SQRT_2);
+pub fn gelu<M: MulAdd>(x: f32) -> f32 {
+    let half = 0.5 * x * erfc_abs::<M>(x * std::f32::consts::FRAC_1_SQRT_2);
     if x >= 0.0 { x - half } else { half }
 }
 
 /// `tanh x`.
 #[inline(always)]
-pub fn tanh(x: f32) -> f32 {
+pub fn tanh<M: MulAdd>(x: f32) -> f32 {
     // 1 - 2 / (e^(2|x|) + 1), with the sign put back; |x| > 9 is +-1 in f32.
     let a = x.abs().min(9.0);
-    let t = 1.0 - 2.0 / (exp(2.0 * a) + 1.0);
+    let t = 1.0 - 2.0 / (exp::<M>(2.0 * a) + 1.0);
     t.copysign(x)
 }
 
 /// The logistic function.
 #[inline(always)]
-pub fn sigmoid(x: f32) -> f32 {
-    1.0 / (1.0 + exp(-x))
+pub fn sigmoid<M: MulAdd>(x: f32) -> f32 {
+    1.0 / (1.0 + exp::<M>(-x))
 }
 
 /// `act(x)`, for every activation of the graph.
 #[inline(always)]
-pub fn act(act: Act, x: f32) -> f32 {
+pub fn act<M: MulAdd>(act: Act, x: f32) -> f32 {
     match act {
         Act::Identity => x,
-        Act::Gelu => gelu(x),
+        Act::Gelu => gelu::<M>(x),
         Act::GeluTanh => {
             let c = 0.797_884_56_f32; // sqrt(2 / pi)
-            0.5 * x * (1.0 + tanh(c * (0.044_715 * x * x).mul_add(x, x)))
+            0.5 * x * (1.0 + tanh::<M>(c * M::mul_add(0.044_715 * x * x, x, x)))
         }
         Act::Relu => x.max(0.0),
-        Act::Silu => x * sigmoid(x),
-        Act::Tanh => tanh(x),
-        Act::Sigmoid => sigmoid(x),
-        Act::Log1pRelu => ln(1.0 + x.max(0.0)),
+        Act::Silu => x * sigmoid::<M>(x),
+        Act::Tanh => tanh::<M>(x),
+        Act::Sigmoid => sigmoid::<M>(x),
+        Act::Log1pRelu => ln::<M>(1.0 + x.max(0.0)),
     }
 }
 
 /// Applies `a` to every value of `xs`, in place. The match is outside the loop, so each loop
 /// body is one function and vectorises.
 #[inline(always)]
-pub fn act_in_place(a: Act, xs: &mut [f32]) {
+pub fn act_in_place<M: MulAdd>(a: Act, xs: &mut [f32]) {
     macro_rules! each {
         ($f:expr) => {
             for x in xs.iter_mut() {
@@ -143,13 +182,13 @@ pub fn act_in_place(a: Act, xs: &mut [f32]) {
     }
     match a {
         Act::Identity => {}
-        Act::Gelu => each!(gelu),
-        Act::GeluTanh => each!(|x| act(Act::GeluTanh, x)),
+        Act::Gelu => each!(gelu::<M>),
+        Act::GeluTanh => each!(|x| act::<M>(Act::GeluTanh, x)),
         Act::Relu => each!(|x: f32| x.max(0.0)),
-        Act::Silu => each!(|x: f32| x * sigmoid(x)),
-        Act::Tanh => each!(tanh),
-        Act::Sigmoid => each!(sigmoid),
-        Act::Log1pRelu => each!(|x: f32| ln(1.0 + x.max(0.0))),
+        Act::Silu => each!(|x: f32| x * sigmoid::<M>(x)),
+        Act::Tanh => each!(tanh::<M>),
+        Act::Sigmoid => each!(sigmoid::<M>),
+        Act::Log1pRelu => each!(|x: f32| ln::<M>(1.0 + x.max(0.0))),
     }
 }
 
@@ -169,12 +208,12 @@ pub fn max(xs: &[f32]) -> f32 {
 
 /// Replaces each `x` of `xs` by `e^(x - shift)` and returns their sum, sixteen lanes at a time.
 #[inline(always)]
-pub fn exp_sum(xs: &mut [f32], shift: f32) -> f32 {
+pub fn exp_sum<M: MulAdd>(xs: &mut [f32], shift: f32) -> f32 {
     let mut acc = [0.0f32; 16];
     let mut chunks = xs.chunks_exact_mut(16);
     for c in &mut chunks {
         for (a, x) in acc.iter_mut().zip(c) {
-            *x = exp(*x - shift);
+            *x = exp::<M>(*x - shift);
             *a += *x;
         }
     }
@@ -185,7 +224,7 @@ pub fn exp_sum(xs: &mut [f32], shift: f32) -> f32 {
     let mut block = [0.0f32; 16];
     block[..rest.len()].copy_from_slice(rest);
     for x in &mut block {
-        *x = exp(*x - shift);
+        *x = exp::<M>(*x - shift);
     }
     rest.copy_from_slice(&block[..rest.len()]);
     acc.iter().sum::<f32>() + block[..rest.len()].iter().fold(0.0, |s, &x| s + x)
@@ -205,53 +244,73 @@ mod tests {
         ((a.to_bits() as i64 - b32.to_bits() as i64).abs()) as f64
     }
 
-    #[test]
-    fn exp_is_within_two_ulp_and_saturates() {
-        for x in grid(-87.0, 88.0, 200_000) {
-            let want = f64::from(x).exp();
-            assert!(ulps(exp(x), want) <= 2.0, "exp({x}) = {} want {want}", exp(x));
-        }
-        assert_eq!(exp(-1000.0), exp(-87.33));
-        assert!(exp(-1000.0) < 1e-37 && exp(1000.0).is_finite());
+    /// Runs `$check::<M>` with multiply-adds fused and split.
+    macro_rules! both {
+        ($name:ident, $check:ident) => {
+            #[test]
+            fn $name() {
+                $check::<Fused>();
+                $check::<Split>();
+            }
+        };
     }
 
-    #[test]
-    fn ln_is_within_two_ulp() {
+    both!(exp_is_within_two_ulp_and_saturates, exp_check);
+    fn exp_check<M: MulAdd>() {
+        for x in grid(-87.0, 88.0, 200_000) {
+            let want = f64::from(x).exp();
+            let got = exp::<M>(x);
+            assert!(ulps(got, want) <= 2.0, "exp({x}) = {got} want {want}");
+        }
+        assert_eq!(exp::<M>(-1000.0), exp::<M>(-87.33));
+        assert!(exp::<M>(-1000.0) < 1e-37 && exp::<M>(1000.0).is_finite());
+    }
+
+    both!(ln_is_within_two_ulp, ln_check);
+    fn ln_check<M: MulAdd>() {
         for x in grid(1e-30, 10.0, 50_000).chain(grid(1.0, 1e6, 50_000)).filter(|x| *x > 0.0) {
             let want = f64::from(x).ln();
-            let got = ln(x);
+            let got = ln::<M>(x);
             let ok = ulps(got, want) <= 2.0 || (f64::from(got) - want).abs() < 1e-7;
             assert!(ok, "ln({x}) = {got} want {want}");
         }
     }
 
-    #[test]
-    fn max_and_exp_sum_match_their_definitions() {
+    both!(max_and_exp_sum_match_their_definitions, exp_sum_check);
+    fn exp_sum_check<M: MulAdd>() {
         let xs: Vec<f32> = grid(-3.0, 2.0, 36).collect();
         assert_eq!(max(&xs), 2.0);
         assert_eq!(max(&xs[..5]), xs[4]);
         assert_eq!(max(&[]), f32::NEG_INFINITY);
         let mut ys = xs.clone();
-        let sum = exp_sum(&mut ys, 2.0);
+        let sum = exp_sum::<M>(&mut ys, 2.0);
         let want: f64 = xs.iter().map(|&x| (f64::from(x) - 2.0).exp()).sum();
         assert!((f64::from(sum) - want).abs() < 1e-6 * want, "{sum} vs {want}");
-        assert!(ys.iter().zip(&xs).all(|(y, x)| *y == exp(x - 2.0)));
+        assert!(ys.iter().zip(&xs).all(|(y, x)| *y == exp::<M>(x - 2.0)));
     }
 
-    #[test]
-    fn activations_match_the_f64_definitions() {
+    both!(activations_match_the_f64_definitions, act_check);
+    fn act_check<M: MulAdd>() {
         for a in Act::ALL {
             let mut worst = 0.0f64;
             for x in grid(-30.0, 30.0, 120_000) {
                 let want = a.apply(f64::from(x));
-                let err = (f64::from(act(a, x)) - want).abs() / (1e-6 + 1e-6 * want.abs());
+                let err = (f64::from(act::<M>(a, x)) - want).abs() / (1e-6 + 1e-6 * want.abs());
                 worst = worst.max(err);
             }
             assert!(worst <= 1.0, "{a:?}: worst error {worst} of the bound");
             let mut xs: Vec<f32> = grid(-5.0, 5.0, 1000).collect();
-            let each: Vec<f32> = xs.iter().map(|&x| act(a, x)).collect();
-            act_in_place(a, &mut xs);
+            let each: Vec<f32> = xs.iter().map(|&x| act::<M>(a, x)).collect();
+            act_in_place::<M>(a, &mut xs);
             assert_eq!(xs, each, "{a:?}: the slice form is the scalar one");
         }
+    }
+
+    #[test]
+    fn split_multiply_adds_round_twice() {
+        // 1 + 2^-12 squared is 1 + 2^-11 + 2^-24: the last term survives one rounding only.
+        let a = 1.0 + 2f32.powi(-12);
+        assert_eq!(Fused::mul_add(a, a, -1.0), 2f32.powi(-11) + 2f32.powi(-24));
+        assert_eq!(Split::mul_add(a, a, -1.0), 2f32.powi(-11));
     }
 }

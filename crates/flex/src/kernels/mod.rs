@@ -16,31 +16,43 @@ pub use gemm8::Isa8;
 pub use gemm16::Isa16;
 
 /// Defines `fn $name(isa: Isa, args..)`, which runs `$body` compiled for `isa`'s target features:
-/// the body once per instruction set, each copy free to vectorise with its registers.
+/// the body once per instruction set, each copy free to vectorise with its registers. Written
+/// `fn $name<M>(..)`, the body computes its multiply-adds with `M` ([`math::MulAdd`]):
+/// [`math::Fused`] where the copy has FMA instructions, [`math::Baseline`] in the portable one.
 macro_rules! multiversion {
     (
         $(#[$meta:meta])*
         $vis:vis unsafe fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $body:block
     ) => {
+        $crate::kernels::multiversion! {
+            $(#[$meta])*
+            $vis unsafe fn $name<Unused>($($arg: $ty),*) $body
+        }
+    };
+    (
+        $(#[$meta:meta])*
+        $vis:vis unsafe fn $name:ident<$m:ident>($($arg:ident: $ty:ty),* $(,)?) $body:block
+    ) => {
         $(#[$meta])*
         #[allow(clippy::too_many_arguments)]
         $vis unsafe fn $name(isa: $crate::kernels::Isa, $($arg: $ty),*) {
             #[inline(always)]
-            #[allow(clippy::too_many_arguments)]
-            unsafe fn body($($arg: $ty),*) $body
+            // A body written without `<M>` leaves it unused.
+            #[allow(clippy::too_many_arguments, clippy::extra_unused_type_parameters)]
+            unsafe fn body<$m: $crate::kernels::math::MulAdd>($($arg: $ty),*) $body
             #[cfg(target_arch = "x86_64")]
             #[target_feature(enable = "avx512f,avx2,fma")]
             #[allow(clippy::too_many_arguments)]
             unsafe fn avx512($($arg: $ty),*) {
                 // SAFETY: the caller's contract.
-                unsafe { body($($arg),*) }
+                unsafe { body::<$crate::kernels::math::Fused>($($arg),*) }
             }
             #[cfg(target_arch = "x86_64")]
             #[target_feature(enable = "avx2,fma")]
             #[allow(clippy::too_many_arguments)]
             unsafe fn avx2($($arg: $ty),*) {
                 // SAFETY: the caller's contract.
-                unsafe { body($($arg),*) }
+                unsafe { body::<$crate::kernels::math::Fused>($($arg),*) }
             }
             match isa {
                 // SAFETY: `isa` was detected on this CPU, so it has the features enabled.
@@ -50,7 +62,7 @@ macro_rules! multiversion {
                 #[cfg(target_arch = "x86_64")]
                 $crate::kernels::Isa::Avx2 => unsafe { avx2($($arg),*) },
                 // SAFETY: the caller's contract.
-                _ => unsafe { body($($arg),*) },
+                _ => unsafe { body::<$crate::kernels::math::Baseline>($($arg),*) },
             }
         }
     };

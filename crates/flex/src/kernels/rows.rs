@@ -13,8 +13,9 @@ use std::ops::Range;
 use rayon::prelude::*;
 use switchyard_core::{Act, Batch, PoolMode};
 
+use super::math::{self, MulAdd};
 use super::scratch::SendPtr;
-use super::{Isa, math, multiversion};
+use super::{Isa, multiversion};
 
 /// Values below which an op runs on the calling thread: splitting costs more than it saves.
 const PARALLEL_MIN: usize = 1 << 15;
@@ -35,13 +36,13 @@ pub(crate) fn sum(xs: &[f32]) -> f32 {
 
 /// The sum of `(x - mean)^2` over `xs`, as [`sum`] does it.
 #[inline(always)]
-fn sum_sq_dev(xs: &[f32], mean: f32) -> f32 {
+fn sum_sq_dev<M: MulAdd>(xs: &[f32], mean: f32) -> f32 {
     let mut acc = [0.0f32; 8];
     let chunks = xs.chunks_exact(8);
     let rest = chunks.remainder().iter().map(|v| (v - mean) * (v - mean)).sum::<f32>();
     for c in chunks {
         for (a, x) in acc.iter_mut().zip(c) {
-            *a = (x - mean).mul_add(x - mean, *a);
+            *a = M::mul_add(x - mean, x - mean, *a);
         }
     }
     acc.iter().sum::<f32>() + rest
@@ -181,7 +182,7 @@ multiversion! {
     ///
     /// # Safety
     /// As [`layer_norm`]'s, for those rows.
-    unsafe fn layer_norm_rows(
+    unsafe fn layer_norm_rows<M>(
         out: SendPtr,
         x: SendPtr,
         range: Range<usize>,
@@ -195,11 +196,11 @@ multiversion! {
             // SAFETY: row r, only this chunk's.
             let v = unsafe { in_place(out, x, r, width) };
             let mean = sum(v) / n;
-            let inv = 1.0 / (sum_sq_dev(v, mean) / n + eps).sqrt();
+            let inv = 1.0 / (sum_sq_dev::<M>(v, mean) / n + eps).sqrt();
             match beta {
                 Some(b) => {
                     for ((v, g), b) in v.iter_mut().zip(gamma).zip(b) {
-                        *v = ((*v - mean) * inv).mul_add(*g, *b);
+                        *v = M::mul_add((*v - mean) * inv, *g, *b);
                     }
                 }
                 None => v.iter_mut().zip(gamma).for_each(|(v, g)| *v = (*v - mean) * inv * g),
@@ -233,7 +234,7 @@ multiversion! {
     ///
     /// # Safety
     /// As [`layer_norm`]'s, for those rows.
-    unsafe fn rms_norm_rows(
+    unsafe fn rms_norm_rows<M>(
         out: SendPtr,
         x: SendPtr,
         range: Range<usize>,
@@ -244,7 +245,7 @@ multiversion! {
         for r in range {
             // SAFETY: row r, only this chunk's.
             let v = unsafe { in_place(out, x, r, width) };
-            let inv = 1.0 / (sum_sq_dev(v, 0.0) / width as f32 + eps).sqrt();
+            let inv = 1.0 / (sum_sq_dev::<M>(v, 0.0) / width as f32 + eps).sqrt();
             v.iter_mut().zip(gamma).for_each(|(v, g)| *v = *v * inv * g);
         }
     }
@@ -267,11 +268,11 @@ multiversion! {
     ///
     /// # Safety
     /// As [`layer_norm`]'s, for those rows.
-    unsafe fn l2_norm_rows(out: SendPtr, x: SendPtr, range: Range<usize>, width: usize, eps: f32) {
+    unsafe fn l2_norm_rows<M>(out: SendPtr, x: SendPtr, range: Range<usize>, width: usize, eps: f32) {
         for r in range {
             // SAFETY: row r, only this chunk's.
             let v = unsafe { in_place(out, x, r, width) };
-            let norm = sum_sq_dev(v, 0.0).sqrt().max(eps);
+            let norm = sum_sq_dev::<M>(v, 0.0).sqrt().max(eps);
             v.iter_mut().for_each(|v| *v /= norm);
         }
     }
@@ -301,10 +302,10 @@ multiversion! {
     ///
     /// # Safety
     /// As [`layer_norm`]'s, for those rows.
-    unsafe fn activation_rows(out: SendPtr, x: SendPtr, range: Range<usize>, width: usize, act: Act) {
+    unsafe fn activation_rows<M>(out: SendPtr, x: SendPtr, range: Range<usize>, width: usize, act: Act) {
         for r in range {
             // SAFETY: row r, only this chunk's.
-            math::act_in_place(act, unsafe { in_place(out, x, r, width) });
+            math::act_in_place::<M>(act, unsafe { in_place(out, x, r, width) });
         }
     }
 }
@@ -326,12 +327,12 @@ multiversion! {
     ///
     /// # Safety
     /// As [`glu`]'s, for those rows.
-    unsafe fn glu_rows(out: SendPtr, x: SendPtr, range: Range<usize>, h: usize, act: Act) {
+    unsafe fn glu_rows<M>(out: SendPtr, x: SendPtr, range: Range<usize>, h: usize, act: Act) {
         for r in range {
             // SAFETY: row r of each; out overlaps no input.
             let (o, xr) = unsafe { (row_mut(out.get(), r, h), row(x.get(), r, 2 * h)) };
             o.copy_from_slice(&xr[..h]);
-            math::act_in_place(act, o);
+            math::act_in_place::<M>(act, o);
             o.iter_mut().zip(&xr[h..]).for_each(|(v, b)| *v *= b);
         }
     }
