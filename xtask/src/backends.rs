@@ -218,6 +218,74 @@ impl Build {
             ],
         )
     }
+
+    /// Runs flex's tests (its kernels, conformance, allocation and unit tests) as a CPU without
+    /// AVX or FMA runs them, which takes flex's portable kernels: each test executable of the
+    /// workspace build, on `qemu-x86_64 -cpu Nehalem` (a user-mode emulator that hides those
+    /// features from the CPU's identification). `Err` says why it cannot run here.
+    fn baseline_cpu_tests(&self) -> Result<(bool, Counts), String> {
+        if !cfg!(target_arch = "x86_64") {
+            return Err("emulates an x86-64 CPU, and this machine is another".into());
+        }
+        if Command::new(QEMU).arg("--version").output().is_err() {
+            return Err(format!("{QEMU} is missing (on Debian, the package qemu-user)"));
+        }
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let listed = Command::new(cargo)
+            .args(["test", "--workspace", "--features", self.features.as_str(), "--no-run"])
+            .args(["--message-format", "json-render-diagnostics"])
+            .envs(self.env())
+            .stderr(Stdio::inherit())
+            .output()
+            .map_err(|e| format!("could not start cargo: {e}"))?;
+        let listed = String::from_utf8_lossy(&listed.stdout);
+        let tests = flex_test_executables(&listed);
+        if tests.is_empty() {
+            return Ok((false, Counts::default()));
+        }
+        let (mut ok, mut counts) = (true, Counts::default());
+        for (exe, dir) in tests {
+            let mut run = Command::new(QEMU);
+            run.args(["-cpu", "Nehalem", &exe]).current_dir(dir).envs(self.env());
+            let (passed, c) = run_counting(run);
+            ok &= passed;
+            counts.add(c);
+        }
+        Ok((ok, counts))
+    }
+}
+
+/// The user-mode emulator [`Build::baseline_cpu_tests`] runs flex's tests on.
+const QEMU: &str = "qemu-x86_64";
+
+/// The test executables of `crates/flex` (switchyard-flex) in cargo's JSON messages, each with
+/// its package's directory (where `cargo test` runs it).
+fn flex_test_executables(json: &str) -> Vec<(String, String)> {
+    json.lines()
+        .filter(|l| l.contains(r#""reason":"compiler-artifact""#) && built_as_test(l))
+        .filter_map(|l| {
+            let manifest = string_field(l, "manifest_path")?;
+            let dir =
+                manifest.strip_suffix("/Cargo.toml").filter(|d| d.ends_with("/crates/flex"))?;
+            Some((string_field(l, "executable")?.to_owned(), dir.to_owned()))
+        })
+        .collect()
+}
+
+/// Whether an artifact's line says its profile is a test's (the target's own `"test"` says
+/// only whether `cargo test` tests it).
+fn built_as_test(line: &str) -> bool {
+    let Some(at) = line.find(r#""profile":{"#) else { return false };
+    line[at..].split('}').next().is_some_and(|profile| profile.contains(r#""test":true"#))
+}
+
+/// The value of the first `"key":"value"` in a line of JSON, if it has no escapes.
+fn string_field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
+    let start = line.find(&format!(r#""{key}":""#))? + key.len() + 4;
+    let value = &line[start..];
+    let end = value.find('"')?;
+    let value = &value[..end];
+    (!value.contains('\\')).then_some(value)
 }
 
 /// Test counts from cargo's `test result:` lines.
@@ -239,12 +307,17 @@ impl Counts {
 /// Runs `cargo ARGS`, passing its output through, and counts the tests it reports.
 fn cargo_test(args: &[&str], env: &[(&str, &str)]) -> (bool, Counts) {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let child =
-        Command::new(cargo).args(args).envs(env.iter().copied()).stdout(Stdio::piped()).spawn();
-    let mut child = match child {
+    let mut cmd = Command::new(cargo);
+    cmd.args(args).envs(env.iter().copied());
+    run_counting(cmd)
+}
+
+/// Runs `cmd`, passing its output through, and counts the tests it reports.
+fn run_counting(mut cmd: Command) -> (bool, Counts) {
+    let mut child = match cmd.stdout(Stdio::piped()).spawn() {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("xtask: could not start cargo: {e}");
+            eprintln!("xtask: could not start {:?}: {e}", cmd.get_program());
             return (false, Counts::default());
         }
     };
@@ -279,6 +352,18 @@ fn parse_result(line: &str) -> Option<Counts> {
     Some(c)
 }
 
+/// A row's result from its run's success and counts, clearing `all_ok` on a failure: a run
+/// in which no test ran is one too, since a filter that matches nothing passes vacuously.
+fn verdict(ok: bool, c: Counts, all_ok: &mut bool) -> String {
+    let ran = c.passed > 0;
+    *all_ok &= ok && ran;
+    match (ok, ran) {
+        (true, true) => format!("passed ({} tests)", c.passed),
+        (true, false) => "FAILED (no test ran)".to_owned(),
+        (false, _) => format!("FAILED ({} failed)", c.failed.max(1)),
+    }
+}
+
 /// The task: exits non-zero if any test or any runnable backend failed.
 pub fn test_all() -> ExitCode {
     if crate::models::fetch_models() != ExitCode::SUCCESS {
@@ -300,14 +385,7 @@ pub fn test_all() -> ExitCode {
             eprintln!("xtask: conformance and model tests on `{}`", row.device);
             let (ok, c) = build.device_tests(row.device);
             total.add(c);
-            // A filter that matches nothing would pass vacuously: that is a failure too.
-            let ran = c.passed > 0;
-            all_ok &= ok && ran;
-            match (ok, ran) {
-                (true, true) => format!("passed ({} tests)", c.passed),
-                (true, false) => "FAILED (no test ran)".to_owned(),
-                (false, _) => format!("FAILED ({} failed)", c.failed.max(1)),
-            }
+            verdict(ok, c, &mut all_ok)
         };
         let shown = match row.backend {
             "remote" => "remote:127.0.0.1:PORT (flex, started by the test)",
@@ -315,6 +393,15 @@ pub fn test_all() -> ExitCode {
         };
         table.push((row.backend, shown, result));
     }
+    eprintln!("xtask: flex's tests on a CPU without AVX or FMA, emulated");
+    let baseline = match build.baseline_cpu_tests() {
+        Err(why) => format!("skipped: {why}"),
+        Ok((ok, c)) => {
+            total.add(c);
+            verdict(ok, c, &mut all_ok)
+        }
+    };
+    table.push(("flex", "host CPU without AVX or FMA (qemu -cpu Nehalem)", baseline));
 
     println!();
     println!("{:<9} {:<50} result", "backend", "device");
@@ -348,6 +435,25 @@ mod tests {
         devices.sort_unstable();
         devices.dedup();
         assert_eq!(devices.len(), ROWS.len(), "one row per family");
+    }
+
+    #[test]
+    fn finds_flex_test_executables_in_cargo_json() {
+        let line = |manifest: &str, exe: &str, test: bool| {
+            format!(
+                r#"{{"reason":"compiler-artifact","package_id":"path+file:///w#p@0.1.0","manifest_path":"{manifest}","target":{{"name":"kernels","test":true}},"profile":{{"opt_level":"1","test":{test}}},"executable":"{exe}","fresh":true}}"#
+            )
+        };
+        let json = [
+            line("/w/crates/flex/Cargo.toml", "/t/deps/kernels-1", true),
+            line("/w/crates/flex/Cargo.toml", "/t/examples/probe", false),
+            line("/w/crates/models/Cargo.toml", "/t/deps/tiny-2", true),
+            r#"{"reason":"build-finished","success":true}"#.to_owned(),
+        ]
+        .join("\n");
+        let found = flex_test_executables(&json);
+        assert_eq!(found, [("/t/deps/kernels-1".to_owned(), "/w/crates/flex".to_owned())]);
+        assert_eq!(string_field(r#"{"a":"x\"y"}"#, "a"), None, "an escape is refused");
     }
 
     #[test]
