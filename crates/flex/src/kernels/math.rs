@@ -42,12 +42,14 @@ impl MulAdd for Split {
     }
 }
 
-/// The multiply-add of portable code compiled for the build's target: [`Split`] on x86
-/// (whose baseline has no FMA), [`Fused`] where the target has FMA.
+/// The multiply-add of portable code compiled for the build's target: [`Split`] on x86 unless
+/// the build enables FMA (the baseline has none), [`Fused`] elsewhere (aarch64's baseline has
+/// FMA).
 #[cfg(all(any(target_arch = "x86", target_arch = "x86_64"), not(target_feature = "fma")))]
 pub type Baseline = Split;
-/// The multiply-add of portable code compiled for the build's target: [`Split`] on x86
-/// (whose baseline has no FMA), [`Fused`] where the target has FMA.
+/// The multiply-add of portable code compiled for the build's target: [`Split`] on x86 unless
+/// the build enables FMA (the baseline has none), [`Fused`] elsewhere (aarch64's baseline has
+/// FMA).
 #[cfg(not(all(any(target_arch = "x86", target_arch = "x86_64"), not(target_feature = "fma"))))]
 pub type Baseline = Fused;
 
