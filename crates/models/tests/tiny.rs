@@ -374,9 +374,8 @@ fn texts_tokenized_on_several_threads_embed_as_they_do_one_at_a_time() {
     let all = run.embed(&refs, |_| {}).unwrap();
     assert_eq!(all.len(), texts.len());
     for (t, a) in refs.iter().zip(&all) {
-        let one = run.embed(&[t], |_| {}).unwrap();
-        // The same rows in another batch: only the GEMM's grouping of rows differs.
-        let worst = worst(a, &one[0].iter().map(|&x| f64::from(x)).collect::<Vec<_>>());
-        assert!(worst <= 1e-6, "{t:?}: max difference {worst}");
+        // Every value of a row is computed in one order whatever batch the row is in, so the
+        // same text embeds to the same bits alone.
+        assert_eq!(a, &run.embed(&[t], |_| {}).unwrap()[0], "{t:?}");
     }
 }

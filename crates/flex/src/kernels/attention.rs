@@ -145,11 +145,11 @@ unsafe fn load<const N: usize>(p: *const f32) -> [f32; N] {
     unsafe { p.cast::<[f32; N]>().read_unaligned() }
 }
 
-/// `acc[t] += a * b[t]` for one block of sixteen, as portable code multiply-adds.
+/// `acc[t] += a * b[t]` for one block of sixteen, with `M`'s multiply-add.
 #[inline(always)]
-fn fma16(acc: &mut [f32; KB], a: f32, b: &[f32; KB]) {
+fn fma16<M: MulAdd>(acc: &mut [f32; KB], a: f32, b: &[f32; KB]) {
     for (s, &x) in acc.iter_mut().zip(b) {
-        *s = math::Baseline::mul_add(a, x, *s);
+        *s = M::mul_add(a, x, *s);
     }
 }
 
@@ -274,10 +274,10 @@ impl Block for Four {
             let (kv, qv) = unsafe {
                 (load::<KB>(kt.add(c * lpad + jb)), [0, 1, 2, 3].map(|qi| *q[qi].add(c)))
             };
-            fma16(&mut a0, qv[0], &kv);
-            fma16(&mut a1, qv[1], &kv);
-            fma16(&mut a2, qv[2], &kv);
-            fma16(&mut a3, qv[3], &kv);
+            fma16::<Self::Fma>(&mut a0, qv[0], &kv);
+            fma16::<Self::Fma>(&mut a1, qv[1], &kv);
+            fma16::<Self::Fma>(&mut a2, qv[2], &kv);
+            fma16::<Self::Fma>(&mut a3, qv[3], &kv);
         }
         for (qi, a) in [a0, a1, a2, a3].iter().enumerate() {
             // SAFETY: the caller's contract.
@@ -307,10 +307,10 @@ impl Block for Four {
                     [*sc.add(j), *sc.add(lpad + j), *sc.add(2 * lpad + j), *sc.add(3 * lpad + j)],
                 )
             };
-            fma16(&mut o0, p[0], &vj);
-            fma16(&mut o1, p[1], &vj);
-            fma16(&mut o2, p[2], &vj);
-            fma16(&mut o3, p[3], &vj);
+            fma16::<Self::Fma>(&mut o0, p[0], &vj);
+            fma16::<Self::Fma>(&mut o1, p[1], &vj);
+            fma16::<Self::Fma>(&mut o2, p[2], &vj);
+            fma16::<Self::Fma>(&mut o3, p[3], &vj);
         }
         for (qi, o) in [o0, o1, o2, o3].iter().enumerate().take(nq) {
             // SAFETY: the caller's contract.
