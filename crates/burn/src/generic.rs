@@ -161,7 +161,9 @@ pub fn attention_dropped<B: BurnBackend>(
 
 /// Runs `attend` on each sequence's `[1, heads, len, head_dim]` views of `q`, `k` and `v`, with
 /// the sliding window's `[1, heads, len, len]` mask (`true` meaning what `meaning` says) where the
-/// window is shorter than the sequence, and joins the results back into token rows.
+/// window is shorter than the sequence, and joins the results back into token rows. Where `q`
+/// has one row per sequence (its first token's query), its views are `[1, heads, 1, head_dim]`,
+/// the mask `[1, heads, 1, len]`, and the result is one row per sequence.
 #[allow(clippy::too_many_arguments)]
 fn per_sequence<B: BurnBackend>(
     q: &FloatTensor<B>,
@@ -182,21 +184,26 @@ fn per_sequence<B: BurnBackend>(
     let outside = meaning == MaskMeaning::TrueExcludes;
     let b = cx.batch;
     let w = heads * head_dim;
-    let split = |t: &FloatTensor<B>, s: usize, l: usize| {
-        let r = rows::<B>(t.clone(), b.cu[s] as usize, b.cu[s] as usize + l);
+    // Fewer query rows than keys: one per sequence. (Equal counts with a query per sequence
+    // mean one token per sequence, where both readings agree.)
+    let per_seq = dims::<B>(q)[0] != dims::<B>(k)[0];
+    let split = |t: &FloatTensor<B>, first: usize, l: usize| {
+        let r = rows::<B>(t.clone(), first, first + l);
         B::float_swap_dims(reshape::<B>(r, &[1, l, heads, head_dim]), 1, 2)
     };
     let mut outs = Vec::with_capacity(b.seqs());
     for s in 0..b.seqs() {
-        let l = b.seq(s).len();
+        let (start, l) = (b.cu[s] as usize, b.seq(s).len());
+        // The queries' rows and count: the sequence's tokens, or its one row.
+        let (q0, lq) = if per_seq { (s, 1) } else { (start, l) };
         let mask = window.filter(|&win| win + 1 < l).map(|win| {
             let m: Vec<bool> =
-                (0..l * l).map(|ij| ((ij / l).abs_diff(ij % l) > win) == outside).collect();
-            let m = crate::convert::bools::<B>(&m, &[1, 1, l, l], cx.device);
-            B::bool_expand(m, Shape::from(vec![1, heads, l, l]))
+                (0..lq * l).map(|ij| ((ij / l).abs_diff(ij % l) > win) == outside).collect();
+            let m = crate::convert::bools::<B>(&m, &[1, 1, lq, l], cx.device);
+            B::bool_expand(m, Shape::from(vec![1, heads, lq, l]))
         });
-        let o = attend(split(q, s, l), split(k, s, l), split(v, s, l), mask);
-        outs.push(reshape::<B>(B::float_swap_dims(o, 1, 2), &[l, w]));
+        let o = attend(split(q, q0, lq), split(k, start, l), split(v, start, l), mask);
+        outs.push(reshape::<B>(B::float_swap_dims(o, 1, 2), &[lq, w]));
     }
     if outs.len() == 1 { outs.pop().expect("one sequence") } else { B::float_cat(outs, 0) }
 }

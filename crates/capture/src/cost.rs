@@ -78,20 +78,26 @@ fn op_record(graph: &Graph, index: usize, op: &Op, s: &Sizes<'_>) -> OpRecord {
         Op::Rope { heads, head_dim, theta, .. } => {
             (3 * n * w, format!("{heads}x{head_dim}, theta {theta}"), io_bytes)
         }
-        Op::Attention { heads, head_dim, window, .. } => {
+        Op::Attention { q, heads, head_dim, window, .. } => {
+            // A query per token sees up to 2 * window + 1 keys; the one query of a sequence
+            // (its first token's) up to window + 1.
+            let per_seq = graph.shape(q).rows == Rows::Seqs;
             let pairs: u64 = (s.lens)()
-                .map(|l| {
-                    let keys = window.map_or(l, |win| l.min(2 * win + 1));
-                    (l * keys) as u64
+                .map(|l| match per_seq {
+                    false => (l * window.map_or(l, |win| l.min(2 * win + 1))) as u64,
+                    true => window.map_or(l, |win| l.min(win + 1)) as u64,
                 })
                 .sum();
             let hd = head_dim as u64;
             let heads_u = heads as u64;
             let flops = heads_u * pairs * (4 * hd + 3);
-            let d = match window {
+            let mut d = match window {
                 Some(win) => format!("{heads}x{head_dim}, window {win}"),
                 None => format!("{heads}x{head_dim}"),
             };
+            if per_seq {
+                d.push_str(", first token's query");
+            }
             (flops, d, io_bytes)
         }
         Op::Activation { act, .. } => (n * w, format!("{act:?}"), io_bytes),

@@ -95,3 +95,41 @@ fn plans_print_as_a_table_and_serialise() {
     assert_eq!(json["ops"].as_array().unwrap().len(), g.ops.len());
     assert!(json["flops"].as_u64().unwrap() > 0);
 }
+
+#[test]
+fn a_query_per_sequence_costs_one_row_of_scores() {
+    for (window, pairs) in [(None, 3 + 1), (Some(1), 2 + 1)] {
+        let mut g = GraphBuilder::new();
+        let t = g.weight("emb", &[10, 8]);
+        let x = g.op(Shape::tokens(8), |out| Op::Embed { table: t, out });
+        let mode = switchyard_core::PoolMode::Cls;
+        let q = g.op(Shape::seqs(8), |out| Op::Pool { x, mode, out });
+        let a = g.op(Shape::seqs(8), |out| Op::Attention {
+            q,
+            k: x,
+            v: x,
+            heads: 2,
+            head_dim: 4,
+            scale: 0.5,
+            window,
+            out,
+        });
+        g.output("a", a);
+        let g = g.finish().unwrap();
+        let cap = Capture::new();
+        let w = cap.upload(&testkit::random_weights(&g, 1).tensors(), &g).unwrap();
+        let plan = cap.lower(&w, &g, Bucket::new(16, 4, 0)).unwrap();
+        assert!(plan.record().table().contains("first token's query"));
+        let mut b = BatchBuf::new();
+        b.push(&[1, 2, 3], None, &[]).unwrap();
+        b.push(&[4], None, &[]).unwrap();
+        let mut out = Outputs::new();
+        out.prepare(&g, &b.batch());
+        cap.run(&plan, &mut (), &b.batch(), &mut out).unwrap();
+        let Event::Run(run) = &cap.events()[2] else { panic!("expected a run") };
+        // Lengths 3 and 1: one query each, over 3 and 1 keys (2 and 1 within the window);
+        // the pool before it reads 4 tokens' 8 columns.
+        assert_eq!(run.flops, 2 * pairs * (4 * 4 + 3) + 4 * 8, "{window:?}");
+        assert_eq!(out.get("a").unwrap().rows, 2);
+    }
+}

@@ -141,15 +141,25 @@ fn cases() -> Vec<(String, Graph)> {
         }
     }
     for (heads, head_dim) in [(1, 1), (2, 3), (4, 16), (3, 32), (12, 25)] {
-        for window in [None, Some(2)] {
+        for (window, per_seq) in [(None, false), (Some(2), false), (None, true), (Some(2), true)] {
+            if per_seq && heads == 1 {
+                continue;
+            }
             let w = heads * head_dim;
+            let queries = if per_seq { ", a query per sequence" } else { "" };
             c.push((
-                format!("Attention {heads}x{head_dim} window {window:?}"),
+                format!("Attention {heads}x{head_dim} window {window:?}{queries}"),
                 single(w, |g, q, k| {
                     let table = g.weight("input.v", &[VOCAB, w]);
                     let v = g.op(Shape::tokens(w), |out| Op::Embed { table, out });
                     let scale = 1.0 / (head_dim as f32).sqrt();
-                    g.op(Shape::tokens(w), |out| Op::Attention {
+                    let q = match per_seq {
+                        true => {
+                            g.op(Shape::seqs(w), |out| Op::Pool { x: q, mode: PoolMode::Cls, out })
+                        }
+                        false => q,
+                    };
+                    g.op(g.shape(q), |out| Op::Attention {
                         q,
                         k,
                         v,

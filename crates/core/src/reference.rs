@@ -264,9 +264,13 @@ impl Ctx<'_> {
             Op::Attention { q, k, v, heads, head_dim, scale, window, .. } => {
                 let (qs, ks, vs) = (self.val(q), self.val(k), self.val(v));
                 let w = heads * head_dim;
+                let per_seq = self.plan.graph.shape(q).rows == crate::Rows::Seqs;
                 for s in 0..b.seqs() {
                     let seq = b.seq(s);
-                    for i in seq.clone() {
+                    // Each query token, and the row of `q` and `out` that holds it.
+                    let queries = if per_seq { seq.start..seq.start + 1 } else { seq.clone() };
+                    for i in queries {
+                        let r = if per_seq { s } else { i };
                         let keys = match window {
                             Some(win) => {
                                 i.saturating_sub(win).max(seq.start)..(i + win + 1).min(seq.end)
@@ -275,7 +279,7 @@ impl Ctx<'_> {
                         };
                         for h in 0..heads {
                             let col = h * head_dim..(h + 1) * head_dim;
-                            let qi = &qs[i * w..][col.clone()];
+                            let qi = &qs[r * w..][col.clone()];
                             let sc = &mut scores[..keys.len()];
                             for (sv, j) in sc.iter_mut().zip(keys.clone()) {
                                 let kj = &ks[j * w..][col.clone()];
@@ -285,7 +289,7 @@ impl Ctx<'_> {
                             let max = sc.iter().copied().fold(f64::NEG_INFINITY, f64::max);
                             sc.iter_mut().for_each(|sv| *sv = (*sv - max).exp());
                             let sum: f64 = sc.iter().sum();
-                            let yi = &mut y[i * w..][col.clone()];
+                            let yi = &mut y[r * w..][col.clone()];
                             yi.fill(0.0);
                             for (a, j) in sc.iter().zip(keys.clone()) {
                                 for (yv, vv) in yi.iter_mut().zip(&vs[j * w..][col.clone()]) {

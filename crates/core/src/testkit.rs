@@ -60,6 +60,33 @@ impl EncoderSpec {
 /// A post-norm BERT-like encoder with outputs `embedding` (mean-pooled, L2-normalised, seqs
 /// rows), `cls` (first token through a tanh pooler) and `tokens` (marker rows).
 pub fn bert_like(s: EncoderSpec) -> Graph {
+    let (mut g, x) = bert_body(s, false);
+    let d = s.width;
+    let m = g.op(Shape::seqs(d), |out| Op::Pool { x, mode: PoolMode::Mean, out });
+    let emb = g.op(Shape::seqs(d), |out| Op::L2Norm { x: m, eps: 1e-12, out });
+    let c = g.op(Shape::seqs(d), |out| Op::Pool { x, mode: PoolMode::Cls, out });
+    let c = linear(&mut g, "pooler.dense", c, d, Act::Tanh, None);
+    let tok = g.op(Shape::markers(d), |out| Op::Gather { x, out });
+    g.output("embedding", emb);
+    g.output("cls", c);
+    g.output("tokens", tok);
+    g.finish().expect("the test encoder is well formed")
+}
+
+/// A post-norm BERT-like cross-encoder whose one output, `logits` (3 per sequence), reads only
+/// the first token's final row: its last layer runs on that row alone (attention with one query
+/// per sequence).
+pub fn bert_cls_like(s: EncoderSpec) -> Graph {
+    let (mut g, x) = bert_body(s, true);
+    let c = linear(&mut g, "pooler.dense", x, s.width, Act::Tanh, None);
+    let logits = linear(&mut g, "classifier", c, 3, Act::Identity, None);
+    g.output("logits", logits);
+    g.finish().expect("the test encoder is well formed")
+}
+
+/// The embeddings and layers of [`bert_like`]: the final token rows, or with `cls_only` each
+/// sequence's first row, its last layer computed for that row alone.
+fn bert_body(s: EncoderSpec, cls_only: bool) -> (GraphBuilder, Val) {
     let mut g = GraphBuilder::new();
     let d = s.width;
     let t = Shape::tokens(d);
@@ -74,12 +101,17 @@ pub fn bert_like(s: EncoderSpec) -> Graph {
     let mut x = layer_norm(&mut g, "embeddings.LayerNorm", e, true);
     for l in 0..s.layers {
         let pre = format!("encoder.layer.{l}");
+        // Keys and values from every token; queries, and all that follows, from the rows kept.
+        let kv = x;
+        if cls_only && l + 1 == s.layers {
+            x = g.op(Shape::seqs(d), |out| Op::Pool { x: kv, mode: PoolMode::Cls, out });
+        }
         let q = linear(&mut g, &format!("{pre}.attention.self.query"), x, d, Act::Identity, None);
-        let k = linear(&mut g, &format!("{pre}.attention.self.key"), x, d, Act::Identity, None);
-        let v = linear(&mut g, &format!("{pre}.attention.self.value"), x, d, Act::Identity, None);
+        let k = linear(&mut g, &format!("{pre}.attention.self.key"), kv, d, Act::Identity, None);
+        let v = linear(&mut g, &format!("{pre}.attention.self.value"), kv, d, Act::Identity, None);
         let hd = d / s.heads;
         let scale = 1.0 / (hd as f32).sqrt();
-        let a = g.op(t, |out| Op::Attention {
+        let a = g.op(g.shape(x), |out| Op::Attention {
             q,
             k,
             v,
@@ -96,20 +128,22 @@ pub fn bert_like(s: EncoderSpec) -> Graph {
         let h = linear(&mut g, &format!("{pre}.output.dense"), f, d, Act::Identity, Some(x));
         x = layer_norm(&mut g, &format!("{pre}.output.LayerNorm"), h, true);
     }
-    let m = g.op(Shape::seqs(d), |out| Op::Pool { x, mode: PoolMode::Mean, out });
-    let emb = g.op(Shape::seqs(d), |out| Op::L2Norm { x: m, eps: 1e-12, out });
-    let c = g.op(Shape::seqs(d), |out| Op::Pool { x, mode: PoolMode::Cls, out });
-    let c = linear(&mut g, "pooler.dense", c, d, Act::Tanh, None);
-    let tok = g.op(Shape::markers(d), |out| Op::Gather { x, out });
-    g.output("embedding", emb);
-    g.output("cls", c);
-    g.output("tokens", tok);
-    g.finish().expect("the test encoder is well formed")
+    (g, x)
 }
 
 /// A pre-norm ModernBERT-like encoder: fused QKV, rotary, GeGLU, no biases, local attention
 /// (window 2) on every layer but each third, and a final norm. Output `embedding`: CLS rows.
 pub fn modernbert_like(s: EncoderSpec) -> Graph {
+    modernbert_graph(s, false)
+}
+
+/// [`modernbert_like`] with its last layer computed for each sequence's first row alone, as a
+/// model whose output reads only `[CLS]` runs it (attention with one query per sequence).
+pub fn modernbert_cls_like(s: EncoderSpec) -> Graph {
+    modernbert_graph(s, true)
+}
+
+fn modernbert_graph(s: EncoderSpec, cls_only: bool) -> Graph {
     let mut g = GraphBuilder::new();
     let d = s.width;
     let t = Shape::tokens(d);
@@ -129,8 +163,14 @@ pub fn modernbert_like(s: EncoderSpec) -> Graph {
             *slot = g.op(t, |out| Op::Rope { x: part, heads: s.heads, head_dim: hd, theta, out });
         }
         let v = g.op(t, |out| Op::Slice { x: qkv, start: 2 * d, out });
-        let a = g.op(t, |out| Op::Attention {
-            q: qk[0],
+        let mut q = qk[0];
+        if cls_only && l + 1 == s.layers {
+            let cls = PoolMode::Cls;
+            q = g.op(Shape::seqs(d), |out| Op::Pool { x: q, mode: cls, out });
+            x = g.op(Shape::seqs(d), |out| Op::Pool { x, mode: cls, out });
+        }
+        let a = g.op(g.shape(x), |out| Op::Attention {
+            q,
             k: qk[1],
             v,
             heads: s.heads,
@@ -142,11 +182,15 @@ pub fn modernbert_like(s: EncoderSpec) -> Graph {
         x = linear(&mut g, &format!("{pre}.attn.Wo"), a, d, Act::Identity, Some(x));
         let h = layer_norm(&mut g, &format!("{pre}.mlp_norm"), x, false);
         let wi = linear(&mut g, &format!("{pre}.mlp.Wi"), h, 2 * s.ffn, Act::Identity, None);
-        let gl = g.op(Shape::tokens(s.ffn), |out| Op::Glu { x: wi, act: Act::Gelu, out });
+        let gate = Shape { rows: g.shape(x).rows, width: s.ffn };
+        let gl = g.op(gate, |out| Op::Glu { x: wi, act: Act::Gelu, out });
         x = linear(&mut g, &format!("{pre}.mlp.Wo"), gl, d, Act::Identity, Some(x));
     }
     let x = layer_norm(&mut g, "final_norm", x, false);
-    let c = g.op(Shape::seqs(d), |out| Op::Pool { x, mode: PoolMode::Cls, out });
+    let c = match cls_only {
+        true => x,
+        false => g.op(Shape::seqs(d), |out| Op::Pool { x, mode: PoolMode::Cls, out }),
+    };
     g.output("embedding", c);
     g.finish().expect("the test encoder is well formed")
 }

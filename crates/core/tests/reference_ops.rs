@@ -301,6 +301,58 @@ fn sliding_window_limits_the_keys() {
 }
 
 #[test]
+fn sequence_queries_attend_as_each_first_token() {
+    // Equal scores: each sequence's first token averages the values it sees. Sequences of 3
+    // and 1 tokens; the second sequence's first token is token 3.
+    let cases: [(Option<usize>, &[&[f32]]); 3] = [
+        (None, &[&[7.0 / 3.0], &[8.0]]),
+        (Some(1), &[&[1.5], &[8.0]]),
+        (Some(0), &[&[1.0], &[8.0]]),
+    ];
+    for (window, want) in cases {
+        let mut c = Case::new();
+        let z = c.input(&[&[0.0f32][..]; 4]);
+        let v = c.input(&[&[1.0], &[2.0], &[4.0], &[8.0]]);
+        let q = c.g.op(Shape::seqs(1), |out| Op::Pool { x: z, mode: PoolMode::Cls, out });
+        let y = c.g.op(Shape::seqs(1), |out| Op::Attention {
+            q,
+            k: z,
+            v,
+            heads: 1,
+            head_dim: 1,
+            scale: 1.0,
+            window,
+            out,
+        });
+        close(&c.run(y, &[3, 1]), want);
+    }
+    // Unequal scores: each sequence's row is its first token's row of token attention.
+    let rows: &[&[f32]] = &[&[1.0, -2.0], &[0.5, 3.0], &[-1.0, 1.0], &[2.0, 0.25], &[0.0, 1.5]];
+    let attend = |per_seq: bool| {
+        let mut c = Case::new();
+        let x = c.input(rows);
+        let q = if per_seq {
+            c.g.op(Shape::seqs(2), |out| Op::Pool { x, mode: PoolMode::Cls, out })
+        } else {
+            x
+        };
+        let y = c.g.op(c.g.shape(q), |out| Op::Attention {
+            q,
+            k: x,
+            v: x,
+            heads: 2,
+            head_dim: 1,
+            scale: 0.7,
+            window: None,
+            out,
+        });
+        c.run(y, &[3, 2])
+    };
+    let (tokens, seqs) = (attend(false), attend(true));
+    close(&seqs, &[tokens.row(0), tokens.row(3)]);
+}
+
+#[test]
 fn activation_applies_element_wise() {
     let mut c = Case::new();
     let x = c.input(&[&[-1.0, 0.0, 1.0]]);

@@ -18,7 +18,7 @@ use switchyard_conformance::{ACTS, Tol, tolerance};
 use switchyard_core::testkit::{Rng, push_random_seq, random_weights};
 use switchyard_core::{
     Act, BatchBuf, Buckets, DType, Error, Executor, Graph, GraphBuilder, LaneId, Op, Outputs,
-    Reference, Shape,
+    PoolMode, Reference, Shape,
 };
 use switchyard_cube::{Cube, KernelSet, Launched, with_kernels};
 
@@ -89,24 +89,25 @@ fn run_both(
 
 /// Self-attention over three random token tables (q, k, v).
 fn attention(heads: usize, head_dim: usize, window: Option<usize>) -> Graph {
+    attention_over(heads, head_dim, window, false)
+}
+
+/// Attention over random token tables, with a query per token or, where `per_seq`, one per
+/// sequence: its first token's.
+fn attention_over(heads: usize, head_dim: usize, window: Option<usize>, per_seq: bool) -> Graph {
     let mut g = GraphBuilder::new();
     let w = heads * head_dim;
     let input = |g: &mut GraphBuilder, name: &str| {
         let table = g.weight(name, &[VOCAB, w]);
         g.op(Shape::tokens(w), |out| Op::Embed { table, out })
     };
-    let (q, k, v) = (input(&mut g, "q"), input(&mut g, "k"), input(&mut g, "v"));
+    let (mut q, k, v) = (input(&mut g, "q"), input(&mut g, "k"), input(&mut g, "v"));
+    let rows = if per_seq { Shape::seqs(w) } else { Shape::tokens(w) };
+    if per_seq {
+        q = g.op(rows, |out| Op::Pool { x: q, mode: PoolMode::Cls, out });
+    }
     let scale = 1.0 / (head_dim as f32).sqrt();
-    let y = g.op(Shape::tokens(w), |out| Op::Attention {
-        q,
-        k,
-        v,
-        heads,
-        head_dim,
-        scale,
-        window,
-        out,
-    });
+    let y = g.op(rows, |out| Op::Attention { q, k, v, heads, head_dim, scale, window, out });
     g.output("y", y);
     g.finish().expect("a valid graph")
 }
@@ -156,6 +157,27 @@ fn ragged_attention_matches_the_reference_across_blocks_tiles_and_windows() {
                 "{what}"
             );
         }
+    }
+}
+
+#[test]
+fn a_query_per_sequence_attends_over_all_its_keys_across_tiles_and_windows() {
+    // Each case compiles its own shader (minutes in all on llvmpipe for every pairing): each
+    // window and each head width once.
+    for (heads, head_dim, window) in
+        [(2, 8, None), (2, 8, Some(0)), (3, 64, Some(5)), (1, 256, Some(40))]
+    {
+        let cube = device(KernelSet::ALL);
+        let kernels = cube.kernels().clone();
+        let what = format!("{heads}x{head_dim} window {window:?}, a query per sequence");
+        check(cube, &attention_over(heads, head_dim, window, true), &LENS, &what);
+        assert_eq!(kernels.launched().attention, 1, "{what}");
+    }
+    for dtype in half_dtypes() {
+        let cube = device(KernelSet::ALL);
+        let cube = switchyard_core::Backend::with_dtype(cube, dtype).expect("a listed dtype");
+        let what = format!("{dtype} 3x64, a query per sequence");
+        check_within(cube, &attention_over(3, 64, Some(5), true), &LENS, &what, tolerance(dtype));
     }
 }
 

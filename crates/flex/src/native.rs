@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use switchyard_core::{
-    Batch, Bucket, Caps, Error, Graph, HostTensor, Layout, Op, Outputs, Result, W,
+    Batch, Bucket, Caps, Error, Graph, HostTensor, Layout, Op, Outputs, Result, Rows, W,
 };
 
 use crate::buf::AlignedBuf;
@@ -345,7 +345,9 @@ pub(crate) fn run(
                 }
                 Op::Attention { q, k, v, heads, head_dim, scale, window, .. } => {
                     let h = Heads { heads, head_dim, scale, window };
-                    attention::attention(isa, at(q), at(k), at(v), at(o), batch, h, scratch);
+                    let per_seq = g.shape(q).rows == Rows::Seqs;
+                    let (q, k, v, o) = (at(q), at(k), at(v), at(o));
+                    attention::attention(isa, q, k, v, o, batch, per_seq, h, scratch);
                 }
                 Op::Activation { x, act, .. } => {
                     rows::activation(isa, at(o), at(x), rows, width, act);

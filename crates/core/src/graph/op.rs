@@ -197,8 +197,13 @@ pub enum Op {
     /// `|i - j| <= w`), `a = softmax(s)` computed with the maximum subtracted, and
     /// `out_i = sum_j a_j v_j`. Heads are consecutive `head_dim`-column blocks. No token attends
     /// across a sequence boundary, and there is no padding to mask.
+    ///
+    /// With `q` in sequence rows, each sequence has one query, its first token's (position 0 for
+    /// the window), and `out` has one row per sequence: a model that reads only `[CLS]`'s final
+    /// row computes its last layer for that row alone.
     Attention {
-        /// Query token rows, `heads * head_dim` wide.
+        /// Query rows, `heads * head_dim` wide: one per token, or one per sequence (the first
+        /// token's).
         q: Val,
         /// Key token rows, `heads * head_dim` wide.
         k: Val,
@@ -212,7 +217,7 @@ pub enum Op {
         scale: f32,
         /// Sliding window: the largest `|i - j|` attended, or `None` for the whole sequence.
         window: Option<usize>,
-        /// Output token rows, `heads * head_dim` wide.
+        /// Output rows, the shape of `q`.
         out: Val,
     },
     /// An element-wise activation: `out = act(x)`.

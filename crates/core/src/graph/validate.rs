@@ -182,10 +182,13 @@ impl Graph {
                 positive("theta", theta)?;
             }
             Op::Attention { q, k, v, heads, head_dim, scale, window: _, out } => {
-                rows(q, Rows::Tokens)?;
+                if sh(q).rows == Rows::Markers {
+                    return Err(format!("queries are {}, expected tokens or seqs rows", sh(q)));
+                }
                 heads_fit(sh(q).width, heads, head_dim)?;
-                same("keys differ from queries", q, k)?;
-                same("values differ from queries", q, v)?;
+                rows(k, Rows::Tokens)?;
+                same("values differ from keys", k, v)?;
+                same_width(sh(k), sh(q))?;
                 same("output differs from queries", q, out)?;
                 if !scale.is_finite() {
                     return Err(format!("scale must be finite, got {scale}"));
@@ -229,7 +232,7 @@ fn same_width(a: Shape, b: Shape) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::super::tests::block;
-    use super::super::{Act, GraphBuilder, Output};
+    use super::super::{Act, GraphBuilder, Output, PoolMode};
     use super::*;
 
     fn invalid(g: &Graph) -> String {
@@ -335,6 +338,48 @@ mod tests {
         for (g, want) in cases {
             let msg = invalid(&g);
             assert!(msg.contains(want), "expected `{want}` in `{msg}`");
+        }
+    }
+
+    /// A graph of one attention op whose queries are `x` pooled to `q_rows` rows (tokens: `x`
+    /// itself), keys and values `x` in `kv_rows`, output in `out_rows`.
+    fn attention_graph(q_rows: Rows, kv_rows: Rows, out_rows: Rows) -> Result<Graph> {
+        let mut g = GraphBuilder::new();
+        let emb = g.weight("emb", &[4, 8]);
+        let x = g.op(Shape::tokens(8), |out| Op::Embed { table: emb, out });
+        let pooled = |g: &mut GraphBuilder, rows: Rows| match rows {
+            Rows::Tokens => x,
+            Rows::Seqs => g.op(Shape::seqs(8), |out| Op::Pool { x, mode: PoolMode::Cls, out }),
+            Rows::Markers => g.op(Shape::markers(8), |out| Op::Gather { x, out }),
+        };
+        let (q, kv) = (pooled(&mut g, q_rows), pooled(&mut g, kv_rows));
+        let a = g.op(Shape { rows: out_rows, width: 8 }, |out| Op::Attention {
+            q,
+            k: kv,
+            v: kv,
+            heads: 2,
+            head_dim: 4,
+            scale: 0.5,
+            window: None,
+            out,
+        });
+        g.output("y", a);
+        g.finish()
+    }
+
+    #[test]
+    fn attention_takes_a_query_per_token_or_per_sequence_over_token_keys() {
+        use Rows::{Markers, Seqs, Tokens};
+        attention_graph(Tokens, Tokens, Tokens).unwrap();
+        attention_graph(Seqs, Tokens, Seqs).unwrap();
+        for (q, kv, out, want) in [
+            (Markers, Tokens, Markers, "queries are [markers x 8], expected tokens or seqs rows"),
+            (Seqs, Seqs, Seqs, "is [seqs x 8], expected tokens rows"),
+            (Seqs, Tokens, Tokens, "output differs from queries"),
+            (Tokens, Tokens, Seqs, "output differs from queries"),
+        ] {
+            let e = attention_graph(q, kv, out).unwrap_err().to_string();
+            assert!(e.contains("(Attention)") && e.contains(want), "{q:?} {kv:?} {out:?}: {e}");
         }
     }
 

@@ -2,7 +2,9 @@
 //! them in one launch, with no padding and no mask tensor.
 //!
 //! A cube takes a block of up to [`BLOCK`] consecutive query rows of one sequence and one head;
-//! each unit owns one query row. The cube walks the keys its block can see (the whole sequence,
+//! each unit owns one query row. Where the queries are one per sequence (its first token's), a
+//! cube takes one sequence and one head, and its first unit owns the query; the others only help
+//! stage the tiles. The cube walks the keys its block can see (the whole sequence,
 //! or the sliding window around the block) in tiles staged through shared memory, and each unit
 //! keeps a running max, a running sum and its `head_dim` accumulators (the online softmax of
 //! FlashAttention), so scores are never stored.
@@ -40,7 +42,8 @@ fn tile_keys(head_dim: usize) -> usize {
 }
 
 /// `out[i] = softmax(q[i] . k[j] * scale over the keys j of i's sequence (within the window)) . v`,
-/// for each head. Rows are `[tokens, heads * head_dim]` of `F`; arithmetic is f32.
+/// for each head. Rows are `[tokens, heads * head_dim]` of `F` (with `per_seq`, `q` and `out`
+/// are `[seqs, heads * head_dim]`, each sequence's row its first token's); arithmetic is f32.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 fn varlen_attention<F: Float>(
@@ -57,6 +60,7 @@ fn varlen_attention<F: Float>(
     #[comptime] head_dim: usize,
     #[comptime] tile: usize,
     #[comptime] windowed: bool,
+    #[comptime] per_seq: bool,
     #[define(F)] _dtype: ElemType,
 ) {
     let block = CUBE_POS_X as usize;
@@ -65,8 +69,17 @@ fn varlen_attention<F: Float>(
     let start = cu[seq] as usize;
     let end = cu[seq + 1] as usize;
     let first = block_first[block] as usize;
+    // The unit's query token, and the row of `q` and `out` that holds it.
     let row = first + UNIT_POS as usize;
-    let active = row < end;
+    let mut active = row < end;
+    let mut at = row;
+    // The block's last query token.
+    let mut last = min(first + CUBE_DIM_X as usize, end) - 1;
+    if per_seq {
+        active = UNIT_POS == 0;
+        at = seq;
+        last = first;
+    }
     let width = heads as usize * head_dim;
     let col = head * head_dim;
 
@@ -75,7 +88,6 @@ fn varlen_attention<F: Float>(
     let mut hi = end;
     if windowed {
         let win = window as usize;
-        let last = min(first + CUBE_DIM_X as usize, end) - 1;
         if first > start + win {
             lo = first - win;
         }
@@ -83,7 +95,10 @@ fn varlen_attention<F: Float>(
     }
 
     // An inactive unit reads a valid row and discards the result; it still stages tiles.
-    let me = min(row, end - 1);
+    let mut me = min(row, end - 1);
+    if per_seq {
+        me = seq;
+    }
     let mut query = Array::<f32>::new(head_dim);
     let mut acc = Array::<f32>::new(head_dim);
     #[unroll]
@@ -145,7 +160,7 @@ fn varlen_attention<F: Float>(
         // Every query sees itself, so `sum` is at least 1 here.
         #[unroll]
         for d in 0..head_dim {
-            out[row * width + col + d] = F::cast_from(acc[d] / sum);
+            out[at * width + col + d] = F::cast_from(acc[d] / sum);
         }
     }
 }
@@ -163,13 +178,14 @@ pub(crate) fn launchable_for(bucket: Bucket) -> bool {
     bucket.tokens / BLOCK + bucket.seqs <= super::MAX_CUBES
 }
 
-/// The cubes of a launch: for each block of up to [`BLOCK`] query rows, its sequence and its
-/// first row.
-fn blocks(batch: &Batch<'_>) -> (Vec<u32>, Vec<u32>) {
+/// The cubes of a launch: for each block of up to [`BLOCK`] query rows (with `per_seq`, each
+/// sequence's first), its sequence and its first row.
+fn blocks(batch: &Batch<'_>, per_seq: bool) -> (Vec<u32>, Vec<u32>) {
     let (mut seqs, mut firsts) = (Vec::new(), Vec::new());
     for s in 0..batch.seqs() {
         let rows = batch.seq(s);
-        for first in rows.step_by(BLOCK) {
+        let step = if per_seq { rows.len() } else { BLOCK };
+        for first in rows.step_by(step) {
             seqs.push(s as u32);
             firsts.push(first as u32);
         }
@@ -178,7 +194,8 @@ fn blocks(batch: &Batch<'_>) -> (Vec<u32>, Vec<u32>) {
 }
 
 /// Self-attention of every sequence of `batch` over `[tokens, heads * head_dim]` rows, all three
-/// of one float dtype (the output's).
+/// of one float dtype (the output's); with `per_seq`, `q` has one row per sequence, its first
+/// token's query, and so has the result.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn run(
     q: CubeTensor,
@@ -188,6 +205,7 @@ pub(crate) fn run(
     head_dim: usize,
     scale: f32,
     window: Option<usize>,
+    per_seq: bool,
     batch: &Batch<'_>,
 ) -> CubeTensor {
     let q = super::contiguous(q);
@@ -196,7 +214,7 @@ pub(crate) fn run(
     let out = super::empty_like(&q);
     let client = q.client.clone();
     let dtype = burn_backend::cubecl::dtype_to_storage_type(q.dtype);
-    let (block_seq, block_first) = blocks(batch);
+    let (block_seq, block_first) = blocks(batch, per_seq);
     let cubes = block_seq.len() as u32;
     let (cu, cu_len) = super::u32s(&client, batch.cu);
     let (block_seq, seq_len) = super::u32s(&client, &block_seq);
@@ -228,6 +246,7 @@ pub(crate) fn run(
         head_dim,
         tile_keys(head_dim),
         window.is_some(),
+        per_seq,
         dtype,
     );
     out
@@ -267,8 +286,11 @@ mod tests {
         let ids = vec![0u32; 98];
         let types = vec![0u32; 98];
         let batch = Batch { ids: &ids, cu: &cu, types: &types, markers: &[], mcu: &[0; 4] };
-        let (seqs, firsts) = blocks(&batch);
+        let (seqs, firsts) = blocks(&batch, false);
         assert_eq!(seqs, [0, 1, 2, 2, 2]);
         assert_eq!(firsts, [0, 1, 33, 65, 97]);
+        let (seqs, firsts) = blocks(&batch, true);
+        assert_eq!(seqs, [0, 1, 2]);
+        assert_eq!(firsts, [0, 1, 33]);
     }
 }

@@ -197,7 +197,7 @@ impl Kernels<burn_cubecl::CubeBackend> for CubeKernels {
     ) -> Outcome<burn_cubecl::CubeBackend> {
         match (op, ins, w) {
             (
-                &Op::Attention { heads, head_dim, scale, window, .. },
+                &Op::Attention { q: qv, heads, head_dim, scale, window, .. },
                 [Some(q), Some(k), Some(v)],
                 _,
             ) if self.set.attention
@@ -206,7 +206,9 @@ impl Kernels<burn_cubecl::CubeBackend> for CubeKernels {
                 && all_float(&[&q, &k, &v]) =>
             {
                 self.attention.fetch_add(1, Ordering::Relaxed);
-                Outcome::Done(attention::run(q, k, v, heads, head_dim, scale, window, cx.batch))
+                let per_seq = cx.graph.shape(qv).rows == switchyard_core::Rows::Seqs;
+                let b = cx.batch;
+                Outcome::Done(attention::run(q, k, v, heads, head_dim, scale, window, per_seq, b))
             }
             (&Op::Linear { act, .. }, [Some(x), residual, None], Bound::Linear { wt, bias })
                 if self.set.linear

@@ -49,12 +49,13 @@ pub fn scratch_size(h: Heads, max_len: usize) -> ScratchSize {
 }
 
 /// `out` = self-attention of `q`, `k`, `v` within each sequence of `batch`, on the current rayon
-/// pool, with the threads' `scratch`.
+/// pool, with the threads' `scratch`: a query per token, or with `per_seq` one per sequence (its
+/// first token's, in row `s` of `q` and `out` for sequence `s`).
 ///
 /// # Safety
-/// `q`, `k` and `v` hold `batch.tokens() x heads * head_dim` readable values and `out` as many
-/// writable ones, overlapping none of them; no other thread writes them meanwhile. `batch`
-/// passed [`Batch::check`].
+/// `k` and `v` hold `batch.tokens() x heads * head_dim` readable values, `q` as many (with
+/// `per_seq`, `batch.seqs()` rows of them) and `out` as many as `q` writable ones, overlapping
+/// none of them; no other thread writes them meanwhile. `batch` passed [`Batch::check`].
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn attention(
     isa: Isa,
@@ -63,6 +64,7 @@ pub unsafe fn attention(
     v: *const f32,
     out: *mut f32,
     batch: &Batch<'_>,
+    per_seq: bool,
     h: Heads,
     scratch: &Scratches,
 ) {
@@ -70,11 +72,12 @@ pub unsafe fn attention(
     (0..batch.seqs() * h.heads).into_par_iter().for_each(|t| {
         let (s, head) = (t / h.heads, t % h.heads);
         let rows = batch.seq(s);
+        let (q0, queries) = if per_seq { (s, 1) } else { (rows.start, rows.len()) };
         scratch.with(|sc| {
             // SAFETY: the caller's contract; a task writes the columns of one head in the rows
             // of one sequence, which no other task writes.
             unsafe {
-                let task = Task { ptrs, start: rows.start, len: rows.len(), head, h };
+                let task = Task { ptrs, start: rows.start, len: rows.len(), q0, queries, head, h };
                 one_head(isa, task, &mut sc.keys, &mut sc.scores)
             }
         });
@@ -86,12 +89,15 @@ const MAX_QB: usize = 8;
 /// Keys per block of scores: one AVX-512 register, two AVX2 ones.
 const KB: usize = 16;
 
-/// One head of one sequence: rows `start..start + len`, the columns of head `head`.
+/// One head of one sequence: key and value rows `start..start + len`, the columns of head
+/// `head`; the queries of its first `queries` tokens, in rows `q0..q0 + queries` of `q` and `out`.
 #[derive(Clone, Copy)]
 struct Task {
     ptrs: [SendPtr; 4],
     start: usize,
     len: usize,
+    q0: usize,
+    queries: usize,
     head: usize,
     h: Heads,
 }
@@ -680,7 +686,7 @@ mod x86 {
 /// As [`attention`]'s, for the task's rows and columns.
 #[inline(always)]
 unsafe fn head_body<B: Block>(task: Task, keys: &mut AlignedBuf, scores: &mut AlignedBuf) {
-    let Task { ptrs, start, len, head, h } = task;
+    let Task { ptrs, start, len, q0, queries, head, h } = task;
     let qb = B::QB;
     let (d, width) = (h.head_dim, h.heads * h.head_dim);
     let col = head * d;
@@ -703,13 +709,13 @@ unsafe fn head_body<B: Block>(task: Task, keys: &mut AlignedBuf, scores: &mut Al
     };
     let (ktp, scp) = (kt.as_ptr(), sc.as_mut_ptr());
     let mut i0 = 0;
-    while i0 < len {
-        // A block of QB queries; past the sequence's end, rows repeat its last query and
-        // their results are not written.
-        let nq = qb.min(len - i0);
-        // SAFETY: rows of q in the sequence, from the head's first column.
+    while i0 < queries {
+        // A block of QB queries; past the last query, rows repeat it and their results are not
+        // written.
+        let nq = qb.min(queries - i0);
+        // SAFETY: rows of q of the task's queries, from the head's first column.
         let rows = std::array::from_fn(|qi| unsafe {
-            q.add((start + i0 + qi.min(nq - 1)) * width + col).cast_const()
+            q.add((q0 + i0 + qi.min(nq - 1)) * width + col).cast_const()
         });
         // Every key some query of the block sees, in whole blocks of keys.
         let (lo, hi) = (seen(i0).0, seen(i0 + nq - 1).1);
@@ -748,17 +754,17 @@ unsafe fn head_body<B: Block>(task: Task, keys: &mut AlignedBuf, scores: &mut Al
             // SAFETY: as below, for columns c0..c0 + 32.
             unsafe {
                 let (vs, os) =
-                    (v.add(start * width + col + c0), out.add((start + i0) * width + col + c0));
+                    (v.add(start * width + col + c0), out.add((q0 + i0) * width + col + c0));
                 B::weighted2(vs, scp, os, layout, lo..hi, nq);
             }
             c0 += 2 * KB;
         }
         while c0 < full {
-            // SAFETY: rows lo..hi of v and rows i0..i0 + nq of out, columns c0..c0 + 16 of
+            // SAFETY: rows lo..hi of v and the block's nq rows of out, columns c0..c0 + 16 of
             // the head; out overlaps no input, and only this task writes them.
             unsafe {
                 let (vs, os) =
-                    (v.add(start * width + col + c0), out.add((start + i0) * width + col + c0));
+                    (v.add(start * width + col + c0), out.add((q0 + i0) * width + col + c0));
                 B::weighted(vs, scp, os, layout, lo..hi, nq);
             }
             c0 += KB;
@@ -772,7 +778,7 @@ unsafe fn head_body<B: Block>(task: Task, keys: &mut AlignedBuf, scores: &mut Al
                     o = B::Fma::mul_add(sc[qi * lpad + j], x, o);
                 }
                 // SAFETY: as for the blocks of sixteen.
-                unsafe { *out.add((start + i0 + qi) * width + col + c) = o };
+                unsafe { *out.add((q0 + i0 + qi) * width + col + c) = o };
             }
         }
         i0 += nq;
