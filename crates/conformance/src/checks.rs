@@ -17,7 +17,7 @@ fn encoders() -> Vec<(&'static str, Graph)> {
     vec![
         ("bert tiny", testkit::bert_like(EncoderSpec::TINY)),
         ("bert wide", testkit::bert_like(wide)),
-        ("bert wide, last layer on CLS", testkit::bert_cls_like(wide)),
+        ("bert wide, last layer on CLS", testkit::bert_classifier(wide, true)),
         ("modernbert tiny", testkit::modernbert_like(EncoderSpec::TINY)),
         ("modernbert tiny, last layer on CLS", testkit::modernbert_cls_like(EncoderSpec::TINY)),
         ("modernbert deep", testkit::modernbert_like(deep)),

@@ -74,10 +74,13 @@ pub fn bert_like(s: EncoderSpec) -> Graph {
 }
 
 /// A post-norm BERT-like cross-encoder whose one output, `logits` (3 per sequence), reads only
-/// the first token's final row: its last layer runs on that row alone (attention with one query
-/// per sequence).
-pub fn bert_cls_like(s: EncoderSpec) -> Graph {
-    let (mut g, x) = bert_body(s, true);
+/// the first token's final row; with `cls_only` its last layer runs on that row alone
+/// (attention with one query per sequence), as Switchyard builds such a model.
+pub fn bert_classifier(s: EncoderSpec, cls_only: bool) -> Graph {
+    let (mut g, mut x) = bert_body(s, cls_only);
+    if !cls_only {
+        x = g.op(Shape::seqs(s.width), |out| Op::Pool { x, mode: PoolMode::Cls, out });
+    }
     let c = linear(&mut g, "pooler.dense", x, s.width, Act::Tanh, None);
     let logits = linear(&mut g, "classifier", c, 3, Act::Identity, None);
     g.output("logits", logits);

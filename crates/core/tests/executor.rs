@@ -310,3 +310,31 @@ fn eval_f64_is_the_reference_run_without_the_rounding_to_f32() {
     bad.push(&[u32::MAX], None, &[]).unwrap();
     assert!(Reference::eval_f64(&g, f64s, &bad.batch()).is_err());
 }
+
+/// A classifier whose last layer is computed for each first token alone reads the same weights
+/// as the whole layer, so both run as lanes of one executor, and gives the same logits: the
+/// reference computes each kept row exactly as the whole layer does.
+#[test]
+fn a_last_layer_on_cls_alone_gives_the_whole_layers_logits() {
+    for (cls, whole) in [
+        (
+            testkit::bert_classifier(EncoderSpec::TINY, true),
+            testkit::bert_classifier(EncoderSpec::TINY, false),
+        ),
+        (
+            testkit::modernbert_cls_like(EncoderSpec::TINY),
+            testkit::modernbert_like(EncoderSpec::TINY),
+        ),
+    ] {
+        let mut ex = executor(&cls);
+        let lane = ex.add_graph(whole, "default").unwrap();
+        let batch = typed_batch(&[5, 1, 12, 7], 4, cls.limits().types > 1);
+        let (mut a, mut b) = (Outputs::new(), Outputs::new());
+        ex.run(LaneId::MAIN, &batch.batch(), &mut a).unwrap();
+        ex.run(lane, &batch.batch(), &mut b).unwrap();
+        let name = &cls.outputs[0].name;
+        let (a, b) = (a.get(name).unwrap(), b.get(name).unwrap());
+        assert_eq!((a.rows, a.width), (b.rows, b.width), "{name}");
+        assert_eq!(a.data, b.data, "{name}");
+    }
+}

@@ -6,7 +6,7 @@
 //! where transformers applies it: after the embeddings' norm, on the attention probabilities,
 //! and on each block's output before its residual (DistilBERT: the feed-forward block's only).
 
-use switchyard_core::{Act, Op, Shape, Val};
+use switchyard_core::{Act, Op, PoolMode, Shape, Val};
 
 use crate::Result;
 use crate::checkpoint::Checkpoint;
@@ -62,8 +62,13 @@ const DISTILBERT: Scheme = Scheme {
     out_norm: "output_layer_norm",
 };
 
-/// Builds the encoder body; returns it with the final token rows.
-pub(crate) fn build<'a>(ck: &'a Checkpoint, cfg: &EncoderConfig) -> Result<(Encoder<'a>, Val)> {
+/// Builds the encoder body; returns it with the final token rows, or with `cls_only` each
+/// sequence's first row, the last layer computed for that row alone (see [`crate::last_layer_on_cls`]).
+pub(crate) fn build<'a>(
+    ck: &'a Checkpoint,
+    cfg: &EncoderConfig,
+    cls_only: bool,
+) -> Result<(Encoder<'a>, Val)> {
     let s = if cfg.arch == Arch::DistilBert { &DISTILBERT } else { &BERT };
     let names = Names::detect(ck, &format!("{}.weight", s.word))?;
     let d = cfg.hidden;
@@ -90,11 +95,17 @@ pub(crate) fn build<'a>(ck: &'a Checkpoint, cfg: &EncoderConfig) -> Result<(Enco
     e.g.dropout(x, drop.embeddings);
     for l in 0..cfg.layers {
         let pre = format!("{}.{l}", s.layer);
+        // Keys and values from every token; the query, and all that follows it, from the rows
+        // the head reads.
+        let kv = x;
+        if cls_only && l + 1 == cfg.layers {
+            x = e.g.op(Shape::seqs(d), |out| Op::Pool { x: kv, mode: PoolMode::Cls, out });
+        }
         let q = e.linear(&format!("{pre}.{}", s.q), x, d, Act::Identity, None)?;
-        let k = e.linear(&format!("{pre}.{}", s.k), x, d, Act::Identity, None)?;
-        let v = e.linear(&format!("{pre}.{}", s.v), x, d, Act::Identity, None)?;
+        let k = e.linear(&format!("{pre}.{}", s.k), kv, d, Act::Identity, None)?;
+        let v = e.linear(&format!("{pre}.{}", s.v), kv, d, Act::Identity, None)?;
         let scale = 1.0 / (hd as f32).sqrt();
-        let a = e.g.op(t, |out| Op::Attention {
+        let a = e.g.op(e.g.shape(x), |out| Op::Attention {
             q,
             k,
             v,

@@ -4,7 +4,7 @@
 //! the ops. Head weights sit at the checkpoint's root, beside the encoder's `bert.` / `model.`
 //! prefix.
 
-use switchyard_core::{Act, Op, PoolMode, Shape, Val};
+use switchyard_core::{Act, Op, PoolMode, Rows, Shape, Val};
 
 use crate::config::{Arch, EncoderConfig};
 use crate::encoder::Encoder;
@@ -21,10 +21,20 @@ pub const SPARSE: &str = "sparse";
 /// final row for every token, before pooling.
 pub const TOKENS: &str = "tokens";
 
+/// `x` pooled by `mode`, or `x` itself where the encoder has already kept one row per sequence
+/// (its last layer computed for `[CLS]` alone).
+fn pooled(e: &mut Encoder<'_>, x: Val, mode: PoolMode) -> Val {
+    let shape = e.g.shape(x);
+    match shape.rows {
+        Rows::Seqs => x,
+        _ => e.g.op(Shape::seqs(shape.width), |out| Op::Pool { x, mode, out }),
+    }
+}
+
 /// Pooled (and optionally L2-normalised) embeddings, as sentence-transformers computes them.
 pub(crate) fn embedding(e: &mut Encoder<'_>, x: Val, pooling: Pooling) -> Val {
     let d = e.g.shape(x).width;
-    let pooled = e.g.op(Shape::seqs(d), |out| Op::Pool { x, mode: pooling.mode, out });
+    let pooled = pooled(e, x, pooling.mode);
     if pooling.normalize {
         e.g.op(Shape::seqs(d), |out| Op::L2Norm { x: pooled, eps: 1e-12, out })
     } else {
@@ -53,7 +63,7 @@ pub(crate) fn sequence_classifier(
         Some(m) => m.classifier_pooling,
         None => PoolMode::Cls,
     };
-    let cls = e.g.op(Shape::seqs(d), |out| Op::Pool { x, mode: pool, out });
+    let cls = pooled(e, x, pool);
     let p = cfg.dropout.classifier;
     let h = match cfg.arch {
         Arch::Bert => e.linear("pooler.dense", cls, d, Act::Tanh, None)?,

@@ -174,6 +174,21 @@ fn head_kind(ck: &Checkpoint, sentence: Option<&SentenceConfig>) -> Result<HeadK
     }
 }
 
+/// Whether the head reads each sequence's first row alone (`[CLS]` pooling: BERT-family
+/// classifiers and cross-encoders, ModernBERT's with `classifier_pooling: cls`, embedders that
+/// pool CLS such as BGE). Then the last layer's attention takes that row's query alone, over
+/// every token's keys and values, and its output projection and feed-forward run on one row per
+/// sequence: the same values, a last layer's worth of work down to one row.
+fn last_layer_on_cls(kind: &HeadKind, config: &EncoderConfig) -> bool {
+    match kind {
+        HeadKind::Embed(pooling) => pooling.mode == PoolMode::Cls,
+        HeadKind::Classify => {
+            config.modern.as_ref().is_none_or(|m| m.classifier_pooling == PoolMode::Cls)
+        }
+        HeadKind::ClassifyTokens | HeadKind::Sparse => false,
+    }
+}
+
 /// A loaded checkpoint: its graph, tokenizer and weights (memory-mapped).
 pub struct Model {
     checkpoint: Checkpoint,
@@ -211,17 +226,24 @@ impl Model {
         }
         let kind = head_kind(&checkpoint, sentence.as_ref())?;
         let _span = tracing::info_span!("build", arch = ?config.arch).entered();
-        let (mut enc, x) = match config.arch {
-            Arch::ModernBert => modernbert::build(&checkpoint, &config)?,
-            Arch::Bert | Arch::Roberta | Arch::DistilBert => bert::build(&checkpoint, &config)?,
+        let cls_only = last_layer_on_cls(&kind, &config);
+        let build = |cls_only| match config.arch {
+            Arch::ModernBert => modernbert::build(&checkpoint, &config, cls_only),
+            Arch::Bert | Arch::Roberta | Arch::DistilBert => {
+                bert::build(&checkpoint, &config, cls_only)
+            }
         };
+        let (mut enc, x) = build(cls_only)?;
         let mut token_graph = None;
         let task = match kind {
             HeadKind::Embed(pooling) => {
-                // Pooling adds no weights, so both graphs read the same weight list and share
-                // one upload as two lanes of an executor.
-                let mut tokens = enc.g.clone();
-                tokens.output(heads::TOKENS, x);
+                // Pooling (and keeping the first rows) adds no weights, so both graphs read the
+                // same weight list and share one upload as two lanes of an executor.
+                let (mut tokens, all) = match cls_only {
+                    true => build(false).map(|(e, all)| (e.g, all))?,
+                    false => (enc.g.clone(), x),
+                };
+                tokens.output(heads::TOKENS, all);
                 token_graph = Some(tokens.finish()?);
                 let emb = heads::embedding(&mut enc, x, pooling);
                 enc.g.output(heads::EMBEDDING, emb);

@@ -7,14 +7,20 @@
 //! biases unless the checkpoint carries them. Dropout (training only; 0 in ModernBERT's
 //! defaults) is marked where transformers applies it.
 
-use switchyard_core::{Act, Op, Shape, Val};
+use switchyard_core::{Act, Op, PoolMode, Shape, Val};
 
 use crate::config::{EncoderConfig, ModernConfig};
 use crate::encoder::{Encoder, Names};
 use crate::{Checkpoint, Error, Result};
 
-/// Builds the encoder body; returns it with the final (normalised) token rows.
-pub(crate) fn build<'a>(ck: &'a Checkpoint, cfg: &EncoderConfig) -> Result<(Encoder<'a>, Val)> {
+/// Builds the encoder body; returns it with the final (normalised) token rows, or with
+/// `cls_only` each sequence's first row, the last layer computed for that row alone (see
+/// [`crate::last_layer_on_cls`]).
+pub(crate) fn build<'a>(
+    ck: &'a Checkpoint,
+    cfg: &EncoderConfig,
+    cls_only: bool,
+) -> Result<(Encoder<'a>, Val)> {
     let m: &ModernConfig = cfg
         .modern
         .as_ref()
@@ -41,8 +47,16 @@ pub(crate) fn build<'a>(ck: &'a Checkpoint, cfg: &EncoderConfig) -> Result<(Enco
                 e.g.op(t, |out| Op::Rope { x: part, heads: cfg.heads, head_dim: hd, theta, out });
         }
         let v = e.g.op(t, |out| Op::Slice { x: qkv, start: 2 * d, out });
-        let a = e.g.op(t, |out| Op::Attention {
-            q: qk[0],
+        // Keys and values from every token; the query, and all that follows it, from the rows
+        // the head reads (rotated at their own positions before they are kept).
+        let mut q = qk[0];
+        if cls_only && l + 1 == m.local.len() {
+            let cls = PoolMode::Cls;
+            q = e.g.op(Shape::seqs(d), |out| Op::Pool { x: q, mode: cls, out });
+            x = e.g.op(Shape::seqs(d), |out| Op::Pool { x, mode: cls, out });
+        }
+        let a = e.g.op(e.g.shape(x), |out| Op::Attention {
+            q,
             k: qk[1],
             v,
             heads: cfg.heads,
@@ -56,7 +70,8 @@ pub(crate) fn build<'a>(ck: &'a Checkpoint, cfg: &EncoderConfig) -> Result<(Enco
         e.g.dropout(x, drop.attention_out);
         let h = e.layer_norm(&format!("{pre}.mlp_norm"), x, cfg.eps)?;
         let wi = e.linear(&format!("{pre}.mlp.Wi"), h, 2 * cfg.ffn, Act::Identity, None)?;
-        let gated = e.g.op(Shape::tokens(cfg.ffn), |out| Op::Glu { x: wi, act: cfg.act, out });
+        let gate = Shape { rows: e.g.shape(x).rows, width: cfg.ffn };
+        let gated = e.g.op(gate, |out| Op::Glu { x: wi, act: cfg.act, out });
         e.g.dropout(gated, drop.ffn);
         x = e.linear(&format!("{pre}.mlp.Wo"), gated, d, Act::Identity, Some(x))?;
     }

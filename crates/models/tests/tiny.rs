@@ -9,8 +9,8 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use common::{expected as json, numbers, rows, strings, tiny, worst};
-use switchyard_core::{Backend, Buckets, Reference};
-use switchyard_models::{Arch, Model, Runner, Task};
+use switchyard_core::{Backend, Buckets, Graph, Op, PoolMode, Reference, Rows, Val};
+use switchyard_models::{Arch, Marked, Model, Pooling, Read, Runner, Task};
 
 struct Expected {
     sentences: Vec<String>,
@@ -377,5 +377,78 @@ fn texts_tokenized_on_several_threads_embed_as_they_do_one_at_a_time() {
         // Every value of a row is computed in one order whatever batch the row is in, so the
         // same text embeds to the same bits alone.
         assert_eq!(a, &run.embed(&[t], |_| {}).unwrap()[0], "{t:?}");
+    }
+}
+
+/// Attention ops with one query per sequence: a last layer computed for `[CLS]` alone.
+fn first_row_layers(g: &Graph) -> usize {
+    let per_seq = |q: &Val| g.shape(*q).rows == Rows::Seqs;
+    g.ops.iter().filter(|op| matches!(op, Op::Attention { q, .. } if per_seq(q))).count()
+}
+
+/// A head that reads `[CLS]` alone gets a last layer computed for that row; heads that read
+/// every token (mean pooling, token classifiers, SPLADE) keep it whole. The classifiers' logits
+/// are checked against transformers by `sequence_classifiers_match_transformers`.
+#[test]
+fn only_heads_that_read_cls_alone_compute_the_last_layer_for_it() {
+    for (name, want) in [
+        ("bert-classifier", 1),
+        ("roberta-classifier", 1),
+        ("distilbert-classifier", 1),
+        ("bert-cross-encoder", 1),
+        ("modernbert-classifier", 0),
+        ("bert", 0),
+        ("bert-token-classifier", 0),
+        ("bert-splade", 0),
+        ("modernbert-splade", 0),
+    ] {
+        let model = Model::load(&tiny(name)).unwrap();
+        assert_eq!(first_row_layers(model.graph()), want, "{name}");
+    }
+}
+
+/// `dir` as a sentence-transformers model that pools each text's `[CLS]` row, as BGE does.
+fn pool_cls(dir: &Path) {
+    let modules = r#"[
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}
+    ]"#;
+    std::fs::write(dir.join("modules.json"), modules).unwrap();
+    std::fs::create_dir_all(dir.join("1_Pooling")).unwrap();
+    let pooling = r#"{"pooling_mode_cls_token": true, "pooling_mode_mean_tokens": false}"#;
+    std::fs::write(dir.join("1_Pooling/config.json"), pooling).unwrap();
+}
+
+/// Each text's embedding against the first row of its token states, which the token graph
+/// computes with the whole last layer: within 1e-5 (values of about 1 after the last norm; the
+/// two graphs block their GEMMs differently, so f32 rounding may differ).
+fn embeds_first_token_states<B: Backend>(model: Model, backend: B, texts: &[String]) {
+    let encoded: Vec<Marked> =
+        texts.iter().map(|t| (model.tokenizer().encode(t).unwrap(), Vec::new())).collect();
+    let mut run = Runner::new(model, backend, Buckets::default()).unwrap();
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let embeddings = run.embed(&refs, |_| {}).unwrap();
+    let states = run.run_encoded(&encoded, Read::Tokens).unwrap();
+    for ((t, e), s) in texts.iter().zip(&embeddings).zip(&states) {
+        let first: Vec<f64> = s[0].iter().map(|&v| f64::from(v)).collect();
+        let worst = worst(e, &first);
+        assert!(worst <= 1e-5, "{t:?}: max difference {worst}");
+    }
+}
+
+/// A CLS-pooled embedder embeds each text as its first token's final row, its last layer
+/// computed for that row alone; on ModernBERT that layer is local, so the row sees a window.
+#[test]
+fn cls_pooled_embeddings_are_the_first_token_states() {
+    for arch in ["bert", "modernbert"] {
+        let s = Scratch::of(arch, &format!("{arch}-cls"));
+        pool_cls(&s.0);
+        let model = || Model::load(&s.0).unwrap();
+        assert_eq!(model().task(), &Task::Embed(Pooling { mode: PoolMode::Cls, normalize: false }));
+        assert_eq!(first_row_layers(model().graph()), 1, "{arch}");
+        assert_eq!(first_row_layers(model().token_graph().unwrap()), 0, "{arch}");
+        let texts = expected(arch).sentences;
+        embeds_first_token_states(model(), switchyard_flex::flex(), &texts);
+        embeds_first_token_states(model(), Reference, &texts);
     }
 }
