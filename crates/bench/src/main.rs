@@ -64,6 +64,35 @@ fn time_plan<B: Backend>(be: B, g: &Graph, batch: &BatchBuf, reps: usize) -> Dur
     })
 }
 
+/// The median times of graphs `a` and `b` (over the same weights, lanes of one executor), run
+/// in turn `reps` times so that a machine's changing speed reaches both alike.
+fn time_lanes<B: Backend>(
+    be: B,
+    a: &Graph,
+    b: &Graph,
+    batch: &BatchBuf,
+    reps: usize,
+) -> (Duration, Duration) {
+    let bucket = Bucket::new(batch.tokens(), batch.seqs(), batch.batch().markers().max(1));
+    let mut ex = executor(be, a, bucket);
+    let lane = ex.add_graph(b.clone(), "bench").expect("both graphs read the same weights");
+    let mut out = Outputs::new();
+    let mut times = [Vec::new(), Vec::new()];
+    for i in 0..reps + 2 {
+        for (l, t) in [LaneId::MAIN, lane].into_iter().zip(&mut times) {
+            let start = Instant::now();
+            ex.run(l, &batch.batch(), &mut out).expect("the bench batch runs");
+            if i >= 2 {
+                t.push(start.elapsed());
+            }
+        }
+    }
+    let [mut a, mut b] = times;
+    a.sort();
+    b.sort();
+    (a[reps / 2], b[reps / 2])
+}
+
 /// `[m, k] x [k, n]` inside a plan: an embedding lookup of `m` rows feeding one linear layer.
 /// The same plan without the linear layer is timed too and subtracted.
 fn gemm_graphs(m: usize, k: usize, n: usize) -> (Graph, Graph) {
@@ -224,6 +253,28 @@ fn bench_encoder(reps: usize) {
         );
     }
     println!("  (ratio: speed relative to ndarray; above 1 is faster)");
+    // A cross-encoder or classifier reads only [CLS]: Switchyard computes its last layer for
+    // that row alone. The same head over the whole last layer is the peer.
+    let pairs = 3 * reps;
+    let (whole, cls) = time_lanes(
+        open("flex"),
+        &testkit::bert_classifier(spec, false),
+        &testkit::bert_classifier(spec, true),
+        &batch,
+        pairs,
+    );
+    println!("  The same encoder with a classifier on [CLS] (a cross-encoder), on flex;");
+    println!("  median of {pairs}, the two taken in turn:");
+    for (name, t) in [("last layer on every token", whole), ("last layer on [CLS] alone", cls)] {
+        println!(
+            "  {:<34} {:>7.1}ms {:>12.0} {:>8.2}",
+            name,
+            ms(t),
+            tokens / t.as_secs_f64(),
+            whole.as_secs_f64() / t.as_secs_f64()
+        );
+    }
+    println!("  (ratio: speed relative to the whole last layer)");
 }
 
 /// A fixed ragged batch of `seqs` sequences of `min` to `max` tokens.
