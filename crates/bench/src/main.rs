@@ -244,13 +244,7 @@ fn bench_encoder(reps: usize) {
         ("burn-flex (Burn's ops)", burn_flex),
         ("ndarray (peer)", nd),
     ] {
-        println!(
-            "  {:<34} {:>7.1}ms {:>12.0} {:>8.2}",
-            name,
-            ms(t),
-            tokens / t.as_secs_f64(),
-            nd.as_secs_f64() / t.as_secs_f64()
-        );
+        encoder_row(name, t, tokens, nd);
     }
     println!("  (ratio: speed relative to ndarray; above 1 is faster)");
     // A cross-encoder or classifier reads only [CLS]: Switchyard computes its last layer for
@@ -266,15 +260,16 @@ fn bench_encoder(reps: usize) {
     println!("  The same encoder with a classifier on [CLS] (a cross-encoder), on flex;");
     println!("  median of {pairs}, the two taken in turn:");
     for (name, t) in [("last layer on every token", whole), ("last layer on [CLS] alone", cls)] {
-        println!(
-            "  {:<34} {:>7.1}ms {:>12.0} {:>8.2}",
-            name,
-            ms(t),
-            tokens / t.as_secs_f64(),
-            whole.as_secs_f64() / t.as_secs_f64()
-        );
+        encoder_row(name, t, tokens, whole);
     }
     println!("  (ratio: speed relative to the whole last layer)");
+}
+
+/// One row of an encoder table: time, tokens a second, and speed relative to `peer`.
+fn encoder_row(name: &str, t: Duration, tokens: f64, peer: Duration) {
+    let rate = tokens / t.as_secs_f64();
+    let ratio = peer.as_secs_f64() / t.as_secs_f64();
+    println!("  {name:<34} {:>7.1}ms {rate:>12.0} {ratio:>8.2}", ms(t));
 }
 
 /// A fixed ragged batch of `seqs` sequences of `min` to `max` tokens.
