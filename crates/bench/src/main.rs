@@ -409,6 +409,24 @@ fn bench_gpus(reps: usize) {
                 );
             }
             machine.iter().for_each(|l| println!("{l}"));
+            // A classifier reads [CLS] alone, so its last layer runs on that row; beside it the
+            // whole layer, both with the device's default kernels, taken in turn. Not `gpu`
+            // lines: PyTorch's peer times the whole encoder.
+            let be = Dispatch::new(&device).expect("it started above");
+            let graphs = [false, true].map(|cls| testkit::bert_classifier(spec, cls));
+            let (whole, cls) = time_lanes(be, &graphs[0], &graphs[1], &batch, reps);
+            println!(
+                "  as a classifier on [CLS], default kernels (ratio: to the whole last layer)"
+            );
+            for (who, t) in [("whole last layer", whole), ("last layer on [CLS] alone", cls)] {
+                let ratio = whole.as_secs_f64() / t.as_secs_f64();
+                let rate = tokens / t.as_secs_f64();
+                println!(
+                    "  {:<46} {:>7.1}ms {rate:>12.0} {ratio:>8.2}",
+                    format!("{name}, {who}"),
+                    ms(t)
+                );
+            }
         }
         println!(
             "  (ratio: speed relative to flex; above 1 is faster. Our kernels: ragged attention, \
