@@ -142,9 +142,6 @@ fn cases() -> Vec<(String, Graph)> {
     }
     for (heads, head_dim) in [(1, 1), (2, 3), (4, 16), (3, 32), (12, 25)] {
         for (window, per_seq) in [(None, false), (Some(2), false), (None, true), (Some(2), true)] {
-            if per_seq && heads == 1 {
-                continue;
-            }
             let w = heads * head_dim;
             let queries = if per_seq { ", a query per sequence" } else { "" };
             c.push((

@@ -6,7 +6,7 @@
 //! where transformers applies it: after the embeddings' norm, on the attention probabilities,
 //! and on each block's output before its residual (DistilBERT: the feed-forward block's only).
 
-use switchyard_core::{Act, Op, PoolMode, Shape, Val};
+use switchyard_core::{Act, Op, Shape, Val};
 
 use crate::Result;
 use crate::checkpoint::Checkpoint;
@@ -63,7 +63,8 @@ const DISTILBERT: Scheme = Scheme {
 };
 
 /// Builds the encoder body; returns it with the final token rows, or with `cls_only` each
-/// sequence's first row, the last layer computed for that row alone (see [`crate::last_layer_on_cls`]).
+/// sequence's first row, the last layer computed for that row alone (see
+/// [`crate::last_layer_on_cls`]).
 pub(crate) fn build<'a>(
     ck: &'a Checkpoint,
     cfg: &EncoderConfig,
@@ -99,7 +100,7 @@ pub(crate) fn build<'a>(
         // the head reads.
         let kv = x;
         if cls_only && l + 1 == cfg.layers {
-            x = e.g.op(Shape::seqs(d), |out| Op::Pool { x: kv, mode: PoolMode::Cls, out });
+            x = e.first_rows(kv);
         }
         let q = e.linear(&format!("{pre}.{}", s.q), x, d, Act::Identity, None)?;
         let k = e.linear(&format!("{pre}.{}", s.k), kv, d, Act::Identity, None)?;

@@ -1,7 +1,7 @@
 //! What every graph builder shares: checkpoint names under a prefix, and the encoder under
 //! construction with its linear and normalisation layers.
 
-use switchyard_core::{Act, GraphBuilder, Op, Shape, Val, W};
+use switchyard_core::{Act, GraphBuilder, Op, PoolMode, Shape, Val, W};
 
 use crate::checkpoint::Checkpoint;
 use crate::{Error, Result};
@@ -117,6 +117,12 @@ impl<'a> Encoder<'a> {
     pub(crate) fn head_layer_norm(&mut self, name: &str, x: Val, eps: f32) -> Result<Val> {
         let root = self.root();
         layer_norm_in(&mut self.g, &root, name, x, eps)
+    }
+
+    /// Each sequence's first row of `x`: what a head that reads `[CLS]` alone keeps of it.
+    pub(crate) fn first_rows(&mut self, x: Val) -> Val {
+        let seqs = Shape::seqs(self.g.shape(x).width);
+        self.g.op(seqs, |out| Op::Pool { x, mode: PoolMode::Cls, out })
     }
 
     /// Declares the head weight `name` (from the checkpoint's root) if the checkpoint has it.

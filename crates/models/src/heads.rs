@@ -21,12 +21,15 @@ pub const SPARSE: &str = "sparse";
 /// final row for every token, before pooling.
 pub const TOKENS: &str = "tokens";
 
-/// `x` pooled by `mode`, or `x` itself where the encoder has already kept one row per sequence
-/// (its last layer computed for `[CLS]` alone).
+/// `x` pooled by `mode`, or `x` itself where the encoder has already kept each sequence's first
+/// row (its last layer computed for `[CLS]` alone, which only CLS pooling asks for).
 fn pooled(e: &mut Encoder<'_>, x: Val, mode: PoolMode) -> Val {
     let shape = e.g.shape(x);
     match shape.rows {
-        Rows::Seqs => x,
+        Rows::Seqs => {
+            debug_assert_eq!(mode, PoolMode::Cls, "first rows kept for a head that pools them");
+            x
+        }
         _ => e.g.op(Shape::seqs(shape.width), |out| Op::Pool { x, mode, out }),
     }
 }

@@ -178,7 +178,7 @@ fn head_kind(ck: &Checkpoint, sentence: Option<&SentenceConfig>) -> Result<HeadK
 /// classifiers and cross-encoders, ModernBERT's with `classifier_pooling: cls`, embedders that
 /// pool CLS such as BGE). Then the last layer's attention takes that row's query alone, over
 /// every token's keys and values, and its output projection and feed-forward run on one row per
-/// sequence: the same values, a last layer's worth of work down to one row.
+/// sequence: the same values, with only the layer's key and value projections left per token.
 fn last_layer_on_cls(kind: &HeadKind, config: &EncoderConfig) -> bool {
     match kind {
         HeadKind::Embed(pooling) => pooling.mode == PoolMode::Cls,

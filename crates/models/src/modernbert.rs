@@ -7,7 +7,7 @@
 //! biases unless the checkpoint carries them. Dropout (training only; 0 in ModernBERT's
 //! defaults) is marked where transformers applies it.
 
-use switchyard_core::{Act, Op, PoolMode, Shape, Val};
+use switchyard_core::{Act, Op, Shape, Val};
 
 use crate::config::{EncoderConfig, ModernConfig};
 use crate::encoder::{Encoder, Names};
@@ -51,9 +51,8 @@ pub(crate) fn build<'a>(
         // the head reads (rotated at their own positions before they are kept).
         let mut q = qk[0];
         if cls_only && l + 1 == m.local.len() {
-            let cls = PoolMode::Cls;
-            q = e.g.op(Shape::seqs(d), |out| Op::Pool { x: q, mode: cls, out });
-            x = e.g.op(Shape::seqs(d), |out| Op::Pool { x, mode: cls, out });
+            q = e.first_rows(q);
+            x = e.first_rows(x);
         }
         let a = e.g.op(e.g.shape(x), |out| Op::Attention {
             q,
