@@ -6,9 +6,11 @@
 //! AVX2, four in portable code, each broadcast from its own row): their scores against blocks
 //! of sixteen keys (the keys any of them may see: all of the sequence, or those within the
 //! window) accumulate in registers over the head's columns, each key block loaded once for the
-//! block of queries; each query's softmax, with the maximum subtracted, runs over the keys it
-//! sees; and the value rows, weighted by it, add up in registers sixteen columns at a time, each
-//! value row loaded once for the block. With AVX-512, two blocks of keys (or of columns) go
+//! block of queries; each query's exponentials, with the maximum subtracted, run over whole
+//! blocks of the keys it sees (the rest of those blocks masked to zero); and the value rows,
+//! weighted by them, add up in registers sixteen columns at a time, each value row loaded once
+//! for the block, the sums multiplied by the reciprocal of the exponentials' sum as they are
+//! stored. With AVX-512, two blocks of keys (or of columns) go
 //! together where the head has them: sixteen chains of FMAs, each broadcast shared by two. Sums
 //! are f32, over keys in order.
 //!
@@ -186,8 +188,8 @@ trait Block {
     /// `kt` holds `d x lpad` values, each `q[qi]` `d`, `sc` `QB x lpad`; `jb + 16 <= lpad`.
     unsafe fn scores(kt: *const f32, q: &[*const f32; MAX_QB], sc: *mut f32, l: Layout, jb: usize);
 
-    /// `out[qi * width + t] = sum_{j in keys} sc[qi * lpad + j] * v[j * width + t]` for the
-    /// first `nq` of the block's queries and sixteen columns `t`.
+    /// `out[qi * width + t] = inv[qi] * sum_{j in keys} sc[qi * lpad + j] * v[j * width + t]`
+    /// for the first `nq` of the block's queries and sixteen columns `t`.
     ///
     /// # Safety
     /// `v` holds rows `keys` of `width` values from 16 columns on, `sc` `QB x lpad`, `out`
@@ -199,6 +201,7 @@ trait Block {
         l: Layout,
         keys: Range<usize>,
         nq: usize,
+        inv: &[f32; MAX_QB],
     );
 
     /// [`Block::scores`] for the keys `jb..jb + 32`, both blocks in one pass where the
@@ -234,11 +237,12 @@ trait Block {
         l: Layout,
         keys: Range<usize>,
         nq: usize,
+        inv: &[f32; MAX_QB],
     ) {
         // SAFETY: the caller's contract.
         unsafe {
-            Self::weighted(v, sc, out, l, keys.clone(), nq);
-            Self::weighted(v.add(KB), sc, out.add(KB), l, keys, nq);
+            Self::weighted(v, sc, out, l, keys.clone(), nq, inv);
+            Self::weighted(v.add(KB), sc, out.add(KB), l, keys, nq, inv);
         }
     }
 }
@@ -302,6 +306,7 @@ impl Block for Four {
         l: Layout,
         keys: Range<usize>,
         nq: usize,
+        inv: &[f32; MAX_QB],
     ) {
         let Layout { width, lpad, .. } = l;
         let (mut o0, mut o1, mut o2, mut o3) = ([0.0; KB], [0.0; KB], [0.0; KB], [0.0; KB]);
@@ -319,8 +324,9 @@ impl Block for Four {
             fma16::<Self::Fma>(&mut o3, p[3], &vj);
         }
         for (qi, o) in [o0, o1, o2, o3].iter().enumerate().take(nq) {
+            let o = o.map(|x| x * inv[qi]);
             // SAFETY: the caller's contract.
-            unsafe { out.add(qi * width).cast::<[f32; KB]>().write_unaligned(*o) };
+            unsafe { out.add(qi * width).cast::<[f32; KB]>().write_unaligned(o) };
         }
     }
 }
@@ -373,9 +379,10 @@ mod x86 {
             l: Layout,
             keys: Range<usize>,
             nq: usize,
+            inv: &[f32; MAX_QB],
         ) {
             // SAFETY: the caller's contract.
-            unsafe { weighted_n::<1>(v, sc, out, l, keys, nq) }
+            unsafe { weighted_n::<1>(v, sc, out, l, keys, nq, inv) }
         }
 
         #[inline(always)]
@@ -398,9 +405,10 @@ mod x86 {
             l: Layout,
             keys: Range<usize>,
             nq: usize,
+            inv: &[f32; MAX_QB],
         ) {
             // SAFETY: the caller's contract.
-            unsafe { weighted_n::<2>(v, sc, out, l, keys, nq) }
+            unsafe { weighted_n::<2>(v, sc, out, l, keys, nq, inv) }
         }
     }
 
@@ -466,6 +474,7 @@ mod x86 {
             l: Layout,
             keys: Range<usize>,
             nq: usize,
+            inv: &[f32; MAX_QB],
         ) {
             let Layout { width, lpad, .. } = l;
             // SAFETY: the caller's contract, with avx2 and fma enabled by the caller.
@@ -481,9 +490,9 @@ mod x86 {
                     }
                 }
                 for (qi, a) in acc.iter().enumerate().take(nq) {
-                    let dst = out.add(qi * width);
-                    _mm256_storeu_ps(dst, a[0]);
-                    _mm256_storeu_ps(dst.add(8), a[1]);
+                    let (dst, inv) = (out.add(qi * width), _mm256_set1_ps(inv[qi]));
+                    _mm256_storeu_ps(dst, _mm256_mul_ps(a[0], inv));
+                    _mm256_storeu_ps(dst.add(8), _mm256_mul_ps(a[1], inv));
                 }
             }
         }
@@ -538,6 +547,7 @@ mod x86 {
         l: Layout,
         keys: Range<usize>,
         nq: usize,
+        inv: &[f32; MAX_QB],
     ) {
         let Layout { width, lpad, .. } = l;
         // SAFETY: the caller's contract.
@@ -555,7 +565,8 @@ mod x86 {
             }
             for (b, a) in acc.iter().enumerate() {
                 for (qi, o) in a.iter().enumerate().take(nq) {
-                    _mm512_storeu_ps(out.add(qi * width + b * KB), *o);
+                    let o = _mm512_mul_ps(*o, _mm512_set1_ps(inv[qi]));
+                    _mm512_storeu_ps(out.add(qi * width + b * KB), o);
                 }
             }
         }
@@ -732,16 +743,25 @@ unsafe fn head_body<B: Block>(task: Task, keys: &mut AlignedBuf, scores: &mut Al
             unsafe { B::scores(ktp, &rows, scp, layout, jb) };
             jb += KB;
         }
-        // Each query's softmax over the keys it sees, as weights over lo..hi (zero for the
-        // keys of the block it does not see), the sum folded in.
-        for qi in 0..nq {
+        // Each query's softmax over the keys it sees, unnormalised, as weights over lo..hi
+        // (zero for the keys of the block it does not see); the weighted sums are multiplied
+        // by the reciprocal of its sum. The exponentials run over whole blocks of keys, those
+        // outside the query's keys set to zero.
+        let mut inv = [0.0f32; MAX_QB];
+        for (qi, inv) in inv.iter_mut().enumerate().take(nq) {
             let (a, b) = seen(i0 + qi);
+            let (ba, bb) = (a / KB * KB, b.next_multiple_of(KB));
             let row = &mut sc[qi * lpad..(qi + 1) * lpad];
-            let max = math::max(&row[a..b]);
-            let inv = 1.0 / math::exp_sum::<B::Fma>(&mut row[a..b], max);
-            row[a..b].iter_mut().for_each(|x| *x *= inv);
-            row[lo..a].fill(0.0);
-            row[b..hi].fill(0.0);
+            let blocks = &mut row[ba..bb];
+            let max = math::max_in(blocks, a - ba..b - ba);
+            // The sum is at least 1 (the largest score's term), as no sequence is empty.
+            *inv = 1.0 / math::exp_sum_in::<B::Fma>(blocks, a - ba..b - ba, max);
+            if lo < ba {
+                row[lo..ba].fill(0.0);
+            }
+            if bb < hi {
+                row[bb..hi].fill(0.0);
+            }
         }
         for qi in nq..qb {
             sc[qi * lpad + lo..qi * lpad + hi].fill(0.0);
@@ -755,7 +775,7 @@ unsafe fn head_body<B: Block>(task: Task, keys: &mut AlignedBuf, scores: &mut Al
             unsafe {
                 let (vs, os) =
                     (v.add(start * width + col + c0), out.add((q0 + i0) * width + col + c0));
-                B::weighted2(vs, scp, os, layout, lo..hi, nq);
+                B::weighted2(vs, scp, os, layout, lo..hi, nq, &inv);
             }
             c0 += 2 * KB;
         }
@@ -765,7 +785,7 @@ unsafe fn head_body<B: Block>(task: Task, keys: &mut AlignedBuf, scores: &mut Al
             unsafe {
                 let (vs, os) =
                     (v.add(start * width + col + c0), out.add((q0 + i0) * width + col + c0));
-                B::weighted(vs, scp, os, layout, lo..hi, nq);
+                B::weighted(vs, scp, os, layout, lo..hi, nq, &inv);
             }
             c0 += KB;
         }
@@ -778,7 +798,7 @@ unsafe fn head_body<B: Block>(task: Task, keys: &mut AlignedBuf, scores: &mut Al
                     o = B::Fma::mul_add(sc[qi * lpad + j], x, o);
                 }
                 // SAFETY: as for the blocks of sixteen.
-                unsafe { *out.add((q0 + i0 + qi) * width + col + c) = o };
+                unsafe { *out.add((q0 + i0 + qi) * width + col + c) = o * inv[qi] };
             }
         }
         i0 += nq;

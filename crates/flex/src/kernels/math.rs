@@ -11,6 +11,8 @@
 // The polynomials' coefficients are written as published, a digit or two past f32.
 #![allow(clippy::excessive_precision)]
 
+use std::ops::Range;
+
 use switchyard_core::Act;
 
 /// How a kernel computes `a * b + c`: each kernel body is compiled once per instruction set,
@@ -214,42 +216,66 @@ pub fn act_in_place<M: MulAdd>(a: Act, xs: &mut [f32]) {
     }
 }
 
-/// The largest value of `xs` (-inf for none), sixteen lanes at a time so that it vectorises.
+/// Values per block of [`max_in`] and [`exp_sum_in`].
+const LANES: usize = 16;
+
+/// Whether the block of sixteen from `j0` lies inside `range`.
 #[inline(always)]
-pub fn max(xs: &[f32]) -> f32 {
-    let mut acc = [f32::NEG_INFINITY; 16];
-    let chunks = xs.chunks_exact(16);
-    let rest = chunks.remainder().iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
-    for c in chunks {
-        for (a, &x) in acc.iter_mut().zip(c) {
-            *a = a.max(x);
-        }
-    }
-    acc.iter().fold(rest, |m, &x| m.max(x))
+fn inside(j0: usize, range: &Range<usize>) -> bool {
+    range.start <= j0 && j0 + LANES <= range.end
 }
 
-/// Replaces each `x` of `xs` by `e^(x - shift)` and returns their sum, sixteen lanes at a time.
+/// The largest of `xs[range]` (-inf for none; NaN is passed over), reading `xs` in whole
+/// blocks of sixteen, those at the ends of `range` masked, so that every block vectorises.
+///
+/// # Panics
+/// If `xs` is not whole blocks of sixteen (a debug assertion).
 #[inline(always)]
-pub fn exp_sum<M: MulAdd>(xs: &mut [f32], shift: f32) -> f32 {
-    let mut acc = [0.0f32; 16];
-    let mut chunks = xs.chunks_exact_mut(16);
-    for c in &mut chunks {
-        for (a, x) in acc.iter_mut().zip(c) {
-            *x = exp::<M>(*x - shift);
-            *a += *x;
+pub fn max_in(xs: &[f32], range: Range<usize>) -> f32 {
+    debug_assert!(xs.len().is_multiple_of(LANES) && range.end <= xs.len());
+    let larger = |a: f32, x: f32| if x > a { x } else { a };
+    let mut acc = [f32::NEG_INFINITY; LANES];
+    for (bi, block) in xs.chunks_exact(LANES).enumerate() {
+        let j0 = bi * LANES;
+        if inside(j0, &range) {
+            for (a, &x) in acc.iter_mut().zip(block) {
+                *a = larger(*a, x);
+            }
+        } else {
+            for (t, (a, &x)) in acc.iter_mut().zip(block).enumerate() {
+                let x = if range.contains(&(j0 + t)) { x } else { f32::NEG_INFINITY };
+                *a = larger(*a, x);
+            }
         }
     }
-    // The last values in a block of sixteen too, so that they vectorise as well (one at a
-    // time, they took about a quarter of attention's time for 47-token sequences); the same
-    // values, summed in the same order.
-    let rest = chunks.into_remainder();
-    let mut block = [0.0f32; 16];
-    block[..rest.len()].copy_from_slice(rest);
-    for x in &mut block {
-        *x = exp::<M>(*x - shift);
+    acc.into_iter().fold(f32::NEG_INFINITY, larger)
+}
+
+/// Replaces each `x` of `xs[range]` by `e^(x - shift)` and every other value of `xs` by zero,
+/// and returns the sum, in whole blocks of sixteen as [`max_in`] reads them.
+///
+/// # Panics
+/// If `xs` is not whole blocks of sixteen (a debug assertion).
+#[inline(always)]
+pub fn exp_sum_in<M: MulAdd>(xs: &mut [f32], range: Range<usize>, shift: f32) -> f32 {
+    debug_assert!(xs.len().is_multiple_of(LANES) && range.end <= xs.len());
+    let mut acc = [0.0f32; LANES];
+    for (bi, block) in xs.chunks_exact_mut(LANES).enumerate() {
+        let j0 = bi * LANES;
+        if inside(j0, &range) {
+            for (a, x) in acc.iter_mut().zip(block) {
+                *x = exp::<M>(*x - shift);
+                *a += *x;
+            }
+        } else {
+            for (t, (a, x)) in acc.iter_mut().zip(block).enumerate() {
+                let e = exp::<M>(*x - shift);
+                *x = if range.contains(&(j0 + t)) { e } else { 0.0 };
+                *a += *x;
+            }
+        }
     }
-    rest.copy_from_slice(&block[..rest.len()]);
-    acc.iter().sum::<f32>() + block[..rest.len()].iter().fold(0.0, |s, &x| s + x)
+    acc.iter().sum()
 }
 
 #[cfg(test)]
@@ -312,15 +338,24 @@ mod tests {
 
     both!(max_and_exp_sum_match_their_definitions, exp_sum_check);
     fn exp_sum_check<M: MulAdd>() {
-        let xs: Vec<f32> = grid(-3.0, 2.0, 36).collect();
-        assert_eq!(max(&xs), 2.0);
-        assert_eq!(max(&xs[..5]), xs[4]);
-        assert_eq!(max(&[]), f32::NEG_INFINITY);
-        let mut ys = xs.clone();
-        let sum = exp_sum::<M>(&mut ys, 2.0);
-        let want: f64 = xs.iter().map(|&x| (f64::from(x) - 2.0).exp()).sum();
-        assert!((f64::from(sum) - want).abs() < 1e-6 * want, "{sum} vs {want}");
-        assert!(ys.iter().zip(&xs).all(|(y, x)| *y == exp::<M>(x - 2.0)));
+        let xs: Vec<f32> = grid(-3.0, 2.0, 47).collect();
+        assert_eq!(max_in(&xs, 0..48), 2.0);
+        assert_eq!(max_in(&xs, 3..8), xs[7]);
+        assert_eq!(max_in(&xs, 20..40), xs[39], "a range across two blocks");
+        assert_eq!(max_in(&xs, 5..5), f32::NEG_INFINITY);
+        let mut nan = xs.clone();
+        nan[10] = f32::NAN;
+        assert_eq!(max_in(&nan, 0..20), xs[19], "NaN is passed over");
+        for range in [0..48, 3..8, 17..45, 16..32, 6..6] {
+            let mut ys = xs.clone();
+            let sum = exp_sum_in::<M>(&mut ys, range.clone(), 2.0);
+            let want: f64 = xs[range.clone()].iter().map(|&x| (f64::from(x) - 2.0).exp()).sum();
+            assert!((f64::from(sum) - want).abs() <= 1e-6 * want, "{range:?}: {sum} vs {want}");
+            for (j, (y, x)) in ys.iter().zip(&xs).enumerate() {
+                let e = if range.contains(&j) { exp::<M>(x - 2.0) } else { 0.0 };
+                assert_eq!(*y, e, "{range:?}: value {j}");
+            }
+        }
     }
 
     both!(activations_match_the_f64_definitions, act_check);
