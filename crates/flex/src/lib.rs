@@ -31,6 +31,7 @@ use burn_flex::{Flex, FlexDevice};
 use switchyard_burn::{Burn, BurnPlan, BurnState, BurnWeights, Generic};
 use switchyard_core::{Backend, Batch, Bucket, Caps, DType, Graph, HostTensor, Outputs, Result};
 
+use crate::kernels::attention::Products;
 use crate::kernels::{Isa, Isa8, Isa16};
 use crate::native::{NativePlan, NativeState, NativeWeights, Precision};
 pub use crate::pool::{THREADS_ENV, threads_from_env};
@@ -203,6 +204,16 @@ impl FlexBackend {
             Linears::Int8 => Precision::Int8(self.isa8),
         }
     }
+
+    /// What attention multiplies in: in bf16, bf16 where the bf16 GEMM has AVX-512 BF16 (itself
+    /// detected on this CPU); f32 otherwise. int8 keeps f32 attention: bf16 products there cost
+    /// the real all-MiniLM-L6-v2 up to 0.006 of cosine (docs/backends.md).
+    fn products(&self, linears: Linears) -> Products {
+        match linears {
+            Linears::Bf16 if self.isa16 == Isa16::Avx512Bf16 => Products::Bf16,
+            _ => Products::F32,
+        }
+    }
 }
 
 /// Training (and anything else that needs a Burn backend) runs on burn-flex, on this backend's
@@ -234,8 +245,8 @@ impl Backend for FlexBackend {
         match &self.engine {
             Engine::Native(linears) => {
                 let _span = tracing::info_span!("upload", backend = "flex").entered();
-                let precision = self.precision(*linears);
-                let w = native::upload(self.isa, precision, tensors, graph)?;
+                let forms = (self.precision(*linears), self.products(*linears));
+                let w = native::upload(self.isa, forms, tensors, graph)?;
                 Ok(FlexWeights::Native(Arc::new(w)))
             }
             Engine::Half(b) => Ok(FlexWeights::Half(b.upload(tensors, graph)?)),
@@ -258,7 +269,7 @@ impl Backend for FlexBackend {
     fn state(&self, plan: &FlexPlan) -> Result<FlexState> {
         match (&self.engine, plan) {
             (Engine::Native(_), FlexPlan::Native(p)) => {
-                Ok(FlexState::Native(native::state(p, self.pool.current_num_threads())?))
+                Ok(FlexState::Native(native::state(self.isa, p, self.pool.current_num_threads())?))
             }
             (Engine::Half(b), FlexPlan::Half(p)) => Ok(FlexState::Half(b.state(p)?)),
             _ => Err(crossed("a plan")),

@@ -15,7 +15,7 @@ use switchyard_core::{
 };
 
 use crate::buf::AlignedBuf;
-use crate::kernels::attention::{self, Heads};
+use crate::kernels::attention::{self, Heads, Products};
 use crate::kernels::gemm::{self, PackedWeight};
 use crate::kernels::gemm8::{self, Isa8, PackedWeight8};
 use crate::kernels::gemm16::{self, Isa16, PackedWeight16};
@@ -61,6 +61,8 @@ pub struct NativeWeights {
     /// Packed for the GEMM, where a linear layer reads it.
     linear: Vec<Option<Linear>>,
     bytes: usize,
+    /// What attention multiplies in.
+    products: Products,
 }
 
 impl NativeWeights {
@@ -113,10 +115,11 @@ pub struct NativeState {
 
 const F32: usize = size_of::<f32>();
 
-/// Converts and packs the checkpoint tensors for `graph`, the linear layers' in `precision`.
+/// Converts and packs the checkpoint tensors for `graph`, the linear layers' in `precision`,
+/// for attention multiplying in `products` (bf16 only where the CPU has AVX-512 BF16).
 pub(crate) fn upload(
     isa: Isa,
-    precision: Precision,
+    (precision, products): (Precision, Products),
     tensors: &[HostTensor<'_>],
     graph: &Graph,
 ) -> Result<NativeWeights> {
@@ -126,6 +129,7 @@ pub(crate) fn upload(
         plain: Vec::with_capacity(tensors.len()),
         linear: Vec::with_capacity(tensors.len()),
         bytes: 0,
+        products,
     };
     for (t, &(plain, linear)) in tensors.iter().zip(&forms) {
         let mut values = Vec::new();
@@ -178,7 +182,7 @@ pub(crate) fn lower(w: &Arc<NativeWeights>, graph: &Graph, bucket: Bucket) -> Re
 
 /// The run state of `plan` for a pool of `threads`: its arena, and scratch for the largest
 /// work of the plan's bucket.
-pub(crate) fn state(plan: &NativePlan, threads: usize) -> Result<NativeState> {
+pub(crate) fn state(isa: Isa, plan: &NativePlan, threads: usize) -> Result<NativeState> {
     let g = &plan.graph;
     let longest = (plan.bucket.tokens).min(g.limits().max_len as usize);
     let mut size = ScratchSize::default();
@@ -202,7 +206,8 @@ pub(crate) fn state(plan: &NativePlan, threads: usize) -> Result<NativeState> {
             }
             Op::Attention { heads, head_dim, scale, window, .. } => {
                 let h = Heads { heads, head_dim, scale, window };
-                size = size.max(attention::scratch_size(h, longest));
+                let products = plan.weights.products;
+                size = size.max(attention::scratch_size(h, longest, isa, products));
             }
             _ => {}
         }
@@ -347,7 +352,8 @@ pub(crate) fn run(
                     let h = Heads { heads, head_dim, scale, window };
                     let per_seq = g.shape(q).rows == Rows::Seqs;
                     let (q, k, v, o) = (at(q), at(k), at(v), at(o));
-                    attention::attention(isa, q, k, v, o, batch, per_seq, h, scratch);
+                    let products = w.products;
+                    attention::attention(isa, products, q, k, v, o, batch, per_seq, h, scratch);
                 }
                 Op::Activation { x, act, .. } => {
                     rows::activation(isa, at(o), at(x), rows, width, act);

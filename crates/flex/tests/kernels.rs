@@ -8,6 +8,7 @@ use switchyard_core::{
     Act, Backend, BatchBuf, Bucket, Buckets, DType, Executor, GraphBuilder, LaneId, Op, Outputs,
     Reference, Shape,
 };
+use switchyard_flex::kernels::attention::{Heads, Products, attention};
 use switchyard_flex::kernels::gemm::{PackedWeight, gemm};
 use switchyard_flex::kernels::gemm8::{PackedWeight8, Rows8, gemm8, quantize_rows};
 use switchyard_flex::kernels::gemm16::{
@@ -505,6 +506,117 @@ fn attention_over_long_sequences_and_windows_on_every_isa() {
                 );
             }
         }
+    }
+}
+
+/// `x` rounded to bf16, as f64.
+fn bf16(x: f32) -> f64 {
+    f64::from(from_bf16(to_bf16(x)))
+}
+
+/// Attention with bf16 products, as flex's bf16 runs it on a CPU with AVX-512 BF16, against an
+/// f64 model of the same roundings: each output within `4e-5` of the sum of its terms'
+/// magnitudes (f32 sums of up to 700 terms, 700 x 2^-24, and f32 exponentials), plus one bf16
+/// step of each weight that lies within 1% of a step of halfway between two bf16 (where the
+/// kernel's f32 weight, a few f32 steps from the f64 one, may round the other way). The
+/// outputs differ from the f32 products' outputs by far more than that bound.
+#[test]
+#[allow(clippy::print_stderr)] // the skip, and each shape's margin
+fn bf16_attention_is_its_roundings_of_f64() {
+    if !Isa16::available().contains(&Isa16::Avx512Bf16) {
+        eprintln!("skipped: this CPU has no AVX-512 BF16");
+        return;
+    }
+    let lens = [1usize, 700, 33, 257, 2, 18];
+    let tokens: usize = lens.iter().sum();
+    let mut batch = BatchBuf::new();
+    for &len in &lens {
+        batch.push(&vec![0; len], None, &[]).expect("a sequence");
+    }
+    let batch = batch.batch();
+    // Heads of one to four pairs of sixteen columns, with and without windows, and heads off a
+    // multiple of 32, which run in f32.
+    for (heads, d, window) in
+        [(2, 64, None), (1, 32, Some(20)), (3, 96, Some(5)), (1, 128, None), (2, 48, None)]
+    {
+        let width = heads * d;
+        let mut r = Rng::new(d as u64);
+        let (q, k, v) = (
+            values(&mut r, tokens * width, 2.0),
+            values(&mut r, tokens * width, 2.0),
+            values(&mut r, tokens * width, 2.0),
+        );
+        let h = Heads { heads, head_dim: d, scale: 1.0 / (d as f32).sqrt(), window };
+        let run = |products| {
+            let mut out = vec![f32::NAN; tokens * width];
+            let scratch = Scratches::for_current_pool();
+            let (q, k, v, o) = (q.as_ptr(), k.as_ptr(), v.as_ptr(), out.as_mut_ptr());
+            // SAFETY: q, k, v and out hold tokens x width values, out overlapping none; this
+            // CPU has AVX-512 BF16.
+            unsafe { attention(Isa::Avx512, products, q, k, v, o, &batch, false, h, &scratch) };
+            out
+        };
+        let (got, f32s) = (run(Products::Bf16), run(Products::F32));
+        let rounds = Products::Bf16.taken(Isa::Avx512, d) == Products::Bf16;
+        assert_eq!(rounds, d % 32 == 0, "{d}");
+        let (mut worst, mut apart) = (0.0f64, 0.0f64);
+        let mut start = 0;
+        for &len in &lens {
+            for hd in 0..heads {
+                let at = |x: &[f32], t: usize, c: usize| x[(start + t) * width + hd * d + c];
+                let seen = |i: usize| match window {
+                    Some(w) => i.saturating_sub(w)..(i + w + 1).min(len),
+                    None => 0..len,
+                };
+                let round = |x: f32| if rounds { bf16(x) } else { f64::from(x) };
+                for i in 0..len {
+                    let s: Vec<f64> = seen(i)
+                        .map(|j| {
+                            let dot: f64 =
+                                (0..d).map(|c| round(at(&q, i, c)) * round(at(&k, j, c))).sum();
+                            dot * f64::from(h.scale)
+                        })
+                        .collect();
+                    let m = s.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                    let e: Vec<f64> = s.iter().map(|x| (x - m).exp()).collect();
+                    let sum: f64 = e.iter().sum();
+                    // Each weight as the kernel multiplies it, and how far the kernel's may be.
+                    let (w, slack): (Vec<f64>, Vec<f64>) = e
+                        .iter()
+                        .map(|&e| {
+                            if !rounds {
+                                return (e, 0.0);
+                            }
+                            let (lo, w) = (bf16(e as f32), bf16(e as f32));
+                            let step = f64::from(from_bf16(to_bf16(lo as f32) + 1)) - lo;
+                            let near = ((e - w).abs() - step / 2.0).abs() <= 1e-2 * step;
+                            (w, if near { step } else { 0.0 })
+                        })
+                        .unzip();
+                    for c in 0..d {
+                        let vals: Vec<f64> = seen(i).map(|j| round(at(&v, j, c))).collect();
+                        let want: f64 = w.iter().zip(&vals).map(|(w, v)| w * v).sum::<f64>() / sum;
+                        let mag: f64 = e.iter().zip(&vals).map(|(e, v)| (e * v).abs()).sum();
+                        let loose: f64 = slack.iter().zip(&vals).map(|(s, v)| (s * v).abs()).sum();
+                        let bound = (4e-5 * mag + loose) / sum;
+                        let (g, f) = (f64::from(at(&got, i, c)), f64::from(at(&f32s, i, c)));
+                        assert!(
+                            (g - want).abs() <= bound,
+                            "{heads}x{d} {window:?} len {len} head {hd} [{i}][{c}]: {g} vs {want}"
+                        );
+                        worst = worst.max((g - want).abs() / bound.max(f64::MIN_POSITIVE));
+                        apart = apart.max((g - f).abs());
+                    }
+                }
+            }
+            start += len;
+        }
+        if rounds {
+            assert!(apart > 1e-3, "{heads}x{d}: bf16 products really round ({apart})");
+        } else {
+            assert_eq!(got, f32s, "{heads}x{d}: heads off a multiple of 32 run in f32");
+        }
+        eprintln!("{heads}x{d} {window:?}: worst {worst:.3} of the bound, {apart:.2e} from f32");
     }
 }
 

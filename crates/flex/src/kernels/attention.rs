@@ -20,6 +20,13 @@
 //! registers, so four queries already make eight, and six make twelve, sharing each load of
 //! keys or values among more FMAs (eight queries would need more registers than AVX2 has): on
 //! an AMD Zen 3, 0% to 7% faster than four, the most for the longest sequences.
+//!
+//! With [`Products::Bf16`] (flex's bf16, on a CPU with AVX-512 BF16) a task first rounds the
+//! head's queries, keys and values to bf16, in pairs of adjacent elements: a query's pairs of
+//! columns, the keys' pairs of columns transposed, and the values' pairs of rows (two keys)
+//! interleaved column by column; each query's weights are rounded in place after the softmax.
+//! `vdpbf16ps` then adds two exact products to each f32 lane per instruction, so both inner
+//! loops take half the instructions. The softmax, its sum and every accumulator stay f32.
 
 use std::ops::Range;
 
@@ -44,23 +51,59 @@ pub struct Heads {
     pub window: Option<usize>,
 }
 
-/// The scratch attention of `h` over sequences of at most `max_len` tokens needs per thread.
-pub fn scratch_size(h: Heads, max_len: usize) -> ScratchSize {
+/// What attention multiplies in.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Products {
+    /// f32 products.
+    #[default]
+    F32,
+    /// Queries, keys, weights and values rounded to bf16 (to nearest, ties to even), their
+    /// exact products summed in f32; the softmax in f32.
+    Bf16,
+}
+
+impl Products {
+    /// What attention of heads `head_dim` wide runs in on `isa`, asked for `self`: bf16 only
+    /// with [`Isa::Avx512`] (on a CPU that also has AVX-512 BF16, the caller's to check) and
+    /// for heads a multiple of 32 columns wide; f32 otherwise.
+    pub fn taken(self, isa: Isa, head_dim: usize) -> Products {
+        let wide = cfg!(target_arch = "x86_64") && isa == Isa::Avx512;
+        if wide && head_dim.is_multiple_of(2 * KB) { self } else { Products::F32 }
+    }
+
+    /// Words of the key scratch a head `d` wide over `lpad` padded keys needs: the transposed
+    /// keys (in bf16, their pairs and the pairs of up to `lpad` queries, as many words), and in
+    /// bf16 the values' pairs of rows after them.
+    fn key_words(self, d: usize, lpad: usize) -> usize {
+        match self {
+            Products::F32 => d * lpad,
+            Products::Bf16 => d * lpad + lpad / 2 * d,
+        }
+    }
+}
+
+/// The scratch attention of `h` over sequences of at most `max_len` tokens, asked for in
+/// `products` on `isa`, needs per thread.
+pub fn scratch_size(h: Heads, max_len: usize, isa: Isa, products: Products) -> ScratchSize {
     let lpad = max_len.next_multiple_of(KB);
-    ScratchSize { keys: h.head_dim * lpad, scores: MAX_QB * lpad, ..ScratchSize::default() }
+    let keys = products.taken(isa, h.head_dim).key_words(h.head_dim, lpad);
+    ScratchSize { keys, scores: MAX_QB * lpad, ..ScratchSize::default() }
 }
 
 /// `out` = self-attention of `q`, `k`, `v` within each sequence of `batch`, on the current rayon
 /// pool, with the threads' `scratch`: a query per token, or with `per_seq` one per sequence (its
-/// first token's, in row `s` of `q` and `out` for sequence `s`).
+/// first token's, in row `s` of `q` and `out` for sequence `s`); the products in what
+/// [`Products::taken`] says for `products`.
 ///
 /// # Safety
 /// `k` and `v` hold `batch.tokens() x heads * head_dim` readable values, `q` as many (with
 /// `per_seq`, `batch.seqs()` rows of them) and `out` as many as `q` writable ones, overlapping
-/// none of them; no other thread writes them meanwhile. `batch` passed [`Batch::check`].
+/// none of them; no other thread writes them meanwhile. `batch` passed [`Batch::check`]. With
+/// [`Products::Bf16`], the CPU has AVX-512 BF16.
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn attention(
     isa: Isa,
+    products: Products,
     q: *const f32,
     k: *const f32,
     v: *const f32,
@@ -71,6 +114,7 @@ pub unsafe fn attention(
     scratch: &Scratches,
 ) {
     let ptrs = [SendPtr(q.cast_mut()), SendPtr(k.cast_mut()), SendPtr(v.cast_mut()), SendPtr(out)];
+    let products = products.taken(isa, h.head_dim);
     (0..batch.seqs() * h.heads).into_par_iter().for_each(|t| {
         let (s, head) = (t / h.heads, t % h.heads);
         let rows = batch.seq(s);
@@ -80,7 +124,7 @@ pub unsafe fn attention(
             // of one sequence, which no other task writes.
             unsafe {
                 let task = Task { ptrs, start: rows.start, len: rows.len(), q0, queries, head, h };
-                one_head(isa, task, &mut sc.keys, &mut sc.scores)
+                one_head(isa, products, task, &mut sc.keys, &mut sc.scores)
             }
         });
     });
@@ -105,20 +149,40 @@ struct Task {
 }
 
 /// What a head's inner loops share: its columns, the batch's row width, the padded length of
-/// its keys and the scale of its scores.
+/// its keys, the scale of its scores, and the words from one step of values to the next (a
+/// row's width in f32, a head's pairs of rows in bf16).
 #[derive(Clone, Copy)]
 struct Layout {
     d: usize,
     width: usize,
     lpad: usize,
     scale: f32,
+    vstride: usize,
 }
 
-/// Runs `task` with the query block and the instructions of `isa`.
+/// Where a head's inner loops read its queries and values: query `i` of the task at `q + i *
+/// qstride`, and step `j` of the values (a row, or a pair of rows) at `v + j * vstride`, from
+/// the head's first column.
+#[derive(Clone, Copy)]
+struct Reads {
+    q: *const f32,
+    qstride: usize,
+    v: *const f32,
+    vstride: usize,
+}
+
+/// Runs `task` with the query block and the instructions of `isa`, its products in `products`
+/// (as [`Products::taken`] left it).
 ///
 /// # Safety
 /// As [`attention`]'s, for the task's rows and columns.
-unsafe fn one_head(isa: Isa, task: Task, keys: &mut AlignedBuf, scores: &mut AlignedBuf) {
+unsafe fn one_head(
+    isa: Isa,
+    products: Products,
+    task: Task,
+    keys: &mut AlignedBuf,
+    scores: &mut AlignedBuf,
+) {
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f,avx2,fma")]
     unsafe fn avx512(task: Task, keys: &mut AlignedBuf, scores: &mut AlignedBuf) {
@@ -126,18 +190,29 @@ unsafe fn one_head(isa: Isa, task: Task, keys: &mut AlignedBuf, scores: &mut Ali
         unsafe { head_body::<x86::Avx512>(task, keys, scores) }
     }
     #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512bf16,avx2,fma")]
+    unsafe fn avx512_bf16(task: Task, keys: &mut AlignedBuf, scores: &mut AlignedBuf) {
+        // SAFETY: the caller's contract.
+        unsafe { head_body::<x86::Avx512Bf16>(task, keys, scores) }
+    }
+    #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
     unsafe fn avx2(task: Task, keys: &mut AlignedBuf, scores: &mut AlignedBuf) {
         // SAFETY: the caller's contract.
         unsafe { head_body::<x86::Avx2>(task, keys, scores) }
     }
-    match isa {
-        // SAFETY: `isa` was detected on this CPU, so it has the features enabled.
+    match (isa, products) {
+        // SAFETY: `isa` was detected on this CPU, so it has the features enabled, and with
+        // bf16 products the caller vouched for AVX-512 BF16; `taken` kept the head's width a
+        // multiple of 32.
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => unsafe { avx512(task, keys, scores) },
+        (Isa::Avx512, Products::Bf16) => unsafe { avx512_bf16(task, keys, scores) },
         // SAFETY: as above.
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => unsafe { avx2(task, keys, scores) },
+        (Isa::Avx512, _) => unsafe { avx512(task, keys, scores) },
+        // SAFETY: as above.
+        #[cfg(target_arch = "x86_64")]
+        (Isa::Avx2, _) => unsafe { avx2(task, keys, scores) },
         // SAFETY: the caller's contract.
         _ => unsafe { head_body::<Four>(task, keys, scores) },
     }
@@ -166,9 +241,47 @@ fn fma16<M: MulAdd>(acc: &mut [f32; KB], a: f32, b: &[f32; KB]) {
 trait Block {
     /// Queries computed together.
     const QB: usize;
+    /// What the products are.
+    const PRODUCTS: Products = Products::F32;
+    /// Keys one step of [`Block::weighted`] takes: two where weights and values come in pairs
+    /// of bf16.
+    const STEP: usize = 1;
     /// The multiply-add of the softmax and the columns past the blocks of sixteen, compiled
     /// beside the block's kernels.
     type Fma: MulAdd;
+
+    /// Readies a head for the loops: its transposed keys into `kt` (`PRODUCTS.key_words(d,
+    /// lpad)` words), and where the queries and values are read; by default
+    /// [`Block::transpose_keys`], the others read where they are. `q` is the head's first
+    /// query, `k` and `v` its first key and value row, each at the head's first column.
+    ///
+    /// # Safety
+    /// `k` and `v` hold `len` rows of `width >= d` values, `q` `queries` rows; `kt` the words
+    /// above, writable.
+    #[inline(always)]
+    unsafe fn prepare(
+        q: *const f32,
+        k: *const f32,
+        v: *const f32,
+        (len, queries): (usize, usize),
+        kt: *mut f32,
+        l: Layout,
+    ) -> Reads {
+        let _ = queries;
+        // SAFETY: the caller's contract.
+        unsafe { Self::transpose_keys(k, len, kt, l) };
+        Reads { q, qstride: l.width, v, vstride: l.width }
+    }
+
+    /// Makes a query's weights, the whole blocks `blocks` of `row` (its `lpad` scores), what
+    /// [`Block::weighted`] reads; by default they stay as they are.
+    ///
+    /// # Safety
+    /// `row` holds `blocks.end` values; `blocks` are whole blocks of sixteen.
+    #[inline(always)]
+    unsafe fn weights(row: *mut f32, blocks: Range<usize>) {
+        let _ = (row, blocks);
+    }
 
     /// `kt[c * lpad + j] = k[j * width + c]` for keys `j < len` and columns `c < d`, and zero
     /// for `len <= j < lpad`.
@@ -182,17 +295,20 @@ trait Block {
     }
 
     /// `sc[qi * lpad + jb + t] = scale * sum_c q[qi][c] * kt[c * lpad + jb + t]` for the
-    /// block's queries `q` (rows of `d` values) and keys `jb..jb + 16`.
+    /// block's queries `q` (rows of `d` values, as [`Block::prepare`] left them) and keys
+    /// `jb..jb + 16`.
     ///
     /// # Safety
     /// `kt` holds `d x lpad` values, each `q[qi]` `d`, `sc` `QB x lpad`; `jb + 16 <= lpad`.
     unsafe fn scores(kt: *const f32, q: &[*const f32; MAX_QB], sc: *mut f32, l: Layout, jb: usize);
 
-    /// `out[qi * width + t] = inv[qi] * sum_{j in keys} sc[qi * lpad + j] * v[j * width + t]`
-    /// for the first `nq` of the block's queries and sixteen columns `t`.
+    /// `out[qi * width + t] = inv[qi] * sum_{j in keys} sc[qi * lpad + j] * v[j * vstride +
+    /// t]` for the first `nq` of the block's queries and sixteen columns `t`, `keys` counted in
+    /// steps of [`Block::STEP`] keys (as [`Block::prepare`] and [`Block::weights`] left the
+    /// values and weights).
     ///
     /// # Safety
-    /// `v` holds rows `keys` of `width` values from 16 columns on, `sc` `QB x lpad`, `out`
+    /// `v` holds steps `keys` of `vstride` values from 16 columns on, `sc` `QB x lpad`, `out`
     /// `nq` rows of `width` writable ones from 16 columns on, overlapping neither.
     unsafe fn weighted(
         v: *const f32,
@@ -308,13 +424,13 @@ impl Block for Four {
         nq: usize,
         inv: &[f32; MAX_QB],
     ) {
-        let Layout { width, lpad, .. } = l;
+        let Layout { width, lpad, vstride, .. } = l;
         let (mut o0, mut o1, mut o2, mut o3) = ([0.0; KB], [0.0; KB], [0.0; KB], [0.0; KB]);
         for j in keys {
             // SAFETY: the caller's contract.
             let (vj, p) = unsafe {
                 (
-                    load::<KB>(v.add(j * width)),
+                    load::<KB>(v.add(j * vstride)),
                     [*sc.add(j), *sc.add(lpad + j), *sc.add(2 * lpad + j), *sc.add(3 * lpad + j)],
                 )
             };
@@ -334,29 +450,49 @@ impl Block for Four {
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::*;
+    use std::marker::PhantomData;
     use std::ops::Range;
 
-    use super::{Block, KB, Layout, MAX_QB, transpose_columns};
+    use super::{Block, KB, Layout, MAX_QB, Products, Reads, transpose_columns};
     use crate::kernels::math::Fused;
 
-    /// Eight queries, one AVX-512 register of sixteen keys or columns each: eight chains of FMAs.
-    pub(super) struct Avx512;
+    /// Eight queries, one AVX-512 register of sixteen keys or columns each: eight chains of
+    /// FMAs (or of `vdpbf16ps`, as `D` multiplies).
+    pub(super) struct Wide<D>(PhantomData<D>);
 
-    impl Block for Avx512 {
+    /// AVX-512 in f32.
+    pub(super) type Avx512 = Wide<F32Dot>;
+    /// AVX-512 with bf16 products.
+    pub(super) type Avx512Bf16 = Wide<Bf16Dot>;
+
+    impl<D: Dot> Block for Wide<D> {
         const QB: usize = 8;
+        const PRODUCTS: Products = D::PRODUCTS;
+        const STEP: usize = D::PER;
         type Fma = Fused;
 
-        /// Tiles of sixteen keys by sixteen columns, transposed in registers; the columns past
-        /// the last whole sixteen one value at a time.
         #[inline(always)]
-        unsafe fn transpose_keys(k: *const f32, len: usize, kt: *mut f32, l: Layout) {
-            // SAFETY: the caller's contract, with avx512f enabled by the caller.
+        unsafe fn prepare(
+            q: *const f32,
+            k: *const f32,
+            v: *const f32,
+            lens: (usize, usize),
+            kt: *mut f32,
+            l: Layout,
+        ) -> Reads {
+            // SAFETY: the caller's contract: `key_words` holds the keys' region (d x lpad
+            // words) and then the values'.
             unsafe {
-                let (load, store) = (|p| _mm512_loadu_ps(p), |p, v| _mm512_storeu_ps(p, v));
-                transpose_tiles::<_, KB>(k, len, kt, l, _mm512_setzero_ps(), load, store, |r| {
-                    transpose16(r)
-                })
+                let (q, qstride) = D::prepare_keys(q, k, lens, kt, l);
+                let (v, vstride) = D::prepare_values(v, lens.0, kt.add(l.d * l.lpad), l);
+                Reads { q, qstride, v, vstride }
             }
+        }
+
+        #[inline(always)]
+        unsafe fn weights(row: *mut f32, blocks: Range<usize>) {
+            // SAFETY: the caller's contract.
+            unsafe { D::weights(row, blocks) }
         }
 
         #[inline(always)]
@@ -368,7 +504,7 @@ mod x86 {
             jb: usize,
         ) {
             // SAFETY: the caller's contract.
-            unsafe { scores_n::<1>(kt, q, sc, l, jb) }
+            unsafe { scores_n::<1, D>(kt, q, sc, l, jb) }
         }
 
         #[inline(always)]
@@ -382,7 +518,7 @@ mod x86 {
             inv: &[f32; MAX_QB],
         ) {
             // SAFETY: the caller's contract.
-            unsafe { weighted_n::<1>(v, sc, out, l, keys, nq, inv) }
+            unsafe { weighted_n::<1, D>(v, sc, out, l, keys, nq, inv) }
         }
 
         #[inline(always)]
@@ -394,7 +530,7 @@ mod x86 {
             jb: usize,
         ) {
             // SAFETY: the caller's contract.
-            unsafe { scores_n::<2>(kt, q, sc, l, jb) }
+            unsafe { scores_n::<2, D>(kt, q, sc, l, jb) }
         }
 
         #[inline(always)]
@@ -408,7 +544,249 @@ mod x86 {
             inv: &[f32; MAX_QB],
         ) {
             // SAFETY: the caller's contract.
-            unsafe { weighted_n::<2>(v, sc, out, l, keys, nq, inv) }
+            unsafe { weighted_n::<2, D>(v, sc, out, l, keys, nq, inv) }
+        }
+    }
+
+    /// How [`Wide`] multiplies: an element broadcast from a query or a weight (one f32, or a
+    /// pair of bf16 in its word) times a register of keys or values, into f32 sums; and how it
+    /// readies a head's keys and queries, its values and its weights for that.
+    pub(super) trait Dot {
+        /// What the products are.
+        const PRODUCTS: Products;
+        /// Columns (in the scores) and keys (in the weighted sums) one element covers.
+        const PER: usize;
+
+        /// The element at `p`, in every lane.
+        ///
+        /// # Safety
+        /// `p` points to a readable word; the caller enabled avx512f.
+        unsafe fn splat(p: *const f32) -> __m512;
+
+        /// `acc` plus the products of `x` and `y`, lane by lane.
+        ///
+        /// # Safety
+        /// The caller enabled the instructions the products need.
+        unsafe fn dot(acc: __m512, x: __m512, y: __m512) -> __m512;
+
+        /// The head's keys, transposed into `kt` (`d x lpad` words), and where its queries are
+        /// read (the first, and the words from one to the next).
+        ///
+        /// # Safety
+        /// As [`Block::prepare`]'s, `kt` holding `d x lpad` words; the caller enabled what
+        /// `Self` needs.
+        unsafe fn prepare_keys(
+            q: *const f32,
+            k: *const f32,
+            lens: (usize, usize),
+            kt: *mut f32,
+            l: Layout,
+        ) -> (*const f32, usize);
+
+        /// Where the head's values are read (the first step, and the words from one to the
+        /// next), written into `vt` (`lpad / 2 x d` words) if they need readying.
+        ///
+        /// # Safety
+        /// As [`Block::prepare`]'s, `vt` holding `lpad / 2 x d` words; the caller enabled what
+        /// `Self` needs.
+        unsafe fn prepare_values(
+            v: *const f32,
+            len: usize,
+            vt: *mut f32,
+            l: Layout,
+        ) -> (*const f32, usize);
+
+        /// [`Block::weights`].
+        ///
+        /// # Safety
+        /// As [`Block::weights`]'s; the caller enabled what `Self` needs.
+        unsafe fn weights(row: *mut f32, blocks: Range<usize>);
+    }
+
+    /// f32 products: `vfmadd`.
+    pub(super) struct F32Dot;
+
+    impl Dot for F32Dot {
+        const PRODUCTS: Products = Products::F32;
+        const PER: usize = 1;
+
+        #[inline(always)]
+        unsafe fn splat(p: *const f32) -> __m512 {
+            // SAFETY: the caller's contract.
+            unsafe { _mm512_set1_ps(*p) }
+        }
+
+        #[inline(always)]
+        unsafe fn dot(acc: __m512, x: __m512, y: __m512) -> __m512 {
+            // SAFETY: the caller enabled avx512f.
+            unsafe { _mm512_fmadd_ps(x, y, acc) }
+        }
+
+        /// Tiles of sixteen keys by sixteen columns, transposed in registers; the columns past
+        /// the last whole sixteen one value at a time. The queries are read where they are.
+        #[inline(always)]
+        unsafe fn prepare_keys(
+            q: *const f32,
+            k: *const f32,
+            (len, _): (usize, usize),
+            kt: *mut f32,
+            l: Layout,
+        ) -> (*const f32, usize) {
+            // SAFETY: the caller's contract, with avx512f enabled by the caller.
+            unsafe {
+                let (load, store) = (|p| _mm512_loadu_ps(p), |p, v| _mm512_storeu_ps(p, v));
+                transpose_tiles::<_, KB>(k, len, kt, l, _mm512_setzero_ps(), load, store, |r| {
+                    transpose16(r)
+                })
+            }
+            (q, l.width)
+        }
+
+        #[inline(always)]
+        unsafe fn prepare_values(
+            v: *const f32,
+            _: usize,
+            _: *mut f32,
+            l: Layout,
+        ) -> (*const f32, usize) {
+            (v, l.width)
+        }
+
+        #[inline(always)]
+        unsafe fn weights(_: *mut f32, _: Range<usize>) {}
+    }
+
+    /// bf16 products: `vdpbf16ps`, two exact products a lane, on words holding two bf16 (the
+    /// first in the low half).
+    pub(super) struct Bf16Dot;
+
+    /// Two rows of sixteen f32, `lo` and `hi`, rounded to bf16 into one register: `lo`'s in the
+    /// low 256 bits, `hi`'s in the high.
+    ///
+    /// # Safety
+    /// The caller enabled avx512f and avx512bf16.
+    #[inline(always)]
+    unsafe fn bf16x32(lo: __m512, hi: __m512) -> __m512 {
+        // SAFETY: register operations only; `__m512bh` is the bits of an `__m512`.
+        unsafe { std::mem::transmute::<__m512bh, __m512>(_mm512_cvtne2ps_pbh(hi, lo)) }
+    }
+
+    /// Row `r` of `n` rows of `width` values at `p`, sixteen values from column `c`; zero for
+    /// `r >= n`.
+    ///
+    /// # Safety
+    /// Rows below `n` hold `c + 16` readable values; the caller enabled avx512f.
+    #[inline(always)]
+    unsafe fn row16(p: *const f32, width: usize, (r, n): (usize, usize), c: usize) -> __m512 {
+        // SAFETY: the caller's contract.
+        unsafe { if r < n { _mm512_loadu_ps(p.add(r * width + c)) } else { _mm512_setzero_ps() } }
+    }
+
+    impl Dot for Bf16Dot {
+        const PRODUCTS: Products = Products::Bf16;
+        const PER: usize = 2;
+
+        #[inline(always)]
+        unsafe fn splat(p: *const f32) -> __m512 {
+            // SAFETY: the caller's contract; the word is read as bits, not as a float.
+            unsafe { _mm512_castsi512_ps(_mm512_set1_epi32(p.cast::<i32>().read())) }
+        }
+
+        #[inline(always)]
+        unsafe fn dot(acc: __m512, x: __m512, y: __m512) -> __m512 {
+            // SAFETY: the caller enabled avx512bf16; the casts only reinterpret registers.
+            unsafe {
+                let bh = |r: __m512| std::mem::transmute::<__m512, __m512bh>(r);
+                _mm512_dpbf16_ps(acc, bh(x), bh(y))
+            }
+        }
+
+        /// Into `kt`, two regions of words holding pairs of bf16: the keys' pairs of columns
+        /// transposed (`d / 2 x lpad`: word `c * lpad + j` holds columns `2c, 2c + 1` of key
+        /// `j`, zero past `len`), and the queries' pairs of columns (`queries x d / 2`).
+        #[inline(always)]
+        unsafe fn prepare_keys(
+            q: *const f32,
+            k: *const f32,
+            (len, queries): (usize, usize),
+            kt: *mut f32,
+            l: Layout,
+        ) -> (*const f32, usize) {
+            let Layout { d, width, lpad, .. } = l;
+            let d2 = d / 2;
+            debug_assert!(d.is_multiple_of(2 * KB), "Products::taken keeps heads of whole 32s");
+            // SAFETY: the caller's contract: every load is inside a row below `len` (or
+            // `queries`), `d` columns; every store inside the two regions, which the caller's
+            // `d x lpad` words hold (queries <= lpad).
+            unsafe {
+                let qt = kt.add(d2 * lpad);
+                for j0 in (0..lpad).step_by(KB) {
+                    for c0 in (0..d).step_by(2 * KB) {
+                        let pairs: [__m512; KB] = std::array::from_fn(|r| {
+                            let j = (j0 + r, len);
+                            bf16x32(row16(k, width, j, c0), row16(k, width, j, c0 + KB))
+                        });
+                        for (t, keys) in transpose16(pairs).into_iter().enumerate() {
+                            _mm512_storeu_ps(kt.add((c0 / 2 + t) * lpad + j0), keys);
+                        }
+                    }
+                }
+                for i in 0..queries {
+                    for c0 in (0..d).step_by(2 * KB) {
+                        let r = (i, queries);
+                        let pairs = bf16x32(row16(q, width, r, c0), row16(q, width, r, c0 + KB));
+                        _mm512_storeu_ps(qt.add(i * d2 + c0 / 2), pairs);
+                    }
+                }
+                (qt, d2)
+            }
+        }
+
+        /// The values' pairs of rows, into `vt`: word `j * d + c` holds column `c` of rows
+        /// `2j, 2j + 1`, zero past `len`.
+        #[inline(always)]
+        unsafe fn prepare_values(
+            v: *const f32,
+            len: usize,
+            vt: *mut f32,
+            l: Layout,
+        ) -> (*const f32, usize) {
+            let Layout { d, width, .. } = l;
+            debug_assert!(d.is_multiple_of(KB), "Products::taken keeps heads of whole 32s");
+            // SAFETY: the caller's contract: every load inside a row below `len`, `d` columns;
+            // every store inside the `lpad / 2 x d` words of `vt` (2j < len <= lpad).
+            unsafe {
+                // Word 2t of the pair register takes row 2j's column t, word 2t + 1 row
+                // 2j + 1's: interleaved halves.
+                let mix = _mm512_set_epi16(
+                    31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21,
+                    5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0,
+                );
+                for j in 0..len.div_ceil(2) {
+                    for c0 in (0..d).step_by(KB) {
+                        let (a, b) = ((2 * j, len), (2 * j + 1, len));
+                        let both = bf16x32(row16(v, width, a, c0), row16(v, width, b, c0));
+                        let pairs = _mm512_permutexvar_epi16(mix, _mm512_castps_si512(both));
+                        _mm512_storeu_si512(vt.add(j * d + c0).cast(), pairs);
+                    }
+                }
+                (vt, d)
+            }
+        }
+
+        /// In place: the bf16 of weight `j` becomes the row's `j`th half word, so that word
+        /// `j` holds the pair of keys `2j, 2j + 1`; each block is read before its half is
+        /// written, and that half lies before every block still to be read.
+        #[inline(always)]
+        unsafe fn weights(row: *mut f32, blocks: Range<usize>) {
+            // SAFETY: the caller's contract, with avx512f and avx512bf16 enabled by the caller.
+            unsafe {
+                for j0 in blocks.step_by(KB) {
+                    let half = _mm512_cvtneps_pbh(_mm512_loadu_ps(row.add(j0)));
+                    let bits = std::mem::transmute::<__m256bh, __m256i>(half);
+                    _mm256_storeu_si256(row.cast::<u16>().add(j0).cast(), bits);
+                }
+            }
         }
     }
 
@@ -476,12 +854,12 @@ mod x86 {
             nq: usize,
             inv: &[f32; MAX_QB],
         ) {
-            let Layout { width, lpad, .. } = l;
+            let Layout { width, lpad, vstride, .. } = l;
             // SAFETY: the caller's contract, with avx2 and fma enabled by the caller.
             unsafe {
                 let mut acc = [[_mm256_setzero_ps(); 2]; QB2];
                 for j in keys {
-                    let row = v.add(j * width);
+                    let row = v.add(j * vstride);
                     let (v0, v1) = (_mm256_loadu_ps(row), _mm256_loadu_ps(row.add(8)));
                     for (qi, a) in acc.iter_mut().enumerate() {
                         let p = _mm256_broadcast_ss(&*sc.add(qi * lpad + j));
@@ -499,12 +877,14 @@ mod x86 {
     }
 
     /// [`Block::scores`] for `N` blocks of sixteen keys from `jb`: `8 x N` accumulators, eight
-    /// queries by `N` blocks, each query's element broadcast once for all `N`.
+    /// queries by `N` blocks, each query's element broadcast once for all `N`, `D::PER` columns
+    /// an element.
     ///
     /// # Safety
-    /// As [`Block::scores`]'s, with `jb + 16 N <= lpad`; avx512f enabled by the caller.
+    /// As [`Block::scores`]'s, with `jb + 16 N <= lpad`; avx512f and what `D` needs enabled by
+    /// the caller.
     #[inline(always)]
-    unsafe fn scores_n<const N: usize>(
+    unsafe fn scores_n<const N: usize, D: Dot>(
         kt: *const f32,
         q: &[*const f32; MAX_QB],
         sc: *mut f32,
@@ -515,13 +895,13 @@ mod x86 {
         // SAFETY: the caller's contract.
         unsafe {
             let mut acc = [[_mm512_setzero_ps(); MAX_QB]; N];
-            for c in 0..d {
+            for c in 0..d / D::PER {
                 let keys: [__m512; N] =
                     std::array::from_fn(|b| _mm512_loadu_ps(kt.add(c * lpad + jb + b * KB)));
                 for (qi, row) in q.iter().enumerate() {
-                    let x = _mm512_set1_ps(*row.add(c));
+                    let x = D::splat(row.add(c));
                     for (a, k) in acc.iter_mut().zip(&keys) {
-                        a[qi] = _mm512_fmadd_ps(x, *k, a[qi]);
+                        a[qi] = D::dot(a[qi], x, *k);
                     }
                 }
             }
@@ -535,12 +915,13 @@ mod x86 {
     }
 
     /// [`Block::weighted`] for `N` blocks of sixteen columns: `8 x N` accumulators, eight
-    /// queries by `N` blocks, each weight broadcast once for all `N`.
+    /// queries by `N` blocks, each weight broadcast once for all `N`, `D::PER` keys a step.
     ///
     /// # Safety
-    /// As [`Block::weighted`]'s, for `16 N` columns; avx512f enabled by the caller.
+    /// As [`Block::weighted`]'s, for `16 N` columns; avx512f and what `D` needs enabled by the
+    /// caller.
     #[inline(always)]
-    unsafe fn weighted_n<const N: usize>(
+    unsafe fn weighted_n<const N: usize, D: Dot>(
         v: *const f32,
         sc: *const f32,
         out: *mut f32,
@@ -549,17 +930,17 @@ mod x86 {
         nq: usize,
         inv: &[f32; MAX_QB],
     ) {
-        let Layout { width, lpad, .. } = l;
+        let Layout { width, lpad, vstride, .. } = l;
         // SAFETY: the caller's contract.
         unsafe {
             let mut acc = [[_mm512_setzero_ps(); MAX_QB]; N];
             for j in keys {
                 let vals: [__m512; N] =
-                    std::array::from_fn(|b| _mm512_loadu_ps(v.add(j * width + b * KB)));
+                    std::array::from_fn(|b| _mm512_loadu_ps(v.add(j * vstride + b * KB)));
                 for qi in 0..MAX_QB {
-                    let p = _mm512_set1_ps(*sc.add(qi * lpad + j));
+                    let p = D::splat(sc.add(qi * lpad + j));
                     for (a, x) in acc.iter_mut().zip(&vals) {
-                        a[qi] = _mm512_fmadd_ps(p, *x, a[qi]);
+                        a[qi] = D::dot(a[qi], p, *x);
                     }
                 }
             }
@@ -704,15 +1085,23 @@ unsafe fn head_body<B: Block>(task: Task, keys: &mut AlignedBuf, scores: &mut Al
     let [q, k, v, out] = ptrs.map(SendPtr::get);
     // Keys padded to whole blocks with zeros, whose scores are never used.
     let lpad = len.next_multiple_of(KB);
-    keys.ensure(d * lpad);
+    keys.ensure(B::PRODUCTS.key_words(d, lpad));
     scores.ensure(qb * lpad);
     let kt = keys.as_mut_slice();
     // Scores of a block of queries: QB rows of lpad.
     let sc = &mut scores.as_mut_slice()[..qb * lpad];
-    let layout = Layout { d, width, lpad, scale: h.scale };
-    // The head's keys, transposed: kt[c * lpad + j] = k[start + j][col + c], zero past len.
-    // SAFETY: rows start..start + len of k, the head's d columns; kt holds d x lpad values.
-    unsafe { B::transpose_keys(k.add(start * width + col), len, kt.as_mut_ptr(), layout) };
+    let layout = Layout { d, width, lpad, scale: h.scale, vstride: width };
+    // The head's keys, transposed (kt[c * lpad + j] = k[start + j][col + c], zero past len,
+    // in f32), and where its queries and values are read.
+    // SAFETY: rows start..start + len of k and v, q0..q0 + queries of q, the head's d columns;
+    // kt holds the words `key_words` says.
+    let reads = unsafe {
+        let (qh, kh, vh) =
+            (q.add(q0 * width + col), k.add(start * width + col), v.add(start * width + col));
+        B::prepare(qh, kh, vh, (len, queries), kt.as_mut_ptr(), layout)
+    };
+    let layout = Layout { vstride: reads.vstride, ..layout };
+    let step = B::STEP;
     // The keys query i may see.
     let seen = |i: usize| match h.window {
         Some(w) => (i.saturating_sub(w), (i + w + 1).min(len)),
@@ -724,13 +1113,14 @@ unsafe fn head_body<B: Block>(task: Task, keys: &mut AlignedBuf, scores: &mut Al
         // A block of QB queries; past the last query, rows repeat it and their results are not
         // written.
         let nq = qb.min(queries - i0);
-        // SAFETY: rows of q of the task's queries, from the head's first column.
-        let rows = std::array::from_fn(|qi| unsafe {
-            q.add((q0 + i0 + qi.min(nq - 1)) * width + col).cast_const()
-        });
-        // Every key some query of the block sees, in whole blocks of keys.
+        // SAFETY: the task's queries, as `prepare` left them.
+        let rows =
+            std::array::from_fn(|qi| unsafe { reads.q.add((i0 + qi.min(nq - 1)) * reads.qstride) });
+        // Every key some query of the block sees, in whole blocks of keys; and in whole steps
+        // of the weighted sums, the keys they take (those outside lo..hi with zero weight).
         let (lo, hi) = (seen(i0).0, seen(i0 + nq - 1).1);
         let (blo, bhi) = (lo / KB * KB, hi.next_multiple_of(KB));
+        let (slo, shi) = (lo / step * step, hi.next_multiple_of(step));
         // Scores: sc[qi * lpad + j] = scale * q_qi . k_j, the block's accumulators in registers.
         let mut jb = blo;
         while jb + 2 * KB <= bhi {
@@ -756,39 +1146,46 @@ unsafe fn head_body<B: Block>(task: Task, keys: &mut AlignedBuf, scores: &mut Al
             let max = math::max_in(blocks, a - ba..b - ba);
             // The sum is at least 1 (the largest score's term), as no sequence is empty.
             *inv = 1.0 / math::exp_sum_in::<B::Fma>(blocks, a - ba..b - ba, max);
-            if lo < ba {
-                row[lo..ba].fill(0.0);
+            if slo < ba {
+                row[slo..ba].fill(0.0);
             }
-            if bb < hi {
-                row[bb..hi].fill(0.0);
+            if bb < shi {
+                row[bb..shi].fill(0.0);
             }
         }
         for qi in nq..qb {
-            sc[qi * lpad + lo..qi * lpad + hi].fill(0.0);
+            sc[qi * lpad + slo..qi * lpad + shi].fill(0.0);
+        }
+        for qi in 0..qb {
+            // SAFETY: row qi of the block's scores, lpad values; blo..bhi are whole blocks.
+            unsafe { B::weights(scp.add(qi * lpad), blo..bhi) };
         }
         // out_i = sum_j p_ij v_j, sixteen columns at a time, the block's accumulators in registers;
         // then the columns past the last block of sixteen.
         let full = d / KB * KB;
+        let steps = slo / step..shi / step;
         let mut c0 = 0;
         while c0 + 2 * KB <= full {
             // SAFETY: as below, for columns c0..c0 + 32.
             unsafe {
-                let (vs, os) =
-                    (v.add(start * width + col + c0), out.add((q0 + i0) * width + col + c0));
-                B::weighted2(vs, scp, os, layout, lo..hi, nq, &inv);
+                let (vs, os) = (reads.v.add(c0), out.add((q0 + i0) * width + col + c0));
+                B::weighted2(vs, scp, os, layout, steps.clone(), nq, &inv);
             }
             c0 += 2 * KB;
         }
         while c0 < full {
-            // SAFETY: rows lo..hi of v and the block's nq rows of out, columns c0..c0 + 16 of
-            // the head; out overlaps no input, and only this task writes them.
+            // SAFETY: the steps of values the block sees and the block's nq rows of out,
+            // columns c0..c0 + 16 of the head; out overlaps no input, and only this task
+            // writes them.
             unsafe {
-                let (vs, os) =
-                    (v.add(start * width + col + c0), out.add((q0 + i0) * width + col + c0));
-                B::weighted(vs, scp, os, layout, lo..hi, nq, &inv);
+                let (vs, os) = (reads.v.add(c0), out.add((q0 + i0) * width + col + c0));
+                B::weighted(vs, scp, os, layout, steps.clone(), nq, &inv);
             }
             c0 += KB;
         }
+        // Columns past the blocks of sixteen: f32 weights and values only, as `taken` leaves
+        // bf16 products to heads of whole blocks.
+        debug_assert!(full == d || B::PRODUCTS == Products::F32);
         for c in full..d {
             for qi in 0..nq {
                 let mut o = 0.0f32;
