@@ -273,6 +273,16 @@ trait Block {
         Reads { q, qstride: l.width, v, vstride: l.width }
     }
 
+    /// [`math::exp_sum_in`]: the softmax's exponentials (those outside `range` zero) and their
+    /// sum, compiled for the block's instructions.
+    ///
+    /// # Safety
+    /// The caller enabled the block's instructions; `xs` is whole blocks of sixteen.
+    #[inline(always)]
+    unsafe fn exp_sum(xs: &mut [f32], range: Range<usize>, shift: f32) -> f32 {
+        math::exp_sum_in::<Self::Fma>(xs, range, shift)
+    }
+
     /// Makes a query's weights, the whole blocks `blocks` of `row` (its `lpad` scores), what
     /// [`Block::weighted`] reads; by default they stay as they are.
     ///
@@ -493,6 +503,12 @@ mod x86 {
         unsafe fn weights(row: *mut f32, blocks: Range<usize>) {
             // SAFETY: the caller's contract.
             unsafe { D::weights(row, blocks) }
+        }
+
+        #[inline(always)]
+        unsafe fn exp_sum(xs: &mut [f32], range: Range<usize>, shift: f32) -> f32 {
+            // SAFETY: the caller's contract (a `Wide` block's instructions include avx512f).
+            unsafe { exp_sum16(xs, range, shift) }
         }
 
         #[inline(always)]
@@ -876,6 +892,57 @@ mod x86 {
         }
     }
 
+    /// `2^f` for `|f| <= 1/2`: the Taylor polynomial of `e^(f ln 2)` of degree 7, whose
+    /// remainder, `(ln 2 / 2)^8 / 8!` = 5.2e-9 at most, is below half an f32 step of the result.
+    const EXP2: [f32; 8] = [
+        1.0,
+        std::f32::consts::LN_2,
+        0.240_226_5,
+        5.550_410_9e-2,
+        9.618_129e-3,
+        1.333_355_8e-3,
+        1.540_353e-4,
+        1.525_273_4e-5,
+    ];
+
+    /// [`crate::kernels::math::exp_sum_in`] with AVX-512's rounding and scaling: `e^y` for `y =
+    /// x - shift` as `2^n 2^f`, `n` the nearest whole number to `t = y log2 e`
+    /// (`vrndscaleps`), `f = t - n` exactly, `2^f` by [`EXP2`] and the power of two by
+    /// `vscalefps`, which flushes to zero below the smallest subnormal and needs no clamp. The
+    /// relative error is a few f32 steps plus `t`'s rounding, `|y| 2^-24` (tested).
+    ///
+    /// # Safety
+    /// The caller enabled avx512f; `xs` is whole blocks of sixteen.
+    #[inline(always)]
+    pub(super) unsafe fn exp_sum16(xs: &mut [f32], range: Range<usize>, shift: f32) -> f32 {
+        debug_assert!(xs.len().is_multiple_of(KB) && range.end <= xs.len());
+        // SAFETY: every load and store is one whole block of `xs`; avx512f is the caller's.
+        unsafe {
+            let (shift, log2e) = (_mm512_set1_ps(shift), _mm512_set1_ps(std::f32::consts::LOG2_E));
+            let lanes = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+            let (lo, hi) =
+                (_mm512_set1_epi32(range.start as i32), _mm512_set1_epi32(range.end as i32));
+            let mut acc = _mm512_setzero_ps();
+            for j0 in (0..xs.len()).step_by(KB) {
+                let p = xs.as_mut_ptr().add(j0);
+                let t = _mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(p), shift), log2e);
+                let n =
+                    _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(t);
+                let f = _mm512_sub_ps(t, n);
+                let mut e = _mm512_set1_ps(EXP2[7]);
+                for &c in EXP2[..7].iter().rev() {
+                    e = _mm512_fmadd_ps(e, f, _mm512_set1_ps(c));
+                }
+                let key = _mm512_add_epi32(lanes, _mm512_set1_epi32(j0 as i32));
+                let seen = _mm512_cmpge_epi32_mask(key, lo) & _mm512_cmplt_epi32_mask(key, hi);
+                let e = _mm512_maskz_mov_ps(seen, _mm512_scalef_ps(e, n));
+                _mm512_storeu_ps(p, e);
+                acc = _mm512_add_ps(acc, e);
+            }
+            _mm512_reduce_add_ps(acc)
+        }
+    }
+
     /// [`Block::scores`] for `N` blocks of sixteen keys from `jb`: `8 x N` accumulators, eight
     /// queries by `N` blocks, each query's element broadcast once for all `N`, `D::PER` columns
     /// an element.
@@ -1145,7 +1212,8 @@ unsafe fn head_body<B: Block>(task: Task, keys: &mut AlignedBuf, scores: &mut Al
             let blocks = &mut row[ba..bb];
             let max = math::max_in(blocks, a - ba..b - ba);
             // The sum is at least 1 (the largest score's term), as no sequence is empty.
-            *inv = 1.0 / math::exp_sum_in::<B::Fma>(blocks, a - ba..b - ba, max);
+            // SAFETY: the caller enabled B's instructions; the row is whole blocks.
+            *inv = 1.0 / unsafe { B::exp_sum(blocks, a - ba..b - ba, max) };
             if slo < ba {
                 row[slo..ba].fill(0.0);
             }
@@ -1199,5 +1267,38 @@ unsafe fn head_body<B: Block>(task: Task, keys: &mut AlignedBuf, scores: &mut Al
             }
         }
         i0 += nq;
+    }
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    use super::x86::exp_sum16;
+
+    /// AVX-512's softmax exponentials against f64: within `(4 + |y|) 2^-24` relative of
+    /// `e^y` (a few steps of rounding, and `y log2 e`'s), zero outside the range, and their sum.
+    #[test]
+    fn exp_sum16_is_within_its_bound_of_f64() {
+        if !std::arch::is_x86_feature_detected!("avx512f") {
+            return;
+        }
+        let shift = 3.25f32;
+        let xs: Vec<f32> = (0..8192).map(|i| shift - 100.0 * i as f32 / 8191.0).collect();
+        let mut got = xs.clone();
+        let range = 5..8190;
+        // SAFETY: this CPU has avx512f; 8192 is whole blocks.
+        let sum = unsafe { exp_sum16(&mut got, range.clone(), shift) };
+        let mut want_sum = 0.0f64;
+        for (j, (&x, &g)) in xs.iter().zip(&got).enumerate() {
+            if !range.contains(&j) {
+                assert_eq!(g, 0.0, "{j}");
+                continue;
+            }
+            let y = f64::from(x - shift);
+            let want = y.exp();
+            want_sum += want;
+            let bound = (4.0 + y.abs()) * 2f64.powi(-24) * want + f64::from(f32::from_bits(1));
+            assert!((f64::from(g) - want).abs() <= bound, "e^{y}: {g} vs {want}");
+        }
+        assert!((f64::from(sum) - want_sum).abs() <= 1e-6 * want_sum, "{sum} vs {want_sum}");
     }
 }
