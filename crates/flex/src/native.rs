@@ -6,7 +6,8 @@
 //! Activations are f32 throughout. In int8 ([`Precision::Int8`]) the linear layers' weights are
 //! quantized at upload and each linear layer's input rows just before it, the GEMM summing in
 //! i32 ([`gemm8`]); in bf16 ([`Precision::Bf16`]) both are rounded to bf16 instead, the GEMM
-//! summing exact products in f32 ([`gemm16`]). Every other op is the f32 engine's.
+//! summing exact products in f32 ([`gemm16`]), and attention's products are bf16 too where the
+//! CPU has AVX-512 BF16 ([`Products::Bf16`]). Every other op is the f32 engine's.
 
 use std::sync::Arc;
 
