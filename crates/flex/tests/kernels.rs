@@ -518,8 +518,9 @@ fn bf16(x: f32) -> f64 {
 /// f64 model of the same roundings: each output within `4e-5` of the sum of its terms'
 /// magnitudes (f32 sums of up to 700 terms, 700 x 2^-24, and f32 exponentials), plus one bf16
 /// step of each weight that lies within 1% of a step of halfway between two bf16 (where the
-/// kernel's f32 weight, a few f32 steps from the f64 one, may round the other way). The
-/// outputs differ from the f32 products' outputs by far more than that bound.
+/// kernel's f32 weight, off the f64 one by its f32 score and exponential, a fraction of a
+/// percent of a bf16 step, may round the other way). The outputs differ from the f32 products'
+/// outputs by far more than that bound.
 #[test]
 #[allow(clippy::print_stderr)] // the skip, and each shape's margin
 fn bf16_attention_is_its_roundings_of_f64() {
@@ -587,8 +588,8 @@ fn bf16_attention_is_its_roundings_of_f64() {
                             if !rounds {
                                 return (e, 0.0);
                             }
-                            let (lo, w) = (bf16(e as f32), bf16(e as f32));
-                            let step = f64::from(from_bf16(to_bf16(lo as f32) + 1)) - lo;
+                            let w = bf16(e as f32);
+                            let step = f64::from(from_bf16(to_bf16(w as f32) + 1)) - w;
                             let near = ((e - w).abs() - step / 2.0).abs() <= 1e-2 * step;
                             (w, if near { step } else { 0.0 })
                         })
@@ -617,6 +618,26 @@ fn bf16_attention_is_its_roundings_of_f64() {
             assert_eq!(got, f32s, "{heads}x{d}: heads off a multiple of 32 run in f32");
         }
         eprintln!("{heads}x{d} {window:?}: worst {worst:.3} of the bound, {apart:.2e} from f32");
+    }
+}
+
+/// flex's bf16 runs attention in bf16 products where the CPU has AVX-512 BF16, and its int8 in
+/// f32: on a graph of attention alone, bf16's outputs differ from f32's and int8's are f32's.
+#[test]
+fn bf16_runs_attention_in_bf16_and_int8_in_f32() {
+    let lens = [40, 3, 90];
+    let on = |dtype| {
+        let be = switchyard_flex::flex().with_dtype(dtype).expect("flex has the dtype");
+        attention_out(be, 2, 32, None, &lens).get("y").expect("y").data.clone()
+    };
+    let f32s = on(DType::F32);
+    assert_eq!(on(DType::I8), f32s, "int8 attention is f32's");
+    let bf16 = on(DType::Bf16);
+    let apart = bf16.iter().zip(&f32s).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+    if Isa16::available().contains(&Isa16::Avx512Bf16) {
+        assert!(apart > 1e-3, "bf16 attention rounds ({apart})");
+    } else {
+        assert_eq!(apart, 0.0, "without AVX-512 BF16, bf16 attention is f32's");
     }
 }
 
