@@ -15,8 +15,9 @@ pub enum DType {
     /// bfloat16: binary32 with the low 16 mantissa bits dropped.
     Bf16,
     /// Signed 8-bit integers. A checkpoint tensor of them is read as its integer values; as a
-    /// compute dtype, linear layers run on int8 weights (per output channel) and int8
-    /// activations (per row), each with an f32 scale.
+    /// compute dtype, linear layers run on int8 weights (per output channel) and 8-bit
+    /// activations (per row, with a zero point where the backend's kernel takes one), each with
+    /// an f32 scale.
     I8,
 }
 

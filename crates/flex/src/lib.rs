@@ -32,6 +32,7 @@ use switchyard_burn::{Burn, BurnPlan, BurnState, BurnWeights, Generic};
 use switchyard_core::{Backend, Batch, Bucket, Caps, DType, Graph, HostTensor, Outputs, Result};
 
 use crate::kernels::attention::Products;
+use crate::kernels::gemm8::Rows8;
 use crate::kernels::{Isa, Isa8, Isa16};
 use crate::native::{NativePlan, NativeState, NativeWeights, Precision};
 pub use crate::pool::{THREADS_ENV, threads_from_env};
@@ -205,12 +206,15 @@ impl FlexBackend {
         }
     }
 
-    /// What attention multiplies in: in bf16, bf16 where the bf16 GEMM has AVX-512 BF16 (itself
-    /// detected on this CPU); f32 otherwise. int8 keeps f32 attention: bf16 products there cost
-    /// the real all-MiniLM-L6-v2 up to 0.006 of cosine (docs/backends.md).
+    /// What attention multiplies in: bf16 where the bf16 GEMM has AVX-512 BF16 (itself detected
+    /// on this CPU), in bf16, and in int8 where its rows have zero points; f32 otherwise. The
+    /// symmetric int8 rows of plain AVX2 leave too little accuracy for bf16 products: with them
+    /// the real all-MiniLM-L6-v2's worst cosine fell from 0.986 to 0.976 (docs/backends.md).
     fn products(&self, linears: Linears) -> Products {
+        let bf16 = self.isa16 == Isa16::Avx512Bf16;
         match linears {
-            Linears::Bf16 if self.isa16 == Isa16::Avx512Bf16 => Products::Bf16,
+            Linears::Bf16 if bf16 => Products::Bf16,
+            Linears::Int8 if bf16 && self.isa8.rows() == Rows8::Shifted => Products::Bf16,
             _ => Products::F32,
         }
     }

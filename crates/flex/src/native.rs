@@ -6,8 +6,9 @@
 //! Activations are f32 throughout. In int8 ([`Precision::Int8`]) the linear layers' weights are
 //! quantized at upload and each linear layer's input rows just before it, the GEMM summing in
 //! i32 ([`gemm8`]); in bf16 ([`Precision::Bf16`]) both are rounded to bf16 instead, the GEMM
-//! summing exact products in f32 ([`gemm16`]), and attention's products are bf16 too where the
-//! CPU has AVX-512 BF16 ([`Products::Bf16`]). Every other op is the f32 engine's.
+//! summing exact products in f32 ([`gemm16`]). In both, attention's products are bf16 where the
+//! CPU has AVX-512 BF16 ([`Products::Bf16`]; in int8, where its rows have zero points). Every
+//! other op is the f32 engine's.
 
 use std::sync::Arc;
 
@@ -18,7 +19,7 @@ use switchyard_core::{
 use crate::buf::AlignedBuf;
 use crate::kernels::attention::{self, Heads, Products};
 use crate::kernels::gemm::{self, PackedWeight};
-use crate::kernels::gemm8::{self, Isa8, PackedWeight8};
+use crate::kernels::gemm8::{self, Isa8, PackedWeight8, QuantizedRows};
 use crate::kernels::gemm16::{self, Isa16, PackedWeight16};
 use crate::kernels::scratch::{ScratchSize, Scratches};
 use crate::kernels::{Isa, rows};
@@ -109,8 +110,7 @@ pub struct NativePlan {
 pub struct NativeState {
     arena: AlignedBuf,
     scratch: Scratches,
-    quantized: Vec<u8>,
-    row_scales: Vec<f32>,
+    quantized: QuantizedRows,
     rounded: Vec<u16>,
 }
 
@@ -136,6 +136,12 @@ pub(crate) fn upload(
         let mut values = Vec::new();
         t.extend_f32(&mut values);
         let (n, k) = (t.shape[0], t.shape.get(1).copied().unwrap_or(1));
+        if linear && matches!(precision, Precision::Int8(_)) && k > gemm8::MAX_K {
+            return Err(Error::Unsupported(format!(
+                "int8 linear layers of {k} inputs: flex's int8 sums take at most {}",
+                gemm8::MAX_K
+            )));
+        }
         let packed = linear.then(|| match precision {
             Precision::F32 => Linear::F32(PackedWeight::pack(&values, n, k, isa)),
             Precision::Int8(isa8) => Linear::Int8(PackedWeight8::pack(&values, n, k, isa8)),
@@ -187,7 +193,7 @@ pub(crate) fn state(isa: Isa, plan: &NativePlan, threads: usize) -> Result<Nativ
     let g = &plan.graph;
     let longest = (plan.bucket.tokens).min(g.limits().max_len as usize);
     let mut size = ScratchSize::default();
-    let (mut quantized, mut row_scales, mut rounded) = (0, 0, 0);
+    let (mut quantized, mut quantized_rows, mut rounded) = (0, 0, 0);
     for op in &g.ops {
         match *op {
             Op::Linear { x, weight, .. } => {
@@ -196,7 +202,7 @@ pub(crate) fn state(isa: Isa, plan: &NativePlan, threads: usize) -> Result<Nativ
                     Linear::F32(w) => gemm::scratch_size(rows, w),
                     Linear::Int8(w) => {
                         quantized = quantized.max(rows * w.row_bytes());
-                        row_scales = row_scales.max(rows);
+                        quantized_rows = quantized_rows.max(rows);
                         gemm8::scratch_size(rows, w)
                     }
                     Linear::Bf16(w) => {
@@ -216,8 +222,7 @@ pub(crate) fn state(isa: Isa, plan: &NativePlan, threads: usize) -> Result<Nativ
     Ok(NativeState {
         arena: AlignedBuf::zeros(plan.layout.total / F32),
         scratch: Scratches::new(threads, size),
-        quantized: vec![0; quantized],
-        row_scales: vec![0.0; row_scales],
+        quantized: QuantizedRows::with_room(quantized_rows, quantized),
         rounded: vec![0; rounded],
     })
 }
@@ -241,8 +246,7 @@ impl NativeState {
     pub(crate) fn bytes(&self) -> usize {
         self.arena.len() * F32
             + self.scratch.bytes()
-            + self.quantized.len()
-            + self.row_scales.len() * F32
+            + self.quantized.held()
             + self.rounded.len() * size_of::<u16>()
     }
 }
@@ -257,7 +261,7 @@ pub(crate) fn run(
 ) -> Result<()> {
     plan.bucket.admit(batch)?;
     let g = &plan.graph;
-    let NativeState { arena, scratch, quantized, row_scales, rounded } = state;
+    let NativeState { arena, scratch, quantized, rounded } = state;
     let arena = arena.as_mut_slice();
     let base = arena.as_mut_ptr();
     // The address of value v: values live at the layout's offsets, which lie inside the arena.
@@ -319,12 +323,11 @@ pub(crate) fn run(
                             // Values are written once, and `x`, read here, is not yet
                             // overwritten: its rows are what they were when quantized.
                             if prepared_from != Some(x) {
-                                let (q, s) = (&mut quantized[..], &mut row_scales[..]);
-                                gemm8::quantize_rows(isa, at(x), rows, wt, q, s);
+                                gemm8::quantize_rows(isa, at(x), rows, wt, quantized);
                                 prepared_from = Some(x);
                             }
-                            let (q, s) = (&quantized[..], &row_scales[..]);
-                            gemm8::gemm8(q, s, rows, wt, bias, act, residual, at(o), scratch);
+                            let q = &*quantized;
+                            gemm8::gemm8(q, rows, wt, bias, act, residual, at(o), scratch);
                         }
                         Linear::Bf16(wt) => {
                             // As in int8: `x`'s rows are what they were when rounded.

@@ -2,7 +2,10 @@
 
 use switchyard_conformance::Options;
 use switchyard_core::testkit::{self, EncoderSpec};
-use switchyard_core::{Backend, BatchBuf, Bucket, Buckets, DType, Executor, LaneId, Outputs};
+use switchyard_core::{
+    Act, Backend, BatchBuf, Bucket, Buckets, DType, Executor, GraphBuilder, LaneId, Op, Outputs,
+    Shape,
+};
 
 mod conformance {
     switchyard_conformance::tests!(switchyard_flex::flex);
@@ -85,10 +88,11 @@ fn bf16_really_rounds() {
 
 #[test]
 fn int8_really_quantizes() {
-    // Likewise for int8: its rounding (a step of 1/127 of a row's or column's largest value)
-    // shows, at about the size the suite's tolerance allows.
+    // Likewise for int8: its rounding (a step of 1/255 of a row's range, 1/127 of a column's
+    // largest magnitude) shows, far past f32's rounding and inside the suite's int8 tolerance
+    // (measured: 7.8e-4 with zero points, 1.0e-3 with the symmetric rows of plain AVX2).
     let worst = worst_difference_from_f32(DType::I8);
-    assert!(worst > 1e-3 && worst < 4e-2, "int8 against f32: worst difference {worst}");
+    assert!(worst > 2e-4 && worst < 4e-2, "int8 against f32: worst difference {worst}");
 }
 
 #[test]
@@ -117,7 +121,7 @@ fn int8_and_bf16_linear_weights_take_a_quarter_and_half_the_memory() {
         .ops
         .iter()
         .filter_map(|op| match op {
-            switchyard_core::Op::Linear { weight, .. } => {
+            Op::Linear { weight, .. } => {
                 Some(g.weights[weight.idx()].shape.iter().product::<usize>())
             }
             _ => None,
@@ -165,4 +169,30 @@ fn caps_list_the_dtypes_flex_computes_in() {
     let caps = switchyard_flex::flex().caps();
     assert_eq!(caps.dtypes, [DType::F32, DType::F16, DType::Bf16, DType::I8]);
     assert_eq!(caps.dtype, DType::F32, "f32 until asked otherwise");
+}
+
+#[test]
+fn int8_refuses_linear_layers_past_its_exact_sums() {
+    // Rows of 65537 values: past the i32 sums `gemm8::MAX_K` allows, so int8 refuses at upload
+    // where f32 takes them.
+    let k = switchyard_flex::kernels::gemm8::MAX_K + 1;
+    let mut g = GraphBuilder::new();
+    let (table, w) = (g.weight("table", &[4, k]), g.weight("w", &[2, k]));
+    let x = g.op(Shape::tokens(k), |out| Op::Embed { table, out });
+    let y = g.op(Shape::tokens(2), |out| Op::Linear {
+        x,
+        weight: w,
+        bias: None,
+        act: Act::Identity,
+        residual: None,
+        out,
+    });
+    g.output("y", y);
+    let g = g.finish().expect("a valid graph");
+    let weights = testkit::random_weights(&g, 3);
+    let int8 = flex_in(DType::I8);
+    let Err(err) = int8.upload(&weights.tensors(), &g) else { panic!("int8 refuses") };
+    assert!(err.to_string().contains("at most 65536"), "{err}");
+    let f32s = switchyard_flex::flex();
+    assert!(f32s.upload(&weights.tensors(), &g).is_ok(), "f32 takes it");
 }

@@ -1,12 +1,15 @@
 //! The GEMM in int8: `out = act(x . w^T + bias) + residual` with `w` quantized once, at upload,
 //! per output column, and `x` quantized per row just before, sums of products in i32.
 //!
-//! Quantization is symmetric: a column `j` of `w` becomes `round(w / sw_j)` in -127..=127 with
-//! `sw_j = max |w_j| / 127`, and likewise a row `r` of `x` with `sx_r`, so `x . w^T` is about
-//! `sx_r sw_j (qx_r . qw_j)`. The row's values are stored shifted by 128, as unsigned bytes, for
-//! the instructions that multiply unsigned by signed bytes (VNNI's `vpdpbusd`), and the shift's
-//! share, `128 * sum(qw_j)`, is taken off each column's sum once. The weights are packed in
-//! panels of `NR` columns, groups of four consecutive `k` per column (what `vpdpbusd` reads);
+//! A column `j` of `w` is quantized symmetrically: it becomes `round(w / sw_j)` in -127..=127
+//! with `sw_j = max |w_j| / 127`. A row `r` of `x` is quantized over its own range, for the
+//! instructions that multiply unsigned by signed bytes (VNNI's `vpdpbusd`): with `lo` and `hi`
+//! its least and largest values (zero included), `sx_r = (hi - lo) / 255` and a zero point
+//! `z_r = round(-lo / sx_r)`, each value becomes `round(x / sx_r) + z_r` in 0..=255, so `x . w^T`
+//! is about `sx_r sw_j (qx_r . qw_j - z_r sum(qw_j))`, the zero point's share taken off each sum
+//! once. A row's 256 steps then span only the values it has: the output of a GELU, almost all
+//! positive, gets twice the resolution a symmetric scale would give it. The weights are packed
+//! in panels of `NR` columns, groups of four consecutive `k` per column (what `vpdpbusd` reads);
 //! `k` is padded to a multiple of four with zero weights.
 //!
 //! Tasks, tiling, their loops and the epilogue are the f32 GEMM's ([`super::gemm`]): a task
@@ -17,12 +20,14 @@
 //!
 //! Plain AVX2 has no instruction that sums products of bytes into i32 lanes: `vpmaddubsw`
 //! multiplies unsigned by signed bytes into pairs summed in i16, saturating, and `vpmaddwd`
-//! widens those pairs' sums to i32. A pair of shifted rows' bytes (up to 255) times weights (up
-//! to 127 in magnitude) would saturate, so that kernel multiplies each row's magnitudes, `|x|`
-//! (at most 127), by the weights given the row's signs (`vpsignb`): a pair's sum is then at
-//! most `2 * 127 * 127 = 32258`, exact in i16, and every sum is `x . w` exactly, the same i32
-//! as the VNNI kernels' once their shift is taken off. Its rows are stored as magnitudes and
-//! signed values ([`Rows8`]) and its weights carry no shift.
+//! widens those pairs' sums to i32. A pair of bytes up to 255 times weights up to 127 in
+//! magnitude would saturate, so for that kernel rows are quantized symmetrically, as the
+//! weights are (`round(x / sx_r)` in -127..=127 with `sx_r = max |x_r| / 127`, no zero point),
+//! and it multiplies each row's magnitudes (at most 127) by the weights given the row's signs
+//! (`vpsignb`): a pair's sum is then at most `2 * 127 * 127 = 32258`, exact in i16, and every
+//! sum is exact. Its rows are stored as magnitudes and signed values ([`Rows8`]).
+//!
+//! Sums are exact in i32 for `k` up to [`MAX_K`].
 
 use rayon::prelude::*;
 use switchyard_core::Act;
@@ -36,6 +41,10 @@ use crate::buf::AlignedBuf;
 /// Groups of four `k` per block of `k`: a block's panel of weights (32 KB with AVX-512 VNNI)
 /// stays in L1.
 const KG: usize = 256;
+
+/// The longest rows the int8 GEMM takes: `k` products of a byte (up to 255) and a weight (up to
+/// 127 in magnitude), and `z_r sum(qw_j)`, each fit in an i32.
+pub const MAX_K: usize = 1 << 16;
 
 /// The instruction set of the int8 microkernel, chosen once per process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -98,12 +107,6 @@ impl Isa8 {
         }
     }
 
-    /// Whether its kernel multiplies the rows as stored, shifted by 128 (so each column's sum
-    /// needs the shift's share taken off), rather than their signed values.
-    const fn sums_shifted_rows(self) -> bool {
-        !matches!(self, Isa8::Avx2)
-    }
-
     /// How its kernel reads the quantized rows.
     pub const fn rows(self) -> Rows8 {
         match self {
@@ -123,19 +126,22 @@ pub struct PackedWeight8 {
     data: Vec<i8>,
     /// Each column's scale.
     scales: Vec<f32>,
-    /// Each column's `128 * sum(q)`, the share of the rows' shift by 128, where the kernel sums
-    /// shifted rows; else zero.
-    shift: Vec<i32>,
+    /// Each column's `sum(q)`, which each row's zero point multiplies.
+    sums: Vec<i32>,
 }
 
 impl PackedWeight8 {
     /// Quantizes and packs the row-major `[n, k]` matrix `w` for `isa`'s microkernel.
+    ///
+    /// # Panics
+    /// If `w` is not `n x k` values, or `k` exceeds [`MAX_K`].
     pub fn pack(w: &[f32], n: usize, k: usize, isa: Isa8) -> PackedWeight8 {
         assert_eq!(w.len(), n * k, "a [{n}, {k}] weight");
+        assert!(k <= MAX_K, "int8 rows of {k} values, past {MAX_K}");
         let (nr, k4) = (isa.nr(), k.next_multiple_of(4));
         let panels = n.div_ceil(nr);
         let mut data = vec![0i8; panels * k4 * nr];
-        let (mut scales, mut shift) = (Vec::with_capacity(n), Vec::with_capacity(n));
+        let (mut scales, mut sums) = (Vec::with_capacity(n), Vec::with_capacity(n));
         for (j, row) in w.chunks_exact(k.max(1)).enumerate().take(n) {
             let amax = row.iter().fold(0.0f32, |m, v| m.max(v.abs()));
             let scale = if amax > 0.0 { amax / 127.0 } else { 1.0 };
@@ -149,9 +155,9 @@ impl PackedWeight8 {
                 sum += i32::from(q);
             }
             scales.push(scale);
-            shift.push(if isa.sums_shifted_rows() { 128 * sum } else { 0 });
+            sums.push(sum);
         }
-        PackedWeight8 { n, k, isa, data, scales, shift }
+        PackedWeight8 { n, k, isa, data, scales, sums }
     }
 
     /// Output columns.
@@ -176,7 +182,7 @@ impl PackedWeight8 {
 
     /// Bytes held.
     pub fn bytes(&self) -> usize {
-        self.data.len() + (self.scales.len() + self.shift.len()) * 4
+        self.data.len() + (self.scales.len() + self.sums.len()) * 4
     }
 
     fn panel(&self, p: usize) -> &[i8] {
@@ -188,10 +194,11 @@ impl PackedWeight8 {
 /// How an int8 kernel reads the quantized rows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Rows8 {
-    /// Each value plus 128, an unsigned byte (what `vpdpbusd` multiplies), `k4` bytes a row.
+    /// Quantized over the row's range, with a zero point: an unsigned byte (what `vpdpbusd`
+    /// multiplies) a value, `k4` bytes a row.
     Shifted,
-    /// For each group of four values, their magnitudes, then the values as signed bytes: what
-    /// the plain AVX2 kernel broadcasts, `2 * k4` bytes a row.
+    /// Quantized symmetrically: for each group of four values, their magnitudes, then the
+    /// values as signed bytes (what the plain AVX2 kernel broadcasts), `2 * k4` bytes a row.
     MagnitudesThenValues,
 }
 
@@ -205,10 +212,54 @@ impl Rows8 {
     }
 }
 
-/// Quantizes `m` rows of `k = w.k()` values at `x` for the int8 GEMM with `w`: each row's scale
-/// into `scales`, its values, rounded to -127..=127, into `q` in the form `w`'s kernel reads
-/// ([`Rows8`]; `w.row_bytes()` a row, zero-valued past `k`), in parallel on the current rayon
-/// pool, compiled for `isa`.
+/// Input rows quantized for the int8 GEMM: their bytes, each row's scale and its zero point.
+#[derive(Clone, Debug, Default)]
+pub struct QuantizedRows {
+    bytes: Vec<u8>,
+    scales: Vec<f32>,
+    zeros: Vec<i32>,
+}
+
+impl QuantizedRows {
+    /// Room for `rows` rows in `bytes` bytes (`m` rows for a weight `w` take `m *
+    /// w.row_bytes()`).
+    pub fn with_room(rows: usize, bytes: usize) -> QuantizedRows {
+        QuantizedRows { bytes: vec![0; bytes], scales: vec![0.0; rows], zeros: vec![0; rows] }
+    }
+
+    /// The rows' bytes, one row after another.
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// Each row's scale.
+    pub fn scales(&self) -> &[f32] {
+        &self.scales
+    }
+
+    /// Each row's zero point: the byte that stands for zero (0 for symmetric rows).
+    pub fn zeros(&self) -> &[i32] {
+        &self.zeros
+    }
+
+    /// Bytes held.
+    pub fn held(&self) -> usize {
+        self.bytes.len() + (self.scales.len() + self.zeros.len()) * 4
+    }
+
+    /// Whether `m` rows quantized for `w` fit.
+    fn holds(&self, m: usize, w: &PackedWeight8) -> bool {
+        self.bytes.len() >= m * w.row_bytes() && self.scales.len() >= m && self.zeros.len() >= m
+    }
+}
+
+/// Quantizes `m` rows of `k = w.k()` values at `x` into `rows` for the int8 GEMM with `w`: each
+/// row's scale, zero point and values in the form `w`'s kernel reads ([`Rows8`];
+/// `w.row_bytes()` a row, zero-valued past `k`), in parallel on the current rayon pool,
+/// compiled for `isa`.
+///
+/// # Panics
+/// If `rows` has no room for `m` rows of `w`.
 ///
 /// # Safety
 /// `x` holds `m x w.k()` readable values that no thread writes meanwhile.
@@ -217,53 +268,100 @@ pub unsafe fn quantize_rows(
     x: *const f32,
     m: usize,
     w: &PackedWeight8,
-    q: &mut [u8],
-    scales: &mut [f32],
+    rows: &mut QuantizedRows,
 ) {
+    assert!(rows.holds(m, w), "room for {m} rows quantized for this weight");
     let (x, k, form, len) = (SendPtr(x.cast_mut()), w.k, w.isa.rows(), w.row_bytes());
-    q[..m * len].par_chunks_mut(len.max(1)).zip(&mut scales[..m]).enumerate().for_each(
-        |(r, (row, scale))| {
+    let QuantizedRows { bytes, scales, zeros } = rows;
+    let (scales, zeros) = (&mut scales[..m], &mut zeros[..m]);
+    bytes[..m * len].par_chunks_mut(len.max(1)).zip(scales).zip(zeros).enumerate().for_each(
+        |(r, ((row, scale), zero))| {
             // SAFETY: row r < m of x, and a row of the form's length for k values.
-            unsafe { quantize_row(isa, SendPtr(x.get().add(r * k)), k, form, row, scale) }
+            unsafe { quantize_row(isa, SendPtr(x.get().add(r * k)), k, form, row, scale, zero) }
         },
     );
 }
 
-/// `2^23 + 128`: added to a value in -127..=127, it leaves that value rounded (to nearest, ties
-/// to even, as the FPU rounds) plus 128 in the low byte of the sum's bits.
-const ROUND_AND_SHIFT: f32 = 8_388_736.0;
+/// `2^23`: added to a value in 0..=255, it leaves that value rounded (to nearest, ties to even,
+/// as the FPU rounds) in the low byte of the sum's bits. Below 2^23 the spacing of f32s is 1/2,
+/// so what is added must keep every sum at or past it.
+const ROUND: f32 = 8_388_608.0;
+
+/// A key for `v` whose order as an i32 is the order of the values, with a NaN of either sign
+/// past the infinity of its sign.
+#[inline(always)]
+fn order_key(v: f32) -> i32 {
+    let b = v.to_bits() as i32;
+    b ^ (((b >> 31) as u32) >> 1) as i32
+}
+
+/// The value whose [`order_key`] is `k`.
+#[inline(always)]
+fn from_order_key(k: i32) -> f32 {
+    f32::from_bits((k ^ (((k >> 31) as u32) >> 1) as i32) as u32)
+}
 
 multiversion! {
     /// One row of [`quantize_rows`]: `k` values at `x` into `row` in `form`, the rest of `row`
-    /// zero-valued.
+    /// zero-valued, with its scale and zero point. A NaN in the row becomes its scale, so it
+    /// spreads to the row's sums; a row of zeros keeps scale 1.
     ///
     /// # Safety
     /// `x` holds `k` readable values, and `row` has at least the bytes `form` stores for `k`
     /// values.
-    unsafe fn quantize_row(x: SendPtr, k: usize, form: Rows8, row: &mut [u8], scale: &mut f32) {
+    unsafe fn quantize_row(
+        x: SendPtr,
+        k: usize,
+        form: Rows8,
+        row: &mut [u8],
+        scale: &mut f32,
+        zero: &mut i32,
+    ) {
         // SAFETY: the caller's contract.
         let xr = unsafe { std::slice::from_raw_parts(x.get().cast_const(), k) };
-        // |v| compared as bits, which order as the values do; a NaN compares above them all.
-        let amax = f32::from_bits(xr.iter().fold(0, |a, v| a.max(v.to_bits() & 0x7fff_ffff)));
-        // A row of zeros keeps scale 1; a NaN becomes the scale, so it spreads to the row's sums.
-        *scale = if amax > 0.0 || amax.is_nan() { amax / 127.0 } else { 1.0 };
-        let inv = 1.0 / *scale;
-        let shifted = |v: f32| ((v * inv).clamp(-127.0, 127.0) + ROUND_AND_SHIFT).to_bits() as u8;
         match form {
             Rows8::Shifted => {
+                // The row's range, zero included, compared as integer keys (which vectorise);
+                // a NaN lies past either end.
+                let (lo, hi) = xr.iter().fold((0, 0), |(lo, hi): (i32, i32), &v| {
+                    let key = order_key(v);
+                    (lo.min(key), hi.max(key))
+                });
+                let (lo, hi) = (from_order_key(lo), from_order_key(hi));
+                let range = hi - lo;
+                *scale = if range > 0.0 || range.is_nan() { range / 255.0 } else { 1.0 };
+                let inv = 1.0 / *scale;
+                // -lo / scale is in 0..=255; a NaN becomes zero here and spreads by the scale.
+                let z = (-lo * inv).round_ties_even();
+                let z = if z.is_nan() { 0.0 } else { z.clamp(0.0, 255.0) };
+                *zero = z as i32;
+                let (bottom, top, add) = (-z, 255.0 - z, ROUND + z);
                 for (d, &v) in row.iter_mut().zip(xr) {
-                    *d = shifted(v);
+                    *d = ((v * inv).clamp(bottom, top) + add).to_bits() as u8;
                 }
-                row[k..].fill(128);
+                row[k..].fill(z as u8);
             }
             Rows8::MagnitudesThenValues => {
+                // |v| compared as bits, which order as the magnitudes do; a NaN compares above
+                // them all.
+                let amax =
+                    f32::from_bits(xr.iter().fold(0, |a, v| a.max(v.to_bits() & 0x7fff_ffff)));
+                *scale = if amax > 0.0 || amax.is_nan() { amax / 127.0 } else { 1.0 };
+                *zero = 0;
+                let inv = 1.0 / *scale;
+                // Rounded as above with 128 added (which keeps every sum at or past 2^23, where
+                // the spacing of f32s is 1), then the byte taken as signed.
+                let add = ROUND + 128.0;
+                let signed = |v: f32| {
+                    ((((v * inv).clamp(-127.0, 127.0) + add).to_bits() as u8) ^ 0x80) as i8
+                };
                 // Eight values (two groups) at a time, as fixed-size arrays the compiler keeps
                 // in vector registers; then the last group, padded with zeros.
                 let (pairs, rest) = xr.split_at(k / 8 * 8);
                 let (head, tail) = row.split_at_mut(pairs.len() * 2);
-                let signed = |v: &[f32; 8]| v.map(|v| (shifted(v) ^ 0x80) as i8);
+                let signed8 = |v: &[f32; 8]| v.map(signed);
                 for (out, v) in head.chunks_exact_mut(16).zip(pairs.chunks_exact(8)) {
-                    let x = signed(v.try_into().expect("eight values"));
+                    let x = signed8(v.try_into().expect("eight values"));
                     let (m, x) = (x.map(i8::unsigned_abs), x.map(|x| x as u8));
                     let groups = [&m[..4], &x[..4], &m[4..], &x[4..]];
                     for (dst, src) in out.chunks_exact_mut(4).zip(groups) {
@@ -273,7 +371,7 @@ multiversion! {
                 tail.fill(0);
                 let mut last = [0.0f32; 8];
                 last[..rest.len()].copy_from_slice(rest);
-                let x = signed(&last);
+                let x = signed8(&last);
                 for (t, &x) in x.iter().enumerate().take(rest.len()) {
                     let at = t / 4 * 8 + t % 4;
                     (tail[at], tail[at + 4]) = (x.unsigned_abs(), x as u8);
@@ -290,26 +388,26 @@ pub fn scratch_size(m: usize, w: &PackedWeight8) -> ScratchSize {
 
 /// One int8 GEMM call.
 struct Job<'a> {
-    q: &'a [u8],
-    scales: &'a [f32],
+    rows: &'a QuantizedRows,
     m: usize,
     w: &'a PackedWeight8,
     epilogue: Epilogue<'a>,
     tiling: Tiling,
 }
 
-/// `out = act(x . w^T + bias) + residual` for `m` rows given as [`quantize_rows`] left them (`q`,
-/// `scales`), on the current rayon pool, with the threads' `scratch`.
+/// `out = act(x . w^T + bias) + residual` for `m` rows as [`quantize_rows`] left them in
+/// `rows`, on the current rayon pool, with the threads' `scratch`.
 ///
 /// # Safety
 /// `out` holds `m x w.n()` writable values; a `residual` holds `m x w.n()` readable values and
-/// is either `out` itself or overlaps nothing written; `bias` has `w.n()` values; `q` and
-/// `scales` hold `m` rows quantized for `w` (`w.row_bytes()` bytes each). No other thread writes
-/// any of them meanwhile.
+/// is either `out` itself or overlaps nothing written; `bias` has `w.n()` values. No other
+/// thread writes any of them meanwhile.
+///
+/// # Panics
+/// If `rows` has no room for `m` rows of `w`.
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn gemm8(
-    q: &[u8],
-    scales: &[f32],
+    rows: &QuantizedRows,
     m: usize,
     w: &PackedWeight8,
     bias: Option<&[f32]>,
@@ -321,10 +419,10 @@ pub unsafe fn gemm8(
     if m == 0 || w.n == 0 {
         return;
     }
-    assert!(q.len() >= m * w.row_bytes() && scales.len() >= m, "rows quantized for this weight");
+    assert!(rows.holds(m, w), "{m} rows quantized for this weight");
     let tiling = Tiling::new(m, w.n.div_ceil(w.isa.nr()));
     let epilogue = Epilogue::new(w.n, bias, act, residual, out);
-    let job = Job { q, scales, m, w, epilogue, tiling };
+    let job = Job { rows, m, w, epilogue, tiling };
     // SAFETY: the caller's contract covers every address a task touches; tasks write disjoint
     // rows x columns of `out`, and each tile buffer is its thread's alone.
     for_each_task(tiling, scratch, |t, ctile| unsafe { run_task(&job, t, ctile) });
@@ -379,7 +477,7 @@ trait Micro {
 /// As [`gemm8`]'s, for the rows and columns of task `t`; the CPU has `M`'s target features.
 #[inline(always)]
 unsafe fn task<M: Micro>(job: &Job<'_>, t: usize, ctile: &mut AlignedBuf) {
-    let (k4, w, q) = (job.w.k4(), job.w, job.q);
+    let (k4, w, q) = (job.w.k4(), job.w, &job.rows.bytes[..]);
     let (len, group) = (w.row_bytes(), w.isa.rows().group_bytes());
     // SAFETY: the caller's contract; the driver keeps every row below m, every block of groups
     // inside the rows and the panel, and every tile inside the tile buffer.
@@ -394,11 +492,12 @@ unsafe fn task<M: Micro>(job: &Job<'_>, t: usize, ctile: &mut AlignedBuf) {
             |groups, a, b, c: *mut i32, ldc, first| M::tile(groups, a, b, c, ldc, first),
             |r, c0, row| {
                 let cols = row.len();
-                let (ws, shift) = (&w.scales[c0..c0 + cols], &w.shift[c0..c0 + cols]);
-                let xs = job.scales[r];
-                for ((v, &s), &sh) in row.iter_mut().zip(ws).zip(shift) {
-                    // The word holds the i32 sum; it becomes the f32 value.
-                    *v = (v.to_bits() as i32 - sh) as f32 * (xs * s);
+                let (ws, sums) = (&w.scales[c0..c0 + cols], &w.sums[c0..c0 + cols]);
+                let (xs, z) = (job.rows.scales[r], job.rows.zeros[r]);
+                for ((v, &s), &sum) in row.iter_mut().zip(ws).zip(sums) {
+                    // The word holds the i32 sum; with the zero point's share taken off (both
+                    // fit an i32: `MAX_K`) it becomes the f32 value.
+                    *v = (v.to_bits() as i32 - z * sum) as f32 * (xs * s);
                 }
                 job.epilogue.finish::<M::Fma>(r, c0, row);
             },
