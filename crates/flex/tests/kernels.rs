@@ -286,20 +286,17 @@ fn int8_gemm_is_exact_at_the_ends_of_its_range_on_every_isa() {
     let (m, k, n) = (7, 1000, 33);
     let mut r = Rng::new(37);
     let sign = |r: &mut Rng| if r.unit() < 0.0 { -1.0f32 } else { 1.0 };
-    let signs: Vec<f32> = (0..m * k).map(|_| sign(&mut r)).collect();
+    let mut signs: Vec<f32> = (0..m * k).map(|_| sign(&mut r)).collect();
+    // Both signs in every row, so that each row with a zero point spans -128..=127.
+    for row in signs.chunks_mut(k) {
+        (row[0], row[1]) = (-1.0, 1.0);
+    }
     let mut w: Vec<f32> = (0..n * k).map(|_| sign(&mut r)).collect();
     // Column 0 agrees with row 0 everywhere: a sum of 1000 products of the largest magnitudes.
     w[..k].copy_from_slice(&signs[..k]);
     for isa8 in Isa8::available() {
         let x: Vec<f32> = match isa8.rows() {
-            Rows8::Shifted => signs
-                .chunks(k)
-                .flat_map(|row| {
-                    let ends = row.iter().map(|&s| if s < 0.0 { -128.0 } else { 127.0 });
-                    // Both ends in every row.
-                    [-128.0, 127.0].into_iter().chain(ends.skip(2))
-                })
-                .collect(),
+            Rows8::Shifted => signs.iter().map(|&s| if s < 0.0 { -128.0 } else { 127.0 }).collect(),
             Rows8::MagnitudesThenValues => signs.clone(),
         };
         let want = gemm_f64(&x, &w, &vec![0.0; n], &vec![0.0; m * n], (m, k, n), Act::Identity);
