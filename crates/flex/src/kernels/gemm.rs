@@ -203,8 +203,8 @@ impl<'a> Epilogue<'a> {
         Epilogue { n, bias, act, residual, out: SendPtr(out) }
     }
 
-    /// Finishes `row`, columns `c0..` of output row `r`, and writes it to `out`. The residual is
-    /// read before `out` is written, so it may be `out` itself.
+    /// Finishes `row`, columns `c0..` of output row `r`, and writes it to `out`, in one pass.
+    /// The residual is read before `out` is written, so it may be `out` itself.
     ///
     /// # Safety
     /// Row `r` of the residual and of `out`, columns `c0..c0 + row.len()`, lie inside them, and
@@ -212,24 +212,29 @@ impl<'a> Epilogue<'a> {
     #[inline(always)]
     pub(crate) unsafe fn finish<M: MulAdd>(&self, r: usize, c0: usize, row: &mut [f32]) {
         let (n, cols) = (self.n, row.len());
-        if let Some(bias) = self.bias {
-            for (v, b) in row.iter_mut().zip(&bias[c0..c0 + cols]) {
-                *v += b;
+        debug_assert!(cols <= ZEROS.len(), "a task's row is at most {} columns", ZEROS.len());
+        let bias = self.bias.map_or(&ZEROS[..cols], |b| &b[c0..c0 + cols]);
+        let at = r * n + c0;
+        // SAFETY: the caller's contract. A residual is `out` itself or overlaps nothing
+        // written, so the two slices below alias only when they are one.
+        unsafe {
+            let dst = std::slice::from_raw_parts_mut(self.out.0.add(at), cols);
+            match &self.residual {
+                Some(res) if res.0 == self.out.0 => {
+                    math::act_into::<M>(self.act, dst, row, bias, None)
+                }
+                Some(res) => {
+                    let res = std::slice::from_raw_parts(res.0.add(at).cast_const(), cols);
+                    math::act_into::<M>(self.act, dst, row, bias, Some(res));
+                }
+                None => math::act_into::<M>(self.act, dst, row, bias, Some(&ZEROS[..cols])),
             }
         }
-        math::act_in_place::<M>(self.act, row);
-        if let Some(res) = &self.residual {
-            // SAFETY: the caller's contract.
-            let res = unsafe { std::slice::from_raw_parts(res.0.add(r * n + c0), cols) };
-            for (v, x) in row.iter_mut().zip(res) {
-                *v += x;
-            }
-        }
-        // SAFETY: the caller's contract.
-        let dst = unsafe { std::slice::from_raw_parts_mut(self.out.0.add(r * n + c0), cols) };
-        dst.copy_from_slice(row);
     }
 }
+
+/// Zeros for a missing bias or residual: a task's row has at most `CG` panels of 32 columns.
+static ZEROS: [f32; CG * 32] = [0.0; CG * 32];
 
 /// One GEMM call: its operands and how it is cut into tasks.
 struct Job<'a> {

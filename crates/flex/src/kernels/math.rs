@@ -216,6 +216,44 @@ pub fn act_in_place<M: MulAdd>(a: Act, xs: &mut [f32]) {
     }
 }
 
+/// `out[j] = a(xs[j] + bias[j]) + add[j]` for every `j` of `out` (one pass, one loop body per
+/// activation). `add` is `None` to add `out`'s own values, which a GEMM's residual written in
+/// place is.
+///
+/// # Panics
+/// If a slice is shorter than `out`.
+#[inline(always)]
+pub fn act_into<M: MulAdd>(a: Act, out: &mut [f32], xs: &[f32], bias: &[f32], add: Option<&[f32]>) {
+    let n = out.len();
+    let (xs, bias) = (&xs[..n], &bias[..n]);
+    macro_rules! each {
+        ($f:expr) => {
+            match add {
+                Some(add) => {
+                    for (((o, &x), &b), &r) in out.iter_mut().zip(xs).zip(bias).zip(&add[..n]) {
+                        *o = $f(x + b) + r;
+                    }
+                }
+                None => {
+                    for ((o, &x), &b) in out.iter_mut().zip(xs).zip(bias) {
+                        *o += $f(x + b);
+                    }
+                }
+            }
+        };
+    }
+    match a {
+        Act::Identity => each!(|x: f32| x),
+        Act::Gelu => each!(gelu::<M>),
+        Act::GeluTanh => each!(|x| act::<M>(Act::GeluTanh, x)),
+        Act::Relu => each!(|x: f32| x.max(0.0)),
+        Act::Silu => each!(|x: f32| x * sigmoid::<M>(x)),
+        Act::Tanh => each!(tanh::<M>),
+        Act::Sigmoid => each!(sigmoid::<M>),
+        Act::Log1pRelu => each!(|x: f32| ln::<M>(1.0 + x.max(0.0))),
+    }
+}
+
 /// Values per block of [`max_in`] and [`exp_sum_in`].
 const LANES: usize = 16;
 
