@@ -193,10 +193,30 @@ pub fn act<M: MulAdd>(act: Act, x: f32) -> f32 {
     }
 }
 
-/// Applies `a` to every value of `xs`, in place. The match is outside the loop, so each loop
-/// body is one function and vectorises.
+/// `$each!(f)` with `f` the element function of activation `$a` computed with `$m`'s
+/// multiply-add: the match is outside the loop `$each` writes, so each loop body is one
+/// function and vectorises.
+macro_rules! with_act {
+    ($a:expr, $m:ty, $each:ident) => {
+        match $a {
+            Act::Identity => $each!(|x: f32| x),
+            Act::Gelu => $each!(gelu::<$m>),
+            Act::GeluTanh => $each!(|x| act::<$m>(Act::GeluTanh, x)),
+            Act::Relu => $each!(|x: f32| x.max(0.0)),
+            Act::Silu => $each!(|x: f32| x * sigmoid::<$m>(x)),
+            Act::Tanh => $each!(tanh::<$m>),
+            Act::Sigmoid => $each!(sigmoid::<$m>),
+            Act::Log1pRelu => $each!(|x: f32| ln::<$m>(1.0 + x.max(0.0))),
+        }
+    };
+}
+
+/// Applies `a` to every value of `xs`, in place, in one loop body per activation.
 #[inline(always)]
 pub fn act_in_place<M: MulAdd>(a: Act, xs: &mut [f32]) {
+    if a == Act::Identity {
+        return;
+    }
     macro_rules! each {
         ($f:expr) => {
             for x in xs.iter_mut() {
@@ -204,20 +224,11 @@ pub fn act_in_place<M: MulAdd>(a: Act, xs: &mut [f32]) {
             }
         };
     }
-    match a {
-        Act::Identity => {}
-        Act::Gelu => each!(gelu::<M>),
-        Act::GeluTanh => each!(|x| act::<M>(Act::GeluTanh, x)),
-        Act::Relu => each!(|x: f32| x.max(0.0)),
-        Act::Silu => each!(|x: f32| x * sigmoid::<M>(x)),
-        Act::Tanh => each!(tanh::<M>),
-        Act::Sigmoid => each!(sigmoid::<M>),
-        Act::Log1pRelu => each!(|x: f32| ln::<M>(1.0 + x.max(0.0))),
-    }
+    with_act!(a, M, each)
 }
 
-/// `out[j] = a(xs[j] + bias[j]) + add[j]` for every `j` of `out` (one pass, one loop body per
-/// activation). `add` is `None` to add `out`'s own values, which a GEMM's residual written in
+/// `out[j] = a(xs[j] + bias[j]) + add[j]` for every `j` of `out`, in one pass and one loop body
+/// per activation. `add` is `None` to add `out`'s own values, which a GEMM's residual written in
 /// place is.
 ///
 /// # Panics
@@ -242,16 +253,7 @@ pub fn act_into<M: MulAdd>(a: Act, out: &mut [f32], xs: &[f32], bias: &[f32], ad
             }
         };
     }
-    match a {
-        Act::Identity => each!(|x: f32| x),
-        Act::Gelu => each!(gelu::<M>),
-        Act::GeluTanh => each!(|x| act::<M>(Act::GeluTanh, x)),
-        Act::Relu => each!(|x: f32| x.max(0.0)),
-        Act::Silu => each!(|x: f32| x * sigmoid::<M>(x)),
-        Act::Tanh => each!(tanh::<M>),
-        Act::Sigmoid => each!(sigmoid::<M>),
-        Act::Log1pRelu => each!(|x: f32| ln::<M>(1.0 + x.max(0.0))),
-    }
+    with_act!(a, M, each)
 }
 
 /// Values per block of [`max_in`] and [`exp_sum_in`].
