@@ -214,7 +214,7 @@ impl FlexBackend {
         let bf16 = self.isa16 == Isa16::Avx512Bf16;
         match linears {
             Linears::Bf16 if bf16 => Products::Bf16,
-            Linears::Int8 if bf16 && self.isa8.rows() == Rows8::Shifted => Products::Bf16,
+            Linears::Int8 if bf16 && self.isa8.rows() == Rows8::ZeroPoint => Products::Bf16,
             _ => Products::F32,
         }
     }

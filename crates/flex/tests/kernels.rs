@@ -129,7 +129,7 @@ fn row_steps(x: &[f32], k: usize, form: Rows8) -> Vec<f64> {
         .map(|r| {
             let (lo, hi) = r.iter().fold((0.0f32, 0.0f32), |(lo, hi), &v| (lo.min(v), hi.max(v)));
             match form {
-                Rows8::Shifted => f64::from(hi - lo) / 255.0,
+                Rows8::ZeroPoint => f64::from(hi - lo) / 255.0,
                 Rows8::MagnitudesThenValues => f64::from(hi.max(-lo)) / 127.0,
             }
         })
@@ -225,7 +225,7 @@ fn int8_gemm_is_within_its_rounding_of_f64_on_every_isa_and_shape() {
 fn quantized_model(x: &[f32], form: Rows8) -> (Vec<i32>, f32) {
     let (lo, hi) = x.iter().fold((0.0f32, 0.0f32), |(lo, hi), &v| (lo.min(v), hi.max(v)));
     let (scale, bottom, top) = match form {
-        Rows8::Shifted => {
+        Rows8::ZeroPoint => {
             let scale = if hi > lo { (hi - lo) / 255.0 } else { 1.0 };
             let z = (-lo * (1.0 / scale)).round_ties_even();
             (scale, -z, 255.0 - z)
@@ -296,7 +296,9 @@ fn int8_gemm_is_exact_at_the_ends_of_its_range_on_every_isa() {
     w[..k].copy_from_slice(&signs[..k]);
     for isa8 in Isa8::available() {
         let x: Vec<f32> = match isa8.rows() {
-            Rows8::Shifted => signs.iter().map(|&s| if s < 0.0 { -128.0 } else { 127.0 }).collect(),
+            Rows8::ZeroPoint => {
+                signs.iter().map(|&s| if s < 0.0 { -128.0 } else { 127.0 }).collect()
+            }
             Rows8::MagnitudesThenValues => signs.clone(),
         };
         let want = gemm_f64(&x, &w, &vec![0.0; n], &vec![0.0; m * n], (m, k, n), Act::Identity);
@@ -337,7 +339,7 @@ fn quantizing_rounds_to_nearest_even_over_each_rows_range_and_spreads_nan_on_eve
             let len = w.row_bytes();
             let mut q = QuantizedRows::with_room(m, m * len);
             let x = match isa8.rows() {
-                Rows8::Shifted => rows([127.0, 2.5, -3.5, -0.5, -128.0, -6.6]),
+                Rows8::ZeroPoint => rows([127.0, 2.5, -3.5, -0.5, -128.0, -6.6]),
                 Rows8::MagnitudesThenValues => rows([127.0, 2.5, -3.5, 1.5, -0.5, -6.6]),
             };
             // SAFETY: x holds m x k values; q has room for m rows.
@@ -345,7 +347,7 @@ fn quantizing_rounds_to_nearest_even_over_each_rows_range_and_spreads_nan_on_eve
             let row = |i: usize| &q.bytes()[i * len..(i + 1) * len];
             let at = format!("{isa:?} {isa8:?}");
             match isa8.rows() {
-                Rows8::Shifted => {
+                Rows8::ZeroPoint => {
                     assert_eq!(row(0), [255, 130, 124, 128, 0, 121, 128, 128], "{at}");
                     assert_eq!(row(1), [0; 8], "{at}: a row of zeros");
                     assert_eq!(row(3), [0, 51, 26, 12, 255, 7, 0, 0], "{at}: a positive row");
@@ -746,7 +748,7 @@ fn attention_takes_bf16_products_in_bf16_and_in_int8_with_zero_points() {
     let mut cases = vec![("bf16".to_owned(), on(flex(), DType::Bf16), bf16_products)];
     for isa8 in Isa8::available() {
         let be = flex().with_isa8(isa8).expect("an int8 kernel of this CPU");
-        let zero_points = isa8.rows() == Rows8::Shifted;
+        let zero_points = isa8.rows() == Rows8::ZeroPoint;
         cases.push((format!("int8 {isa8:?}"), on(be, DType::I8), bf16_products && zero_points));
     }
     for (name, got, in_bf16) in cases {

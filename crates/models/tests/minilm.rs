@@ -112,7 +112,7 @@ fn embeds_close_to_sentence_transformers_in_int8_on_flex() {
     let f = fixture();
     let texts: Vec<&str> = f.sentences.iter().map(String::as_str).collect();
     for isa8 in Isa8::available() {
-        let bound = if isa8.rows() == Rows8::Shifted { 0.99 } else { 0.98 };
+        let bound = if isa8.rows() == Rows8::ZeroPoint { 0.99 } else { 0.98 };
         let flex = switchyard_flex::flex().with_isa8(isa8).unwrap();
         let int8 = flex.with_dtype(DType::I8).unwrap();
         let mut e =

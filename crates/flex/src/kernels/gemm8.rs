@@ -111,7 +111,7 @@ impl Isa8 {
     pub const fn rows(self) -> Rows8 {
         match self {
             Isa8::Avx2 => Rows8::MagnitudesThenValues,
-            Isa8::Avx512Vnni | Isa8::AvxVnni | Isa8::Portable => Rows8::Shifted,
+            Isa8::Avx512Vnni | Isa8::AvxVnni | Isa8::Portable => Rows8::ZeroPoint,
         }
     }
 }
@@ -196,7 +196,7 @@ impl PackedWeight8 {
 pub enum Rows8 {
     /// Quantized over the row's range, with a zero point: an unsigned byte (what `vpdpbusd`
     /// multiplies) a value, `k4` bytes a row.
-    Shifted,
+    ZeroPoint,
     /// Quantized symmetrically: for each group of four values, their magnitudes, then the
     /// values as signed bytes (what the plain AVX2 kernel broadcasts), `2 * k4` bytes a row.
     MagnitudesThenValues,
@@ -206,7 +206,7 @@ impl Rows8 {
     /// Bytes a row holds for each group of four values.
     const fn group_bytes(self) -> usize {
         match self {
-            Rows8::Shifted => 4,
+            Rows8::ZeroPoint => 4,
             Rows8::MagnitudesThenValues => 8,
         }
     }
@@ -320,7 +320,7 @@ multiversion! {
         // SAFETY: the caller's contract.
         let xr = unsafe { std::slice::from_raw_parts(x.get().cast_const(), k) };
         match form {
-            Rows8::Shifted => {
+            Rows8::ZeroPoint => {
                 // The row's range, zero included, compared as integer keys (which vectorise);
                 // a NaN lies past either end.
                 let (lo, hi) = xr.iter().fold((0, 0), |(lo, hi): (i32, i32), &v| {
