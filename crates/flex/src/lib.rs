@@ -206,10 +206,11 @@ impl FlexBackend {
         }
     }
 
-    /// What attention multiplies in: bf16 where the bf16 GEMM has AVX-512 BF16 (itself detected
-    /// on this CPU), in bf16, and in int8 where its rows have zero points; f32 otherwise. The
-    /// symmetric int8 rows of plain AVX2 leave too little accuracy for bf16 products: with them
-    /// the real all-MiniLM-L6-v2's worst cosine fell from 0.986 to 0.976 (docs/backends.md).
+    /// What attention multiplies in: where the bf16 GEMM has AVX-512 BF16 (itself detected on
+    /// this CPU), bf16 products in bf16, and in int8 where its rows have zero points; f32
+    /// otherwise. The symmetric int8 rows of plain AVX2 leave too little accuracy for bf16
+    /// products: with them the real all-MiniLM-L6-v2's worst cosine fell from 0.986 to 0.976
+    /// (docs/backends.md).
     fn products(&self, linears: Linears) -> Products {
         let bf16 = self.isa16 == Isa16::Avx512Bf16;
         match linears {

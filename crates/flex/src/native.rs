@@ -193,7 +193,7 @@ pub(crate) fn state(isa: Isa, plan: &NativePlan, threads: usize) -> Result<Nativ
     let g = &plan.graph;
     let longest = (plan.bucket.tokens).min(g.limits().max_len as usize);
     let mut size = ScratchSize::default();
-    let (mut quantized, mut quantized_rows, mut rounded) = (0, 0, 0);
+    let (mut quantized_bytes, mut quantized_rows, mut rounded) = (0, 0, 0);
     for op in &g.ops {
         match *op {
             Op::Linear { x, weight, .. } => {
@@ -201,7 +201,7 @@ pub(crate) fn state(isa: Isa, plan: &NativePlan, threads: usize) -> Result<Nativ
                 size = size.max(match plan.weights.linear(weight)? {
                     Linear::F32(w) => gemm::scratch_size(rows, w),
                     Linear::Int8(w) => {
-                        quantized = quantized.max(rows * w.row_bytes());
+                        quantized_bytes = quantized_bytes.max(rows * w.row_bytes());
                         quantized_rows = quantized_rows.max(rows);
                         gemm8::scratch_size(rows, w)
                     }
@@ -222,7 +222,7 @@ pub(crate) fn state(isa: Isa, plan: &NativePlan, threads: usize) -> Result<Nativ
     Ok(NativeState {
         arena: AlignedBuf::zeros(plan.layout.total / F32),
         scratch: Scratches::new(threads, size),
-        quantized: QuantizedRows::with_room(quantized_rows, quantized),
+        quantized: QuantizedRows::with_room(quantized_rows, quantized_bytes),
         rounded: vec![0; rounded],
     })
 }

@@ -100,7 +100,7 @@ fn cosines(got: &[Vec<f32>], want: &[Vec<f32>]) -> Vec<f32> {
 /// similarity with sentence-transformers' f32 one of at least 0.99 where the input rows are
 /// quantized over their range with a zero point (the VNNI and portable kernels), and of at least
 /// 0.98 where they are symmetric (plain AVX2). Measured, the worst sentence being the empty text
-/// (only `[CLS]` and `[SEP]`, whose outlier channels coarsen the per-row scale): 0.9921 to 0.9991
+/// (only `[CLS]` and `[SEP]`, whose outlier channels coarsen the per-row scale): 0.9921 to 0.9990
 /// with zero points and attention in bf16 products (AVX-512 BF16), 0.9935 to 0.9991 with f32
 /// attention; 0.9857 to 0.9977 symmetric. onnxruntime's dynamic int8 of the same model gives
 /// 0.9806 to 0.9949 on the same sentences. Int8 rounding must show (below 0.99999, where f32 is).
