@@ -2,8 +2,10 @@
 //! package) beside ONNX Runtime (fp32 and int8) and sentence-transformers, embedding one corpus of real texts with the real all-MiniLM-L6-v2, at
 //! each thread count asked for, in one run.
 //!
-//! Two corpora: real texts of mixed lengths (truncated at 256 tokens), and real texts all cut to
-//! 128 tokens, where sorting and ragged batches cannot save anyone padding. Everything it needs
+//! Three corpora: real texts of mixed lengths (truncated at 256 tokens); real texts all cut to
+//! 128 tokens, where sorting and ragged batches cannot save anyone padding; and whole documents
+//! (licence and copyright files) truncated at 256 tokens, where tokenizing only the part a model
+//! keeps pays. Everything it needs
 //! is made on first use and kept in caches: a Python environment with the peers (pinned
 //! versions, installed with pip into `$HOME/.cache/switchyard/bench-venv`, about 3 GB, for PyPI's
 //! torch is a CUDA build), the corpora (`crates/bench/peers/corpus.py`, into `.cache/bench/`),
@@ -25,11 +27,13 @@ const PACKAGES: [&str; 7] = [
 ];
 
 /// A corpus the peers and flex embed: its file under `.cache/bench`, how many texts of at least
-/// how many words `corpus.py` picks, and where every engine truncates.
+/// how many words `corpus.py` picks (or, for `documents`, how many whole files), and where
+/// every engine truncates.
 pub(crate) struct Corpus {
     file: &'static str,
     texts: usize,
     min_words: usize,
+    documents: bool,
     max_len: usize,
     about: &'static str,
 }
@@ -40,6 +44,7 @@ pub(crate) const CORPORA: [Corpus; 2] = [
         file: "corpus.jsonl",
         texts: 1000,
         min_words: 20,
+        documents: false,
         max_len: 256,
         about: "real texts of mixed lengths, truncated at 256 tokens",
     },
@@ -47,10 +52,22 @@ pub(crate) const CORPORA: [Corpus; 2] = [
         file: "corpus-128.jsonl",
         texts: 500,
         min_words: 120,
+        documents: false,
         max_len: 128,
         about: "real texts of at least 120 words, all truncated to 128 tokens",
     },
 ];
+
+/// Whole documents, far longer than the model takes, where tokenizing only what it keeps pays
+/// (`--peers` here only: the device bundle has no room for them).
+const DOCUMENTS: Corpus = Corpus {
+    file: "documents.jsonl",
+    texts: 100,
+    min_words: 0,
+    documents: true,
+    max_len: 256,
+    about: "whole licence and copyright files of 8 to 100 thousand characters, truncated at 256 tokens",
+};
 
 impl Corpus {
     /// The corpus' file, built by `corpus.py` from the machine's files if it is not there yet.
@@ -58,14 +75,14 @@ impl Corpus {
         let root = crate::workspace();
         let corpus = root.join(".cache/bench").join(self.file);
         if !corpus.is_file() {
-            step(
-                &format!("building the corpus {}", self.file),
-                Command::new("python3")
-                    .arg(root.join("crates/bench/peers/corpus.py"))
-                    .arg(&corpus)
-                    .arg(self.texts.to_string())
-                    .arg(self.min_words.to_string()),
-            )?;
+            let mut cmd = Command::new("python3");
+            cmd.arg(root.join("crates/bench/peers/corpus.py")).arg(&corpus);
+            if self.documents {
+                cmd.args(["--documents", &self.texts.to_string()]);
+            } else {
+                cmd.args([self.texts.to_string(), self.min_words.to_string()]);
+            }
+            step(&format!("building the corpus {}", self.file), &mut cmd)?;
         }
         Ok(corpus)
     }
@@ -222,7 +239,7 @@ fn run(threads: &[usize]) -> Result<(), String> {
         &target.join("release"),
         &package,
     )?;
-    for c in &CORPORA {
+    for c in CORPORA.iter().chain([&DOCUMENTS]) {
         let corpus = c.ensure()?;
         let max_len = c.max_len.to_string();
         let mut all = Vec::new();

@@ -1,6 +1,7 @@
 """A corpus of real texts of mixed lengths, from files every Debian machine has.
 
     python3 corpus.py OUT.jsonl [COUNT [MIN_WORDS]]
+    python3 corpus.py OUT.jsonl --documents [COUNT]
 
 Sources, read in sorted order: the licences in /usr/share/common-licenses, the copyright files
 and Debian changelogs in /usr/share/doc, and the docstrings of Python's standard library. Each
@@ -9,6 +10,10 @@ MIN_WORDS words (default 20: shorter ones are mostly changelog headers and signa
 most 4000 characters are kept, duplicates dropped, and COUNT of them (default 1000) picked with
 a fixed seed. The texts are people's writing, never a model's output. Writes one JSON line per text,
 `{"text": ...}`, and prints how many texts and characters it wrote.
+
+With --documents, the texts are whole files instead: the licences and copyright files of
+DOC_CHARS characters (as they are, line breaks included), COUNT of them (default 100), picked
+the same way: documents far longer than a model takes, as users embed them, truncated.
 """
 
 import ast
@@ -21,6 +26,7 @@ import sysconfig
 
 
 MIN_WORDS = 20
+DOC_CHARS = range(8_000, 100_001)
 
 
 def paragraphs(text):
@@ -61,22 +67,29 @@ def docstrings(path):
 
 def main():
     out = pathlib.Path(sys.argv[1])
-    count = int(sys.argv[2]) if len(sys.argv) > 2 else 1000
+    documents = sys.argv[2:3] == ["--documents"]
+    args = sys.argv[3:] if documents else sys.argv[2:]
+    count = int(args[0]) if args else (100 if documents else 1000)
     global MIN_WORDS
-    MIN_WORDS = int(sys.argv[3]) if len(sys.argv) > 3 else MIN_WORDS
+    MIN_WORDS = int(args[1]) if len(args) > 1 else MIN_WORDS
     doc = pathlib.Path("/usr/share/doc")
+    licences = [f for f in sorted(pathlib.Path("/usr/share/common-licenses").glob("*")) if f.is_file()]
     texts = []
-    for f in sorted(pathlib.Path("/usr/share/common-licenses").glob("*")):
-        if f.is_file():
+    if documents:
+        for f in licences + sorted(doc.glob("*/copyright")):
+            text = read(f).replace("\r", "")
+            if len(text) in DOC_CHARS:
+                texts.append(text)
+    else:
+        for f in licences + sorted(doc.glob("*/copyright")) + sorted(doc.glob("*/changelog.Debian.gz")):
             texts.extend(paragraphs(read(f)))
-    for f in sorted(doc.glob("*/copyright")) + sorted(doc.glob("*/changelog.Debian.gz")):
-        texts.extend(paragraphs(read(f)))
-    stdlib = pathlib.Path(sysconfig.get_paths()["stdlib"])
-    for f in sorted(stdlib.glob("*.py")):
-        texts.extend(docstrings(f))
+        stdlib = pathlib.Path(sysconfig.get_paths()["stdlib"])
+        for f in sorted(stdlib.glob("*.py")):
+            texts.extend(docstrings(f))
     unique = list(dict.fromkeys(texts))
+    what = "documents" if documents else "paragraphs"
     if len(unique) < count:
-        sys.exit(f"corpus.py: only {len(unique)} distinct paragraphs found, {count} asked for")
+        sys.exit(f"corpus.py: only {len(unique)} distinct {what} found, {count} asked for")
     picked = random.Random(0).sample(unique, count)
     out.parent.mkdir(parents=True, exist_ok=True)
     with out.open("w", encoding="utf-8") as f:

@@ -67,9 +67,10 @@ pub enum Error {
     #[error("tokenizer: {0}")]
     Tokenizer(String),
     /// An input longer than the model takes, where truncation was refused.
-    #[error("the input has {tokens} tokens; the model takes at most {max}")]
+    #[error("the input has at least {tokens} tokens; the model takes at most {max}")]
     TooLong {
-        /// The input's length in tokens, special tokens included.
+        /// The tokens counted before refusing, special tokens included: the whole input's, or
+        /// those of a prefix of a long text that was too long already.
         tokens: usize,
         /// The model's maximum length.
         max: usize,

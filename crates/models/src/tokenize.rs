@@ -1,5 +1,12 @@
 //! Tokenization as sentence-transformers does it: truncation at the model's maximum length,
 //! never padding (batches are ragged).
+//!
+//! A long text is tokenized a prefix at a time where that gives the same tokens: `tokenizers`
+//! tokenizes a whole text before truncating it, so a megabyte of text would cost a megabyte's
+//! work (and its tokens' memory) for the few hundred tokens a model keeps. Where the tokenizer
+//! never looks across a space (see [`cuts_at_spaces`]), the tokens of a prefix that ends just
+//! before a space are the first tokens of the whole text; once a prefix has more tokens than the
+//! model keeps (or, refusing, takes), they are the answer.
 
 use std::path::Path;
 use std::sync::OnceLock;
@@ -18,7 +25,16 @@ pub struct Tokenizer {
     /// Never truncates; made on first use.
     whole: OnceLock<tokenizers::Tokenizer>,
     max_len: usize,
+    /// Whether a prefix cut before a space tokenizes as the start of the whole text.
+    cuts: bool,
 }
+
+/// A long text's first prefix holds this many bytes per token the model keeps (a token of
+/// English is four to five bytes; of code or numbers fewer), and each prefix after it four
+/// times the one before.
+const PREFIX_BYTES_PER_TOKEN: usize = 16;
+/// The fewest bytes a first prefix holds: shorter texts are tokenized whole at once.
+const MIN_PREFIX_BYTES: usize = 4096;
 
 /// What happens to an input longer than the model's maximum length.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -97,9 +113,15 @@ impl Tokenizer {
         // Some shipped files pad to a fixed length or truncate shorter than the model allows;
         // sentence-transformers overrides both, and so do we.
         inner.with_padding(None::<PaddingParams>);
-        truncate(&mut inner, Some(max_len), TruncationDirection::Right)
-            .map_err(|e| Error::Tokenizer(format!("{}: {e}", path.display())))?;
-        Ok(Tokenizer { inner, left: OnceLock::new(), whole: OnceLock::new(), max_len })
+        Tokenizer::new(inner, max_len)
+            .map_err(|e| Error::Tokenizer(format!("{}: {e}", path.display())))
+    }
+
+    /// `inner`, truncating at `max_len` tokens.
+    fn new(mut inner: tokenizers::Tokenizer, max_len: usize) -> tokenizers::Result<Tokenizer> {
+        truncate(&mut inner, Some(max_len), TruncationDirection::Right)?;
+        let cuts = cuts_at_spaces(&inner);
+        Ok(Tokenizer { inner, left: OnceLock::new(), whole: OnceLock::new(), max_len, cuts })
     }
 
     /// The maximum sequence length, special tokens included.
@@ -156,7 +178,7 @@ impl Tokenizer {
             Truncation::Refuse => self.variant(&self.whole, None)?,
         };
         let e = match pair {
-            None => tokenizer.encode(text, special_tokens),
+            None => self.encode_prefixed(tokenizer, text, truncation, special_tokens).map(|p| p.0),
             Some(b) => tokenizer.encode((text, b), special_tokens),
         }
         .map_err(|e| Error::Tokenizer(e.to_string()))?;
@@ -164,6 +186,37 @@ impl Tokenizer {
             return Err(Error::TooLong { tokens: e.len(), max: self.max_len });
         }
         Ok(convert(&e))
+    }
+
+    /// `tokenizer`'s encoding of `text`, from prefixes of it where that gives the same answer
+    /// (see the module's doc), and how many of its bytes were tokenized. With
+    /// [`Truncation::Refuse`] the encoding is of a prefix already too long, when there is one.
+    fn encode_prefixed(
+        &self,
+        tokenizer: &tokenizers::Tokenizer,
+        text: &str,
+        truncation: Truncation,
+        special_tokens: bool,
+    ) -> tokenizers::Result<(tokenizers::Encoding, usize)> {
+        // Left truncation keeps the end of the text, which a prefix cannot give.
+        if self.cuts && truncation != Truncation::Left {
+            let mut at =
+                (self.max_len.saturating_mul(PREFIX_BYTES_PER_TOKEN)).max(MIN_PREFIX_BYTES);
+            while let Some(end) = space_cut(text, at) {
+                let e = tokenizer.encode(&text[..end], special_tokens)?;
+                // Truncating, a prefix with the most tokens kept holds the whole text's first
+                // ones; refusing, one with more than the most is too long already.
+                let enough = match truncation {
+                    Truncation::Refuse => e.len() > self.max_len,
+                    _ => e.len() >= self.max_len,
+                };
+                if enough {
+                    return Ok((e, end));
+                }
+                at = end.saturating_mul(4);
+            }
+        }
+        Ok((tokenizer.encode(text, special_tokens)?, text.len()))
     }
 
     /// Tokenizes words split beforehand (a token classifier's training input, where labels
@@ -208,6 +261,70 @@ fn truncate(
     Ok(())
 }
 
+/// The end of a prefix of `text` at least `at` bytes long that ends just before a space and
+/// after an ASCII letter or digit, if there is one short of the whole text: a place no word,
+/// pre-token or added token of a tokenizer [`cuts_at_spaces`] approves spans.
+fn space_cut(text: &str, at: usize) -> Option<usize> {
+    let bytes = text.as_bytes();
+    let from = at.max(1);
+    // Both bytes are ASCII, so the cut is at a character boundary.
+    (from..bytes.len()).find(|&i| bytes[i] == b' ' && bytes[i - 1].is_ascii_alphanumeric())
+}
+
+/// Whether every part of `t` treats a text's prefix that ends before a space (after an ASCII
+/// letter or digit) as the start of the whole text: normalizers that map one character at a
+/// time, pre-tokenizers that split at spaces, a model that sees one pre-token at a time, and
+/// added tokens without whitespace. Anything else (a pre-tokenizer that leaves the text whole,
+/// a `Split` or `Replace` on a pattern, sentencepiece's `Precompiled` normalizer, BPE with
+/// dropout) is tokenized whole.
+fn cuts_at_spaces(t: &tokenizers::Tokenizer) -> bool {
+    let Ok(v) = serde_json::to_value(t) else { return false };
+    fn all(v: &serde_json::Value, key: &str, ok: &dyn Fn(&serde_json::Value) -> bool) -> bool {
+        v[key].as_array().is_some_and(|parts| parts.iter().all(ok))
+    }
+    fn normalizer(n: &serde_json::Value) -> bool {
+        match n["type"].as_str().unwrap_or_default() {
+            "BertNormalizer" | "NFC" | "NFD" | "NFKC" | "NFKD" | "Lowercase" | "StripAccents"
+            | "Strip" | "Prepend" => true,
+            // One character for a string without whitespace: still a map of characters.
+            "Replace" => {
+                let from = n["pattern"]["String"].as_str().unwrap_or_default();
+                let to = n["content"].as_str().unwrap_or(" ");
+                from.chars().count() == 1
+                    && !from.contains(char::is_whitespace)
+                    && !to.contains(char::is_whitespace)
+            }
+            "Sequence" => all(n, "normalizers", &normalizer),
+            _ => false,
+        }
+    }
+    fn pre_tokenizer(p: &serde_json::Value) -> bool {
+        match p["type"].as_str().unwrap_or_default() {
+            "BertPreTokenizer" | "Whitespace" | "WhitespaceSplit" | "Punctuation" | "Digits" => {
+                true
+            }
+            "ByteLevel" => p["use_regex"].as_bool() == Some(true),
+            "Metaspace" => p["split"].as_bool() == Some(true),
+            "Sequence" => all(p, "pretokenizers", &pre_tokenizer),
+            _ => false,
+        }
+    }
+    let model = match v["model"]["type"].as_str().unwrap_or_default() {
+        "WordPiece" | "WordLevel" | "Unigram" => true,
+        "BPE" => v["model"]["dropout"].is_null(),
+        _ => false,
+    };
+    let added = v["added_tokens"].as_array().is_some_and(|tokens| {
+        tokens
+            .iter()
+            .all(|a| a["content"].as_str().is_some_and(|c| !c.contains(char::is_whitespace)))
+    });
+    (v["normalizer"].is_null() || normalizer(&v["normalizer"]))
+        && pre_tokenizer(&v["pre_tokenizer"])
+        && model
+        && added
+}
+
 fn convert(e: &tokenizers::Encoding) -> Encoded {
     Encoded {
         ids: e.get_ids().to_vec(),
@@ -216,5 +333,328 @@ fn convert(e: &tokenizers::Encoding) -> Encoded {
         words: e.get_word_ids().to_vec(),
         offsets: e.get_offsets().to_vec(),
         special: e.get_special_tokens_mask().iter().map(|&m| m == 1).collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    /// The model's maximum length in these tests: small, so that texts of a few kilobytes are
+    /// long.
+    const MAX: usize = 48;
+
+    /// Letters, digits and a few pieces of the words below, for models that spell what their
+    /// vocabulary lacks.
+    fn pieces() -> Vec<String> {
+        let mut v: Vec<String> = ('a'..='z').chain('0'..='9').map(String::from).collect();
+        v.extend(
+            ["the", "man", "eat", "food", "caf", "new", "york", "中", "文", ".", ",", "!"]
+                .map(String::from),
+        );
+        v
+    }
+
+    fn build(spec: Value) -> Tokenizer {
+        let mut full = json!({
+            "version": "1.0", "truncation": null, "padding": null, "added_tokens": [],
+            "normalizer": null, "pre_tokenizer": null, "post_processor": null, "decoder": null,
+        });
+        for (k, v) in spec.as_object().unwrap() {
+            full[k] = v.clone();
+        }
+        let inner: tokenizers::Tokenizer = full.to_string().parse().unwrap();
+        Tokenizer::new(inner, MAX).unwrap()
+    }
+
+    fn added(content: &str, id: u32, lstrip: bool) -> Value {
+        json!({"id": id, "content": content, "single_word": false, "lstrip": lstrip,
+               "rstrip": false, "normalized": false, "special": true})
+    }
+
+    /// BERT's: its normalizer, pre-tokenizer, WordPiece with `##` pieces and `[CLS] .. [SEP]`.
+    fn wordpiece() -> Tokenizer {
+        let mut vocab: Vec<String> =
+            ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"].map(String::from).to_vec();
+        vocab.extend(pieces());
+        vocab.extend(["##s", "##ing", "##e", "##1", "##3"].map(String::from));
+        let vocab: serde_json::Map<String, Value> =
+            vocab.into_iter().enumerate().map(|(i, t)| (t, json!(i))).collect();
+        build(json!({
+            "added_tokens": [added("[MASK]", 4, false)],
+            "normalizer": {"type": "BertNormalizer", "clean_text": true,
+                           "handle_chinese_chars": true, "strip_accents": true, "lowercase": true},
+            "pre_tokenizer": {"type": "BertPreTokenizer"},
+            "post_processor": {"type": "BertProcessing", "sep": ["[SEP]", 3], "cls": ["[CLS]", 2]},
+            "model": {"type": "WordPiece", "unk_token": "[UNK]", "continuing_subword_prefix": "##",
+                      "max_input_chars_per_word": 20, "vocab": vocab},
+        }))
+    }
+
+    /// RoBERTa's: byte-level BPE with a few merges, `<s> .. </s>` and an lstrip `<mask>`.
+    fn byte_level(use_regex: bool) -> Tokenizer {
+        let mut vocab: Vec<String> =
+            ["<s>", "<pad>", "</s>", "<unk>", "<mask>"].map(String::from).to_vec();
+        let mut alphabet: Vec<char> =
+            tokenizers::pre_tokenizers::byte_level::ByteLevel::alphabet().into_iter().collect();
+        alphabet.sort_unstable();
+        vocab.extend(alphabet.iter().map(char::to_string));
+        let merges = [
+            ("t", "h"),
+            ("th", "e"),
+            ("Ġ", "the"),
+            ("e", "a"),
+            ("ea", "t"),
+            ("Ġ", "eat"),
+            ("i", "n"),
+            ("in", "g"),
+            ("Ġ", "n"),
+            ("Ġn", "e"),
+            ("Ġne", "w"),
+            ("f", "o"),
+            ("fo", "o"),
+        ];
+        vocab.extend(merges.iter().map(|(a, b)| format!("{a}{b}")));
+        let vocab: serde_json::Map<String, Value> =
+            vocab.into_iter().enumerate().map(|(i, t)| (t, json!(i))).collect();
+        let byte_level = json!({"type": "ByteLevel", "add_prefix_space": false,
+                                "trim_offsets": true, "use_regex": use_regex});
+        build(json!({
+            "added_tokens": [added("<s>", 0, false), added("</s>", 2, false), added("<mask>", 4, true)],
+            "pre_tokenizer": byte_level,
+            "post_processor": {"type": "RobertaProcessing", "sep": ["</s>", 2], "cls": ["<s>", 0],
+                               "trim_offsets": true, "add_prefix_space": false},
+            "model": {"type": "BPE", "dropout": null, "unk_token": null,
+                      "continuing_subword_prefix": null, "end_of_word_suffix": null,
+                      "fuse_unk": false, "byte_fallback": false, "ignore_merges": false,
+                      "vocab": vocab, "merges": merges.map(|(a, b)| format!("{a} {b}"))},
+        }))
+    }
+
+    /// sentencepiece's way: NFKC, `Metaspace` and a Unigram model.
+    fn unigram(split: bool) -> Tokenizer {
+        let mut vocab = vec![json!(["<unk>", 0.0]), json!(["▁", -2.0])];
+        for (i, p) in pieces().into_iter().enumerate() {
+            vocab.push(json!([format!("▁{p}"), -3.0 - i as f64 / 10.0]));
+            vocab.push(json!([p, -5.0 - i as f64 / 10.0]));
+        }
+        build(json!({
+            "normalizer": {"type": "Sequence", "normalizers": [{"type": "NFKC"},
+                {"type": "Replace", "pattern": {"String": "’"}, "content": "'"}]},
+            "pre_tokenizer": {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always",
+                              "split": split},
+            "model": {"type": "Unigram", "unk_id": 0, "vocab": vocab, "byte_fallback": false},
+        }))
+    }
+
+    /// Whole words, lowercased, split at whitespace and punctuation.
+    fn word_level() -> Tokenizer {
+        let vocab: serde_json::Map<String, Value> = std::iter::once("[UNK]".to_owned())
+            .chain(pieces())
+            .enumerate()
+            .map(|(i, t)| (t, json!(i)))
+            .collect();
+        build(json!({
+            "normalizer": {"type": "Lowercase"},
+            "pre_tokenizer": {"type": "Sequence", "pretokenizers": [{"type": "Whitespace"},
+                              {"type": "Digits", "individual_digits": true}]},
+            "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "[UNK]"},
+        }))
+    }
+
+    /// A long text of `bytes` or so, from `seed`: words, subwords, digits, punctuation, runs of
+    /// whitespace of every kind, accents, combining marks, CJK, emoji and added tokens.
+    fn text(seed: u64, bytes: usize) -> String {
+        const BITS: [&str; 34] = [
+            "the",
+            "man",
+            "eating",
+            "food",
+            "foods",
+            "Café",
+            "new",
+            "york",
+            "NEW",
+            "e\u{301}",
+            "13",
+            "2024",
+            "x1",
+            ".",
+            ",",
+            "!",
+            "?!",
+            "中文",
+            "中",
+            "🙂",
+            "[MASK]",
+            "<mask>",
+            "<s>",
+            "’s",
+            "\u{a0}",
+            "\u{3000}",
+            "\u{200b}",
+            "\t",
+            "\n",
+            "  ",
+            "   ",
+            "\r\n",
+            "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+            "\u{0}",
+        ];
+        let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let mut s = String::new();
+        while s.len() < bytes {
+            let r = next();
+            s.push_str(BITS[(r % BITS.len() as u64) as usize]);
+            // Mostly one space between pieces, as in prose; sometimes none.
+            if r >> 40 & 3 != 0 {
+                s.push(' ');
+            }
+        }
+        s
+    }
+
+    fn whole(t: &Tokenizer, text: &str, truncation: Truncation) -> tokenizers::Encoding {
+        let tokenizer = match truncation {
+            Truncation::Refuse => t.variant(&t.whole, None).unwrap(),
+            _ => &t.inner,
+        };
+        tokenizer.encode(text, true).unwrap()
+    }
+
+    /// Tokenizing prefixes of `texts` gives every field of the whole text's encoding,
+    /// truncating, and refusing the prefix's tokens are the whole text's first ones; returns
+    /// how many of them took a prefix (each twice, once a way).
+    fn prefixes_match(name: &str, t: &Tokenizer, texts: &[String]) -> usize {
+        assert!(t.cuts, "{name} should take prefixes");
+        let mut cut = 0;
+        for (i, text) in texts.iter().enumerate() {
+            for truncation in [Truncation::Right, Truncation::Refuse] {
+                let tokenizer = match truncation {
+                    Truncation::Refuse => t.variant(&t.whole, None).unwrap(),
+                    _ => &t.inner,
+                };
+                let (got, read) = t.encode_prefixed(tokenizer, text, truncation, true).unwrap();
+                cut += usize::from(read < text.len());
+                let (got, want) = (convert(&got), convert(&whole(t, text, truncation)));
+                match truncation {
+                    // A prefix's last token is a special token, or its last word's.
+                    Truncation::Refuse => {
+                        let max = t.max_len;
+                        assert!(got.ids.len() > max && want.ids.len() > max, "{name}, text {i}");
+                        let n = got.ids.len() - 1;
+                        let same = |j: usize| {
+                            (got.ids[j], got.offsets[j], got.words[j])
+                                == (want.ids[j], want.offsets[j], want.words[j])
+                        };
+                        let differs = (0..n).find(|&j| !same(j));
+                        assert_eq!(differs, None, "{name}, text {i}: first token that differs");
+                        let refused = t.encode_with(text, None, truncation, true);
+                        assert!(matches!(refused, Err(Error::TooLong { .. })), "{name}, text {i}");
+                    }
+                    _ => {
+                        assert_eq!(got, want, "{name}, text {i}: {text:?}");
+                        assert_eq!(t.encode(text).unwrap(), want, "{name}, text {i}");
+                    }
+                }
+            }
+        }
+        cut
+    }
+
+    #[test]
+    fn prefixes_give_the_whole_texts_tokens_in_every_family() {
+        let texts: Vec<String> =
+            (0..40).map(|seed| text(seed, 1000 + 1500 * seed as usize)).collect();
+        let families = [
+            ("wordpiece", wordpiece()),
+            ("byte-level BPE", byte_level(true)),
+            ("unigram", unigram(true)),
+            ("word level", word_level()),
+        ];
+        for (name, t) in families {
+            // Every text past the first prefix's 4096 bytes took one (the rest are whole).
+            assert_eq!(prefixes_match(name, &t, &texts), 2 * (40 - 3), "{name}: prefixes taken");
+        }
+    }
+
+    #[test]
+    fn prefixes_give_the_whole_texts_tokens_on_minilm() {
+        let dir = crate::fetched_model_dir("all-MiniLM-L6-v2").unwrap();
+        let t = Tokenizer::load(&dir, 256).unwrap();
+        // The repository's docs from every kilobyte or so of their first halves: prose, tables,
+        // code and non-ASCII text, each at least 8 KB long.
+        let docs = [include_str!("../../../docs/backends.md"), include_str!("../../../README.md")];
+        let texts: Vec<String> = docs
+            .iter()
+            .flat_map(|d| {
+                (0..d.len() / 2)
+                    .step_by(997)
+                    .filter(|&i| d.is_char_boundary(i))
+                    .map(|i| d[i..].to_owned())
+            })
+            .collect();
+        assert_eq!(prefixes_match("all-MiniLM-L6-v2", &t, &texts), 2 * texts.len());
+    }
+
+    /// Changes `t`'s configuration at `key` to `value`.
+    fn with(t: &Tokenizer, key: &str, value: Value) -> Tokenizer {
+        let mut v = serde_json::to_value(&t.inner).unwrap();
+        v[key] = value;
+        build(v)
+    }
+
+    #[test]
+    fn tokenizers_that_look_across_spaces_tokenize_whole_texts() {
+        let split = json!({"type": "Split", "pattern": {"Regex": "\\w+ \\w+"},
+                           "behavior": "Isolated", "invert": false});
+        let collapse = json!({"type": "Replace", "pattern": {"Regex": " {2,}"}, "content": " "});
+        let mut spaced = serde_json::to_value(&wordpiece().inner).unwrap()["added_tokens"].clone();
+        spaced.as_array_mut().unwrap().push(added("new york", 5, false));
+        let mut dropout = serde_json::to_value(&byte_level(true).inner).unwrap()["model"].clone();
+        dropout["dropout"] = json!(0.1);
+        let whole = [
+            ("byte level without its regex", byte_level(false)),
+            ("metaspace without splitting", unigram(false)),
+            ("no pre-tokenizer", with(&wordpiece(), "pre_tokenizer", Value::Null)),
+            ("a split on a pattern", with(&wordpiece(), "pre_tokenizer", split)),
+            ("a replace on a pattern", with(&wordpiece(), "normalizer", collapse)),
+            ("an added token with a space", with(&wordpiece(), "added_tokens", spaced)),
+            ("BPE with dropout", with(&byte_level(true), "model", dropout)),
+        ];
+        let text = text(7, 20_000);
+        for (name, t) in whole {
+            assert!(!t.cuts, "{name} cannot take prefixes");
+            let (e, read) = t.encode_prefixed(&t.inner, &text, Truncation::Right, true).unwrap();
+            assert_eq!((read, e.len()), (text.len(), MAX), "{name}");
+        }
+        // Keeping the end of a text takes the whole text too, even where prefixes work.
+        let t = wordpiece();
+        let left = t.variant(&t.left, Some(MAX)).unwrap();
+        let (e, read) = t.encode_prefixed(left, &text, Truncation::Left, true).unwrap();
+        assert_eq!((read, e.len()), (text.len(), MAX));
+    }
+
+    #[test]
+    fn a_long_text_is_tokenized_a_short_prefix_at_a_time() {
+        let t = wordpiece();
+        // Ten megabytes of prose take the first prefix alone.
+        let prose = text(3, 10_000_000);
+        let (e, read) = t.encode_prefixed(&t.inner, &prose, Truncation::Right, true).unwrap();
+        assert!(read <= MIN_PREFIX_BYTES + 64 && e.len() == MAX, "{read} bytes tokenized");
+        // A text whose first forty kilobytes hold no token takes a second prefix, four times
+        // the first one's length.
+        let blank = " ".repeat(40_000) + &text(4, 1_000_000);
+        let (e, read) = t.encode_prefixed(&t.inner, &blank, Truncation::Right, true).unwrap();
+        assert!((160_000..170_000).contains(&read), "{read} bytes tokenized");
+        assert_eq!(convert(&e), convert(&whole(&t, &blank, Truncation::Right)));
     }
 }

@@ -143,7 +143,7 @@ impl From<switchyard_models::Error> for ApiError {
     fn from(e: switchyard_models::Error) -> Self {
         match e {
             switchyard_models::Error::TooLong { tokens, max } => ApiError::too_large(format!(
-                "an input has {tokens} tokens, and the model takes at most {max}; shorten it or \
+                "an input has at least {tokens} tokens, and the model takes at most {max}; shorten it or \
                  set `truncate`"
             )),
             switchyard_models::Error::Tokenizer(m) => {
