@@ -68,8 +68,11 @@ struct Engine<B: Backend> {
     limit: Bucket,
     /// The lane of the model's token graph, if it has one.
     tokens: Option<LaneId>,
-    /// Threads that tokenize the texts of the next batches, between runs.
+    /// Threads that tokenize the texts of the next batches.
     tokenize_threads: usize,
+    /// Whether the next batches' texts are tokenized while a batch runs (on a device that
+    /// computes elsewhere), not between runs.
+    tokenize_ahead: bool,
 }
 
 impl<B: Backend> Runner<B> {
@@ -81,9 +84,10 @@ impl<B: Backend> Runner<B> {
         let limit = limit.ok_or_else(|| Error::format("the bucket table is empty"))?;
         let stage = switchyard_core::DEFAULT_STAGE;
         let tokens = model.token_graph().map(|g| exec.add_graph(g.clone(), stage)).transpose()?;
-        let tokenize_threads = tokenize_threads(&exec.caps());
+        let caps = exec.caps();
+        let (tokenize_threads, tokenize_ahead) = (tokenize_threads(&caps), tokenize_ahead(&caps));
         let (buf, out) = (BatchBuf::new(), Outputs::new());
-        let engine = Engine { exec, buf, out, limit, tokens, tokenize_threads };
+        let engine = Engine { exec, buf, out, limit, tokens, tokenize_threads, tokenize_ahead };
         Ok(Runner { model, engine })
     }
 
@@ -106,6 +110,13 @@ impl<B: Backend> Runner<B> {
     /// device that computes elsewhere (its host threads are idle while it tokenizes).
     pub fn tokenize_threads(&self) -> usize {
         self.engine.tokenize_threads
+    }
+
+    /// Whether texts are tokenized a batch limit's worth ahead, while the device runs the
+    /// batches before them: on a device that computes elsewhere, whose host cores would
+    /// otherwise wait. On a CPU they tokenize between runs, as the cores are the model's.
+    pub fn tokenizes_ahead(&self) -> bool {
+        self.engine.tokenize_ahead
     }
 
     /// One embedding per text (for an embedding model). `progress` is called with the number
@@ -138,11 +149,11 @@ impl<B: Backend> Runner<B> {
             |t| matches!(t, Task::Classify { .. }),
             "a cross-encoder (a sequence classifier)",
         )?;
-        let tokens = &self.model.tokenizer;
-        let (chunk, threads) = (self.engine.limit.seqs, self.engine.tokenize_threads);
-        let inputs =
-            tokenize(docs, chunk, threads, |d| Ok((tokens.encode_pair(query, d)?, Vec::new())));
-        let rows = self.engine.run(inputs, LOGITS, Rows::Seqs, progress)?;
+        let (tokens, engine) = (&self.model.tokenizer, &mut self.engine);
+        let encode = |d: &str| Ok((tokens.encode_pair(query, d)?, Vec::new()));
+        let rows = tokenized(docs, engine.tokenizing(), encode, |inputs| {
+            engine.run(inputs, LOGITS, Rows::Seqs, progress)
+        })?;
         Ok(rows.into_iter().map(one_row).collect())
     }
 
@@ -228,9 +239,8 @@ impl<B: Backend> Runner<B> {
         output: &str,
         progress: impl FnMut(usize),
     ) -> Result<Vec<InputRows>> {
-        let tokens = &self.model.tokenizer;
-        let (chunk, threads) = (self.engine.limit.seqs, self.engine.tokenize_threads);
-        let inputs = tokenize(texts, chunk, threads, |t| {
+        let (tokens, engine) = (&self.model.tokenizer, &mut self.engine);
+        let encode = |t: &str| {
             let e = tokens.encode(t)?;
             let marks = match marking {
                 None => Vec::new(),
@@ -238,9 +248,11 @@ impl<B: Backend> Runner<B> {
                 Some(Marking::EveryToken) => e.text_tokens(),
             };
             Ok((e, marks))
-        });
+        };
         let rows = if marking.is_some() { Rows::Markers } else { Rows::Seqs };
-        let result = self.engine.run(inputs, output, rows, progress)?;
+        let result = tokenized(texts, engine.tokenizing(), encode, |inputs| {
+            engine.run(inputs, output, rows, progress)
+        })?;
         Ok(result.into_iter().map(|((_, marks), rows)| (marks, rows)).collect())
     }
 }
@@ -266,17 +278,43 @@ fn batch_limit(model: &Model, buckets: &Buckets) -> Option<Bucket> {
         .copied()
 }
 
-/// `encode` of each text, lazily, `chunk` texts at a time (a batch's worth), each chunk
-/// tokenized on `threads` threads before its batches run.
-fn tokenize<'t>(
-    texts: &'t [&'t str],
+/// How texts are tokenized: `chunk` at a time (a batch's worth), each chunk on `threads`
+/// threads; with `ahead`, on a thread of its own while the batches before it run.
+#[derive(Clone, Copy, Debug)]
+struct Tokenizing {
     chunk: usize,
     threads: usize,
-    encode: impl Fn(&str) -> Result<Marked> + Sync + 't,
-) -> impl Iterator<Item = Result<Marked>> + 't {
-    texts
-        .chunks(chunk.max(1))
-        .flat_map(move |chunk| crate::par::map_ordered(chunk, threads, |t| encode(t)))
+    ahead: bool,
+}
+
+/// `consume` of the inputs `encode` makes of `texts`, in order, tokenized as `how` says:
+/// lazily, a chunk when `consume` needs it; or ahead, where a thread tokenizes the chunks in
+/// turn and hands each over, at most one waiting beside the one it is on. A `consume` that
+/// stops early stops that thread after its chunk.
+fn tokenized<R>(
+    texts: &[&str],
+    how: Tokenizing,
+    encode: impl Fn(&str) -> Result<Marked> + Sync,
+    consume: impl FnOnce(&mut dyn Iterator<Item = Result<Marked>>) -> R,
+) -> R {
+    let chunks = texts.chunks(how.chunk.max(1));
+    let encode = &encode;
+    let tokenize = move |chunk: &[&str]| crate::par::map_ordered(chunk, how.threads, |t| encode(t));
+    if !how.ahead {
+        return consume(&mut chunks.flat_map(tokenize));
+    }
+    std::thread::scope(|s| {
+        let (send, chunks_done) = std::sync::mpsc::sync_channel(1);
+        s.spawn(move || {
+            for chunk in chunks {
+                // Sending fails once `consume` is done and dropped the receiver.
+                if send.send(tokenize(chunk)).is_err() {
+                    break;
+                }
+            }
+        });
+        consume(&mut chunks_done.into_iter().flatten())
+    })
 }
 
 /// The threads [`Runner::tokenize_threads`] says.
@@ -287,7 +325,21 @@ fn tokenize_threads(caps: &switchyard_core::Caps) -> usize {
     }
 }
 
+/// What [`Runner::tokenizes_ahead`] says.
+fn tokenize_ahead(caps: &switchyard_core::Caps) -> bool {
+    caps.kind != DeviceKind::Cpu
+}
+
 impl<B: Backend> Engine<B> {
+    /// How this engine's texts are tokenized.
+    fn tokenizing(&self) -> Tokenizing {
+        Tokenizing {
+            chunk: self.limit.seqs,
+            threads: self.tokenize_threads,
+            ahead: self.tokenize_ahead,
+        }
+    }
+
     /// Runs inputs in batches within the limit; per input, the input and `output`'s rows: one
     /// for a per-sequence output (`rows` is [`Rows::Seqs`]), one per mark for a per-marker one.
     fn run<M: Borrow<Marked>>(
@@ -372,17 +424,94 @@ impl<B: Backend> Engine<B> {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Mutex;
+    use std::time::{Duration, Instant};
+
     use switchyard_core::{Caps, DeviceKind};
 
-    use super::tokenize_threads;
+    use super::{Tokenizing, tokenize_ahead, tokenize_threads, tokenized};
+    use crate::{Encoded, Error, Marked, Result};
 
     #[test]
-    fn a_cpu_backend_tokenizes_on_its_threads_and_another_device_on_every_core() {
+    fn a_cpu_backend_tokenizes_on_its_threads_and_another_device_on_every_core_ahead() {
         let cpu = |n| Caps::new("flex", "host CPU", DeviceKind::Cpu).with_threads(n);
         assert_eq!(tokenize_threads(&cpu(3)), 3);
         assert_eq!(tokenize_threads(&cpu(0)), 1);
+        assert!(!tokenize_ahead(&cpu(3)));
         let cores = std::thread::available_parallelism().map_or(1, usize::from);
         let gpu = Caps::new("cube", "cuda:0", DeviceKind::Gpu);
         assert_eq!(tokenize_threads(&gpu), cores);
+        assert!(tokenize_ahead(&gpu));
+    }
+
+    /// Forty texts, "0" to "39", in chunks of four.
+    const TEXTS: usize = 40;
+    const CHUNK: usize = 4;
+
+    /// Tokenizes the text `i` as one token `i`, logging `i`; `i == fail` is an error.
+    fn encoder(log: &Mutex<Vec<usize>>, fail: usize) -> impl Fn(&str) -> Result<Marked> + Sync {
+        move |t| {
+            let i: usize = t.parse().unwrap();
+            log.lock().unwrap().push(i);
+            if i == fail {
+                return Err(Error::Tokenizer(format!("text {i}")));
+            }
+            let e = Encoded {
+                ids: vec![i as u32],
+                types: vec![0],
+                tokens: vec![t.to_owned()],
+                words: vec![Some(0)],
+                offsets: vec![(0, t.len())],
+                special: vec![false],
+            };
+            Ok((e, Vec::new()))
+        }
+    }
+
+    fn most(log: &Mutex<Vec<usize>>) -> Option<usize> {
+        log.lock().unwrap().iter().copied().max()
+    }
+
+    #[test]
+    fn ahead_the_next_chunks_tokenize_while_one_is_consumed_and_lazily_they_wait() {
+        let texts: Vec<String> = (0..TEXTS).map(|i| i.to_string()).collect();
+        let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+        for ahead in [false, true] {
+            let log = Mutex::new(Vec::new());
+            let how = Tokenizing { chunk: CHUNK, threads: 1, ahead };
+            let ids = tokenized(&texts, how, encoder(&log, usize::MAX), |inputs| {
+                let first = inputs.next().unwrap().unwrap();
+                if ahead {
+                    // The next chunk is tokenized while the first is still being consumed.
+                    let deadline = Instant::now() + Duration::from_secs(10);
+                    while most(&log) < Some(CHUNK) {
+                        assert!(Instant::now() < deadline, "the next chunk was not tokenized");
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                    // And no more than one chunk waits beside the one being tokenized.
+                    std::thread::sleep(Duration::from_millis(50));
+                    assert!(most(&log) < Some(3 * CHUNK), "{:?} tokenized", most(&log));
+                } else {
+                    assert_eq!(most(&log), Some(CHUNK - 1), "lazily, one chunk at a time");
+                }
+                let rest = inputs.map(|r| r.unwrap().0.ids[0] as usize);
+                std::iter::once(first.0.ids[0] as usize).chain(rest).collect::<Vec<_>>()
+            });
+            assert_eq!(ids, (0..TEXTS).collect::<Vec<_>>(), "ahead: {ahead}");
+        }
+    }
+
+    #[test]
+    fn an_error_ahead_stops_the_tokenizing_thread() {
+        let texts: Vec<String> = (0..TEXTS).map(|i| i.to_string()).collect();
+        let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+        let log = Mutex::new(Vec::new());
+        let how = Tokenizing { chunk: CHUNK, threads: 1, ahead: true };
+        let got: Result<Vec<Marked>> =
+            tokenized(&texts, how, encoder(&log, 9), |inputs| inputs.collect());
+        assert!(matches!(got, Err(Error::Tokenizer(m)) if m == "text 9"));
+        // The consumer stopped at text 9, in the third chunk: the thread tokenized at most two
+        // chunks more, then found no one to hand them to.
+        assert!(most(&log) < Some(5 * CHUNK), "{:?} tokenized", most(&log));
     }
 }
