@@ -8,6 +8,8 @@ use switchyard_core::{Backend, Buckets, DType, DTypeChoice};
 use switchyard_dispatch::{Device, Dispatch};
 use switchyard_models::{Model, Runner};
 
+use crate::args::Args;
+
 /// Process CPU seconds so far (every thread's, user and system).
 pub(crate) fn cpu_seconds() -> f64 {
     // SAFETY: getrusage writes a `rusage` it is given a valid pointer to.
@@ -20,17 +22,24 @@ pub(crate) fn cpu_seconds() -> f64 {
     secs(usage.ru_utime) + secs(usage.ru_stime)
 }
 
-/// The texts of a corpus of JSON lines with a `text` field.
-pub fn load(path: &str) -> Vec<String> {
-    let data = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+/// The texts of a corpus of JSON lines with a `text` field, or what is wrong with the file.
+pub fn load(path: &str) -> Result<Vec<String>, String> {
+    let data = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
     data.lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| {
-            let v: serde_json::Value = serde_json::from_str(l).expect("a JSON line");
-            v["text"].as_str().expect("a `text` field").to_owned()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(i, l)| {
+            let v: serde_json::Value =
+                serde_json::from_str(l).map_err(|e| format!("{path}:{}: {e}", i + 1))?;
+            let text = v["text"].as_str().ok_or(format!("{path}:{}: no `text` string", i + 1))?;
+            Ok(text.to_owned())
         })
         .collect()
 }
+
+/// What `corpus` takes.
+const USAGE: &str =
+    "corpus --model DIR --corpus FILE --threads N [--max-len N] [--dtypes LIST] [--device D]";
 
 /// `corpus --model DIR --corpus FILE --threads N [--max-len N] [--dtypes LIST] [--device D]`:
 /// flex (or the device `D`, such as `cuda:0`, whose threads are its own) in each dtype of `LIST`
@@ -39,27 +48,22 @@ pub fn load(path: &str) -> Vec<String> {
 /// engine, order, threads, texts, tokens, wall seconds, CPU seconds, largest difference from the
 /// first run's embeddings (f32 in file order, by default).
 pub fn run(args: &[String]) {
-    let opt = |name: &str| {
-        let i = args.iter().position(|a| a == name)?;
-        Some(args.get(i + 1).unwrap_or_else(|| panic!("{name} takes a value")).clone())
-    };
-    let arg = |name: &str| opt(name).unwrap_or_else(|| panic!("{name} is needed"));
-    let (model_dir, corpus) = (arg("--model"), arg("--corpus"));
-    let threads: usize = arg("--threads").parse().expect("a number of threads");
-    let dtypes: Vec<DTypeChoice> = opt("--dtypes")
+    let args = Args::new(args, USAGE);
+    let (model_dir, corpus) = (args.need("--model"), args.need("--corpus"));
+    let threads: usize = args.need_parsed("--threads");
+    let dtypes: Vec<DTypeChoice> = args
+        .opt("--dtypes")
         .unwrap_or_else(|| "f32,bf16,int8".into())
         .split(',')
-        .map(|d| d.parse().expect("a dtype"))
+        .map(|d| d.parse().unwrap_or_else(|e| args.fail(format!("--dtypes {d}: {e}"))))
         .collect();
-    let device: Device =
-        opt("--device").map_or_else(Device::flex, |d| d.parse().expect("a device"));
-    let texts = load(&corpus);
+    let device: Device = args.parsed("--device").unwrap_or_else(Device::flex);
+    let max_len: Option<usize> = args.parsed("--max-len");
+    let texts = load(&corpus).unwrap_or_else(|e| args.fail(e));
     let load_model = || {
         let mut model = Model::load(model_dir.as_ref()).expect("the model loads");
-        if let Some(n) = opt("--max-len") {
-            model
-                .set_max_len(n.parse().expect("a number of tokens"))
-                .expect("a length the model takes");
+        if let Some(n) = max_len {
+            model.set_max_len(n).expect("a length the model takes");
         }
         model
     };

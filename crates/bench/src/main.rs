@@ -7,6 +7,7 @@
 // A benchmark reports to its user on stdout.
 #![allow(clippy::print_stdout)]
 
+mod args;
 mod corpus;
 mod serve;
 mod train;

@@ -15,23 +15,7 @@ use switchyard_dispatch::{Device, Dispatch};
 use switchyard_models::{Model, Runner};
 use switchyard_server::{Config, ModelSpec, Opener, Replica, Server};
 
-/// The command line's `--name VALUE` options.
-struct Args<'a>(&'a [String]);
-
-impl Args<'_> {
-    fn opt(&self, name: &str) -> Option<String> {
-        let i = self.0.iter().position(|a| a == name)?;
-        Some(self.0.get(i + 1).unwrap_or_else(|| panic!("{name} takes a value")).clone())
-    }
-
-    fn get(&self, name: &str) -> String {
-        self.opt(name).unwrap_or_else(|| panic!("{name} is needed"))
-    }
-
-    fn number(&self, name: &str, default: usize) -> usize {
-        self.opt(name).map_or(default, |v| v.parse().expect("a number"))
-    }
-}
+use crate::args::Args;
 
 /// The model at `dir`, truncating at `max_len` tokens if given.
 fn model(dir: &str, max_len: Option<usize>) -> switchyard_models::Result<Model> {
@@ -115,13 +99,15 @@ fn quantile(d: &mut [Duration], q: f64) -> f64 {
 /// concurrent clients and with one, and with `--remote` a second device (flex served by a
 /// remote-serve on loopback) beside the first.
 pub fn serve(args: &[String]) {
-    let args = Args(args);
-    let (dir, corpus) = (args.get("--model"), args.get("--corpus"));
-    let max_len = args.opt("--max-len").map(|n| n.parse().expect("a number of tokens"));
-    let threads = args.number("--threads", 2);
-    let clients = args.number("--clients", 64);
-    let mut texts = crate::corpus::load(&corpus);
-    texts.truncate(args.number("--texts", texts.len()));
+    let usage = "serve --model DIR --corpus FILE [--max-len N] [--threads N] [--clients N] \
+                 [--texts N] [--remote]";
+    let args = Args::new(args, usage);
+    let (dir, corpus) = (args.need("--model"), args.need("--corpus"));
+    let max_len: Option<usize> = args.parsed("--max-len");
+    let threads = args.parsed("--threads").unwrap_or(2);
+    let clients = args.parsed("--clients").unwrap_or(64);
+    let mut texts = crate::corpus::load(&corpus).unwrap_or_else(|e| args.fail(e));
+    texts.truncate(args.parsed("--texts").unwrap_or(texts.len()));
     let texts = Arc::new(texts);
     let n = texts.len();
     let flex = || replica(&dir, max_len, Device::flex(), threads);
@@ -174,7 +160,7 @@ pub fn serve(args: &[String]) {
     );
     server.0.shutdown().expect("the server stops");
 
-    if args.0.iter().any(|a| a == "--remote") {
+    if args.flag("--remote") {
         use switchyard_dispatch::remote::{self, Serve, Server as RemoteServer};
         let listener =
             remote::bind("127.0.0.1:0".parse().expect("an address"), false).expect("a port");
@@ -242,12 +228,13 @@ fn raw(addr: SocketAddr, body: &[u8], leave: bool) -> Option<u16> {
 /// leave; every request must get its documented answer, and the server's memory after the soak
 /// must be within 10% of its memory after warm-up.
 pub fn soak(args: &[String]) {
-    let args = Args(args);
-    let (dir, corpus) = (args.get("--model"), args.get("--corpus"));
-    let max_len = args.opt("--max-len").map(|n| n.parse().expect("a number of tokens"));
-    let requests = args.number("--requests", 10_000);
-    let clients = args.number("--clients", 16);
-    let texts = Arc::new(crate::corpus::load(&corpus));
+    let usage = "soak --model DIR --corpus FILE [--requests N] [--clients N] [--max-len N]";
+    let args = Args::new(args, usage);
+    let (dir, corpus) = (args.need("--model"), args.need("--corpus"));
+    let max_len: Option<usize> = args.parsed("--max-len");
+    let requests = args.parsed("--requests").unwrap_or(10_000);
+    let clients = args.parsed("--clients").unwrap_or(16);
+    let texts = Arc::new(crate::corpus::load(&corpus).unwrap_or_else(|e| args.fail(e)));
     let server = Local::start(vec![replica(&dir, max_len, Device::flex(), 2)], Config::default());
     // Warmed up with as many client threads as the soak has: they live in this process, and
     // each thread's allocator arena counts in its memory.

@@ -34,16 +34,11 @@ impl BurnVisitor for Fit<'_> {
 /// peer does: `run`, engine, threads, records, tokens, wall seconds of the steps, CPU seconds,
 /// and peak memory in MiB.
 pub fn run(args: &[String]) {
-    let arg = |name: &str| {
-        let i = args.iter().position(|a| a == name).unwrap_or_else(|| panic!("{name} is needed"));
-        args.get(i + 1).unwrap_or_else(|| panic!("{name} takes a value")).clone()
-    };
-    let threads: usize = arg("--threads").parse().expect("a number of threads");
-    let epochs = args
-        .iter()
-        .position(|a| a == "--epochs")
-        .map_or(1, |i| args[i + 1].parse().expect("epochs"));
-    let data = std::path::PathBuf::from(arg("--data"));
+    let usage = "train --model DIR --data FILE --threads N --batch N --max-len N [--epochs N]";
+    let args = crate::args::Args::new(args, usage);
+    let threads: usize = args.need_parsed("--threads");
+    let epochs = args.parsed("--epochs").unwrap_or(1);
+    let data = std::path::PathBuf::from(args.need("--data"));
     let records = std::fs::read_to_string(&data)
         .expect("the data")
         .lines()
@@ -51,17 +46,17 @@ pub fn run(args: &[String]) {
         .count();
     let out = std::env::temp_dir().join(format!("switchyard-bench-train-{}", std::process::id()));
     let job = Job {
-        model: arg("--model").into(),
+        model: args.need("--model").into(),
         task: Task::Embed,
         data,
         eval: None,
         out: out.clone(),
         labels: None,
-        max_len: Some(arg("--max-len").parse().expect("a length")),
+        max_len: Some(args.need_parsed("--max-len")),
         resume: false,
         settings: Settings {
             epochs,
-            batch_size: arg("--batch").parse().expect("a batch size"),
+            batch_size: args.need_parsed("--batch"),
             batch_tokens: usize::MAX,
             shuffle: false,
             ..Settings::default()

@@ -1,0 +1,30 @@
+//! A subcommand given a missing or malformed argument says what is wrong and how it is used,
+//! with exit status 2, instead of panicking.
+
+use std::process::Command;
+
+/// The exit status and standard error of `switchyard-bench ARGS`.
+fn bench(args: &[&str]) -> (Option<i32>, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_switchyard-bench")).args(args).output().unwrap();
+    (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[test]
+fn missing_and_malformed_arguments_are_errors_with_the_usage() {
+    let missing = std::env::temp_dir().join("switchyard-bench-no-such-corpus.jsonl");
+    let missing = missing.to_str().unwrap();
+    let cases: [(&[&str], &str); 6] = [
+        (&["corpus"], "--model is needed"),
+        (&["corpus", "--model", "m", "--corpus", "c"], "--threads is needed"),
+        (&["corpus", "--model", "m", "--corpus", "c", "--threads", "two"], "--threads two: "),
+        (&["corpus", "--model", "m", "--corpus", "c", "--threads"], "--threads takes a value"),
+        (&["corpus", "--model", "m", "--corpus", missing, "--threads", "1"], missing),
+        (&["serve", "--corpus", "c"], "--model is needed"),
+    ];
+    for (args, says) in cases {
+        let (code, stderr) = bench(args);
+        assert_eq!(code, Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(says) && stderr.contains("usage: switchyard-bench"), "{stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+}
