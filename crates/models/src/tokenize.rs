@@ -6,7 +6,8 @@
 //! work (and its tokens' memory) for the few hundred tokens a model keeps. Where the tokenizer
 //! never looks across a space (see [`cuts_at_spaces`]), the tokens of a prefix that ends just
 //! before a space are the first tokens of the whole text; once a prefix has more tokens than the
-//! model keeps (or, refusing, takes), they are the answer.
+//! model keeps (or, refusing, takes), they are the answer. A pair's second member (a
+//! cross-encoder's document) is cut the same way.
 
 use std::path::Path;
 use std::sync::OnceLock;
@@ -177,11 +178,10 @@ impl Tokenizer {
             Truncation::Left => self.variant(&self.left, Some(self.max_len))?,
             Truncation::Refuse => self.variant(&self.whole, None)?,
         };
-        let e = match pair {
-            None => self.encode_prefixed(tokenizer, text, truncation, special_tokens).map(|p| p.0),
-            Some(b) => tokenizer.encode((text, b), special_tokens),
-        }
-        .map_err(|e| Error::Tokenizer(e.to_string()))?;
+        let (e, _) = match pair {
+            None => self.encode_prefixed(tokenizer, text, truncation, special_tokens)?,
+            Some(b) => self.encode_pair_prefixed(tokenizer, text, b, truncation, special_tokens)?,
+        };
         if truncation == Truncation::Refuse && e.len() > self.max_len {
             return Err(Error::TooLong { tokens: e.len(), max: self.max_len });
         }
@@ -197,13 +197,12 @@ impl Tokenizer {
         text: &str,
         truncation: Truncation,
         special_tokens: bool,
-    ) -> tokenizers::Result<(tokenizers::Encoding, usize)> {
+    ) -> Result<(tokenizers::Encoding, usize)> {
         // Left truncation keeps the end of the text, which a prefix cannot give.
         if self.cuts && truncation != Truncation::Left {
-            let mut at =
-                (self.max_len.saturating_mul(PREFIX_BYTES_PER_TOKEN)).max(MIN_PREFIX_BYTES);
+            let mut at = self.first_prefix();
             while let Some(end) = space_cut(text, at) {
-                let e = tokenizer.encode(&text[..end], special_tokens)?;
+                let e = tokenizer.encode(&text[..end], special_tokens).map_err(tokenizer_error)?;
                 // Truncating, a prefix with the most tokens kept holds the whole text's first
                 // ones; refusing, one with more than the most is too long already.
                 let enough = match truncation {
@@ -216,7 +215,46 @@ impl Tokenizer {
                 at = end.saturating_mul(4);
             }
         }
-        Ok((tokenizer.encode(text, special_tokens)?, text.len()))
+        Ok((tokenizer.encode(text, special_tokens).map_err(tokenizer_error)?, text.len()))
+    }
+
+    /// `tokenizer`'s encoding of the pair `(a, b)`, from prefixes of `b` (a cross-encoder's
+    /// document) where that gives the same answer, and how many of `b`'s bytes were tokenized.
+    /// Truncating a pair takes tokens from the longer member until both are as long, then
+    /// from both, and never keeps more than the maximum length of either; so a prefix of `b`
+    /// with at least that many tokens, and more than `a` has, is truncated exactly as `b` is.
+    fn encode_pair_prefixed(
+        &self,
+        tokenizer: &tokenizers::Tokenizer,
+        a: &str,
+        b: &str,
+        truncation: Truncation,
+        special_tokens: bool,
+    ) -> Result<(tokenizers::Encoding, usize)> {
+        if self.cuts && truncation != Truncation::Left {
+            let whole = self.variant(&self.whole, None)?;
+            let count = |t: &str| whole.encode(t, false).map(|e| e.len()).map_err(tokenizer_error);
+            let mut first = None;
+            let mut at = self.first_prefix();
+            while let Some(end) = space_cut(b, at) {
+                let n = count(&b[..end])?;
+                let in_a = match first {
+                    Some(n) => n,
+                    None => *first.insert(count(a)?),
+                };
+                if n >= self.max_len && n > in_a {
+                    let e = tokenizer.encode((a, &b[..end]), special_tokens);
+                    return Ok((e.map_err(tokenizer_error)?, end));
+                }
+                at = end.saturating_mul(4);
+            }
+        }
+        Ok((tokenizer.encode((a, b), special_tokens).map_err(tokenizer_error)?, b.len()))
+    }
+
+    /// Bytes in a long text's first prefix.
+    fn first_prefix(&self) -> usize {
+        self.max_len.saturating_mul(PREFIX_BYTES_PER_TOKEN).max(MIN_PREFIX_BYTES)
     }
 
     /// Tokenizes words split beforehand (a token classifier's training input, where labels
@@ -323,6 +361,10 @@ fn cuts_at_spaces(t: &tokenizers::Tokenizer) -> bool {
         && pre_tokenizer(&v["pre_tokenizer"])
         && model
         && added
+}
+
+fn tokenizer_error(e: tokenizers::Error) -> Error {
+    Error::Tokenizer(e.to_string())
 }
 
 fn convert(e: &tokenizers::Encoding) -> Encoded {
@@ -570,6 +612,37 @@ mod tests {
         cut
     }
 
+    /// Tokenizing pairs of a query and a prefix of each of `texts` gives every field of the
+    /// whole pair's encoding, for queries from a few tokens to more than the model takes, and
+    /// refusing refuses; returns how many pairs took a prefix.
+    fn pair_prefixes_match(name: &str, t: &Tokenizer, texts: &[String]) -> usize {
+        // At 256 tokens (a BERT pair's 253 and a 4096-byte first prefix): an odd number to
+        // share, and few enough overflowing pieces for `tokenizers` to pair in the whole
+        // encodings (it makes every piece of one member with every piece of the other).
+        let t = &Tokenizer::new(t.inner.clone(), 256).unwrap();
+        let mut cut = 0;
+        for (i, doc) in texts.iter().enumerate() {
+            // A query longer than the first prefix is the case where the longer member's
+            // share of an odd number of tokens would change sides.
+            let query = match i % 3 {
+                0 => "the man eating food".to_owned(),
+                1 => text(1000 + i as u64, 10 * i),
+                _ => text(1000 + i as u64, 6_000),
+            };
+            let (got, read) =
+                t.encode_pair_prefixed(&t.inner, &query, doc, Truncation::Right, true).unwrap();
+            cut += usize::from(read < doc.len());
+            let want = t.inner.encode((query.as_str(), doc.as_str()), true).unwrap();
+            assert_eq!(convert(&got), convert(&want), "{name}, text {i}, query {query:?}");
+            let whole = t.variant(&t.whole, None).unwrap();
+            let too_long = whole.encode((query.as_str(), doc.as_str()), true).unwrap().len() > 256;
+            let refused = t.encode_with(&query, Some(doc), Truncation::Refuse, true);
+            let was_refused = matches!(refused, Err(Error::TooLong { .. }));
+            assert_eq!(was_refused, too_long, "{name}, text {i}: refused");
+        }
+        cut
+    }
+
     #[test]
     fn prefixes_give_the_whole_texts_tokens_in_every_family() {
         let texts: Vec<String> =
@@ -583,6 +656,10 @@ mod tests {
         for (name, t) in families {
             // Every text past the first prefix's 4096 bytes took one (the rest are whole).
             assert_eq!(prefixes_match(name, &t, &texts), 2 * (40 - 3), "{name}: prefixes taken");
+            // As a pair's document too (the first twenty texts, for time): at least every one
+            // of the seventeen past 4096 bytes whose query is short (twelve).
+            let pairs = pair_prefixes_match(name, &t, &texts[..20]);
+            assert!(pairs >= 12, "{name}: {pairs} pairs took prefixes");
         }
     }
 
@@ -603,6 +680,8 @@ mod tests {
             })
             .collect();
         assert_eq!(prefixes_match("all-MiniLM-L6-v2", &t, &texts), 2 * texts.len());
+        let pairs = pair_prefixes_match("all-MiniLM-L6-v2", &t, &texts);
+        assert!(3 * pairs >= 2 * texts.len(), "{pairs} of {} pairs took prefixes", texts.len());
     }
 
     /// Changes `t`'s configuration at `key` to `value`.
