@@ -51,10 +51,11 @@ tasks:
   lint         cargo fmt --check, clippy with warnings denied, and rustdoc with warnings denied
   fuzz [--cases N] [--seed S]
                every fuzz target of crates/fuzz (bucket tables, batches, config.json,
-               safetensors headers and shard indexes, tokenizer input, the CLI's input
-               files, the remote guard's request heads and WebSocket frames) N times each
-               (default 100000) from seed S (default 1), in the test profile the test suite
-               builds; prints each target's tally and the peak memory
+               safetensors headers and shard indexes, tokenizer input (long texts too),
+               the CLI's input files, the remote guard's request heads and WebSocket
+               frames) N times each (default 100000) from seed S (default 1), in the
+               test profile the test suite builds; prints each target's tally and the
+               peak memory
   bench [N] [--gpu] [--gpus-only] [--peers [--threads 1,2]] [--train [--threads 1,2]] [--serve]
         [--report DIR]
                the benchmarks, in release mode, each beside a peer (N repetitions, default 15);

@@ -1,7 +1,7 @@
 //! Fuzz targets for what Switchyard parses and checks: bucket tables, ragged batches,
-//! `config.json`, safetensors checkpoints and their shard indexes, tokenizer input, the CLI's
-//! input files, and what a remote server's guard reads from the network (request heads and
-//! WebSocket frames).
+//! `config.json`, safetensors checkpoints and their shard indexes, tokenizer input (short and
+//! long), the CLI's input files, and what a remote server's guard reads from the network
+//! (request heads and WebSocket frames).
 //!
 //! Each target mutates valid seeds (the tiny checkpoints the model tests use, a bucket table, a
 //! real batch) with a deterministic generator, so a failure is reproduced by its seed and case
@@ -302,6 +302,73 @@ pub fn tokenizer_inputs(seed: u64, cases: usize) -> Tally {
             fits &= checked;
         }
         fits
+    })
+}
+
+/// Long texts (up to 24 KB, past the first prefix of 4096 bytes that `Tokenizer` takes of a
+/// long text) from edited seeds and arbitrary code points, through the tiny BERT's tokenizer,
+/// alone and as a pair's document: every token, offset, word and type the same as the
+/// `tokenizers` crate's whole-text answer on the same file, and a text refused for being too
+/// long exactly when its whole encoding is.
+pub fn long_tokenizer_inputs(seed: u64, cases: usize) -> Tally {
+    use switchyard_models::Truncation;
+    let model = Model::load(&tiny("bert")).expect("the tiny BERT");
+    let tok = model.tokenizer();
+    let file = tiny("bert").join("tokenizer.json");
+    let mut whole = tokenizers::Tokenizer::from_file(&file).expect("the tiny BERT's tokenizer");
+    whole.with_padding(None);
+    let untruncated = whole.clone();
+    let params = tokenizers::TruncationParams { max_length: tok.max_len(), ..Default::default() };
+    whole.with_truncation(Some(params)).expect("a truncation");
+    let seeds = ["A man is eating food.", "naïve café — 東京 🚆", "   ", "[CLS] [SEP] [PAD]", "x1"];
+    let same = |got: &switchyard_models::Encoded, want: &tokenizers::Encoding| {
+        got.ids == want.get_ids()
+            && got.types == want.get_type_ids()
+            && got.offsets == want.get_offsets()
+            && got.words == want.get_word_ids()
+    };
+    each("long_tokenizer", seed, cases, |r, shown| {
+        // A third short enough to fit, a third about the first prefix's length, a third long.
+        let want_len = match r.below(3) {
+            0 => r.below(200),
+            1 => 3500 + r.below(1500),
+            _ => r.below(24_000),
+        };
+        // Half the time a long run of spaces first, a few hundred bytes short of the first
+        // prefix's 4096, so that the prefix ends near the last token the model keeps (a
+        // prefix cut inside a word would then change the tokens kept).
+        let spaces = if r.below(2) == 0 { 3600 + r.below(500) } else { 0 };
+        let mut text = " ".repeat(spaces);
+        while text.len() < want_len {
+            if r.below(8) == 0 {
+                text.extend(
+                    (0..r.below(8)).filter_map(|_| char::from_u32(r.below(0x11_0000) as u32)),
+                );
+            } else {
+                let mut bytes = seeds[r.below(seeds.len())].as_bytes().to_vec();
+                if r.below(2) == 0 {
+                    mutate(r, &mut bytes);
+                }
+                text.push_str(&String::from_utf8_lossy(&bytes));
+            }
+            // Mostly a space; sometimes a long run of them.
+            match r.below(8) {
+                0 => {}
+                1 | 2 => text.push_str(&" ".repeat(r.below(200))),
+                _ => text.push(' '),
+            }
+        }
+        *shown = format!("{} bytes: {:?}", text.len(), &text[..text.floor_char_boundary(200)]);
+        let query = seeds[r.below(seeds.len())];
+        let one = tok.encode(&text).expect("a text tokenizes");
+        assert!(same(&one, &whole.encode(text.as_str(), true).expect("whole")), "alone");
+        let pair = tok.encode_pair(query, &text).expect("a pair tokenizes");
+        assert!(same(&pair, &whole.encode((query, text.as_str()), true).expect("whole")), "paired");
+        let too_long =
+            untruncated.encode(text.as_str(), true).expect("whole").len() > tok.max_len();
+        let refused = tok.encode_with(&text, None, Truncation::Refuse, true).is_err();
+        assert_eq!(refused, too_long, "refused");
+        !refused
     })
 }
 

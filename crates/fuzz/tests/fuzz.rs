@@ -6,7 +6,7 @@
 
 use switchyard_fuzz::{
     Tally, batches, buckets, checkpoints, cli_inputs, configs, guard_frames, guard_requests,
-    peak_memory_kib, shard_indexes, tokenizer_inputs,
+    long_tokenizer_inputs, peak_memory_kib, shard_indexes, tokenizer_inputs,
 };
 
 fn setting(name: &str, default: u64) -> u64 {
@@ -61,6 +61,11 @@ fn shard_index_files() {
 #[test]
 fn tokenizer_input() {
     run("tokenizer", tokenizer_inputs);
+}
+
+#[test]
+fn long_tokenizer_input() {
+    run("long_tokenizer", long_tokenizer_inputs);
 }
 
 #[test]
