@@ -381,6 +381,7 @@ fn convert(e: &tokenizers::Encoding) -> Encoded {
 #[cfg(test)]
 mod tests {
     use serde_json::{Value, json};
+    use switchyard_core::testkit::Rng;
 
     use super::*;
 
@@ -545,19 +546,12 @@ mod tests {
             "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
             "\u{0}",
         ];
-        let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut r = Rng::new(seed);
         let mut s = String::new();
         while s.len() < bytes {
-            let r = next();
-            s.push_str(BITS[(r % BITS.len() as u64) as usize]);
+            s.push_str(BITS[r.below(BITS.len())]);
             // Mostly one space between pieces, as in prose; sometimes none.
-            if r >> 40 & 3 != 0 {
+            if r.below(4) != 0 {
                 s.push(' ');
             }
         }
