@@ -4,15 +4,19 @@
 //! A long text is tokenized a prefix at a time where that gives the same tokens: `tokenizers`
 //! tokenizes a whole text before truncating it, so a megabyte of text would cost a megabyte's
 //! work (and its tokens' memory) for the few hundred tokens a model keeps. Where the tokenizer
-//! never looks across a space (see [`cuts_at_spaces`]), the tokens of a prefix that ends just
-//! before a space are the first tokens of the whole text; once a prefix has more tokens than the
-//! model keeps (or, refusing, takes), they are the answer. A pair's second member (a
-//! cross-encoder's document) is cut the same way.
+//! never looks across a cut (see [`Cuts`]: a space after a letter or digit, and for BERT's
+//! pre-tokenizer a character it makes a word of its own), the tokens of a prefix that ends at a
+//! cut are the first tokens of the whole text; once a prefix has more tokens than the model
+//! keeps (or, refusing, takes), they are the answer. A pair's second member (a cross-encoder's
+//! document) is cut the same way.
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::OnceLock;
 
-use tokenizers::{PaddingParams, TruncationDirection, TruncationParams};
+use tokenizers::{
+    NormalizedString, Normalizer, PaddingParams, TruncationDirection, TruncationParams,
+};
 
 use crate::{Error, Result};
 
@@ -26,8 +30,9 @@ pub struct Tokenizer {
     /// Never truncates; made on first use.
     whole: OnceLock<tokenizers::Tokenizer>,
     max_len: usize,
-    /// Whether a prefix cut before a space tokenizes as the start of the whole text.
-    cuts: bool,
+    /// Where a long text may be cut so that its prefix tokenizes as the start of the whole
+    /// text; `None` for a tokenizer that may look across any cut.
+    cuts: Option<Cuts>,
 }
 
 /// A long text's first prefix holds this many bytes per token the model keeps (a token of
@@ -121,7 +126,7 @@ impl Tokenizer {
     /// `inner`, truncating at `max_len` tokens.
     fn new(mut inner: tokenizers::Tokenizer, max_len: usize) -> tokenizers::Result<Tokenizer> {
         truncate(&mut inner, Some(max_len), TruncationDirection::Right)?;
-        let cuts = cuts_at_spaces(&inner);
+        let cuts = Cuts::of(&inner);
         Ok(Tokenizer { inner, left: OnceLock::new(), whole: OnceLock::new(), max_len, cuts })
     }
 
@@ -199,9 +204,9 @@ impl Tokenizer {
         special_tokens: bool,
     ) -> Result<(tokenizers::Encoding, usize)> {
         // Left truncation keeps the end of the text, which a prefix cannot give.
-        if self.cuts && truncation != Truncation::Left {
+        if let Some(cuts) = self.cuts.as_ref().filter(|_| truncation != Truncation::Left) {
             let mut at = self.first_prefix();
-            while let Some(end) = space_cut(text, at) {
+            while let Some(end) = cuts.find(text, at, self.inner.get_normalizer()) {
                 let e = tokenizer.encode(&text[..end], special_tokens).map_err(tokenizer_error)?;
                 // Truncating, a prefix with the most tokens kept holds the whole text's first
                 // ones; refusing, one with more than the most is too long already.
@@ -231,12 +236,12 @@ impl Tokenizer {
         truncation: Truncation,
         special_tokens: bool,
     ) -> Result<(tokenizers::Encoding, usize)> {
-        if self.cuts && truncation != Truncation::Left {
+        if let Some(cuts) = self.cuts.as_ref().filter(|_| truncation != Truncation::Left) {
             let whole = self.variant(&self.whole, None)?;
             let count = |t: &str| whole.encode(t, false).map(|e| e.len()).map_err(tokenizer_error);
             let mut first = None;
             let mut at = self.first_prefix();
-            while let Some(end) = space_cut(b, at) {
+            while let Some(end) = cuts.find(b, at, self.inner.get_normalizer()) {
                 let n = count(&b[..end])?;
                 let in_a = match first {
                     Some(n) => n,
@@ -299,68 +304,166 @@ fn truncate(
     Ok(())
 }
 
-/// The end of a prefix of `text` at least `at` bytes long that ends just before a space and
-/// after an ASCII letter or digit, if there is one short of the whole text: a place no word,
-/// pre-token or added token of a tokenizer [`cuts_at_spaces`] approves spans.
-fn space_cut(text: &str, at: usize) -> Option<usize> {
-    let bytes = text.as_bytes();
-    let from = at.max(1);
-    // Both bytes are ASCII, so the cut is at a character boundary.
-    (from..bytes.len()).find(|&i| bytes[i] == b' ' && bytes[i - 1].is_ascii_alphanumeric())
+/// Where a long text may be cut so that the prefix before the cut tokenizes as the start of the
+/// whole text ([`Cuts::of`] says for which tokenizers). A cut falls before a space that follows a
+/// letter or digit the normalizer keeps as something other than whitespace; with BERT's
+/// pre-tokenizer, also after a character it makes a word of its own ([`Isolated`]).
+#[derive(Clone, Debug)]
+struct Cuts {
+    /// The characters of added tokens that take the whitespace after them (`rstrip`): a cut
+    /// after one could change that token's text and offsets.
+    rstrip: Vec<char>,
+    /// The cuts BERT's pre-tokenizer allows besides spaces, if it is the tokenizer's.
+    bert: Option<Isolated>,
 }
 
-/// Whether every part of `t` treats a text's prefix that ends before a space (after an ASCII
-/// letter or digit) as the start of the whole text: normalizers that map one character at a
-/// time, pre-tokenizers that split at spaces, a model that sees one pre-token at a time, and
-/// added tokens without whitespace. Anything else (a pre-tokenizer that leaves the text whole,
-/// a `Split` or `Replace` on a pattern, sentencepiece's `Precompiled` normalizer, BPE with
-/// dropout) is tokenized whole.
-fn cuts_at_spaces(t: &tokenizers::Tokenizer) -> bool {
-    let Ok(v) = serde_json::to_value(t) else { return false };
-    fn all(v: &serde_json::Value, key: &str, ok: &dyn Fn(&serde_json::Value) -> bool) -> bool {
-        v[key].as_array().is_some_and(|parts| parts.iter().all(ok))
-    }
-    fn normalizer(n: &serde_json::Value) -> bool {
-        match n["type"].as_str().unwrap_or_default() {
-            "BertNormalizer" | "NFC" | "NFD" | "NFKC" | "NFKD" | "Lowercase" | "StripAccents"
-            | "Strip" | "Prepend" => true,
-            // One character for a string without whitespace: still a map of characters.
-            "Replace" => {
-                let from = n["pattern"]["String"].as_str().unwrap_or_default();
-                let to = n["content"].as_str().unwrap_or(" ");
-                from.chars().count() == 1
-                    && !from.contains(char::is_whitespace)
-                    && !to.contains(char::is_whitespace)
-            }
-            "Sequence" => all(n, "normalizers", &normalizer),
+/// Cuts after a character BERT's pre-tokenizer makes a word of its own, whatever follows: after
+/// ASCII punctuation, and after a CJK ideograph where the normalizer puts spaces around those.
+/// BERT's normalizer changes no such character by what comes after it (it maps characters one
+/// at a time, and its NFD reorders only the marks after a character, never the character), so
+/// these are cuts in a text without spaces too (Chinese, a run of punctuation).
+#[derive(Clone, Debug)]
+struct Isolated {
+    /// Whether the normalizer puts spaces around CJK ideographs (BERT's `handle_chinese_chars`).
+    cjk: bool,
+    /// The characters of added tokens: a cut after one could fall inside one.
+    added: Vec<char>,
+}
+
+impl Cuts {
+    /// The cuts `t` allows, if every part of it is known never to look across them: normalizers
+    /// that map one character at a time, pre-tokenizers that split at spaces (and split no
+    /// further than locally), a model that sees one pre-token at a time, and added tokens
+    /// without whitespace. Anything else (a pre-tokenizer that leaves the text whole, a `Split`
+    /// or `Replace` on a pattern, sentencepiece's `Precompiled` normalizer, BPE with dropout)
+    /// gets `None`: its texts are tokenized whole.
+    fn of(t: &tokenizers::Tokenizer) -> Option<Cuts> {
+        let v = serde_json::to_value(t).ok()?;
+        let model = match v["model"]["type"].as_str().unwrap_or_default() {
+            "WordPiece" | "WordLevel" | "Unigram" => true,
+            "BPE" => v["model"]["dropout"].is_null(),
             _ => false,
+        };
+        let added = v["added_tokens"].as_array()?;
+        let safe = model
+            && (v["normalizer"].is_null() || maps_characters(&v["normalizer"]))
+            && splits_at_spaces(&v["pre_tokenizer"]) == Some(true)
+            && added
+                .iter()
+                .all(|a| a["content"].as_str().is_some_and(|c| !c.contains(char::is_whitespace)));
+        if !safe {
+            return None;
         }
+        let chars = |keep: &dyn Fn(&serde_json::Value) -> bool| {
+            let tokens = added.iter().filter(|a| keep(a));
+            let mut cs: Vec<char> =
+                tokens.filter_map(|a| a["content"].as_str()).flat_map(str::chars).collect();
+            cs.sort_unstable();
+            cs.dedup();
+            cs
+        };
+        let rstrip = chars(&|a| a["rstrip"].as_bool() != Some(false));
+        let normalizer = &v["normalizer"];
+        let bert = (v["pre_tokenizer"]["type"] == "BertPreTokenizer"
+            && (normalizer.is_null() || normalizer["type"] == "BertNormalizer"))
+            .then(|| Isolated {
+                cjk: normalizer["handle_chinese_chars"].as_bool() == Some(true),
+                added: chars(&|_| true),
+            });
+        Some(Cuts { rstrip, bert })
     }
-    fn pre_tokenizer(p: &serde_json::Value) -> bool {
-        match p["type"].as_str().unwrap_or_default() {
-            "BertPreTokenizer" | "Whitespace" | "WhitespaceSplit" | "Punctuation" | "Digits" => {
-                true
+
+    /// The end of the shortest prefix of `text` at least `at` bytes long that ends at a cut, if
+    /// there is one short of the whole text; `normalizer` is the tokenizer's.
+    fn find(&self, text: &str, at: usize, normalizer: Option<&impl Normalizer>) -> Option<usize> {
+        let from = (at.max(1)..text.len()).find(|&i| text.is_char_boundary(i))?;
+        let mut prev = text[..from].chars().next_back()?;
+        // Whether a letter outside ASCII stays other than whitespace, normalized, per letter.
+        let mut kept: HashMap<char, bool> = HashMap::new();
+        for (i, next) in text[from..].char_indices() {
+            let before_space = next == ' '
+                && !self.rstrip.contains(&prev)
+                && (prev.is_ascii_alphanumeric()
+                    || (prev.is_alphanumeric()
+                        && *kept.entry(prev).or_insert_with(|| stays_visible(prev, normalizer))));
+            if before_space || self.bert.as_ref().is_some_and(|b| b.cuts_after(prev)) {
+                return Some(from + i);
             }
-            "ByteLevel" => p["use_regex"].as_bool() == Some(true),
-            "Metaspace" => p["split"].as_bool() == Some(true),
-            "Sequence" => all(p, "pretokenizers", &pre_tokenizer),
-            _ => false,
+            prev = next;
         }
+        None
     }
-    let model = match v["model"]["type"].as_str().unwrap_or_default() {
-        "WordPiece" | "WordLevel" | "Unigram" => true,
-        "BPE" => v["model"]["dropout"].is_null(),
+}
+
+impl Isolated {
+    /// Whether a cut may follow `prev`.
+    fn cuts_after(&self, prev: char) -> bool {
+        (prev.is_ascii_punctuation() || (self.cjk && is_cjk_ideograph(prev)))
+            && !self.added.contains(&prev)
+    }
+}
+
+/// Whether `c`, normalized alone, ends in something other than whitespace (an ASCII letter or
+/// digit always does under the normalizers [`Cuts::of`] accepts).
+fn stays_visible(c: char, normalizer: Option<&impl Normalizer>) -> bool {
+    let mut n = NormalizedString::from(c.to_string());
+    match normalizer.map(|nm| nm.normalize(&mut n)) {
+        Some(Err(_)) => false,
+        _ => n.get().chars().next_back().is_some_and(|c| !c.is_whitespace()),
+    }
+}
+
+/// The CJK ideographs BERT's normalizer puts spaces around (`handle_chinese_chars`): the same
+/// ranges as the `tokenizers` crate's.
+fn is_cjk_ideograph(c: char) -> bool {
+    matches!(
+        c as u32,
+        0x4E00..=0x9FFF
+            | 0x3400..=0x4DBF
+            | 0x20000..=0x2A6DF
+            | 0x2A700..=0x2B73F
+            | 0x2B740..=0x2B81F
+            | 0x2B920..=0x2CEAF
+            | 0xF900..=0xFAFF
+            | 0x2F800..=0x2FA1F
+    )
+}
+
+/// Whether a normalizer maps one character at a time (a `Replace` of one non-whitespace
+/// character by a non-empty string without whitespace included).
+fn maps_characters(n: &serde_json::Value) -> bool {
+    match n["type"].as_str().unwrap_or_default() {
+        "BertNormalizer" | "NFC" | "NFD" | "NFKC" | "NFKD" | "Lowercase" | "StripAccents"
+        | "Strip" | "Prepend" => true,
+        "Replace" => {
+            let from = n["pattern"]["String"].as_str().unwrap_or_default();
+            let to = n["content"].as_str().unwrap_or(" ");
+            from.chars().count() == 1
+                && !from.contains(char::is_whitespace)
+                && !to.is_empty()
+                && !to.contains(char::is_whitespace)
+        }
+        "Sequence" => n["normalizers"].as_array().is_some_and(|ns| ns.iter().all(maps_characters)),
         _ => false,
-    };
-    let added = v["added_tokens"].as_array().is_some_and(|tokens| {
-        tokens
-            .iter()
-            .all(|a| a["content"].as_str().is_some_and(|c| !c.contains(char::is_whitespace)))
-    });
-    (v["normalizer"].is_null() || normalizer(&v["normalizer"]))
-        && pre_tokenizer(&v["pre_tokenizer"])
-        && model
-        && added
+    }
+}
+
+/// For a pre-tokenizer that splits only at whitespace and between characters of different
+/// kinds, whether it splits at spaces (`Punctuation` and `Digits` alone do not); `None` for
+/// one that may look further.
+fn splits_at_spaces(p: &serde_json::Value) -> Option<bool> {
+    match p["type"].as_str().unwrap_or_default() {
+        "BertPreTokenizer" | "Whitespace" | "WhitespaceSplit" => Some(true),
+        "Punctuation" | "Digits" => Some(false),
+        "ByteLevel" => (p["use_regex"].as_bool() == Some(true)).then_some(true),
+        "Metaspace" => (p["split"].as_bool() == Some(true)).then_some(true),
+        "Sequence" => {
+            let parts = p["pretokenizers"].as_array()?;
+            let splits = parts.iter().map(splits_at_spaces).collect::<Option<Vec<bool>>>()?;
+            Some(splits.contains(&true))
+        }
+        _ => None,
+    }
 }
 
 fn tokenizer_error(e: tokenizers::Error) -> Error {
@@ -558,6 +661,59 @@ mod tests {
         s
     }
 
+    /// A long text of `bytes` or so in scripts other than Latin's: Cyrillic, Greek (with a final
+    /// sigma), Arabic with its marks and digits, Devanagari, Hangul, CJK ideographs (outside the
+    /// basic plane too), kana and their punctuation, runs of ASCII punctuation, marks after
+    /// punctuation, letters NFKC spells with a space or several letters, and an added token;
+    /// with `spaces`, mostly one space between pieces, else none at all.
+    fn script_text(seed: u64, bytes: usize, spaces: bool) -> String {
+        const BITS: [&str; 34] = [
+            "съешь",
+            "же",
+            "ещё",
+            "ΟΔΟΣ",
+            "σοφός",
+            "كِتَابٌ",
+            "\u{64b}",
+            "١٢٣",
+            "नमस्ते",
+            "है",
+            "한국어",
+            "中文字符",
+            "测试",
+            "𠀀𠀁",
+            "ひらがな",
+            "カタカナ",
+            "。",
+            "，",
+            "「",
+            "」",
+            "!!",
+            "?!.",
+            "...",
+            "—",
+            "=\u{338}",
+            "!\u{301}",
+            "\u{fc5e}",
+            "\u{345}",
+            "ǅ",
+            "ﬁ",
+            "Ⅻ",
+            "①",
+            "[MASK]",
+            "中\u{301}",
+        ];
+        let mut r = Rng::new(seed);
+        let mut s = String::new();
+        while s.len() < bytes {
+            s.push_str(BITS[r.below(BITS.len())]);
+            if spaces && r.below(4) != 0 {
+                s.push(' ');
+            }
+        }
+        s
+    }
+
     fn whole(t: &Tokenizer, text: &str, truncation: Truncation) -> tokenizers::Encoding {
         let tokenizer = match truncation {
             Truncation::Refuse => t.variant(&t.whole, None).unwrap(),
@@ -570,7 +726,7 @@ mod tests {
     /// truncating, and refusing the prefix's tokens are the whole text's first ones; returns
     /// how many of them took a prefix (each twice, once a way).
     fn prefixes_match(name: &str, t: &Tokenizer, texts: &[String]) -> usize {
-        assert!(t.cuts, "{name} should take prefixes");
+        assert!(t.cuts.is_some(), "{name} should take prefixes");
         let mut cut = 0;
         for (i, text) in texts.iter().enumerate() {
             for truncation in [Truncation::Right, Truncation::Refuse] {
@@ -678,6 +834,75 @@ mod tests {
         assert!(3 * pairs >= 2 * texts.len(), "{pairs} of {} pairs took prefixes", texts.len());
     }
 
+    #[test]
+    fn prefixes_give_the_whole_texts_tokens_in_other_scripts() {
+        let texts = |base: u64, spaces: bool| -> Vec<String> {
+            (0..16).map(|i| script_text(base + i, 5_000 + 2_000 * i as usize, spaces)).collect()
+        };
+        let (spaced, unspaced) = (texts(0, true), texts(100, false));
+        let families = [
+            ("wordpiece", wordpiece()),
+            ("byte-level BPE", byte_level(true)),
+            ("unigram", unigram(true)),
+            ("word level", word_level()),
+        ];
+        for (name, t) in families {
+            // Every text is past the first prefix's 4096 bytes, and has letters before spaces.
+            assert_eq!(prefixes_match(name, &t, &spaced), 2 * 16, "{name}: spaced");
+            // Without spaces only BERT's pre-tokenizer has cuts: after punctuation and
+            // ideographs, which it makes words of their own.
+            let want = if name == "wordpiece" { 2 * 16 } else { 0 };
+            assert_eq!(prefixes_match(name, &t, &unspaced), want, "{name}: no spaces");
+            let pairs = pair_prefixes_match(name, &t, &unspaced[..9]);
+            assert!(name != "wordpiece" || pairs >= 6, "{name}: {pairs} pairs took prefixes");
+        }
+    }
+
+    #[test]
+    fn a_cut_follows_a_letter_only_where_normalizing_leaves_it_visible() {
+        let bert = wordpiece();
+        let n = bert.inner.get_normalizer();
+        assert!(stays_visible('д', n) && stays_visible('é', n) && stays_visible('1', n));
+        assert!(!stays_visible('中', n), "BERT's normalizer puts spaces around an ideograph");
+        assert!(!stays_visible('\u{64b}', n), "and strips an Arabic mark");
+        assert!(stays_visible('中', unigram(true).inner.get_normalizer()), "NFKC keeps it");
+        // With BERT's normalizer and another pre-tokenizer, an ideograph before a space is no
+        // cut; a Cyrillic letter is.
+        let t = with(&bert, "pre_tokenizer", json!({"type": "WhitespaceSplit"}));
+        let cuts = t.cuts.as_ref().unwrap();
+        assert!(cuts.bert.is_none());
+        assert_eq!(cuts.find(&"中 ".repeat(3_000), 4096, n), None);
+        assert_eq!(cuts.find(&"д ".repeat(3_000), 4096, n), Some(4097));
+    }
+
+    #[test]
+    fn no_cut_follows_an_added_token_that_takes_the_space_after_it() {
+        // `zz9` takes the spaces after it into its text and offsets. [CLS], 45 words, `zz9` and
+        // [SEP] are 48 tokens, all kept, and the first space past 4096 bytes after a letter or
+        // digit is the one after `zz9`: a cut there would end the token before its space.
+        let mut tokens = serde_json::to_value(&wordpiece().inner).unwrap()["added_tokens"].clone();
+        tokens.as_array_mut().unwrap().push(json!({"id": 1000, "content": "zz9",
+            "single_word": false, "lstrip": false, "rstrip": true, "normalized": false,
+            "special": false}));
+        let t = with(&wordpiece(), "added_tokens", tokens);
+        let text = "the ".repeat(45) + &" ".repeat(4_000) + "zz9" + &" the".repeat(100);
+        let (e, read) = t.encode_prefixed(&t.inner, &text, Truncation::Right, true).unwrap();
+        assert!(read > 4_183 && read < text.len(), "{read} bytes tokenized");
+        assert_eq!(convert(&e), convert(&whole(&t, &text, Truncation::Right)));
+        assert_eq!(e.get_tokens()[46].trim_end(), "zz9", "`zz9` is kept");
+    }
+
+    #[test]
+    fn prefixes_give_the_whole_texts_tokens_on_minilm_in_other_scripts() {
+        let dir = crate::fetched_model_dir("all-MiniLM-L6-v2").unwrap();
+        let t = Tokenizer::load(&dir, 256).unwrap();
+        let texts: Vec<String> =
+            (0..16).map(|i| script_text(200 + i, 8_000 + 3_000 * i as usize, i % 2 == 0)).collect();
+        assert_eq!(prefixes_match("all-MiniLM-L6-v2", &t, &texts), 2 * texts.len());
+        let pairs = pair_prefixes_match("all-MiniLM-L6-v2", &t, &texts);
+        assert!(3 * pairs >= 2 * texts.len(), "{pairs} of {} pairs took prefixes", texts.len());
+    }
+
     /// Changes `t`'s configuration at `key` to `value`.
     fn with(t: &Tokenizer, key: &str, value: Value) -> Tokenizer {
         let mut v = serde_json::to_value(&t.inner).unwrap();
@@ -690,6 +915,9 @@ mod tests {
         let split = json!({"type": "Split", "pattern": {"Regex": "\\w+ \\w+"},
                            "behavior": "Isolated", "invert": false});
         let collapse = json!({"type": "Replace", "pattern": {"Regex": " {2,}"}, "content": " "});
+        let erase = json!({"type": "Replace", "pattern": {"String": "e"}, "content": ""});
+        let punctuation = json!({"type": "Punctuation", "behavior": "Isolated"});
+        let digits = json!({"type": "Digits", "individual_digits": true});
         let mut spaced = serde_json::to_value(&wordpiece().inner).unwrap()["added_tokens"].clone();
         spaced.as_array_mut().unwrap().push(added("new york", 5, false));
         let mut dropout = serde_json::to_value(&byte_level(true).inner).unwrap()["model"].clone();
@@ -698,6 +926,9 @@ mod tests {
             ("byte level without its regex", byte_level(false)),
             ("metaspace without splitting", unigram(false)),
             ("no pre-tokenizer", with(&wordpiece(), "pre_tokenizer", Value::Null)),
+            ("punctuation alone", with(&wordpiece(), "pre_tokenizer", punctuation)),
+            ("digits alone", with(&wordpiece(), "pre_tokenizer", digits)),
+            ("a replace by nothing", with(&wordpiece(), "normalizer", erase)),
             ("a split on a pattern", with(&wordpiece(), "pre_tokenizer", split)),
             ("a replace on a pattern", with(&wordpiece(), "normalizer", collapse)),
             ("an added token with a space", with(&wordpiece(), "added_tokens", spaced)),
@@ -705,7 +936,7 @@ mod tests {
         ];
         let text = text(7, 20_000);
         for (name, t) in whole {
-            assert!(!t.cuts, "{name} cannot take prefixes");
+            assert!(t.cuts.is_none(), "{name} cannot take prefixes");
             let (e, read) = t.encode_prefixed(&t.inner, &text, Truncation::Right, true).unwrap();
             assert_eq!((read, e.len()), (text.len(), MAX), "{name}");
         }
