@@ -306,10 +306,10 @@ pub fn tokenizer_inputs(seed: u64, cases: usize) -> Tally {
 }
 
 /// Long texts (up to 24 KB, past the first prefix of 4096 bytes that `Tokenizer` takes of a
-/// long text) from edited seeds and arbitrary code points, through the tiny BERT's tokenizer,
-/// alone and as a pair's document: every token, offset, word and type the same as the
-/// `tokenizers` crate's whole-text answer on the same file, and a text refused for being too
-/// long exactly when its whole encoding is.
+/// long text) from edited seeds and arbitrary code points, a third of them without spaces,
+/// through the tiny BERT's tokenizer, alone and as a pair's document: every token, offset, word
+/// and type the same as the `tokenizers` crate's whole-text answer on the same file, and a text
+/// refused for being too long exactly when its whole encoding is.
 pub fn long_tokenizer_inputs(seed: u64, cases: usize) -> Tally {
     use switchyard_models::Truncation;
     let model = Model::load(&tiny("bert")).expect("the tiny BERT");
@@ -320,7 +320,16 @@ pub fn long_tokenizer_inputs(seed: u64, cases: usize) -> Tally {
     let untruncated = whole.clone();
     let params = tokenizers::TruncationParams { max_length: tok.max_len(), ..Default::default() };
     whole.with_truncation(Some(params)).expect("a truncation");
-    let seeds = ["A man is eating food.", "naïve café — 東京 🚆", "   ", "[CLS] [SEP] [PAD]", "x1"];
+    let seeds = [
+        "A man is eating food.",
+        "naïve café — 東京 🚆",
+        "   ",
+        "[CLS] [SEP] [PAD]",
+        "x1",
+        "съешь же ещё",
+        "中文字符，测试。",
+        "?!...",
+    ];
     let same = |got: &switchyard_models::Encoded, want: &tokenizers::Encoding| {
         got.ids == want.get_ids()
             && got.types == want.get_type_ids()
@@ -338,6 +347,9 @@ pub fn long_tokenizer_inputs(seed: u64, cases: usize) -> Tally {
         // prefix's 4096, so that the prefix ends near the last token the model keeps (a
         // prefix cut inside a word would then change the tokens kept).
         let spaces = if r.below(2) == 0 { 3600 + r.below(500) } else { 0 };
+        // A third of the texts have no spaces after that: BERT's cuts after punctuation and
+        // ideographs are then the only ones.
+        let joined = r.below(3) == 0;
         let mut text = " ".repeat(spaces);
         while text.len() < want_len {
             if r.below(8) == 0 {
@@ -353,6 +365,7 @@ pub fn long_tokenizer_inputs(seed: u64, cases: usize) -> Tally {
             }
             // Mostly a space; sometimes a long run of them.
             match r.below(8) {
+                _ if joined => {}
                 0 => {}
                 1 | 2 => text.push_str(&" ".repeat(r.below(200))),
                 _ => text.push(' '),
