@@ -15,7 +15,8 @@ use std::path::Path;
 use std::sync::OnceLock;
 
 use tokenizers::{
-    NormalizedString, Normalizer, PaddingParams, TruncationDirection, TruncationParams,
+    NormalizedString, Normalizer, PaddingParams, PostProcessor, PostProcessorWrapper,
+    TruncationDirection, TruncationParams,
 };
 
 use crate::{Error, Result};
@@ -29,6 +30,9 @@ pub struct Tokenizer {
     left: OnceLock<tokenizers::Tokenizer>,
     /// Never truncates; made on first use.
     whole: OnceLock<tokenizers::Tokenizer>,
+    /// Never truncates, and adds no special tokens nor trims offsets (no post-processor): how a
+    /// pair's members are tokenized alone; made on first use.
+    raw: OnceLock<tokenizers::Tokenizer>,
     max_len: usize,
     /// Where a long text may be cut so that its prefix tokenizes as the start of the whole
     /// text; `None` for a tokenizer that may look across any cut.
@@ -127,7 +131,8 @@ impl Tokenizer {
     fn new(mut inner: tokenizers::Tokenizer, max_len: usize) -> tokenizers::Result<Tokenizer> {
         truncate(&mut inner, Some(max_len), TruncationDirection::Right)?;
         let cuts = Cuts::of(&inner);
-        Ok(Tokenizer { inner, left: OnceLock::new(), whole: OnceLock::new(), max_len, cuts })
+        let (left, whole, raw) = (OnceLock::new(), OnceLock::new(), OnceLock::new());
+        Ok(Tokenizer { inner, left, whole, raw, max_len, cuts })
     }
 
     /// The maximum sequence length, special tokens included.
@@ -185,7 +190,7 @@ impl Tokenizer {
         };
         let (e, _) = match pair {
             None => self.encode_prefixed(tokenizer, text, truncation, special_tokens)?,
-            Some(b) => self.encode_pair_prefixed(tokenizer, text, b, truncation, special_tokens)?,
+            Some(b) => self.encode_pair_prefixed(text, b, truncation, special_tokens)?,
         };
         if truncation == Truncation::Refuse && e.len() > self.max_len {
             return Err(Error::TooLong { tokens: e.len(), max: self.max_len });
@@ -223,38 +228,76 @@ impl Tokenizer {
         Ok((tokenizer.encode(text, special_tokens).map_err(tokenizer_error)?, text.len()))
     }
 
-    /// `tokenizer`'s encoding of the pair `(a, b)`, from prefixes of `b` (a cross-encoder's
-    /// document) where that gives the same answer, and how many of `b`'s bytes were tokenized.
-    /// Truncating a pair takes tokens from the longer member until both are as long, then
-    /// from both, and never keeps more than the maximum length of either; so a prefix of `b`
-    /// with at least that many tokens, and more than `a` has, is truncated exactly as `b` is.
+    /// The encoding of the pair `(a, b)` truncated as `truncation` says (refusing, not truncated,
+    /// and of prefixes already too long when there are), and how many of `b`'s bytes were
+    /// tokenized. Each member is tokenized alone, from prefixes where that gives the same
+    /// answer, and truncated here by `tokenizers`' rule: tokens come off the longer member until
+    /// both are as long, then off both, the longer keeping the odd one, and neither keeps more
+    /// than `m` (the maximum length less the special tokens). `tokenizers` itself pairs every
+    /// overflowing piece of one member with every piece of the other, which costs the product
+    /// of their lengths: minutes for two texts of a megabyte.
     fn encode_pair_prefixed(
         &self,
-        tokenizer: &tokenizers::Tokenizer,
         a: &str,
         b: &str,
         truncation: Truncation,
         special_tokens: bool,
     ) -> Result<(tokenizers::Encoding, usize)> {
+        let (whole, raw) = (self.variant(&self.whole, None)?, self.raw()?);
+        let added = whole.get_post_processor().map_or(0, |p| p.added_tokens(true));
+        let m = self.max_len.saturating_sub(if special_tokens { added } else { 0 });
+        // A member with more than `m` tokens keeps at most `m`, whatever the other has.
+        let (mut ea, read_a) = self.member(raw, a, m + 1, truncation)?;
+        let (mut eb, mut read) = self.member(raw, b, m + 1, truncation)?;
+        let (na, nb) = if truncation == Truncation::Refuse {
+            (ea.len(), eb.len())
+        } else {
+            // When both are longer than `m`, which is the longer decides where the odd token goes.
+            if ea.len() > m && eb.len() > m {
+                if read_a < a.len() {
+                    ea = raw.encode(a, false).map_err(tokenizer_error)?;
+                }
+                if read < b.len() {
+                    (eb, read) = (raw.encode(b, false).map_err(tokenizer_error)?, b.len());
+                }
+            }
+            longest_first(ea.len(), eb.len(), m)
+        };
+        let direction = match truncation {
+            Truncation::Left => TruncationDirection::Left,
+            _ => TruncationDirection::Right,
+        };
+        for (e, n) in [(&mut ea, na), (&mut eb, nb)] {
+            e.truncate(n, 0, direction);
+            // What truncating cut off is not wanted, and would be paired piece by piece.
+            drop(e.take_overflowing());
+        }
+        // As `tokenizers` marks a pair's second member before its post-processor runs.
+        eb.set_type_ids(vec![1; eb.len()]);
+        let e = whole.post_process(ea, Some(eb), special_tokens).map_err(tokenizer_error)?;
+        Ok((e, read))
+    }
+
+    /// `text` tokenized by `raw` (see [`Tokenizer::raw`]), from prefixes (where truncation
+    /// allows them) until one has at least `need` tokens, and how many of its bytes that took.
+    fn member(
+        &self,
+        raw: &tokenizers::Tokenizer,
+        text: &str,
+        need: usize,
+        truncation: Truncation,
+    ) -> Result<(tokenizers::Encoding, usize)> {
         if let Some(cuts) = self.cuts.as_ref().filter(|_| truncation != Truncation::Left) {
-            let whole = self.variant(&self.whole, None)?;
-            let count = |t: &str| whole.encode(t, false).map(|e| e.len()).map_err(tokenizer_error);
-            let mut first = None;
             let mut at = self.first_prefix();
-            while let Some(end) = cuts.find(b, at, self.inner.get_normalizer()) {
-                let n = count(&b[..end])?;
-                let in_a = match first {
-                    Some(n) => n,
-                    None => *first.insert(count(a)?),
-                };
-                if n >= self.max_len && n > in_a {
-                    let e = tokenizer.encode((a, &b[..end]), special_tokens);
-                    return Ok((e.map_err(tokenizer_error)?, end));
+            while let Some(end) = cuts.find(text, at, self.inner.get_normalizer()) {
+                let e = raw.encode(&text[..end], false).map_err(tokenizer_error)?;
+                if e.len() >= need {
+                    return Ok((e, end));
                 }
                 at = end.saturating_mul(4);
             }
         }
-        Ok((tokenizer.encode((a, b), special_tokens).map_err(tokenizer_error)?, b.len()))
+        Ok((raw.encode(text, false).map_err(tokenizer_error)?, text.len()))
     }
 
     /// Bytes in a long text's first prefix.
@@ -290,6 +333,30 @@ impl Tokenizer {
             .map_err(|e| Error::Tokenizer(e.to_string()))?;
         Ok(cell.get_or_init(|| t))
     }
+
+    /// The tokenizer [`Tokenizer::raw`] holds.
+    fn raw(&self) -> Result<&tokenizers::Tokenizer> {
+        if let Some(t) = self.raw.get() {
+            return Ok(t);
+        }
+        let mut t = self.inner.clone();
+        truncate(&mut t, None, TruncationDirection::Right)
+            .map_err(|e| Error::Tokenizer(e.to_string()))?;
+        t.with_post_processor(None::<PostProcessorWrapper>);
+        Ok(self.raw.get_or_init(|| t))
+    }
+}
+
+/// How many tokens two members of `la` and `lb` keep within `m`, by `tokenizers`' longest-first
+/// rule: the shorter whole if the longer can have the rest, else half each, the odd token to
+/// the longer (to the second, when they are as long).
+fn longest_first(la: usize, lb: usize, m: usize) -> (usize, usize) {
+    if la + lb <= m {
+        return (la, lb);
+    }
+    let short = la.min(lb);
+    let (short, long) = if short <= m / 2 { (short, m - short) } else { (m / 2, m - m / 2) };
+    if la > lb { (long, short) } else { (short, long) }
 }
 
 /// Sets `t` to truncate at `max_len` tokens from `direction` (never, for `None`).
@@ -763,8 +830,9 @@ mod tests {
     }
 
     /// Tokenizing pairs of a query and a prefix of each of `texts` gives every field of the
-    /// whole pair's encoding, for queries from a few tokens to more than the model takes, and
-    /// refusing refuses; returns how many pairs took a prefix.
+    /// whole pair's encoding, for queries from a few tokens to more than the model takes;
+    /// refusing refuses, and truncating from the left gives the whole pair's encoding too.
+    /// Returns how many pairs took a prefix.
     fn pair_prefixes_match(name: &str, t: &Tokenizer, texts: &[String]) -> usize {
         // At 256 tokens (a BERT pair's 253 and a 4096-byte first prefix): an odd number to
         // share, and few enough overflowing pieces for `tokenizers` to pair in the whole
@@ -779,8 +847,7 @@ mod tests {
                 1 => text(1000 + i as u64, 10 * i),
                 _ => text(1000 + i as u64, 6_000),
             };
-            let (got, read) =
-                t.encode_pair_prefixed(&t.inner, &query, doc, Truncation::Right, true).unwrap();
+            let (got, read) = t.encode_pair_prefixed(&query, doc, Truncation::Right, true).unwrap();
             cut += usize::from(read < doc.len());
             let want = t.inner.encode((query.as_str(), doc.as_str()), true).unwrap();
             assert_eq!(convert(&got), convert(&want), "{name}, text {i}, query {query:?}");
@@ -789,6 +856,11 @@ mod tests {
             let refused = t.encode_with(&query, Some(doc), Truncation::Refuse, true);
             let was_refused = matches!(refused, Err(Error::TooLong { .. }));
             assert_eq!(was_refused, too_long, "{name}, text {i}: refused");
+            // Keeping the ends of both members, which takes no prefixes.
+            let left = t.variant(&t.left, Some(256)).unwrap();
+            let want = left.encode((query.as_str(), doc.as_str()), true).unwrap();
+            let got = t.encode_with(&query, Some(doc), Truncation::Left, true).unwrap();
+            assert_eq!(got, convert(&want), "{name}, text {i}: from the left");
         }
         cut
     }
