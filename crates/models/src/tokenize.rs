@@ -208,18 +208,28 @@ impl Tokenizer {
         truncation: Truncation,
         special_tokens: bool,
     ) -> Result<(tokenizers::Encoding, usize)> {
-        // Left truncation keeps the end of the text, which a prefix cannot give.
+        // Truncating, a prefix with the most tokens kept holds the whole text's first ones;
+        // refusing, one with more than the most is too long already.
+        let need = self.max_len + usize::from(truncation == Truncation::Refuse);
+        self.prefixed(tokenizer, text, truncation, special_tokens, need)
+    }
+
+    /// `tokenizer`'s encoding of `text`, from prefixes until one has at least `need` tokens,
+    /// where prefixes give the same answer (not truncating from the left, which keeps the end
+    /// of the text), and how many of its bytes that took.
+    fn prefixed(
+        &self,
+        tokenizer: &tokenizers::Tokenizer,
+        text: &str,
+        truncation: Truncation,
+        special_tokens: bool,
+        need: usize,
+    ) -> Result<(tokenizers::Encoding, usize)> {
         if let Some(cuts) = self.cuts.as_ref().filter(|_| truncation != Truncation::Left) {
             let mut at = self.first_prefix();
             while let Some(end) = cuts.find(text, at, self.inner.get_normalizer()) {
                 let e = tokenizer.encode(&text[..end], special_tokens).map_err(tokenizer_error)?;
-                // Truncating, a prefix with the most tokens kept holds the whole text's first
-                // ones; refusing, one with more than the most is too long already.
-                let enough = match truncation {
-                    Truncation::Refuse => e.len() > self.max_len,
-                    _ => e.len() >= self.max_len,
-                };
-                if enough {
+                if e.len() >= need {
                     return Ok((e, end));
                 }
                 at = end.saturating_mul(4);
@@ -247,8 +257,8 @@ impl Tokenizer {
         let added = whole.get_post_processor().map_or(0, |p| p.added_tokens(true));
         let m = self.max_len.saturating_sub(if special_tokens { added } else { 0 });
         // A member with more than `m` tokens keeps at most `m`, whatever the other has.
-        let (mut ea, read_a) = self.member(raw, a, m + 1, truncation)?;
-        let (mut eb, mut read) = self.member(raw, b, m + 1, truncation)?;
+        let (mut ea, read_a) = self.prefixed(raw, a, truncation, false, m + 1)?;
+        let (mut eb, mut read) = self.prefixed(raw, b, truncation, false, m + 1)?;
         let (na, nb) = if truncation == Truncation::Refuse {
             (ea.len(), eb.len())
         } else {
@@ -276,28 +286,6 @@ impl Tokenizer {
         eb.set_type_ids(vec![1; eb.len()]);
         let e = whole.post_process(ea, Some(eb), special_tokens).map_err(tokenizer_error)?;
         Ok((e, read))
-    }
-
-    /// `text` tokenized by `raw` (see [`Tokenizer::raw`]), from prefixes (where truncation
-    /// allows them) until one has at least `need` tokens, and how many of its bytes that took.
-    fn member(
-        &self,
-        raw: &tokenizers::Tokenizer,
-        text: &str,
-        need: usize,
-        truncation: Truncation,
-    ) -> Result<(tokenizers::Encoding, usize)> {
-        if let Some(cuts) = self.cuts.as_ref().filter(|_| truncation != Truncation::Left) {
-            let mut at = self.first_prefix();
-            while let Some(end) = cuts.find(text, at, self.inner.get_normalizer()) {
-                let e = raw.encode(&text[..end], false).map_err(tokenizer_error)?;
-                if e.len() >= need {
-                    return Ok((e, end));
-                }
-                at = end.saturating_mul(4);
-            }
-        }
-        Ok((raw.encode(text, false).map_err(tokenizer_error)?, text.len()))
     }
 
     /// Bytes in a long text's first prefix.
@@ -716,12 +704,17 @@ mod tests {
             "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
             "\u{0}",
         ];
+        pieces_joined(&BITS, seed, bytes, true)
+    }
+
+    /// `bytes` or so of `bits` drawn from `seed`, with `spaces` mostly one space between them
+    /// (as in prose; sometimes none), else none at all.
+    fn pieces_joined(bits: &[&str], seed: u64, bytes: usize, spaces: bool) -> String {
         let mut r = Rng::new(seed);
         let mut s = String::new();
         while s.len() < bytes {
-            s.push_str(BITS[r.below(BITS.len())]);
-            // Mostly one space between pieces, as in prose; sometimes none.
-            if r.below(4) != 0 {
+            s.push_str(bits[r.below(bits.len())]);
+            if spaces && r.below(4) != 0 {
                 s.push(' ');
             }
         }
@@ -770,15 +763,7 @@ mod tests {
             "[MASK]",
             "中\u{301}",
         ];
-        let mut r = Rng::new(seed);
-        let mut s = String::new();
-        while s.len() < bytes {
-            s.push_str(BITS[r.below(BITS.len())]);
-            if spaces && r.below(4) != 0 {
-                s.push(' ');
-            }
-        }
-        s
+        pieces_joined(&BITS, seed, bytes, spaces)
     }
 
     fn whole(t: &Tokenizer, text: &str, truncation: Truncation) -> tokenizers::Encoding {
@@ -865,17 +850,21 @@ mod tests {
         cut
     }
 
-    #[test]
-    fn prefixes_give_the_whole_texts_tokens_in_every_family() {
-        let texts: Vec<String> =
-            (0..40).map(|seed| text(seed, 1000 + 1500 * seed as usize)).collect();
-        let families = [
+    /// A tokenizer of each family that takes prefixes, by name.
+    fn families() -> [(&'static str, Tokenizer); 4] {
+        [
             ("wordpiece", wordpiece()),
             ("byte-level BPE", byte_level(true)),
             ("unigram", unigram(true)),
             ("word level", word_level()),
-        ];
-        for (name, t) in families {
+        ]
+    }
+
+    #[test]
+    fn prefixes_give_the_whole_texts_tokens_in_every_family() {
+        let texts: Vec<String> =
+            (0..40).map(|seed| text(seed, 1000 + 1500 * seed as usize)).collect();
+        for (name, t) in families() {
             // Every text past the first prefix's 4096 bytes took one (the rest are whole).
             assert_eq!(prefixes_match(name, &t, &texts), 2 * (40 - 3), "{name}: prefixes taken");
             // As a pair's document too (the first twenty texts, for time): at least every one
@@ -912,13 +901,7 @@ mod tests {
             (0..16).map(|i| script_text(base + i, 5_000 + 2_000 * i as usize, spaces)).collect()
         };
         let (spaced, unspaced) = (texts(0, true), texts(100, false));
-        let families = [
-            ("wordpiece", wordpiece()),
-            ("byte-level BPE", byte_level(true)),
-            ("unigram", unigram(true)),
-            ("word level", word_level()),
-        ];
-        for (name, t) in families {
+        for (name, t) in families() {
             // Every text is past the first prefix's 4096 bytes, and has letters before spaces.
             assert_eq!(prefixes_match(name, &t, &spaced), 2 * 16, "{name}: spaced");
             // Without spaces only BERT's pre-tokenizer has cuts: after punctuation and
