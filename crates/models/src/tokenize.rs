@@ -7,8 +7,8 @@
 //! never looks across a cut (see [`Cuts`]: a space after a letter or digit, and for BERT's
 //! pre-tokenizer a character it makes a word of its own), the tokens of a prefix that ends at a
 //! cut are the first tokens of the whole text; once a prefix has more tokens than the model
-//! keeps (or, refusing, takes), they are the answer. A pair's second member (a cross-encoder's
-//! document) is cut the same way.
+//! keeps (or, refusing, takes), they are the answer. A pair's members (a cross-encoder's query
+//! and document) are cut the same way, each on its own, and truncated here.
 
 use std::collections::HashMap;
 use std::path::Path;
