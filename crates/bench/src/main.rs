@@ -20,6 +20,7 @@ use switchyard_core::{
     Act, Backend, BatchBuf, Bucket, Buckets, DType, Executor, Graph, GraphBuilder, LaneId, Op,
     Outputs, Shape,
 };
+use switchyard_dispatch::flex::kernels::Isa8;
 use switchyard_dispatch::{Device, Dispatch};
 
 /// The backend on the device named `name`, which this build and machine have.
@@ -31,6 +32,29 @@ fn open(name: &str) -> Dispatch {
 /// flex with its linear layers in `dtype` (bf16 or int8).
 fn flex_in(dtype: DType) -> Dispatch {
     open("flex").with_dtype(dtype).unwrap_or_else(|e| panic!("flex in {dtype}: {e}"))
+}
+
+/// The int8 kernels this CPU has besides its best: what a CPU with only those instructions runs
+/// (plain AVX2, for one, on an AMD Zen 2 or Zen 3).
+fn other_int8_kernels() -> Vec<Isa8> {
+    Isa8::available().into_iter().skip(1).collect()
+}
+
+/// flex in int8 as a CPU whose best int8 kernel is `isa8` runs it: with the f32 and bf16
+/// kernels of such a CPU too (AVX2's, or portable code's), so attention and the row ops are
+/// those it would run, attention's products in f32.
+fn flex_int8_on(isa8: Isa8) -> switchyard_dispatch::flex::FlexBackend {
+    use switchyard_dispatch::flex::kernels::{Isa, Isa16};
+    let (isa, isa16) = match isa8 {
+        Isa8::Portable => (Isa::Portable, Isa16::Portable),
+        _ => (Isa::Avx2, Isa16::Avx2),
+    };
+    switchyard_dispatch::flex::flex()
+        .with_isa(isa)
+        .and_then(|f| f.with_isa8(isa8))
+        .and_then(|f| f.with_isa16(isa16))
+        .and_then(|f| f.with_dtype(DType::I8))
+        .unwrap_or_else(|e| panic!("flex int8 on {isa8:?}, {isa:?}, {isa16:?}: {e}"))
 }
 
 /// Median wall time of `reps` calls of `f`, after `warm` untimed calls.
@@ -203,6 +227,13 @@ fn bench_gemm(reps: usize) {
             time_plan(flex_in(dtype), &base, &batch, reps),
         );
     }
+    for isa8 in other_int8_kernels() {
+        row(
+            &format!("flex int8 (CPU of {isa8:?})"),
+            time_plan(flex_int8_on(isa8), &g, &batch, reps),
+            time_plan(flex_int8_on(isa8), &base, &batch, reps),
+        );
+    }
     // What a CPU without AVX2 runs: the kernels compiled for the build's target (on x86, with
     // no FMA).
     let portable = || {
@@ -238,6 +269,15 @@ fn bench_encoder(reps: usize) {
     let bf16 = time_plan(flex_in(DType::Bf16), &g, &batch, reps);
     let int8 = time_plan(flex_in(DType::I8), &g, &batch, reps);
     let nd = time_plan(open("ndarray"), &g, &batch, reps);
+    let others: Vec<(String, Duration)> = other_int8_kernels()
+        .into_iter()
+        .map(|isa8| {
+            (
+                format!("flex int8 (CPU of {isa8:?})"),
+                time_plan(flex_int8_on(isa8), &g, &batch, reps),
+            )
+        })
+        .collect();
     for (name, t) in [
         ("flex", flex),
         ("flex bf16", bf16),
@@ -246,6 +286,9 @@ fn bench_encoder(reps: usize) {
         ("ndarray (peer)", nd),
     ] {
         encoder_row(name, t, tokens, nd);
+    }
+    for (name, t) in &others {
+        encoder_row(name, *t, tokens, nd);
     }
     println!("  (ratio: speed relative to ndarray; above 1 is faster)");
     // A cross-encoder or classifier reads only [CLS]: Switchyard computes its last layer for
