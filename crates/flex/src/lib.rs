@@ -32,7 +32,6 @@ use switchyard_burn::{Burn, BurnPlan, BurnState, BurnWeights, Generic};
 use switchyard_core::{Backend, Batch, Bucket, Caps, DType, Graph, HostTensor, Outputs, Result};
 
 use crate::kernels::attention::Products;
-use crate::kernels::gemm8::Rows8;
 use crate::kernels::{Isa, Isa8, Isa16};
 use crate::native::{NativePlan, NativeState, NativeWeights, Precision};
 pub use crate::pool::{THREADS_ENV, threads_from_env};
@@ -207,15 +206,11 @@ impl FlexBackend {
     }
 
     /// What attention multiplies in: where the bf16 GEMM has AVX-512 BF16 (itself detected on
-    /// this CPU), bf16 products in bf16, and in int8 where its rows have zero points; f32
-    /// otherwise. The symmetric int8 rows of plain AVX2 leave too little accuracy for bf16
-    /// products: with them the real all-MiniLM-L6-v2's worst cosine fell from 0.986 to 0.976
-    /// (docs/backends.md).
+    /// this CPU), bf16 products in bf16 and in int8; f32 otherwise.
     fn products(&self, linears: Linears) -> Products {
         let bf16 = self.isa16 == Isa16::Avx512Bf16;
         match linears {
-            Linears::Bf16 if bf16 => Products::Bf16,
-            Linears::Int8 if bf16 && self.isa8.rows() == Rows8::ZeroPoint => Products::Bf16,
+            Linears::Bf16 | Linears::Int8 if bf16 => Products::Bf16,
             _ => Products::F32,
         }
     }

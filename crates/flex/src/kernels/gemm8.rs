@@ -21,11 +21,10 @@
 //! Plain AVX2 has no instruction that sums products of bytes into i32 lanes: `vpmaddubsw`
 //! multiplies unsigned by signed bytes into pairs summed in i16, saturating, and `vpmaddwd`
 //! widens those pairs' sums to i32. A pair of bytes up to 255 times weights up to 127 in
-//! magnitude would saturate, so for that kernel rows are quantized symmetrically, as the
-//! weights are (`round(x / sx_r)` in -127..=127 with `sx_r = max |x_r| / 127`, no zero point),
-//! and it multiplies each row's magnitudes (at most 127) by the weights given the row's signs
-//! (`vpsignb`): a pair's sum is then at most `2 * 127 * 127 = 32258`, exact in i16, and every
-//! sum is exact. Its rows are stored as magnitudes and signed values ([`Rows8`]).
+//! magnitude would saturate, so for that kernel the weights are quantized to -63..=63 instead
+//! (`sw_j = max |w_j| / 63`, [`Isa8::weight_max`]): a pair's sum is then at most `2 * 255 * 63 =
+//! 32130`, exact in i16, and every sum is exact. It reads the same rows as the other kernels,
+//! and its weights have half their steps (what that costs in accuracy: docs/backends.md).
 //!
 //! Sums are exact in i32 for `k` up to [`MAX_K`].
 
@@ -107,11 +106,12 @@ impl Isa8 {
         }
     }
 
-    /// How its kernel reads the quantized rows.
-    pub const fn rows(self) -> Rows8 {
+    /// The largest magnitude of a quantized weight: 127, or 63 for plain AVX2, whose pairs of
+    /// products of a byte and a weight are summed in i16.
+    pub const fn weight_max(self) -> i8 {
         match self {
-            Isa8::Avx2 => Rows8::MagnitudesThenValues,
-            Isa8::Avx512Vnni | Isa8::AvxVnni | Isa8::Portable => Rows8::ZeroPoint,
+            Isa8::Avx2 => 63,
+            Isa8::Avx512Vnni | Isa8::AvxVnni | Isa8::Portable => 127,
         }
     }
 }
@@ -131,7 +131,8 @@ pub struct PackedWeight8 {
 }
 
 impl PackedWeight8 {
-    /// Quantizes and packs the row-major `[n, k]` matrix `w` for `isa`'s microkernel.
+    /// Quantizes (to `isa.weight_max()` in magnitude) and packs the row-major `[n, k]` matrix
+    /// `w` for `isa`'s microkernel.
     ///
     /// # Panics
     /// If `w` is not `n x k` values, or `k` exceeds [`MAX_K`].
@@ -142,15 +143,16 @@ impl PackedWeight8 {
         let panels = n.div_ceil(nr);
         let mut data = vec![0i8; panels * k4 * nr];
         let (mut scales, mut sums) = (Vec::with_capacity(n), Vec::with_capacity(n));
+        let top = f32::from(isa.weight_max());
         for (j, row) in w.chunks_exact(k.max(1)).enumerate().take(n) {
             let amax = row.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-            let scale = if amax > 0.0 { amax / 127.0 } else { 1.0 };
+            let scale = if amax > 0.0 { amax / top } else { 1.0 };
             let inv = 1.0 / scale;
             let (p, c) = (j / nr, j % nr);
             let panel = &mut data[p * k4 * nr..(p + 1) * k4 * nr];
             let mut sum = 0i32;
             for (kk, &v) in row.iter().enumerate() {
-                let q = (v * inv).round_ties_even().clamp(-127.0, 127.0) as i8;
+                let q = (v * inv).round_ties_even().clamp(-top, top) as i8;
                 panel[(kk / 4) * nr * 4 + c * 4 + kk % 4] = q;
                 sum += i32::from(q);
             }
@@ -175,9 +177,9 @@ impl PackedWeight8 {
         self.k.next_multiple_of(4)
     }
 
-    /// Bytes of one input row quantized for this weight's kernel.
+    /// Bytes of one input row quantized for this weight's GEMM: a byte a value, `k4` in all.
     pub fn row_bytes(&self) -> usize {
-        self.k4() / 4 * self.isa.rows().group_bytes()
+        self.k4()
     }
 
     /// Bytes held.
@@ -188,27 +190,6 @@ impl PackedWeight8 {
     fn panel(&self, p: usize) -> &[i8] {
         let span = self.k4() * self.isa.nr();
         &self.data[p * span..(p + 1) * span]
-    }
-}
-
-/// How an int8 kernel reads the quantized rows.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Rows8 {
-    /// Quantized over the row's range, with a zero point: an unsigned byte (what `vpdpbusd`
-    /// multiplies) a value, `k4` bytes a row.
-    ZeroPoint,
-    /// Quantized symmetrically: for each group of four values, their magnitudes, then the
-    /// values as signed bytes (what the plain AVX2 kernel broadcasts), `2 * k4` bytes a row.
-    MagnitudesThenValues,
-}
-
-impl Rows8 {
-    /// Bytes a row holds for each group of four values.
-    const fn group_bytes(self) -> usize {
-        match self {
-            Rows8::ZeroPoint => 4,
-            Rows8::MagnitudesThenValues => 8,
-        }
     }
 }
 
@@ -237,7 +218,7 @@ impl QuantizedRows {
         &self.scales
     }
 
-    /// Each row's zero point: the byte that stands for zero (0 for symmetric rows).
+    /// Each row's zero point: the byte that stands for zero.
     pub fn zeros(&self) -> &[i32] {
         &self.zeros
     }
@@ -254,9 +235,8 @@ impl QuantizedRows {
 }
 
 /// Quantizes `m` rows of `k = w.k()` values at `x` into `rows` for the int8 GEMM with `w`: each
-/// row's scale, zero point and values in the form `w`'s kernel reads ([`Rows8`];
-/// `w.row_bytes()` a row, zero-valued past `k`), in parallel on the current rayon pool,
-/// compiled for `isa`.
+/// row's scale, zero point and values (`w.row_bytes()` a row, the zero point past `k`), in
+/// parallel on the current rayon pool, compiled for `isa`.
 ///
 /// # Panics
 /// If `rows` has no room for `m` rows of `w`.
@@ -271,13 +251,13 @@ pub unsafe fn quantize_rows(
     rows: &mut QuantizedRows,
 ) {
     assert!(rows.holds(m, w), "room for {m} rows quantized for this weight");
-    let (x, k, form, len) = (SendPtr(x.cast_mut()), w.k, w.isa.rows(), w.row_bytes());
+    let (x, k, len) = (SendPtr(x.cast_mut()), w.k, w.row_bytes());
     let QuantizedRows { bytes, scales, zeros } = rows;
     let (scales, zeros) = (&mut scales[..m], &mut zeros[..m]);
     bytes[..m * len].par_chunks_mut(len.max(1)).zip(scales).zip(zeros).enumerate().for_each(
         |(r, ((row, scale), zero))| {
-            // SAFETY: row r < m of x, and a row of the form's length for k values.
-            unsafe { quantize_row(isa, SendPtr(x.get().add(r * k)), k, form, row, scale, zero) }
+            // SAFETY: row r < m of x, and a row of at least k bytes.
+            unsafe { quantize_row(isa, SendPtr(x.get().add(r * k)), k, row, scale, zero) }
         },
     );
 }
@@ -302,82 +282,34 @@ fn from_order_key(k: i32) -> f32 {
 }
 
 multiversion! {
-    /// One row of [`quantize_rows`]: `k` values at `x` into `row` in `form`, the rest of `row`
-    /// zero-valued, with its scale and zero point. A NaN in the row becomes its scale, so it
-    /// spreads to the row's sums; a row of zeros keeps scale 1.
+    /// One row of [`quantize_rows`]: `k` values at `x` into `row`, the rest of `row` the zero
+    /// point, with its scale and zero point. A NaN in the row becomes its scale, so it spreads
+    /// to the row's sums; a row of zeros keeps scale 1.
     ///
     /// # Safety
-    /// `x` holds `k` readable values, and `row` has at least the bytes `form` stores for `k`
-    /// values.
-    unsafe fn quantize_row(
-        x: SendPtr,
-        k: usize,
-        form: Rows8,
-        row: &mut [u8],
-        scale: &mut f32,
-        zero: &mut i32,
-    ) {
+    /// `x` holds `k` readable values, and `row` has at least `k` bytes.
+    unsafe fn quantize_row(x: SendPtr, k: usize, row: &mut [u8], scale: &mut f32, zero: &mut i32) {
         // SAFETY: the caller's contract.
         let xr = unsafe { std::slice::from_raw_parts(x.get().cast_const(), k) };
-        match form {
-            Rows8::ZeroPoint => {
-                // The row's range, zero included, compared as integer keys (which vectorise);
-                // a NaN lies past either end.
-                let (lo, hi) = xr.iter().fold((0, 0), |(lo, hi): (i32, i32), &v| {
-                    let key = order_key(v);
-                    (lo.min(key), hi.max(key))
-                });
-                let (lo, hi) = (from_order_key(lo), from_order_key(hi));
-                let range = hi - lo;
-                *scale = if range > 0.0 || range.is_nan() { range / 255.0 } else { 1.0 };
-                let inv = 1.0 / *scale;
-                // -lo / scale is in 0..=255; a NaN becomes zero here and spreads by the scale.
-                let z = (-lo * inv).round_ties_even();
-                let z = if z.is_nan() { 0.0 } else { z.clamp(0.0, 255.0) };
-                *zero = z as i32;
-                let (bottom, top, add) = (-z, 255.0 - z, ROUND + z);
-                for (d, &v) in row.iter_mut().zip(xr) {
-                    *d = ((v * inv).clamp(bottom, top) + add).to_bits() as u8;
-                }
-                row[k..].fill(z as u8);
-            }
-            Rows8::MagnitudesThenValues => {
-                // |v| compared as bits, which order as the magnitudes do; a NaN compares above
-                // them all.
-                let amax =
-                    f32::from_bits(xr.iter().fold(0, |a, v| a.max(v.to_bits() & 0x7fff_ffff)));
-                *scale = if amax > 0.0 || amax.is_nan() { amax / 127.0 } else { 1.0 };
-                *zero = 0;
-                let inv = 1.0 / *scale;
-                // Rounded as above with 128 added (which keeps every sum at or past 2^23, where
-                // the spacing of f32s is 1), then the byte taken as signed.
-                let add = ROUND + 128.0;
-                let signed = |v: f32| {
-                    ((((v * inv).clamp(-127.0, 127.0) + add).to_bits() as u8) ^ 0x80) as i8
-                };
-                // Eight values (two groups) at a time, as fixed-size arrays the compiler keeps
-                // in vector registers; then the last group, padded with zeros.
-                let (pairs, rest) = xr.split_at(k / 8 * 8);
-                let (head, tail) = row.split_at_mut(pairs.len() * 2);
-                let signed8 = |v: &[f32; 8]| v.map(signed);
-                for (out, v) in head.chunks_exact_mut(16).zip(pairs.chunks_exact(8)) {
-                    let x = signed8(v.try_into().expect("eight values"));
-                    let (m, x) = (x.map(i8::unsigned_abs), x.map(|x| x as u8));
-                    let groups = [&m[..4], &x[..4], &m[4..], &x[4..]];
-                    for (dst, src) in out.chunks_exact_mut(4).zip(groups) {
-                        dst.copy_from_slice(src);
-                    }
-                }
-                tail.fill(0);
-                let mut last = [0.0f32; 8];
-                last[..rest.len()].copy_from_slice(rest);
-                let x = signed8(&last);
-                for (t, &x) in x.iter().enumerate().take(rest.len()) {
-                    let at = t / 4 * 8 + t % 4;
-                    (tail[at], tail[at + 4]) = (x.unsigned_abs(), x as u8);
-                }
-            }
+        // The row's range, zero included, compared as integer keys (which vectorise); a NaN
+        // lies past either end.
+        let (lo, hi) = xr.iter().fold((0, 0), |(lo, hi): (i32, i32), &v| {
+            let key = order_key(v);
+            (lo.min(key), hi.max(key))
+        });
+        let (lo, hi) = (from_order_key(lo), from_order_key(hi));
+        let range = hi - lo;
+        *scale = if range > 0.0 || range.is_nan() { range / 255.0 } else { 1.0 };
+        let inv = 1.0 / *scale;
+        // -lo / scale is in 0..=255; a NaN becomes zero here and spreads by the scale.
+        let z = (-lo * inv).round_ties_even();
+        let z = if z.is_nan() { 0.0 } else { z.clamp(0.0, 255.0) };
+        *zero = z as i32;
+        let (bottom, top, add) = (-z, 255.0 - z, ROUND + z);
+        for (d, &v) in row.iter_mut().zip(xr) {
+            *d = ((v * inv).clamp(bottom, top) + add).to_bits() as u8;
         }
+        row[k..].fill(z as u8);
     }
 }
 
@@ -478,7 +410,7 @@ trait Micro {
 #[inline(always)]
 unsafe fn task<M: Micro>(job: &Job<'_>, t: usize, ctile: &mut AlignedBuf) {
     let (k4, w, q) = (job.w.k4(), job.w, &job.rows.bytes[..]);
-    let (len, group) = (w.row_bytes(), w.isa.rows().group_bytes());
+    let len = w.row_bytes();
     // SAFETY: the caller's contract; the driver keeps every row below m, every block of groups
     // inside the rows and the panel, and every tile inside the tile buffer.
     unsafe {
@@ -488,7 +420,7 @@ unsafe fn task<M: Micro>(job: &Job<'_>, t: usize, ctile: &mut AlignedBuf) {
             (k4 / 4, KG),
             ctile,
             |p, g0| w.panel(p)[g0 * M::NR * 4..].as_ptr(),
-            |r, g0| q[r * len + g0 * group..].as_ptr(),
+            |r, g0| q[r * len + g0 * 4..].as_ptr(),
             |groups, a, b, c: *mut i32, ldc, first| M::tile(groups, a, b, c, ldc, first),
             |r, c0, row| {
                 let cols = row.len();
@@ -668,10 +600,10 @@ pub(crate) mod x86 {
     }
 
     /// Plain AVX2: 16 columns in two registers of i32 per row, three rows at a time (six
-    /// accumulators, leaving registers for each row's broadcasts). For each group of four
-    /// values, the row's magnitudes and values are broadcast; `vpmaddubsw` multiplies the
-    /// magnitudes by the panel's weights given the values' signs (`vpsignb`) and sums them in
-    /// pairs (exact: see the module's comment), and `vpmaddwd` by ones sums the pairs to i32.
+    /// accumulators, leaving registers for the products). For each group of four values, the
+    /// row's bytes are broadcast; `vpmaddubsw` multiplies them by the panel's weights and sums
+    /// them in pairs (exact: the weights are at most 63 in magnitude, see the module's comment),
+    /// and `vpmaddwd` by ones sums the pairs to i32: what `vpdpbusd` does in one instruction.
     pub(super) struct Avx2;
 
     /// Rows of `Avx2`'s tile that share each load of the panel.
@@ -690,8 +622,7 @@ pub(crate) mod x86 {
             ldc: usize,
             first: bool,
         ) {
-            // SAFETY: as for `Avx512`, with avx2 enabled by the caller; a row holds eight bytes
-            // a group (`Rows8::MagnitudesThenValues`).
+            // SAFETY: as for `Avx512`, with avx2 enabled by the caller.
             unsafe {
                 let ones = _mm256_set1_epi16(1);
                 // Four bytes broadcast from memory: `vbroadcastss` only loads, where an integer
@@ -710,9 +641,9 @@ pub(crate) mod x86 {
                         let b0 = _mm256_loadu_si256(b.add(g * 64).cast());
                         let b1 = _mm256_loadu_si256(b.add(g * 64 + 32).cast());
                         for (r, ai) in acc.iter_mut().zip(rows) {
-                            let (magnitude, x) = (splat(ai.add(g * 8)), splat(ai.add(g * 8 + 4)));
+                            let x = splat(ai.add(g * 4));
                             let dot = |s: __m256i, w: __m256i| {
-                                let pairs = _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(w, x));
+                                let pairs = _mm256_maddubs_epi16(x, w);
                                 _mm256_add_epi32(s, _mm256_madd_epi16(pairs, ones))
                             };
                             r[0] = dot(r[0], b0);
