@@ -40,21 +40,13 @@ fn other_int8_kernels() -> Vec<Isa8> {
     Isa8::available().into_iter().skip(1).collect()
 }
 
-/// flex in int8 as a CPU whose best int8 kernel is `isa8` runs it: with the f32 and bf16
-/// kernels of such a CPU too (AVX2's, or portable code's), so attention and the row ops are
-/// those it would run, attention's products in f32.
+/// flex in int8 as a CPU whose best int8 kernel is `isa8` runs it, with that CPU's f32 and bf16
+/// kernels too, so attention and the row ops are those it would run.
 fn flex_int8_on(isa8: Isa8) -> switchyard_dispatch::flex::FlexBackend {
-    use switchyard_dispatch::flex::kernels::{Isa, Isa16};
-    let (isa, isa16) = match isa8 {
-        Isa8::Portable => (Isa::Portable, Isa16::Portable),
-        _ => (Isa::Avx2, Isa16::Avx2),
-    };
     switchyard_dispatch::flex::flex()
-        .with_isa(isa)
-        .and_then(|f| f.with_isa8(isa8))
-        .and_then(|f| f.with_isa16(isa16))
+        .as_cpu_of(isa8)
         .and_then(|f| f.with_dtype(DType::I8))
-        .unwrap_or_else(|e| panic!("flex int8 on {isa8:?}, {isa:?}, {isa16:?}: {e}"))
+        .unwrap_or_else(|e| panic!("flex int8 as a CPU of {isa8:?}: {e}"))
 }
 
 /// Median wall time of `reps` calls of `f`, after `warm` untimed calls.

@@ -191,6 +191,18 @@ impl FlexBackend {
         Ok(self.on(isa, isa8, isa16))
     }
 
+    /// This backend as a CPU whose best int8 GEMM is `isa8`'s runs (one this CPU has): with the
+    /// f32 and bf16 kernels such a CPU has too (AVX2's beside AVX-VNNI or plain AVX2, portable
+    /// code beside portable code; this CPU's own beside AVX-512 VNNI), for tests and benchmarks.
+    pub fn as_cpu_of(self, isa8: Isa8) -> Result<FlexBackend> {
+        let (isa, isa16) = match isa8 {
+            Isa8::Avx512Vnni => (self.isa, self.isa16),
+            Isa8::AvxVnni | Isa8::Avx2 => (Isa::Avx2, Isa16::Avx2),
+            Isa8::Portable => (Isa::Portable, Isa16::Portable),
+        };
+        self.with_isa(isa)?.with_isa8(isa8)?.with_isa16(isa16)
+    }
+
     /// This backend with these instruction sets, its caps naming them.
     fn on(self, isa: Isa, isa8: Isa8, isa16: Isa16) -> FlexBackend {
         let caps = Caps { device: native::device(isa, isa8, isa16), ..self.caps };

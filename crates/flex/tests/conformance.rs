@@ -92,8 +92,7 @@ fn int8_really_quantizes() {
     // Likewise for int8, on each kernel this CPU has: its rounding (a step of 1/255 of a row's
     // range, 1/127 of a column's largest magnitude, 1/63 on plain AVX2) shows, far past f32's
     // rounding and inside the suite's int8 tolerance (measured on an AMD Zen 4: 7.8e-4, and
-    // 2.2e-3 with plain AVX2's weights and bf16 attention; with symmetric rows plain AVX2 gave
-    // 1.0e-3).
+    // 2.2e-3 with plain AVX2's weights and bf16 attention).
     for isa8 in Isa8::available() {
         let be = switchyard_flex::flex().with_isa8(isa8).expect("a kernel of this CPU");
         let worst = worst_difference_from_f32(be.with_dtype(DType::I8).expect("int8"));
@@ -167,7 +166,15 @@ fn caps_say_what_each_dtype_runs_on() {
     if Isa8::available().contains(&avx2) {
         let device = switchyard_flex::flex().with_isa8(avx2).expect("available").caps().device;
         assert!(device.contains(", int8 on AVX2, "), "{device}");
+        // As a CPU whose best is plain AVX2 runs: AVX2's kernels for f32 and bf16 too.
+        let device = switchyard_flex::flex().as_cpu_of(avx2).expect("available").caps().device;
+        let want = "f32 on AVX2, int8 on AVX2, bf16 widened to f32 on AVX2";
+        assert!(device.contains(want), "{device}");
     }
+    let portable = switchyard_flex::flex().as_cpu_of(Isa8::Portable).expect("runs anywhere");
+    let device = portable.caps().device;
+    let want = "f32 on portable code, int8 on portable code, bf16 widened to f32 (slower";
+    assert!(device.contains(want), "{device}");
 }
 
 #[test]
