@@ -243,20 +243,84 @@ impl Build {
         if tests.is_empty() {
             return Ok((false, Counts::default()));
         }
-        let (mut ok, mut counts) = (true, Counts::default());
-        for (exe, dir) in tests {
-            let mut run = Command::new(QEMU);
-            run.args(["-cpu", "Nehalem", &exe]).current_dir(dir).envs(self.env());
-            let (passed, c) = run_counting(run);
-            ok &= passed;
-            counts.add(c);
-        }
-        Ok((ok, counts))
+        Ok(run_emulated(&tests, QEMU, &["-cpu", "Nehalem"], &self.env()))
     }
+}
+
+/// Runs each test executable `(path, directory)` on `emulator` with `args`, and counts the
+/// tests.
+fn run_emulated(
+    tests: &[(String, String)],
+    emulator: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (bool, Counts) {
+    let (mut ok, mut counts) = (true, Counts::default());
+    for (exe, dir) in tests {
+        let mut run = Command::new(emulator);
+        run.args(args).arg(exe).current_dir(dir).envs(env.iter().copied());
+        let (passed, c) = run_counting(run);
+        ok &= passed;
+        counts.add(c);
+    }
+    (ok, counts)
 }
 
 /// The user-mode emulator [`Build::baseline_cpu_tests`] runs flex's tests on.
 const QEMU: &str = "qemu-x86_64";
+
+/// The target flex's NEON kernels are tested on, emulated.
+const ARM: &str = "aarch64-unknown-linux-gnu";
+/// The user-mode emulator for [`ARM`], and the C cross toolchain that links for it (Debian's
+/// packages qemu-user and gcc-aarch64-linux-gnu), whose libraries lie under [`ARM_SYSROOT`].
+const QEMU_ARM: &str = "qemu-aarch64";
+const ARM_LINKER: &str = "aarch64-linux-gnu-gcc";
+const ARM_SYSROOT: &str = "/usr/aarch64-linux-gnu";
+
+/// The emulated aarch64 CPUs flex's tests run on: one with the dot product instructions (its
+/// int8 kernel) and one without (portable int8), both with NEON (every aarch64 CPU has it).
+const ARM_CPUS: [(&str, &str); 2] = [
+    ("max", "aarch64 with the dot product (qemu-aarch64 -cpu max)"),
+    ("cortex-a72", "aarch64 without it (qemu-aarch64 -cpu cortex-a72)"),
+];
+
+/// Builds flex's tests for [`ARM`] and runs them on each of [`ARM_CPUS`], emulated: a result
+/// per CPU, or why they cannot run here.
+fn aarch64_tests() -> Result<Vec<(bool, Counts)>, String> {
+    if cfg!(target_arch = "aarch64") {
+        return Err("this machine is aarch64: the workspace's own tests ran there".into());
+    }
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    let sysroot = Command::new(rustc).args(["--print", "sysroot"]).output();
+    let sysroot = sysroot.map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned());
+    let has_std = sysroot
+        .is_ok_and(|s| std::path::Path::new(&s).join("lib/rustlib").join(ARM).join("lib").is_dir());
+    if !has_std {
+        return Err(format!(
+            "Rust's standard library for {ARM} is not installed (rustup target add {ARM})"
+        ));
+    }
+    for (tool, package) in [(ARM_LINKER, "gcc-aarch64-linux-gnu"), (QEMU_ARM, "qemu-user")] {
+        if Command::new(tool).arg("--version").output().is_err() {
+            return Err(format!("{tool} is missing (on Debian, the package {package})"));
+        }
+    }
+    let linker = ("CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER", ARM_LINKER);
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let listed = Command::new(cargo)
+        .args(["test", "-p", "switchyard-flex", "--target", ARM, "--no-run"])
+        .args(["--message-format", "json-render-diagnostics"])
+        .env(linker.0, linker.1)
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("could not start cargo: {e}"))?;
+    let tests = flex_test_executables(&String::from_utf8_lossy(&listed.stdout));
+    if !listed.status.success() || tests.is_empty() {
+        return Ok(ARM_CPUS.iter().map(|_| (false, Counts::default())).collect());
+    }
+    let run = |cpu| run_emulated(&tests, QEMU_ARM, &["-L", ARM_SYSROOT, "-cpu", cpu], &[]);
+    Ok(ARM_CPUS.iter().map(|(cpu, _)| run(cpu)).collect())
+}
 
 /// The test executables of `crates/flex` (switchyard-flex) in cargo's JSON messages, each with
 /// its package's directory (where `cargo test` runs it).
@@ -364,6 +428,23 @@ fn verdict(ok: bool, c: Counts, all_ok: &mut bool) -> String {
     }
 }
 
+/// `test-aarch64`: flex's tests on emulated aarch64 CPUs alone; fails if they cannot run here.
+pub fn test_aarch64() -> ExitCode {
+    match aarch64_tests() {
+        Err(why) => {
+            eprintln!("xtask test-aarch64: {why}");
+            ExitCode::FAILURE
+        }
+        Ok(runs) => {
+            let mut all_ok = true;
+            for ((ok, c), (_, device)) in runs.into_iter().zip(ARM_CPUS) {
+                println!("flex on {device}: {}", verdict(ok, c, &mut all_ok));
+            }
+            if all_ok { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+        }
+    }
+}
+
 /// The task: exits non-zero if any test or any runnable backend failed.
 pub fn test_all() -> ExitCode {
     if crate::models::fetch_models() != ExitCode::SUCCESS {
@@ -402,6 +483,16 @@ pub fn test_all() -> ExitCode {
         }
     };
     table.push(("flex", "host CPU without AVX or FMA (qemu -cpu Nehalem)", baseline));
+    eprintln!("xtask: flex's tests on aarch64, emulated");
+    match aarch64_tests() {
+        Err(why) => table.push(("flex", "aarch64 (qemu-aarch64)", format!("skipped: {why}"))),
+        Ok(runs) => {
+            for ((ok, c), (_, device)) in runs.into_iter().zip(ARM_CPUS) {
+                total.add(c);
+                table.push(("flex", device, verdict(ok, c, &mut all_ok)));
+            }
+        }
+    }
 
     println!();
     println!("{:<9} {:<50} result", "backend", "device");

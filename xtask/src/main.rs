@@ -21,6 +21,10 @@ tasks:
   test-all-backends
                every test of the workspace, then the conformance suite on each backend this
                machine can run, with a table of what passed, failed or was skipped and why
+  test-aarch64 flex's tests built for aarch64 and run emulated (qemu-aarch64), on a CPU with the
+               dot product instructions and one without; test-all-backends runs them too
+               (needs `rustup target add aarch64-unknown-linux-gnu` and Debian's packages
+               gcc-aarch64-linux-gnu and qemu-user; skipped, saying so, without them)
   test-python  the Python package's pytest tests alone (crates/python/tests, a cargo test of
                switchyard-python that test-all-backends runs with the rest), after fetching
                what they need and building the `switchyard` command they compare with
@@ -93,6 +97,7 @@ fn main() -> ExitCode {
         Some("fetch-models") => models::fetch_models(),
         Some("fetch-libtorch") => libtorch::fetch_libtorch(),
         Some("test-all-backends") => backends::test_all(),
+        Some("test-aarch64") => backends::test_aarch64(),
         Some("bench") => bench(std::env::args().skip(2).collect()),
         Some("fuzz") => fuzz(&std::env::args().skip(2).collect::<Vec<_>>()),
         Some("test-python") => python::test_python(),

@@ -387,16 +387,20 @@ pub(crate) fn caps(threads: usize, isa: Isa, isa8: Isa8, isa16: Isa16) -> Caps {
 /// The host CPU in words, with what its f32, int8 and bf16 kernels run on, and that f16 runs
 /// Burn's generic ops (burn-flex), not this engine.
 pub(crate) fn device(isa: Isa, isa8: Isa8, isa16: Isa16) -> String {
+    // Portable code is vectorised for the build's target: NEON on aarch64.
+    let portable =
+        if cfg!(target_arch = "aarch64") { "portable code (NEON)" } else { "portable code" };
     let f32s = match isa {
         Isa::Avx512 => "AVX-512",
         Isa::Avx2 => "AVX2",
-        Isa::Portable => "portable code",
+        Isa::Portable => portable,
     };
     let int8 = match isa8 {
         Isa8::Avx512Vnni => "AVX-512 VNNI",
         Isa8::AvxVnni => "AVX-VNNI",
         Isa8::Avx2 => "AVX2",
-        Isa8::Portable => "portable code",
+        Isa8::NeonDot => "NEON dot product",
+        Isa8::Portable => portable,
     };
     let bf16 = match isa16 {
         Isa16::Avx512Bf16 => "bf16 on AVX-512 BF16",

@@ -171,10 +171,18 @@ fn caps_say_what_each_dtype_runs_on() {
         let want = "f32 on AVX2, int8 on AVX2, bf16 widened to f32 on AVX2";
         assert!(device.contains(want), "{device}");
     }
+    // Every aarch64 CPU with the dot product instructions has an int8 kernel of its own.
+    if Isa8::available().contains(&Isa8::NeonDot) {
+        let device = switchyard_flex::flex().as_cpu_of(Isa8::NeonDot).expect("available");
+        let want = "f32 on portable code (NEON), int8 on NEON dot product, bf16 widened to f32";
+        assert!(device.caps().device.contains(want), "{}", device.caps().device);
+    }
     let portable = switchyard_flex::flex().as_cpu_of(Isa8::Portable).expect("runs anywhere");
     let device = portable.caps().device;
-    let want = "f32 on portable code, int8 on portable code, bf16 widened to f32 (slower";
-    assert!(device.contains(want), "{device}");
+    // Portable code is vectorised for the build's target, which on aarch64 is NEON.
+    let code = if cfg!(target_arch = "aarch64") { "portable code (NEON)" } else { "portable code" };
+    let want = format!("f32 on {code}, int8 on {code}, bf16 widened to f32 (slower");
+    assert!(device.contains(&want), "{device}");
 }
 
 #[test]

@@ -54,6 +54,9 @@ pub enum Isa8 {
     AvxVnni,
     /// AVX2 without VNNI: 16 columns per tile, products summed by `vpmaddubsw` and `vpmaddwd`.
     Avx2,
+    /// aarch64 with the dot product instructions (`sdot`, FEAT_DotProd): 16 columns per tile,
+    /// products of signed bytes.
+    NeonDot,
     /// Portable code, vectorised by the compiler for the build's target: 16 columns per tile.
     Portable,
 }
@@ -74,26 +77,26 @@ impl Isa8 {
                 return Isa8::Avx2;
             }
         }
+        #[cfg(target_arch = "aarch64")]
+        if std::arch::is_aarch64_feature_detected!("dotprod") {
+            return Isa8::NeonDot;
+        }
         Isa8::Portable
     }
 
     /// Every instruction set this CPU can run, best first (for tests).
     pub fn available() -> Vec<Isa8> {
         let best = Isa8::detect();
-        [Isa8::Avx512Vnni, Isa8::AvxVnni, Isa8::Avx2, Isa8::Portable]
+        [Isa8::Avx512Vnni, Isa8::AvxVnni, Isa8::Avx2, Isa8::NeonDot, Isa8::Portable]
             .into_iter()
             .skip_while(|&i| i != best)
-            .filter(|&i| {
-                i != Isa8::AvxVnni || {
-                    #[cfg(target_arch = "x86_64")]
-                    {
-                        std::arch::is_x86_feature_detected!("avxvnni")
-                    }
-                    #[cfg(not(target_arch = "x86_64"))]
-                    {
-                        false
-                    }
-                }
+            .filter(|&i| match i {
+                #[cfg(target_arch = "x86_64")]
+                Isa8::AvxVnni => std::arch::is_x86_feature_detected!("avxvnni"),
+                #[cfg(not(target_arch = "x86_64"))]
+                Isa8::AvxVnni => false,
+                Isa8::NeonDot => cfg!(target_arch = "aarch64"),
+                _ => true,
             })
             .collect()
     }
@@ -102,7 +105,7 @@ impl Isa8 {
     pub const fn nr(self) -> usize {
         match self {
             Isa8::Avx512Vnni => 32,
-            Isa8::AvxVnni | Isa8::Avx2 | Isa8::Portable => 16,
+            Isa8::AvxVnni | Isa8::Avx2 | Isa8::NeonDot | Isa8::Portable => 16,
         }
     }
 
@@ -111,7 +114,17 @@ impl Isa8 {
     pub const fn weight_max(self) -> i8 {
         match self {
             Isa8::Avx2 => 63,
-            Isa8::Avx512Vnni | Isa8::AvxVnni | Isa8::Portable => 127,
+            Isa8::Avx512Vnni | Isa8::AvxVnni | Isa8::NeonDot | Isa8::Portable => 127,
+        }
+    }
+
+    /// What the kernel's input bytes are offset by: 128 for `NeonDot`, whose `sdot` multiplies
+    /// signed bytes, so its rows hold `q - 128` (`q` in 0..=255 flipped to -128..=127) and their
+    /// zero points `z - 128`; 0 for the rest, which read `q` as an unsigned byte.
+    pub const fn row_offset(self) -> i32 {
+        match self {
+            Isa8::NeonDot => 128,
+            Isa8::Avx512Vnni | Isa8::AvxVnni | Isa8::Avx2 | Isa8::Portable => 0,
         }
     }
 }
@@ -218,7 +231,8 @@ impl QuantizedRows {
         &self.scales
     }
 
-    /// Each row's zero point: the byte that stands for zero.
+    /// Each row's zero point: the byte that stands for zero, as the kernel reads the bytes
+    /// ([`Isa8::row_offset`]).
     pub fn zeros(&self) -> &[i32] {
         &self.zeros
     }
@@ -235,8 +249,9 @@ impl QuantizedRows {
 }
 
 /// Quantizes `m` rows of `k = w.k()` values at `x` into `rows` for the int8 GEMM with `w`: each
-/// row's scale, zero point and values (`w.row_bytes()` a row, the zero point past `k`), in
-/// parallel on the current rayon pool, compiled for `isa`.
+/// row's scale, zero point and values (`w.row_bytes()` a row, the zero point past `k`), offset
+/// as `w`'s kernel reads them ([`Isa8::row_offset`]), in parallel on the current rayon pool,
+/// compiled for `isa`.
 ///
 /// # Panics
 /// If `rows` has no room for `m` rows of `w`.
@@ -251,13 +266,13 @@ pub unsafe fn quantize_rows(
     rows: &mut QuantizedRows,
 ) {
     assert!(rows.holds(m, w), "room for {m} rows quantized for this weight");
-    let (x, k, len) = (SendPtr(x.cast_mut()), w.k, w.row_bytes());
+    let (x, k, len, offset) = (SendPtr(x.cast_mut()), w.k, w.row_bytes(), w.isa.row_offset());
     let QuantizedRows { bytes, scales, zeros } = rows;
     let (scales, zeros) = (&mut scales[..m], &mut zeros[..m]);
     bytes[..m * len].par_chunks_mut(len.max(1)).zip(scales).zip(zeros).enumerate().for_each(
         |(r, ((row, scale), zero))| {
             // SAFETY: row r < m of x, and a row of at least k bytes.
-            unsafe { quantize_row(isa, SendPtr(x.get().add(r * k)), k, row, scale, zero) }
+            unsafe { quantize_row(isa, SendPtr(x.get().add(r * k)), k, offset, row, scale, zero) }
         },
     );
 }
@@ -283,12 +298,20 @@ fn from_order_key(k: i32) -> f32 {
 
 multiversion! {
     /// One row of [`quantize_rows`]: `k` values at `x` into `row`, the rest of `row` the zero
-    /// point, with its scale and zero point. A NaN in the row becomes its scale, so it spreads
-    /// to the row's sums; a row of zeros keeps scale 1.
+    /// point, with its scale and zero point, each byte and the zero point less `offset` (0 or
+    /// 128: the byte's top bit flipped). A NaN in the row becomes its scale, so it spreads to
+    /// the row's sums; a row of zeros keeps scale 1.
     ///
     /// # Safety
     /// `x` holds `k` readable values, and `row` has at least `k` bytes.
-    unsafe fn quantize_row(x: SendPtr, k: usize, row: &mut [u8], scale: &mut f32, zero: &mut i32) {
+    unsafe fn quantize_row(
+        x: SendPtr,
+        k: usize,
+        offset: i32,
+        row: &mut [u8],
+        scale: &mut f32,
+        zero: &mut i32,
+    ) {
         // SAFETY: the caller's contract.
         let xr = unsafe { std::slice::from_raw_parts(x.get().cast_const(), k) };
         // The row's range, zero included, compared as integer keys (which vectorise); a NaN
@@ -304,12 +327,14 @@ multiversion! {
         // -lo / scale is in 0..=255; a NaN becomes zero here and spreads by the scale.
         let z = (-lo * inv).round_ties_even();
         let z = if z.is_nan() { 0.0 } else { z.clamp(0.0, 255.0) };
-        *zero = z as i32;
+        *zero = z as i32 - offset;
+        // `q - 128` as a byte is `q` with its top bit flipped.
+        let flip = if offset == 0 { 0 } else { 0x80 };
         let (bottom, top, add) = (-z, 255.0 - z, ROUND + z);
         for (d, &v) in row.iter_mut().zip(xr) {
-            *d = ((v * inv).clamp(bottom, top) + add).to_bits() as u8;
+            *d = ((v * inv).clamp(bottom, top) + add).to_bits() as u8 ^ flip;
         }
-        row[k..].fill(z as u8);
+        row[k..].fill(z as u8 ^ flip);
     }
 }
 
@@ -376,6 +401,9 @@ unsafe fn run_task(job: &Job<'_>, t: usize, ctile: &mut AlignedBuf) {
         // SAFETY: as above.
         #[cfg(target_arch = "x86_64")]
         Isa8::Avx2 => unsafe { x86::task_avx2(job, t, ctile) },
+        // SAFETY: as above.
+        #[cfg(target_arch = "aarch64")]
+        Isa8::NeonDot => unsafe { arm::task_neon_dot(job, t, ctile) },
         // SAFETY: the caller's contract; the portable kernel needs no feature.
         _ => unsafe { task::<Portable>(job, t, ctile) },
     }
@@ -687,5 +715,104 @@ pub(crate) mod x86 {
     pub(super) unsafe fn task_avx2(job: &Job<'_>, t: usize, ctile: &mut AlignedBuf) {
         // SAFETY: the caller's contract, and the features are enabled here.
         unsafe { task::<Avx2>(job, t, ctile) }
+    }
+}
+
+#[cfg(target_arch = "aarch64")]
+mod arm {
+    use std::arch::aarch64::*;
+    use std::arch::asm;
+
+    use super::{Job, MR, Micro, task};
+    use crate::buf::AlignedBuf;
+    use crate::kernels::math::Baseline;
+
+    /// `sums + a . b` in each i32 lane, four products of signed bytes each: `sdot`. Its
+    /// intrinsic (`vdotq_s32`) is not stable in Rust yet; the instruction is.
+    ///
+    /// # Safety
+    /// The CPU has the dot product instructions (the caller enabled `dotprod`).
+    #[inline(always)]
+    unsafe fn sdot(sums: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
+        let mut s = sums;
+        // SAFETY: `sdot` reads and writes these registers only; the caller's contract.
+        unsafe {
+            asm!(
+                "sdot {s:v}.4s, {a:v}.16b, {b:v}.16b",
+                s = inout(vreg) s,
+                a = in(vreg) a,
+                b = in(vreg) b,
+                options(pure, nomem, nostack, preserves_flags),
+            );
+        }
+        s
+    }
+
+    /// NEON with the dot product: 16 columns in four registers of i32 per row, 24
+    /// accumulators. For each group of four values the row's bytes (offset to signed, see
+    /// [`super::Isa8::row_offset`]) are broadcast, and each `sdot` adds four columns' products
+    /// of the group: what `vpdpbusd` does for unsigned rows.
+    pub(super) struct NeonDot;
+
+    impl Micro for NeonDot {
+        const NR: usize = 16;
+        type Fma = Baseline;
+
+        #[inline(always)]
+        unsafe fn tile(
+            groups: usize,
+            a: &[*const u8; MR],
+            b: *const i8,
+            c: *mut i32,
+            ldc: usize,
+            first: bool,
+        ) {
+            // SAFETY: every pointer stays inside the rows, panel and tile the caller vouched
+            // for, and the caller enabled dotprod.
+            unsafe {
+                let mut acc = [[vdupq_n_s32(0); 4]; MR];
+                if !first {
+                    for (i, r) in acc.iter_mut().enumerate() {
+                        for (j, v) in r.iter_mut().enumerate() {
+                            *v = vld1q_s32(c.add(i * ldc + 4 * j));
+                        }
+                    }
+                }
+                // Each row's pointer moves on by a group (`ld1r` has no indexed address).
+                let (mut rows, mut p) = (*a, b);
+                for _ in 0..groups {
+                    let w = [
+                        vld1q_s8(p),
+                        vld1q_s8(p.add(16)),
+                        vld1q_s8(p.add(32)),
+                        vld1q_s8(p.add(48)),
+                    ];
+                    p = p.add(64);
+                    for (r, ai) in acc.iter_mut().zip(&mut rows) {
+                        let x = vdupq_n_s32(ai.cast::<i32>().read_unaligned());
+                        let x = vreinterpretq_s8_s32(x);
+                        *ai = ai.add(4);
+                        for (v, &wj) in r.iter_mut().zip(&w) {
+                            *v = sdot(*v, wj, x);
+                        }
+                    }
+                }
+                for (i, r) in acc.iter().enumerate() {
+                    for (j, v) in r.iter().enumerate() {
+                        vst1q_s32(c.add(i * ldc + 4 * j), *v);
+                    }
+                }
+            }
+        }
+    }
+
+    /// A task with the NEON dot product microkernel.
+    ///
+    /// # Safety
+    /// As `task`'s; the CPU has dotprod.
+    #[target_feature(enable = "neon,dotprod")]
+    pub(super) unsafe fn task_neon_dot(job: &Job<'_>, t: usize, ctile: &mut AlignedBuf) {
+        // SAFETY: the caller's contract, and the features are enabled here.
+        unsafe { task::<NeonDot>(job, t, ctile) }
     }
 }
