@@ -16,7 +16,9 @@
 //! accumulates its tiles in its thread's tile buffer (as i32), block of `k` by block, then turns
 //! each sum into f32 with the row's and the column's scales and finishes it as the f32 GEMM
 //! does. The microkernel runs on AVX-512 VNNI (32 columns; the bf16 GEMM shares it), AVX-VNNI
-//! (16) or plain AVX2 (16), chosen at run time, else on portable code (16).
+//! (16) or plain AVX2 (16) on x86-64, on the dot product instructions on aarch64 (16; `sdot`,
+//! which multiplies signed bytes, so its rows are quantized as `q - 128` with a zero point
+//! `z - 128`: the same integers), chosen at run time, else on portable code (16).
 //!
 //! Plain AVX2 has no instruction that sums products of bytes into i32 lanes: `vpmaddubsw`
 //! multiplies unsigned by signed bytes into pairs summed in i16, saturating, and `vpmaddwd`
