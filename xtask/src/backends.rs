@@ -270,7 +270,7 @@ fn run_emulated(
 const QEMU: &str = "qemu-x86_64";
 
 /// The target flex's NEON kernels are tested on, emulated.
-const ARM: &str = "aarch64-unknown-linux-gnu";
+pub(crate) const ARM: &str = "aarch64-unknown-linux-gnu";
 /// The user-mode emulator for [`ARM`], and the C cross toolchain that links for it (Debian's
 /// packages qemu-user and gcc-aarch64-linux-gnu), whose libraries lie under [`ARM_SYSROOT`].
 const QEMU_ARM: &str = "qemu-aarch64";
@@ -284,22 +284,26 @@ const ARM_CPUS: [(&str, &str); 2] = [
     ("cortex-a72", "aarch64 without it (qemu-aarch64 -cpu cortex-a72)"),
 ];
 
+/// Whether Rust's standard library for [`ARM`] is installed; else how to install it.
+pub(crate) fn aarch64_std() -> Result<(), String> {
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    let sysroot = Command::new(rustc).args(["--print", "sysroot"]).output();
+    let sysroot = sysroot.map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned());
+    let lib = |s: String| std::path::Path::new(&s).join("lib/rustlib").join(ARM).join("lib");
+    if sysroot.is_ok_and(|s| lib(s).is_dir()) {
+        Ok(())
+    } else {
+        Err(format!("Rust's standard library for {ARM} is not installed (rustup target add {ARM})"))
+    }
+}
+
 /// Builds flex's tests for [`ARM`] and runs them on each of [`ARM_CPUS`], emulated: a result
 /// per CPU, or why they cannot run here.
 fn aarch64_tests() -> Result<Vec<(bool, Counts)>, String> {
     if cfg!(target_arch = "aarch64") {
         return Err("this machine is aarch64: the workspace's own tests ran there".into());
     }
-    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
-    let sysroot = Command::new(rustc).args(["--print", "sysroot"]).output();
-    let sysroot = sysroot.map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned());
-    let has_std = sysroot
-        .is_ok_and(|s| std::path::Path::new(&s).join("lib/rustlib").join(ARM).join("lib").is_dir());
-    if !has_std {
-        return Err(format!(
-            "Rust's standard library for {ARM} is not installed (rustup target add {ARM})"
-        ));
-    }
+    aarch64_std()?;
     for (tool, package) in [(ARM_LINKER, "gcc-aarch64-linux-gnu"), (QEMU_ARM, "qemu-user")] {
         if Command::new(tool).arg("--version").output().is_err() {
             return Err(format!("{tool} is missing (on Debian, the package {package})"));

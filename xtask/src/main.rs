@@ -52,7 +52,8 @@ tasks:
                release switchyard-bench stripped and in xz, with --cuda the build-cuda one;
                all-MiniLM-L6-v2 in f16, in xz; both corpora), in .cache/device/, for
                crates/bench/peers/device.sh to run there (docs/benchmarks.md)
-  lint         cargo fmt --check, clippy with warnings denied, and rustdoc with warnings denied
+  lint         cargo fmt --check, clippy with warnings denied, and rustdoc with warnings denied;
+               clippy on flex for aarch64 too where Rust's standard library for it is installed
   fuzz [--cases N] [--seed S]
                every fuzz target of crates/fuzz (bucket tables, batches, config.json,
                safetensors headers and shard indexes, tokenizer input (long texts too),
@@ -161,7 +162,25 @@ fn lint() -> ExitCode {
             }
         }
     }
-    ExitCode::SUCCESS
+    // flex's aarch64 kernels compile only for that target.
+    if let Err(why) = backends::aarch64_std() {
+        eprintln!("xtask lint: clippy for {} skipped: {why}", backends::ARM);
+        return ExitCode::SUCCESS;
+    }
+    eprintln!("xtask lint: clippy on flex for {}", backends::ARM);
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let args = ["clippy", "-p", "switchyard-flex", "--all-targets", "--target", backends::ARM];
+    match Command::new(cargo).args(args).args(["--", "-D", "warnings"]).status() {
+        Ok(s) if s.success() => ExitCode::SUCCESS,
+        Ok(s) => {
+            eprintln!("xtask lint: clippy for {} failed ({s})", backends::ARM);
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("xtask lint: could not start cargo: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 /// The dispatch features `check-gpu` type-checks: the CubeCL runtimes this machine cannot build
