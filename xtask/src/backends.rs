@@ -277,11 +277,13 @@ const QEMU_ARM: &str = "qemu-aarch64";
 const ARM_LINKER: &str = "aarch64-linux-gnu-gcc";
 const ARM_SYSROOT: &str = "/usr/aarch64-linux-gnu";
 
-/// The emulated aarch64 CPUs flex's tests run on: one with the dot product instructions (its
-/// int8 kernel) and one without (portable int8), both with NEON (every aarch64 CPU has it).
-const ARM_CPUS: [(&str, &str); 2] = [
-    ("max", "aarch64 with the dot product (qemu-aarch64 -cpu max)"),
-    ("cortex-a72", "aarch64 without it (qemu-aarch64 -cpu cortex-a72)"),
+/// The emulated aarch64 CPUs flex's tests run on, one for each of its int8 kernels there: with
+/// the int8 matrix multiply, with the dot product alone, and with neither (portable int8); all
+/// with NEON, which every aarch64 CPU has.
+const ARM_CPUS: [(&str, &str); 3] = [
+    ("max", "aarch64 with the int8 matrix multiply (qemu-aarch64 -cpu max)"),
+    ("neoverse-n1", "aarch64 with the dot product (qemu-aarch64 -cpu neoverse-n1)"),
+    ("cortex-a72", "aarch64 with neither (qemu-aarch64 -cpu cortex-a72)"),
 ];
 
 /// Whether Rust's standard library for [`ARM`] is installed; else how to install it.

@@ -22,7 +22,8 @@ tasks:
                every test of the workspace, then the conformance suite on each backend this
                machine can run, with a table of what passed, failed or was skipped and why
   test-aarch64 flex's tests built for aarch64 and run emulated (qemu-aarch64), on a CPU with the
-               dot product instructions and one without; test-all-backends runs them too
+               int8 matrix multiply, one with the dot product alone and one with neither;
+               test-all-backends runs them too
                (needs `rustup target add aarch64-unknown-linux-gnu` and Debian's packages
                gcc-aarch64-linux-gnu and qemu-user; skipped, saying so, without them)
   test-python  the Python package's pytest tests alone (crates/python/tests, a cargo test of

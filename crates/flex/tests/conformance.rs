@@ -171,11 +171,16 @@ fn caps_say_what_each_dtype_runs_on() {
         let want = "f32 on AVX2, int8 on AVX2, bf16 widened to f32 on AVX2";
         assert!(device.contains(want), "{device}");
     }
-    // Every aarch64 CPU with the dot product instructions has an int8 kernel of its own.
-    if Isa8::available().contains(&Isa8::NeonDot) {
-        let device = switchyard_flex::flex().as_cpu_of(Isa8::NeonDot).expect("available");
-        let want = "f32 on portable code (NEON), int8 on NEON dot product, bf16 widened to f32";
-        assert!(device.caps().device.contains(want), "{}", device.caps().device);
+    // Every aarch64 CPU with the dot product instructions has an int8 kernel of its own, and
+    // one with the int8 matrix multiply another.
+    for (isa8, name) in
+        [(Isa8::NeonI8mm, "NEON int8 matrix multiply"), (Isa8::NeonDot, "NEON dot product")]
+    {
+        if Isa8::available().contains(&isa8) {
+            let device = switchyard_flex::flex().as_cpu_of(isa8).expect("available");
+            let want = format!("f32 on portable code (NEON), int8 on {name}, bf16 widened to f32");
+            assert!(device.caps().device.contains(&want), "{}", device.caps().device);
+        }
     }
     let portable = switchyard_flex::flex().as_cpu_of(Isa8::Portable).expect("runs anywhere");
     let device = portable.caps().device;

@@ -16,9 +16,10 @@
 //! accumulates its tiles in its thread's tile buffer (as i32), block of `k` by block, then turns
 //! each sum into f32 with the row's and the column's scales and finishes it as the f32 GEMM
 //! does. The microkernel runs on AVX-512 VNNI (32 columns; the bf16 GEMM shares it), AVX-VNNI
-//! (16) or plain AVX2 (16) on x86-64, on the dot product instructions on aarch64 (16; `sdot`,
-//! which multiplies signed bytes, so its rows are quantized as `q - 128` with a zero point
-//! `z - 128`: the same integers), chosen at run time, else on portable code (16).
+//! (16) or plain AVX2 (16) on x86-64, on the int8 matrix multiply (16; `usmmla`, whose panels
+//! hold groups of eight `k` instead of four) or the dot product instructions on aarch64 (16;
+//! `sdot`, which multiplies signed bytes, so its rows are quantized as `q - 128` with a zero
+//! point `z - 128`: the same integers), chosen at run time, else on portable code (16).
 //!
 //! Plain AVX2 has no instruction that sums products of bytes into i32 lanes: `vpmaddubsw`
 //! multiplies unsigned by signed bytes into pairs summed in i16, saturating, and `vpmaddwd`
@@ -39,9 +40,8 @@ use super::multiversion;
 use super::scratch::{ScratchSize, Scratches, SendPtr};
 use crate::buf::AlignedBuf;
 
-/// Groups of four `k` per block of `k`: a block's panel of weights (32 KB with AVX-512 VNNI)
-/// stays in L1.
-const KG: usize = 256;
+/// `k` per block of `k`: a block's panel of weights (32 KB with AVX-512 VNNI) stays in L1.
+const KB: usize = 1024;
 
 /// The longest rows the int8 GEMM takes: `k` products of a byte (up to 255) and a weight (up to
 /// 127 in magnitude), and `z_r sum(qw_j)`, each fit in an i32.
@@ -56,6 +56,9 @@ pub enum Isa8 {
     AvxVnni,
     /// AVX2 without VNNI: 16 columns per tile, products summed by `vpmaddubsw` and `vpmaddwd`.
     Avx2,
+    /// aarch64 with the int8 matrix multiply (`usmmla`, FEAT_I8MM): 16 columns per tile, 2 x 2
+    /// blocks of sums of eight products.
+    NeonI8mm,
     /// aarch64 with the dot product instructions (`sdot`, FEAT_DotProd): 16 columns per tile,
     /// products of signed bytes.
     NeonDot,
@@ -80,8 +83,14 @@ impl Isa8 {
             }
         }
         #[cfg(target_arch = "aarch64")]
-        if std::arch::is_aarch64_feature_detected!("dotprod") {
-            return Isa8::NeonDot;
+        {
+            use std::arch::is_aarch64_feature_detected as has;
+            if has!("i8mm") {
+                return Isa8::NeonI8mm;
+            }
+            if has!("dotprod") {
+                return Isa8::NeonDot;
+            }
         }
         Isa8::Portable
     }
@@ -89,7 +98,7 @@ impl Isa8 {
     /// Every instruction set this CPU can run, best first (for tests).
     pub fn available() -> Vec<Isa8> {
         let best = Isa8::detect();
-        [Isa8::Avx512Vnni, Isa8::AvxVnni, Isa8::Avx2, Isa8::NeonDot, Isa8::Portable]
+        [Isa8::Avx512Vnni, Isa8::AvxVnni, Isa8::Avx2, Isa8::NeonI8mm, Isa8::NeonDot, Isa8::Portable]
             .into_iter()
             .skip_while(|&i| i != best)
             .filter(|&i| match i {
@@ -97,7 +106,8 @@ impl Isa8 {
                 Isa8::AvxVnni => std::arch::is_x86_feature_detected!("avxvnni"),
                 #[cfg(not(target_arch = "x86_64"))]
                 Isa8::AvxVnni => false,
-                Isa8::NeonDot => cfg!(target_arch = "aarch64"),
+                // A CPU with the int8 matrix multiply has the dot product (Armv8.6).
+                Isa8::NeonI8mm | Isa8::NeonDot => cfg!(target_arch = "aarch64"),
                 _ => true,
             })
             .collect()
@@ -107,7 +117,16 @@ impl Isa8 {
     pub const fn nr(self) -> usize {
         match self {
             Isa8::Avx512Vnni => 32,
-            Isa8::AvxVnni | Isa8::Avx2 | Isa8::NeonDot | Isa8::Portable => 16,
+            Isa8::AvxVnni | Isa8::Avx2 | Isa8::NeonI8mm | Isa8::NeonDot | Isa8::Portable => 16,
+        }
+    }
+
+    /// Consecutive `k` of one column the microkernel reads together: 8 for `NeonI8mm` (its
+    /// blocks are eight deep), 4 for the rest (`vpdpbusd` and `sdot` sum four products).
+    pub const fn group(self) -> usize {
+        match self {
+            Isa8::NeonI8mm => 8,
+            Isa8::Avx512Vnni | Isa8::AvxVnni | Isa8::Avx2 | Isa8::NeonDot | Isa8::Portable => 4,
         }
     }
 
@@ -116,7 +135,9 @@ impl Isa8 {
     pub const fn weight_max(self) -> i8 {
         match self {
             Isa8::Avx2 => 63,
-            Isa8::Avx512Vnni | Isa8::AvxVnni | Isa8::NeonDot | Isa8::Portable => 127,
+            Isa8::Avx512Vnni | Isa8::AvxVnni | Isa8::NeonI8mm | Isa8::NeonDot | Isa8::Portable => {
+                127
+            }
         }
     }
 
@@ -126,7 +147,7 @@ impl Isa8 {
     pub const fn row_offset(self) -> i32 {
         match self {
             Isa8::NeonDot => 128,
-            Isa8::Avx512Vnni | Isa8::AvxVnni | Isa8::Avx2 | Isa8::Portable => 0,
+            Isa8::Avx512Vnni | Isa8::AvxVnni | Isa8::Avx2 | Isa8::NeonI8mm | Isa8::Portable => 0,
         }
     }
 }
@@ -137,7 +158,8 @@ pub struct PackedWeight8 {
     n: usize,
     k: usize,
     isa: Isa8,
-    /// Panels of `nr` columns, each `k4 / 4` groups of `nr x 4` values.
+    /// Panels of `nr` columns, each `row_bytes() / g` groups of `nr x g` values (`g` the
+    /// kernel's [`Isa8::group`]: `g` consecutive `k` of a column, the columns in order).
     data: Vec<i8>,
     /// Each column's scale.
     scales: Vec<f32>,
@@ -154,9 +176,10 @@ impl PackedWeight8 {
     pub fn pack(w: &[f32], n: usize, k: usize, isa: Isa8) -> PackedWeight8 {
         assert_eq!(w.len(), n * k, "a [{n}, {k}] weight");
         assert!(k <= MAX_K, "int8 rows of {k} values, past {MAX_K}");
-        let (nr, k4) = (isa.nr(), k.next_multiple_of(4));
+        let (nr, g) = (isa.nr(), isa.group());
+        let kp = k.next_multiple_of(g);
         let panels = n.div_ceil(nr);
-        let mut data = vec![0i8; panels * k4 * nr];
+        let mut data = vec![0i8; panels * kp * nr];
         let (mut scales, mut sums) = (Vec::with_capacity(n), Vec::with_capacity(n));
         let top = f32::from(isa.weight_max());
         for (j, row) in w.chunks_exact(k.max(1)).enumerate().take(n) {
@@ -164,11 +187,11 @@ impl PackedWeight8 {
             let scale = if amax > 0.0 { amax / top } else { 1.0 };
             let inv = 1.0 / scale;
             let (p, c) = (j / nr, j % nr);
-            let panel = &mut data[p * k4 * nr..(p + 1) * k4 * nr];
+            let panel = &mut data[p * kp * nr..(p + 1) * kp * nr];
             let mut sum = 0i32;
             for (kk, &v) in row.iter().enumerate() {
                 let q = (v * inv).round_ties_even().clamp(-top, top) as i8;
-                panel[(kk / 4) * nr * 4 + c * 4 + kk % 4] = q;
+                panel[(kk / g) * nr * g + c * g + kk % g] = q;
                 sum += i32::from(q);
             }
             scales.push(scale);
@@ -187,14 +210,10 @@ impl PackedWeight8 {
         self.k
     }
 
-    /// `k` padded to a multiple of four: the row stride of quantized input rows.
-    pub fn k4(&self) -> usize {
-        self.k.next_multiple_of(4)
-    }
-
-    /// Bytes of one input row quantized for this weight's GEMM: a byte a value, `k4` in all.
+    /// Bytes of one input row quantized for this weight's GEMM: a byte a value, `k` padded to
+    /// a multiple of the kernel's [`Isa8::group`].
     pub fn row_bytes(&self) -> usize {
-        self.k4()
+        self.k.next_multiple_of(self.isa.group())
     }
 
     /// Bytes held.
@@ -203,7 +222,7 @@ impl PackedWeight8 {
     }
 
     fn panel(&self, p: usize) -> &[i8] {
-        let span = self.k4() * self.isa.nr();
+        let span = self.row_bytes() * self.isa.nr();
         &self.data[p * span..(p + 1) * span]
     }
 }
@@ -405,6 +424,9 @@ unsafe fn run_task(job: &Job<'_>, t: usize, ctile: &mut AlignedBuf) {
         Isa8::Avx2 => unsafe { x86::task_avx2(job, t, ctile) },
         // SAFETY: as above.
         #[cfg(target_arch = "aarch64")]
+        Isa8::NeonI8mm => unsafe { arm::task_neon_i8mm(job, t, ctile) },
+        // SAFETY: as above.
+        #[cfg(target_arch = "aarch64")]
         Isa8::NeonDot => unsafe { arm::task_neon_dot(job, t, ctile) },
         // SAFETY: the caller's contract; the portable kernel needs no feature.
         _ => unsafe { task::<Portable>(job, t, ctile) },
@@ -412,16 +434,18 @@ unsafe fn run_task(job: &Job<'_>, t: usize, ctile: &mut AlignedBuf) {
 }
 
 /// An int8 microkernel: an `MR x NR` tile of i32 sums at `c` (row stride `ldc`) from `groups`
-/// groups of four bytes of `MR` rows (at `a`) and a packed panel of `NR` columns, added to `c`
-/// unless `first`.
+/// groups of `GROUP` bytes of `MR` rows (at `a`) and a packed panel of `NR` columns, added to
+/// `c` unless `first`.
 trait Micro {
     const NR: usize;
+    /// Bytes of a row per group: its instruction set's [`Isa8::group`].
+    const GROUP: usize = 4;
     /// The multiply-add of the epilogue compiled beside the microkernel.
     type Fma: MulAdd;
 
     /// # Safety
-    /// Each of `a` holds `4 * groups` bytes, `b` `groups * NR * 4`, `c` an `MR x NR` tile at row
-    /// stride `ldc`; the CPU has the kernel's target features.
+    /// Each of `a` holds `GROUP * groups` bytes, `b` `groups * NR * GROUP`, `c` an `MR x NR`
+    /// tile at row stride `ldc`; the CPU has the kernel's target features.
     unsafe fn tile(
         groups: usize,
         a: &[*const u8; MR],
@@ -439,7 +463,7 @@ trait Micro {
 /// As [`gemm8`]'s, for the rows and columns of task `t`; the CPU has `M`'s target features.
 #[inline(always)]
 unsafe fn task<M: Micro>(job: &Job<'_>, t: usize, ctile: &mut AlignedBuf) {
-    let (k4, w, q) = (job.w.k4(), job.w, &job.rows.bytes[..]);
+    let (w, q, g) = (job.w, &job.rows.bytes[..], M::GROUP);
     let len = w.row_bytes();
     // SAFETY: the caller's contract; the driver keeps every row below m, every block of groups
     // inside the rows and the panel, and every tile inside the tile buffer.
@@ -447,10 +471,10 @@ unsafe fn task<M: Micro>(job: &Job<'_>, t: usize, ctile: &mut AlignedBuf) {
         task_blocks(
             job.tiling.span(t, job.m),
             (job.m, w.n, M::NR),
-            (k4 / 4, KG),
+            (len / g, KB / g),
             ctile,
-            |p, g0| w.panel(p)[g0 * M::NR * 4..].as_ptr(),
-            |r, g0| q[r * len + g0 * 4..].as_ptr(),
+            |p, g0| w.panel(p)[g0 * M::NR * g..].as_ptr(),
+            |r, g0| q[r * len + g0 * g..].as_ptr(),
             |groups, a, b, c: *mut i32, ldc, first| M::tile(groups, a, b, c, ldc, first),
             |r, c0, row| {
                 let cols = row.len();
@@ -806,6 +830,102 @@ mod arm {
                 }
             }
         }
+    }
+
+    /// `sums + a . b^T` in a 2 x 2 block of i32 (`[r0 c0, r0 c1, r1 c0, r1 c1]`): two rows of
+    /// eight unsigned bytes in `a`, two columns of eight signed bytes in `b`, `usmmla`. Its
+    /// intrinsic (`vusmmlaq_s32`) is not stable in Rust yet; the instruction is.
+    ///
+    /// # Safety
+    /// The CPU has the int8 matrix multiply (the caller enabled `i8mm`).
+    #[inline(always)]
+    unsafe fn usmmla(sums: int32x4_t, a: uint8x16_t, b: int8x16_t) -> int32x4_t {
+        let mut s = sums;
+        // SAFETY: `usmmla` reads and writes these registers only; the caller's contract.
+        unsafe {
+            asm!(
+                "usmmla {s:v}.4s, {a:v}.16b, {b:v}.16b",
+                s = inout(vreg) s,
+                a = in(vreg) a,
+                b = in(vreg) b,
+                options(pure, nomem, nostack, preserves_flags),
+            );
+        }
+        s
+    }
+
+    /// Row pairs of the tile.
+    const PAIRS: usize = MR / 2;
+
+    /// NEON with the int8 matrix multiply: 16 columns, the tile in 2 x 2 blocks (a pair of rows
+    /// by a pair of columns, eight registers per pair of rows), 24 accumulators. For each group
+    /// of eight values, each pair of rows is loaded into one register, and each `usmmla` adds
+    /// the pair's products with two columns: 32 products an instruction, twice `sdot`'s. The
+    /// rows are unsigned bytes, as VNNI's.
+    pub(super) struct NeonI8mm;
+
+    impl Micro for NeonI8mm {
+        const NR: usize = 16;
+        const GROUP: usize = 8;
+        type Fma = Baseline;
+
+        #[inline(always)]
+        unsafe fn tile(
+            groups: usize,
+            a: &[*const u8; MR],
+            b: *const i8,
+            c: *mut i32,
+            ldc: usize,
+            first: bool,
+        ) {
+            // SAFETY: every pointer stays inside the rows, panel and tile the caller vouched
+            // for, and the caller enabled i8mm.
+            unsafe {
+                let mut acc = [[vdupq_n_s32(0); 8]; PAIRS];
+                if !first {
+                    for (p, r) in acc.iter_mut().enumerate() {
+                        let (top, bottom) = (c.add(2 * p * ldc), c.add((2 * p + 1) * ldc));
+                        for (j, v) in r.iter_mut().enumerate() {
+                            *v =
+                                vcombine_s32(vld1_s32(top.add(2 * j)), vld1_s32(bottom.add(2 * j)));
+                        }
+                    }
+                }
+                let (mut rows, mut p) = (*a, b);
+                for _ in 0..groups {
+                    let x: [uint8x16_t; PAIRS] = std::array::from_fn(|i| {
+                        vcombine_u8(vld1_u8(rows[2 * i]), vld1_u8(rows[2 * i + 1]))
+                    });
+                    for r in &mut rows {
+                        *r = r.add(8);
+                    }
+                    for j in 0..8 {
+                        let w = vld1q_s8(p.add(16 * j));
+                        for (r, &xi) in acc.iter_mut().zip(&x) {
+                            r[j] = usmmla(r[j], xi, w);
+                        }
+                    }
+                    p = p.add(128);
+                }
+                for (p, r) in acc.iter().enumerate() {
+                    let (top, bottom) = (c.add(2 * p * ldc), c.add((2 * p + 1) * ldc));
+                    for (j, v) in r.iter().enumerate() {
+                        vst1_s32(top.add(2 * j), vget_low_s32(*v));
+                        vst1_s32(bottom.add(2 * j), vget_high_s32(*v));
+                    }
+                }
+            }
+        }
+    }
+
+    /// A task with the NEON int8 matrix multiply microkernel.
+    ///
+    /// # Safety
+    /// As `task`'s; the CPU has i8mm.
+    #[target_feature(enable = "neon,i8mm")]
+    pub(super) unsafe fn task_neon_i8mm(job: &Job<'_>, t: usize, ctile: &mut AlignedBuf) {
+        // SAFETY: the caller's contract, and the features are enabled here.
+        unsafe { task::<NeonI8mm>(job, t, ctile) }
     }
 
     /// A task with the NEON dot product microkernel.
