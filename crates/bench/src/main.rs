@@ -226,17 +226,18 @@ fn bench_gemm(reps: usize) {
             time_plan(flex_int8_on(isa8), &base, &batch, reps),
         );
     }
-    // What a CPU without AVX2 runs: the kernels compiled for the build's target (on x86, with
-    // no FMA).
-    let portable = || {
-        let isa = switchyard_dispatch::flex::kernels::Isa::Portable;
-        switchyard_dispatch::flex::flex().with_isa(isa).expect("portable code runs anywhere")
-    };
     row(
         "flex portable",
-        time_plan(portable(), &g, &batch, reps),
-        time_plan(portable(), &base, &batch, reps),
+        time_plan(flex_portable(), &g, &batch, reps),
+        time_plan(flex_portable(), &base, &batch, reps),
     );
+}
+
+/// flex in f32 as a CPU without AVX2 runs it: the kernels compiled for the build's target (on
+/// x86, with no FMA).
+fn flex_portable() -> switchyard_dispatch::flex::FlexBackend {
+    let isa = switchyard_dispatch::flex::kernels::Isa::Portable;
+    switchyard_dispatch::flex::flex().with_isa(isa).expect("portable code runs anywhere")
 }
 
 fn ms(t: Duration) -> f64 {
@@ -282,6 +283,8 @@ fn bench_encoder(reps: usize) {
     for (name, t) in &others {
         encoder_row(name, *t, tokens, nd);
     }
+    // f32 on such a CPU, beside its int8 above.
+    encoder_row("flex portable", time_plan(flex_portable(), &g, &batch, reps), tokens, nd);
     println!("  (ratio: speed relative to ndarray; above 1 is faster)");
     // A cross-encoder or classifier reads only [CLS]: Switchyard computes its last layer for
     // that row alone. The same head over the whole last layer is the peer.

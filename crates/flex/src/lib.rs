@@ -7,7 +7,8 @@
 //! `SWITCHYARD_THREADS` threads (default: every core). A warm run allocates nothing.
 //!
 //! In int8 the same engine runs its linear layers on int8 weights and activations, summing in
-//! i32 (with AVX-512 VNNI, AVX-VNNI or plain AVX2, whichever the CPU has): weights a quarter the
+//! i32 (with AVX-512 VNNI, AVX-VNNI, plain AVX2 or SSSE3 on x86-64, the int8 matrix multiply or
+//! the dot product on aarch64, whichever the CPU has): weights a quarter the
 //! size, the GEMM faster, results within a few percent of f32 (see the conformance tolerance).
 //!
 //! In bf16 the same engine runs its linear layers on bf16 weights and activations, summing their
@@ -193,13 +194,16 @@ impl FlexBackend {
 
     /// This backend as a CPU whose best int8 GEMM is `isa8`'s runs (one this CPU has): with the
     /// f32 and bf16 kernels such a CPU has too (AVX2's beside AVX-VNNI or plain AVX2, portable
-    /// code beside NEON's int8 kernels or portable code; this CPU's own beside AVX-512 VNNI),
+    /// code beside SSSE3, NEON's int8 kernels or portable code; this CPU's own beside AVX-512
+    /// VNNI),
     /// for tests and benchmarks.
     pub fn as_cpu_of(self, isa8: Isa8) -> Result<FlexBackend> {
         let (isa, isa16) = match isa8 {
             Isa8::Avx512Vnni => (self.isa, self.isa16),
             Isa8::AvxVnni | Isa8::Avx2 => (Isa::Avx2, Isa16::Avx2),
-            Isa8::NeonI8mm | Isa8::NeonDot | Isa8::Portable => (Isa::Portable, Isa16::Portable),
+            Isa8::Ssse3 | Isa8::NeonI8mm | Isa8::NeonDot | Isa8::Portable => {
+                (Isa::Portable, Isa16::Portable)
+            }
         };
         self.with_isa(isa)?.with_isa8(isa8)?.with_isa16(isa16)
     }

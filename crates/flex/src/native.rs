@@ -399,6 +399,7 @@ pub(crate) fn device(isa: Isa, isa8: Isa8, isa16: Isa16) -> String {
         Isa8::Avx512Vnni => "AVX-512 VNNI",
         Isa8::AvxVnni => "AVX-VNNI",
         Isa8::Avx2 => "AVX2",
+        Isa8::Ssse3 => "SSSE3",
         Isa8::NeonI8mm => "NEON int8 matrix multiply",
         Isa8::NeonDot => "NEON dot product",
         Isa8::Portable => portable,

@@ -90,8 +90,8 @@ fn bf16_really_rounds() {
 #[test]
 fn int8_really_quantizes() {
     // Likewise for int8, on each kernel this CPU has: its rounding (a step of 1/255 of a row's
-    // range, 1/127 of a column's largest magnitude, 1/63 on plain AVX2) shows, far past f32's
-    // rounding and inside the suite's int8 tolerance (measured on an AMD Zen 4: 7.8e-4, and
+    // range, 1/127 of a column's largest magnitude, 1/63 on plain AVX2 and SSSE3) shows, far past
+    // f32's rounding and inside the suite's int8 tolerance (measured on an AMD Zen 4: 7.8e-4, and
     // 2.2e-3 with plain AVX2's weights and bf16 attention).
     for isa8 in Isa8::available() {
         let be = switchyard_flex::flex().with_isa8(isa8).expect("a kernel of this CPU");

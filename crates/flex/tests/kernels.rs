@@ -277,12 +277,12 @@ fn int8_gemm_is_the_product_of_its_quantized_rows_and_columns_on_every_isa() {
 
 #[test]
 fn int8_gemm_is_exact_at_the_ends_of_its_range_on_every_isa() {
-    // Every weight quantizes to its kernel's largest magnitude (127, or 63 for plain AVX2),
-    // and every value of x to an end of its range, the byte 0 or 255 (each row spans
+    // Every weight quantizes to its kernel's largest magnitude (127, or 63 for plain AVX2 and
+    // SSSE3), and every value of x to an end of its range, the byte 0 or 255 (each row spans
     // -128..=127, so scale 1 and zero point 128). A pair of products is then 2 * 255 * 63 =
-    // 32130 with plain AVX2, near the i16 it sums pairs in (32767; with weights of 127 it would
-    // saturate), and 2 * 255 * 127 elsewhere. The sums are whole numbers, exact in f32, so each
-    // output is exact within the scales' rounding.
+    // 32130 with plain AVX2 and SSSE3, near the i16 they sum pairs in (32767; with weights of
+    // 127 it would saturate), and 2 * 255 * 127 elsewhere. The sums are whole numbers, exact in
+    // f32, so each output is exact within the scales' rounding.
     let (m, k, n) = (7, 1000, 33);
     let mut r = Rng::new(37);
     let sign = |r: &mut Rng| if r.unit() < 0.0 { -1.0f32 } else { 1.0 };

@@ -98,9 +98,10 @@ fn cosines(got: &[Vec<f32>], want: &[Vec<f32>]) -> Vec<f32> {
 
 /// In int8 (linear layers on int8 weights and activations) each embedding keeps a cosine
 /// similarity with sentence-transformers' f32 one of at least 0.99 with weights of 255 steps
-/// (the VNNI and portable kernels), and of at least 0.985 with the 127 of plain AVX2, whose
-/// kernel sums pairs of products in i16. Each kernel runs chosen on this CPU, and also as a CPU
-/// whose best it is runs it (that CPU's row ops and attention: f32 on plain AVX2). Measured, the worst
+/// (the VNNI, NEON and portable kernels), and of at least 0.985 with the 127 of plain AVX2 and
+/// SSSE3, whose kernels sum pairs of products in i16. Each kernel runs chosen on this CPU, and
+/// also as a CPU whose best it is runs it (that CPU's row ops and attention: f32 on plain AVX2
+/// and SSSE3). Measured, the worst
 /// sentence being the empty text (only `[CLS]` and `[SEP]`, whose outlier channels coarsen the
 /// per-row scale): 0.9921 to 0.9990 with 255 steps and attention in bf16 products (AVX-512
 /// BF16), 0.9935 to 0.9991 with f32 attention; with 127 steps, 0.9900 to 0.9981 and 0.9897 to

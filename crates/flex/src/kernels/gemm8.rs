@@ -16,15 +16,17 @@
 //! accumulates its tiles in its thread's tile buffer (as i32), block of `k` by block, then turns
 //! each sum into f32 with the row's and the column's scales and finishes it as the f32 GEMM
 //! does. The microkernel runs on AVX-512 VNNI (32 columns; the bf16 GEMM shares it), AVX-VNNI
-//! (16) or plain AVX2 (16) on x86-64, on the int8 matrix multiply (16; `usmmla`, whose panels
-//! hold groups of eight `k` instead of four) or the dot product instructions on aarch64 (16;
-//! `sdot`, which multiplies signed bytes, so its rows are quantized as `q - 128` with a zero
-//! point `z - 128`: the same integers), chosen at run time, else on portable code (16).
+//! (16), plain AVX2 (16) or SSSE3 (16, plain AVX2's kernel at half the width) on x86-64, on the
+//! int8 matrix multiply (16; `usmmla`, whose panels hold groups of eight `k` instead of four)
+//! or the dot product instructions on aarch64 (16; `sdot`, which multiplies signed bytes, so
+//! its rows are quantized as `q - 128` with a zero point `z - 128`: the same integers), chosen
+//! at run time, else on portable code (16).
 //!
 //! Plain AVX2 has no instruction that sums products of bytes into i32 lanes: `vpmaddubsw`
 //! multiplies unsigned by signed bytes into pairs summed in i16, saturating, and `vpmaddwd`
 //! widens those pairs' sums to i32. A pair of bytes up to 255 times weights up to 127 in
-//! magnitude would saturate, so for that kernel the weights are quantized to -63..=63 instead
+//! magnitude would saturate, so for that kernel (and SSSE3's, the same instructions in 128-bit
+//! registers) the weights are quantized to -63..=63 instead
 //! (`sw_j = max |w_j| / 63`, [`Isa8::weight_max`]): a pair's sum is then at most `2 * 255 * 63 =
 //! 32130`, exact in i16, and every sum is exact. It reads the same rows as the other kernels,
 //! and its weights have half their steps (what that costs in accuracy: docs/backends.md).
@@ -56,6 +58,10 @@ pub enum Isa8 {
     AvxVnni,
     /// AVX2 without VNNI: 16 columns per tile, products summed by `vpmaddubsw` and `vpmaddwd`.
     Avx2,
+    /// x86-64 without AVX2 but with SSSE3 (Intel since Core 2 and Atom, AMD since Bobcat and
+    /// Bulldozer): plain AVX2's kernel in 128-bit registers (`pmaddubsw` and `pmaddwd`), 16
+    /// columns per tile.
+    Ssse3,
     /// aarch64 with the int8 matrix multiply (`usmmla`, FEAT_I8MM): 16 columns per tile, 2 x 2
     /// blocks of sums of eight products.
     NeonI8mm,
@@ -81,6 +87,9 @@ impl Isa8 {
             if has!("avx2") {
                 return Isa8::Avx2;
             }
+            if has!("ssse3") {
+                return Isa8::Ssse3;
+            }
         }
         #[cfg(target_arch = "aarch64")]
         {
@@ -98,14 +107,24 @@ impl Isa8 {
     /// Every instruction set this CPU can run, best first (for tests).
     pub fn available() -> Vec<Isa8> {
         let best = Isa8::detect();
-        [Isa8::Avx512Vnni, Isa8::AvxVnni, Isa8::Avx2, Isa8::NeonI8mm, Isa8::NeonDot, Isa8::Portable]
-            .into_iter()
+        let all = [
+            Isa8::Avx512Vnni,
+            Isa8::AvxVnni,
+            Isa8::Avx2,
+            Isa8::Ssse3,
+            Isa8::NeonI8mm,
+            Isa8::NeonDot,
+            Isa8::Portable,
+        ];
+        all.into_iter()
             .skip_while(|&i| i != best)
             .filter(|&i| match i {
                 #[cfg(target_arch = "x86_64")]
                 Isa8::AvxVnni => std::arch::is_x86_feature_detected!("avxvnni"),
+                #[cfg(target_arch = "x86_64")]
+                Isa8::Ssse3 => std::arch::is_x86_feature_detected!("ssse3"),
                 #[cfg(not(target_arch = "x86_64"))]
-                Isa8::AvxVnni => false,
+                Isa8::AvxVnni | Isa8::Ssse3 => false,
                 // A CPU with the int8 matrix multiply has the dot product (Armv8.6).
                 Isa8::NeonI8mm | Isa8::NeonDot => cfg!(target_arch = "aarch64"),
                 _ => true,
@@ -117,7 +136,12 @@ impl Isa8 {
     pub const fn nr(self) -> usize {
         match self {
             Isa8::Avx512Vnni => 32,
-            Isa8::AvxVnni | Isa8::Avx2 | Isa8::NeonI8mm | Isa8::NeonDot | Isa8::Portable => 16,
+            Isa8::AvxVnni
+            | Isa8::Avx2
+            | Isa8::Ssse3
+            | Isa8::NeonI8mm
+            | Isa8::NeonDot
+            | Isa8::Portable => 16,
         }
     }
 
@@ -126,18 +150,16 @@ impl Isa8 {
     pub const fn group(self) -> usize {
         match self {
             Isa8::NeonI8mm => 8,
-            Isa8::Avx512Vnni | Isa8::AvxVnni | Isa8::Avx2 | Isa8::NeonDot | Isa8::Portable => 4,
+            _ => 4,
         }
     }
 
-    /// The largest magnitude of a quantized weight: 127, or 63 for plain AVX2, whose pairs of
-    /// products of a byte and a weight are summed in i16.
+    /// The largest magnitude of a quantized weight: 127, or 63 for plain AVX2 and SSSE3, whose
+    /// pairs of products of a byte and a weight are summed in i16.
     pub const fn weight_max(self) -> i8 {
         match self {
-            Isa8::Avx2 => 63,
-            Isa8::Avx512Vnni | Isa8::AvxVnni | Isa8::NeonI8mm | Isa8::NeonDot | Isa8::Portable => {
-                127
-            }
+            Isa8::Avx2 | Isa8::Ssse3 => 63,
+            _ => 127,
         }
     }
 
@@ -147,7 +169,7 @@ impl Isa8 {
     pub const fn row_offset(self) -> i32 {
         match self {
             Isa8::NeonDot => 128,
-            Isa8::Avx512Vnni | Isa8::AvxVnni | Isa8::Avx2 | Isa8::NeonI8mm | Isa8::Portable => 0,
+            _ => 0,
         }
     }
 }
@@ -423,6 +445,9 @@ unsafe fn run_task(job: &Job<'_>, t: usize, ctile: &mut AlignedBuf) {
         #[cfg(target_arch = "x86_64")]
         Isa8::Avx2 => unsafe { x86::task_avx2(job, t, ctile) },
         // SAFETY: as above.
+        #[cfg(target_arch = "x86_64")]
+        Isa8::Ssse3 => unsafe { x86::task_ssse3(job, t, ctile) },
+        // SAFETY: as above.
         #[cfg(target_arch = "aarch64")]
         Isa8::NeonI8mm => unsafe { arm::task_neon_i8mm(job, t, ctile) },
         // SAFETY: as above.
@@ -540,7 +565,7 @@ pub(crate) mod x86 {
 
     use super::{Job, MR, Micro, task};
     use crate::buf::AlignedBuf;
-    use crate::kernels::math::Fused;
+    use crate::kernels::math::{Baseline, Fused};
 
     /// AVX-512 VNNI: 32 columns in two registers of i32 per row, 12 accumulators.
     pub(super) struct Avx512;
@@ -711,6 +736,73 @@ pub(crate) mod x86 {
                 }
             }
         }
+    }
+
+    /// SSSE3: plain AVX2's kernel in 128-bit registers, 16 columns in four registers of i32 per
+    /// row, two rows at a time: eight accumulators and the group's four registers of weights in
+    /// SSE's sixteen. (Three rows, the weights read from memory by each `pmaddubsw`, ran at 0.7x
+    /// of this.)
+    pub(super) struct Ssse3;
+
+    /// Rows of `Ssse3`'s tile that share each load of the panel.
+    const SSE_ROWS: usize = 2;
+
+    impl Micro for Ssse3 {
+        const NR: usize = 16;
+        type Fma = Baseline;
+
+        #[inline(always)]
+        unsafe fn tile(
+            groups: usize,
+            a: &[*const u8; MR],
+            b: *const i8,
+            c: *mut i32,
+            ldc: usize,
+            first: bool,
+        ) {
+            // SAFETY: as for `Avx512`, with ssse3 enabled by the caller.
+            unsafe {
+                let ones = _mm_set1_epi16(1);
+                for (h, rows) in a.chunks_exact(SSE_ROWS).enumerate() {
+                    let c = c.add(h * SSE_ROWS * ldc);
+                    let mut acc = [[_mm_setzero_si128(); 4]; SSE_ROWS];
+                    if !first {
+                        for (i, r) in acc.iter_mut().enumerate() {
+                            for (j, v) in r.iter_mut().enumerate() {
+                                *v = _mm_loadu_si128(c.add(i * ldc + 4 * j).cast());
+                            }
+                        }
+                    }
+                    for g in 0..groups {
+                        let w: [__m128i; 4] =
+                            std::array::from_fn(|j| _mm_loadu_si128(b.add(g * 64 + 16 * j).cast()));
+                        for (r, ai) in acc.iter_mut().zip(rows) {
+                            let x = _mm_set1_epi32(ai.add(g * 4).cast::<i32>().read_unaligned());
+                            for (v, &wj) in r.iter_mut().zip(&w) {
+                                let pairs = _mm_maddubs_epi16(x, wj);
+                                *v = _mm_add_epi32(*v, _mm_madd_epi16(pairs, ones));
+                            }
+                        }
+                    }
+                    for (i, r) in acc.iter().enumerate() {
+                        for (j, v) in r.iter().enumerate() {
+                            _mm_storeu_si128(c.add(i * ldc + 4 * j).cast(), *v);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// A task with the SSSE3 microkernel, the rest compiled for SSSE3 (no FMA: the epilogue
+    /// rounds twice, as portable code on x86 does).
+    ///
+    /// # Safety
+    /// As `task`'s; the CPU has ssse3.
+    #[target_feature(enable = "ssse3")]
+    pub(super) unsafe fn task_ssse3(job: &Job<'_>, t: usize, ctile: &mut AlignedBuf) {
+        // SAFETY: the caller's contract, and the feature is enabled here.
+        unsafe { task::<Ssse3>(job, t, ctile) }
     }
 
     /// A task with the AVX-512 VNNI microkernel, the rest compiled for AVX-512 too.
