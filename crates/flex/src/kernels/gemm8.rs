@@ -489,6 +489,7 @@ trait Micro {
 #[inline(always)]
 unsafe fn task<M: Micro>(job: &Job<'_>, t: usize, ctile: &mut AlignedBuf) {
     let (w, q, g) = (job.w, &job.rows.bytes[..], M::GROUP);
+    debug_assert_eq!(g, w.isa.group(), "{:?}'s panels are packed for its microkernel", w.isa);
     let len = w.row_bytes();
     // SAFETY: the caller's contract; the driver keeps every row below m, every block of groups
     // inside the rows and the panel, and every tile inside the tile buffer.
