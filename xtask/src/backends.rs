@@ -281,9 +281,9 @@ const ARM_SYSROOT: &str = "/usr/aarch64-linux-gnu";
 /// the int8 matrix multiply, with the dot product alone, and with neither (portable int8); all
 /// with NEON, which every aarch64 CPU has.
 const ARM_CPUS: [(&str, &str); 3] = [
-    ("max", "aarch64 with the int8 matrix multiply (qemu-aarch64 -cpu max)"),
-    ("neoverse-n1", "aarch64 with the dot product (qemu-aarch64 -cpu neoverse-n1)"),
-    ("cortex-a72", "aarch64 with neither (qemu-aarch64 -cpu cortex-a72)"),
+    ("max", "aarch64, int8 matrix multiply (qemu -cpu max)"),
+    ("neoverse-n1", "aarch64, dot product (qemu -cpu neoverse-n1)"),
+    ("cortex-a72", "aarch64, neither (qemu -cpu cortex-a72)"),
 ];
 
 /// Whether Rust's standard library for [`ARM`] is installed; else how to install it.

@@ -560,6 +560,24 @@ impl Micro for Portable {
     }
 }
 
+/// Defines `unsafe fn $name(job, t, ctile)`: task `t` with microkernel `$micro`, compiled with
+/// the target features `$features`, so that the microkernel and the epilogue use them.
+///
+/// The function's safety contract is `task`'s, and the CPU has `$features`.
+macro_rules! task_with {
+    ($(#[$doc:meta])* $name:ident, $micro:ty, $features:literal) => {
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// As `task`'s; the CPU has the target features this function enables.
+        #[target_feature(enable = $features)]
+        pub(super) unsafe fn $name(job: &Job<'_>, t: usize, ctile: &mut AlignedBuf) {
+            // SAFETY: the caller's contract, and the features are enabled here.
+            unsafe { task::<$micro>(job, t, ctile) }
+        }
+    };
+}
+
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86 {
     use std::arch::x86_64::*;
@@ -795,45 +813,25 @@ pub(crate) mod x86 {
         }
     }
 
-    /// A task with the SSSE3 microkernel, the rest compiled for SSSE3 (no FMA: the epilogue
-    /// rounds twice, as portable code on x86 does).
-    ///
-    /// # Safety
-    /// As `task`'s; the CPU has ssse3.
-    #[target_feature(enable = "ssse3")]
-    pub(super) unsafe fn task_ssse3(job: &Job<'_>, t: usize, ctile: &mut AlignedBuf) {
-        // SAFETY: the caller's contract, and the feature is enabled here.
-        unsafe { task::<Ssse3>(job, t, ctile) }
+    task_with! {
+        /// A task with the SSSE3 microkernel, the rest compiled for SSSE3 (no FMA: the epilogue
+        /// rounds twice, as portable code on x86 does).
+        task_ssse3, Ssse3, "ssse3"
     }
 
-    /// A task with the AVX-512 VNNI microkernel, the rest compiled for AVX-512 too.
-    ///
-    /// # Safety
-    /// As `task`'s; the CPU has avx512f, avx512bw and avx512vnni.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma")]
-    pub(super) unsafe fn task_avx512(job: &Job<'_>, t: usize, ctile: &mut AlignedBuf) {
-        // SAFETY: the caller's contract, and the features are enabled here.
-        unsafe { task::<Avx512>(job, t, ctile) }
+    task_with! {
+        /// A task with the AVX-512 VNNI microkernel, the rest compiled for AVX-512 too.
+        task_avx512, Avx512, "avx512f,avx512bw,avx512vnni,avx2,fma"
     }
 
-    /// A task with the AVX-VNNI microkernel, the rest compiled for AVX2.
-    ///
-    /// # Safety
-    /// As `task`'s; the CPU has avx2 and avxvnni.
-    #[target_feature(enable = "avx2,avxvnni,fma")]
-    pub(super) unsafe fn task_avx_vnni(job: &Job<'_>, t: usize, ctile: &mut AlignedBuf) {
-        // SAFETY: the caller's contract, and the features are enabled here.
-        unsafe { task::<AvxVnni>(job, t, ctile) }
+    task_with! {
+        /// A task with the AVX-VNNI microkernel, the rest compiled for AVX2.
+        task_avx_vnni, AvxVnni, "avx2,avxvnni,fma"
     }
 
-    /// A task with the plain AVX2 microkernel, the rest compiled for AVX2 too.
-    ///
-    /// # Safety
-    /// As `task`'s; the CPU has avx2 and fma.
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn task_avx2(job: &Job<'_>, t: usize, ctile: &mut AlignedBuf) {
-        // SAFETY: the caller's contract, and the features are enabled here.
-        unsafe { task::<Avx2>(job, t, ctile) }
+    task_with! {
+        /// A task with the plain AVX2 microkernel, the rest compiled for AVX2 too.
+        task_avx2, Avx2, "avx2,fma"
     }
 }
 
@@ -1011,23 +1009,13 @@ mod arm {
         }
     }
 
-    /// A task with the NEON int8 matrix multiply microkernel.
-    ///
-    /// # Safety
-    /// As `task`'s; the CPU has i8mm.
-    #[target_feature(enable = "neon,i8mm")]
-    pub(super) unsafe fn task_neon_i8mm(job: &Job<'_>, t: usize, ctile: &mut AlignedBuf) {
-        // SAFETY: the caller's contract, and the features are enabled here.
-        unsafe { task::<NeonI8mm>(job, t, ctile) }
+    task_with! {
+        /// A task with the NEON int8 matrix multiply microkernel.
+        task_neon_i8mm, NeonI8mm, "neon,i8mm"
     }
 
-    /// A task with the NEON dot product microkernel.
-    ///
-    /// # Safety
-    /// As `task`'s; the CPU has dotprod.
-    #[target_feature(enable = "neon,dotprod")]
-    pub(super) unsafe fn task_neon_dot(job: &Job<'_>, t: usize, ctile: &mut AlignedBuf) {
-        // SAFETY: the caller's contract, and the features are enabled here.
-        unsafe { task::<NeonDot>(job, t, ctile) }
+    task_with! {
+        /// A task with the NEON dot product microkernel.
+        task_neon_dot, NeonDot, "neon,dotprod"
     }
 }
