@@ -143,11 +143,27 @@ fn number(args: &[String], name: &str, default: u64) -> Result<u64, String> {
 /// Runs the checks CI on a public host runs besides the tests.
 fn lint() -> ExitCode {
     type Step<'a> = (&'a str, &'a [&'a str], &'a [(&'a str, &'a str)]);
-    let steps: [Step<'_>; 3] = [
+    const CLIPPY_ARM: &[&str] = &[
+        "clippy",
+        "-p",
+        "switchyard-flex",
+        "--all-targets",
+        "--target",
+        backends::ARM,
+        "--",
+        "-D",
+        "warnings",
+    ];
+    let mut steps: Vec<Step<'_>> = vec![
         ("fmt", &["fmt", "--all", "--", "--check"], &[]),
         ("clippy", &["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"], &[]),
         ("doc", &["doc", "--workspace", "--no-deps"], &[("RUSTDOCFLAGS", "-D warnings")]),
     ];
+    // flex's aarch64 kernels compile only for that target.
+    match backends::aarch64_std() {
+        Ok(()) => steps.push(("clippy on flex for aarch64", CLIPPY_ARM, &[])),
+        Err(why) => eprintln!("xtask lint: clippy for {} skipped: {why}", backends::ARM),
+    }
     for (name, args, env) in steps {
         eprintln!("xtask lint: {name}");
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
@@ -163,25 +179,7 @@ fn lint() -> ExitCode {
             }
         }
     }
-    // flex's aarch64 kernels compile only for that target.
-    if let Err(why) = backends::aarch64_std() {
-        eprintln!("xtask lint: clippy for {} skipped: {why}", backends::ARM);
-        return ExitCode::SUCCESS;
-    }
-    eprintln!("xtask lint: clippy on flex for {}", backends::ARM);
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let args = ["clippy", "-p", "switchyard-flex", "--all-targets", "--target", backends::ARM];
-    match Command::new(cargo).args(args).args(["--", "-D", "warnings"]).status() {
-        Ok(s) if s.success() => ExitCode::SUCCESS,
-        Ok(s) => {
-            eprintln!("xtask lint: clippy for {} failed ({s})", backends::ARM);
-            ExitCode::FAILURE
-        }
-        Err(e) => {
-            eprintln!("xtask lint: could not start cargo: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    ExitCode::SUCCESS
 }
 
 /// The dispatch features `check-gpu` type-checks: the CubeCL runtimes this machine cannot build

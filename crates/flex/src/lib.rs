@@ -195,8 +195,7 @@ impl FlexBackend {
     /// This backend as a CPU whose best int8 GEMM is `isa8`'s runs (one this CPU has): with the
     /// f32 and bf16 kernels such a CPU has too (AVX2's beside AVX-VNNI or plain AVX2, portable
     /// code beside SSSE3, NEON's int8 kernels or portable code; this CPU's own beside AVX-512
-    /// VNNI),
-    /// for tests and benchmarks.
+    /// VNNI), for tests and benchmarks.
     pub fn as_cpu_of(self, isa8: Isa8) -> Result<FlexBackend> {
         let (isa, isa16) = match isa8 {
             Isa8::Avx512Vnni => (self.isa, self.isa16),

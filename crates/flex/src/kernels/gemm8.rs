@@ -26,9 +26,9 @@
 //! multiplies unsigned by signed bytes into pairs summed in i16, saturating, and `vpmaddwd`
 //! widens those pairs' sums to i32. A pair of bytes up to 255 times weights up to 127 in
 //! magnitude would saturate, so for that kernel (and SSSE3's, the same instructions in 128-bit
-//! registers) the weights are quantized to -63..=63 instead
-//! (`sw_j = max |w_j| / 63`, [`Isa8::weight_max`]): a pair's sum is then at most `2 * 255 * 63 =
-//! 32130`, exact in i16, and every sum is exact. It reads the same rows as the other kernels,
+//! registers) the weights are quantized to -63..=63 instead (`sw_j = max |w_j| / 63`,
+//! [`Isa8::weight_max`]): a pair's sum is then at most `2 * 255 * 63 = 32130`, exact in i16,
+//! and every sum is exact. It reads the same rows as the other kernels,
 //! and its weights have half their steps (what that costs in accuracy: docs/backends.md).
 //!
 //! Sums are exact in i32 for `k` up to [`MAX_K`].
@@ -125,8 +125,10 @@ impl Isa8 {
                 Isa8::Ssse3 => std::arch::is_x86_feature_detected!("ssse3"),
                 #[cfg(not(target_arch = "x86_64"))]
                 Isa8::AvxVnni | Isa8::Ssse3 => false,
-                // A CPU with the int8 matrix multiply has the dot product (Armv8.6).
-                Isa8::NeonI8mm | Isa8::NeonDot => cfg!(target_arch = "aarch64"),
+                #[cfg(target_arch = "aarch64")]
+                Isa8::NeonDot => std::arch::is_aarch64_feature_detected!("dotprod"),
+                #[cfg(not(target_arch = "aarch64"))]
+                Isa8::NeonI8mm | Isa8::NeonDot => false,
                 _ => true,
             })
             .collect()
