@@ -302,6 +302,18 @@ fn bench_encoder(reps: usize) {
         encoder_row(name, t, tokens, whole);
     }
     println!("  (ratio: speed relative to the whole last layer)");
+    // One long document: a single sequence, whose heads are the only work attention has to
+    // share among the threads.
+    let doc = ragged(1, 512, 512, spec.vocab);
+    println!("  One document of {} tokens; median of {reps}:", doc.tokens());
+    let (nd, tokens) = (time_plan(open("ndarray"), &g, &doc, reps), doc.tokens() as f64);
+    for (name, dtype) in
+        [("flex", DType::F32), ("flex bf16", DType::Bf16), ("flex int8", DType::I8)]
+    {
+        encoder_row(name, time_plan(flex_in(dtype), &g, &doc, reps), tokens, nd);
+    }
+    encoder_row("ndarray (peer)", nd, tokens, nd);
+    println!("  (ratio: speed relative to ndarray)");
 }
 
 /// One row of an encoder table: time, tokens a second, and speed relative to `peer`.

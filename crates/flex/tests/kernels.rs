@@ -603,6 +603,28 @@ fn attention_over_long_sequences_and_windows_on_every_isa() {
     }
 }
 
+/// Attention over a few long sequences on sixteen threads, where each head of a long sequence
+/// is cut into parts of its queries, is bit for bit attention on one thread, where it is not:
+/// on every instruction set, in f32 and bf16 products, with and without windows.
+#[test]
+fn attention_is_the_same_however_its_sequences_are_cut() {
+    let lens = [700, 1, 257, 96];
+    for isa in Isa::available() {
+        for (heads, head_dim, window) in [(2, 64, None), (1, 32, Some(5)), (3, 48, Some(100))] {
+            for dtype in [DType::F32, DType::Bf16] {
+                let on = |threads| {
+                    let be = switchyard_flex::with_threads(Some(threads)).expect("a pool");
+                    let be = be.with_isa(isa).expect("an available instruction set");
+                    let be = be.with_dtype(dtype).expect("flex has the dtype");
+                    attention_out(be, heads, head_dim, window, &lens).get("y").expect("y").clone()
+                };
+                let name = format!("{isa:?} {dtype:?} {heads}x{head_dim} {window:?}");
+                assert_eq!(on(16).data, on(1).data, "{name}");
+            }
+        }
+    }
+}
+
 /// `x` rounded to bf16, as f64.
 fn bf16(x: f32) -> f64 {
     f64::from(from_bf16(to_bf16(x)))

@@ -55,11 +55,13 @@ fn a_warm_run_allocates_nothing_on_any_thread() {
             .expect("an executor");
         let types = g.limits().types > 1;
         let mut r = Rng::new(5);
-        let (mut big, mut small) = (BatchBuf::new(), BatchBuf::new());
+        let (mut big, mut small, mut long) = (BatchBuf::new(), BatchBuf::new(), BatchBuf::new());
         for len in [90, 1, 120, 30] {
             testkit::push_random_seq(&mut big, &mut r, len, spec.vocab, types);
         }
         testkit::push_random_seq(&mut small, &mut r, 7, spec.vocab, types);
+        // One sequence, whose three heads attention cuts into parts for two threads.
+        testkit::push_random_seq(&mut long, &mut r, 120, spec.vocab, types);
         let mut out = Outputs::new();
         // Warm: the plan, its run state, the outputs and each thread's scratch sized for the
         // largest batch (twice, so that every pool thread has met the largest work).
@@ -69,6 +71,7 @@ fn a_warm_run_allocates_nothing_on_any_thread() {
         let before = ALLOCS.load(Ordering::SeqCst);
         ex.run(LaneId::MAIN, &small.batch(), &mut out).expect("a run");
         ex.run(LaneId::MAIN, &big.batch(), &mut out).expect("a run");
+        ex.run(LaneId::MAIN, &long.batch(), &mut out).expect("a run");
         let allocated = ALLOCS.load(Ordering::SeqCst) - before;
         assert_eq!(allocated, 0, "a warm run in {dtype} allocated {allocated} times");
     }

@@ -1,16 +1,18 @@
 //! Ragged self-attention: every sequence and head of a batch in one parallel loop, each at its
 //! own length, with no padding and no mask.
 //!
-//! A task is one head of one sequence. It transposes the head's keys into its thread's scratch
-//! (`head_dim x len`), then takes the queries a block at a time (eight with AVX-512, six with
-//! AVX2, four in portable code, each broadcast from its own row): their scores against blocks
-//! of sixteen keys (the keys any of them may see: all of the sequence, or those within the
-//! window) accumulate in registers over the head's columns, each key block loaded once for the
-//! block of queries; each query's exponentials, with the maximum subtracted, run over whole
-//! blocks of the keys it sees (the rest of those blocks masked to zero); and the value rows,
-//! weighted by them, add up in registers sixteen columns at a time, each value row loaded once
-//! for the block, the sums multiplied by the reciprocal of the exponentials' sum as they are
-//! stored. With AVX-512, two blocks of keys (or of columns) go
+//! A task is one head of one sequence; or, where a batch has too few sequences to give every
+//! thread equal work in whole heads (one long document on many threads), one head of a part of
+//! a sequence's queries, with the keys they see (`Split`). It transposes the head's keys into
+//! its thread's scratch (`head_dim x len`), then takes the queries a block at a time (eight
+//! with AVX-512, six with AVX2, four in portable code, each broadcast from its own row): their
+//! scores against blocks of sixteen keys (the keys any of them may see: all of the sequence,
+//! or those within the window) accumulate in registers over the head's columns, each key block
+//! loaded once for the block of queries; each query's exponentials, with the maximum
+//! subtracted, run over whole blocks of the keys it sees (the rest of those blocks masked to
+//! zero); and the value rows, weighted by them, add up in registers sixteen columns at a time,
+//! each value row loaded once for the block, the sums multiplied by the reciprocal of the
+//! exponentials' sum as they are stored. With AVX-512, two blocks of keys (or of columns) go
 //! together where the head has them: sixteen chains of FMAs, each broadcast shared by two. Sums
 //! are f32, over keys in order.
 //!
@@ -115,19 +117,101 @@ pub unsafe fn attention(
 ) {
     let ptrs = [SendPtr(q.cast_mut()), SendPtr(k.cast_mut()), SendPtr(v.cast_mut()), SendPtr(out)];
     let products = products.taken(isa, h.head_dim);
+    let split = Split::new(batch, h, per_seq, rayon::current_num_threads());
+    let run = |task: Task| {
+        scratch.with(|sc| {
+            // SAFETY: the caller's contract; a task writes the columns of one head in its rows
+            // of queries, which no other task writes.
+            unsafe { one_head(isa, products, task, &mut sc.keys, &mut sc.scores) }
+        })
+    };
     (0..batch.seqs() * h.heads).into_par_iter().for_each(|t| {
         let (s, head) = (t / h.heads, t % h.heads);
         let rows = batch.seq(s);
-        let (q0, queries) = if per_seq { (s, 1) } else { (rows.start, rows.len()) };
-        scratch.with(|sc| {
-            // SAFETY: the caller's contract; a task writes the columns of one head in the rows
-            // of one sequence, which no other task writes.
-            unsafe {
-                let task = Task { ptrs, start: rows.start, len: rows.len(), q0, queries, head, h };
-                one_head(isa, products, task, &mut sc.keys, &mut sc.scores)
-            }
-        });
+        let (start, len) = (rows.start, rows.len());
+        if per_seq {
+            return run(Task { ptrs, start, len, q0: s, queries: 1, first: 0, head, h });
+        }
+        let chunk = split.chunk(len);
+        let part = |c: usize| {
+            let (qa, qb) = (c * chunk, ((c + 1) * chunk).min(len));
+            let keys = split.keys(qa..qb, len);
+            let (start, len) = (start + keys.start, keys.len());
+            run(Task {
+                ptrs,
+                start,
+                len,
+                q0: rows.start + qa,
+                queries: qb - qa,
+                first: qa - keys.start,
+                head,
+                h,
+            })
+        };
+        match len.div_ceil(chunk) {
+            1 => part(0),
+            n => (0..n).into_par_iter().for_each(part),
+        }
     });
+}
+
+/// A task (one head of a sequence, or a part of its queries) takes at most one part in this many
+/// of a thread's share of the op's work, so that the threads finish close together.
+const SHARE_PARTS: usize = 4;
+/// Queries of a part of a sequence: a multiple of every instruction set's query block (eight,
+/// six and four), so that the parts' blocks are the whole sequence's.
+const PART_STEP: usize = 24;
+/// The fewest queries of a part: each part transposes and copies the keys and values it sees
+/// again, which costs about what the products of a few of its queries do (cutting each head of
+/// a 512-token document into six parts of 96 queries measured within the noise of not cutting).
+const MIN_PART: usize = 48;
+
+/// How the queries of each sequence of one attention op are cut into tasks: all in one where
+/// the op has work enough for every thread in whole heads; where one head of a sequence would
+/// be more than one [`SHARE_PARTS`]th of a thread's share (a batch of a few long
+/// sequences, on many threads), in parts of [`PART_STEP`]'s multiples, each with the keys its
+/// queries see. Every value is computed as in one task, so results do not depend on the cut.
+#[derive(Clone, Copy, Debug)]
+struct Split {
+    /// The most work (queries times the keys each sees) one task should take.
+    most: usize,
+    window: Option<usize>,
+}
+
+impl Split {
+    /// The cut of attention of `h` over `batch` on `threads` threads (none with `per_seq`).
+    fn new(batch: &Batch<'_>, h: Heads, per_seq: bool, threads: usize) -> Split {
+        let cut = |most| Split { most, window: h.window };
+        if per_seq || threads <= 1 {
+            return cut(usize::MAX);
+        }
+        let total: usize = (0..batch.seqs()).map(|s| work(batch.seq(s).len(), h.window)).sum();
+        cut((total * h.heads / (SHARE_PARTS * threads)).max(1))
+    }
+
+    /// Queries per task for a sequence of `len` tokens.
+    fn chunk(&self, len: usize) -> usize {
+        let parts = work(len, self.window).div_ceil(self.most);
+        if parts <= 1 {
+            return len.max(1);
+        }
+        len.div_ceil(parts).next_multiple_of(PART_STEP).max(MIN_PART)
+    }
+
+    /// The keys the queries `queries` of a sequence of `len` tokens see: all of them, or with
+    /// a window those within it, from a multiple of sixteen (so that the keys fall into the
+    /// blocks of the whole sequence and each sum runs in the same order).
+    fn keys(&self, queries: Range<usize>, len: usize) -> Range<usize> {
+        match self.window {
+            None => 0..len,
+            Some(w) => queries.start.saturating_sub(w) / KB * KB..(queries.end + w).min(len),
+        }
+    }
+}
+
+/// The products of one head of a sequence of `len` tokens: each query's keys.
+fn work(len: usize, window: Option<usize>) -> usize {
+    len * window.map_or(len, |w| (2 * w + 1).min(len))
 }
 
 /// The most queries computed together (with AVX-512), sharing each load of keys and values.
@@ -135,8 +219,9 @@ const MAX_QB: usize = 8;
 /// Keys per block of scores: one AVX-512 register, two AVX2 ones.
 const KB: usize = 16;
 
-/// One head of one sequence: key and value rows `start..start + len`, the columns of head
-/// `head`; the queries of its first `queries` tokens, in rows `q0..q0 + queries` of `q` and `out`.
+/// One head of (part of) one sequence: key and value rows `start..start + len`, the columns of
+/// head `head`; `queries` queries, in rows `q0..q0 + queries` of `q` and `out`, the first at
+/// position `first` among the keys.
 #[derive(Clone, Copy)]
 struct Task {
     ptrs: [SendPtr; 4],
@@ -144,6 +229,7 @@ struct Task {
     len: usize,
     q0: usize,
     queries: usize,
+    first: usize,
     head: usize,
     h: Heads,
 }
@@ -1167,7 +1253,7 @@ mod x86 {
 /// As [`attention`]'s, for the task's rows and columns.
 #[inline(always)]
 unsafe fn head_body<B: Block>(task: Task, keys: &mut AlignedBuf, scores: &mut AlignedBuf) {
-    let Task { ptrs, start, len, q0, queries, head, h } = task;
+    let Task { ptrs, start, len, q0, queries, first, head, h } = task;
     let qb = B::QB;
     let (d, width) = (h.head_dim, h.heads * h.head_dim);
     let col = head * d;
@@ -1191,9 +1277,9 @@ unsafe fn head_body<B: Block>(task: Task, keys: &mut AlignedBuf, scores: &mut Al
     };
     let layout = Layout { vstride: reads.vstride, ..layout };
     let step = B::STEP;
-    // The keys query i may see.
+    // The keys query i (at position first + i) may see.
     let seen = |i: usize| match h.window {
-        Some(w) => (i.saturating_sub(w), (i + w + 1).min(len)),
+        Some(w) => ((first + i).saturating_sub(w), (first + i + w + 1).min(len)),
         None => (0, len),
     };
     let (ktp, scp) = (kt.as_ptr(), sc.as_mut_ptr());
@@ -1292,14 +1378,77 @@ unsafe fn head_body<B: Block>(task: Task, keys: &mut AlignedBuf, scores: &mut Al
     }
 }
 
-#[cfg(all(test, target_arch = "x86_64"))]
+#[cfg(test)]
 mod tests {
-    use super::x86::exp_sum16;
+    use switchyard_core::BatchBuf;
+
+    use super::*;
+
+    /// A batch of sequences of `lens` tokens.
+    fn batch_of(lens: &[usize]) -> BatchBuf {
+        let mut b = BatchBuf::new();
+        for &len in lens {
+            b.push(&vec![0; len], None, &[]).expect("a sequence");
+        }
+        b
+    }
+
+    /// The parts `split` cuts a sequence of `len` tokens into: their queries, and their keys.
+    fn parts(split: Split, len: usize) -> Vec<(Range<usize>, Range<usize>)> {
+        let chunk = split.chunk(len);
+        (0..len.div_ceil(chunk))
+            .map(|c| {
+                let q = c * chunk..((c + 1) * chunk).min(len);
+                (q.clone(), split.keys(q, len))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn long_sequences_are_cut_only_where_whole_heads_leave_threads_idle() {
+        let h = Heads { heads: 12, head_dim: 32, scale: 1.0, window: None };
+        let one = batch_of(&[512]);
+        // Twelve heads of one sequence on two threads: six each, no cut.
+        assert_eq!(parts(Split::new(&one.batch(), h, false, 2), 512).len(), 1);
+        // On sixteen threads, a head is 16/12 of a thread's share: parts of at most a quarter
+        // of a share, 4 x 16 / 12 of a head, rounded up to whole query blocks (96 queries).
+        let split = Split::new(&one.batch(), h, false, 16);
+        let cut = parts(split, 512);
+        assert_eq!(cut.len(), 6);
+        assert!(cut.iter().all(|(q, k)| q.start % PART_STEP == 0 && *k == (0..512)), "{cut:?}");
+        assert_eq!(cut.last().map(|(q, _)| q.clone()), Some(480..512));
+        // One query per sequence, or one thread: never cut.
+        assert_eq!(parts(Split::new(&one.batch(), h, true, 16), 512).len(), 1);
+        assert_eq!(parts(Split::new(&one.batch(), h, false, 1), 512).len(), 1);
+        // A batch of many sequences of equal length has work enough in whole heads.
+        let many = batch_of(&[128; 32]);
+        assert_eq!(parts(Split::new(&many.batch(), h, false, 16), 128).len(), 1);
+        // Short sequences are not cut below the fewest queries of a part.
+        let short = batch_of(&[60]);
+        assert_eq!(parts(Split::new(&short.batch(), h, false, 64), 60).len(), 2);
+        assert_eq!(Split::new(&short.batch(), h, false, 64).chunk(60), MIN_PART);
+    }
+
+    #[test]
+    fn a_windowed_part_takes_the_keys_its_queries_see_from_a_whole_block() {
+        let h = Heads { heads: 1, head_dim: 32, scale: 1.0, window: Some(20) };
+        let one = batch_of(&[1000]);
+        let cut = parts(Split::new(&one.batch(), h, false, 16), 1000);
+        assert!(cut.len() > 2, "{cut:?}");
+        for (q, k) in &cut {
+            assert_eq!(k.start % KB, 0, "{q:?} {k:?}");
+            assert!(k.start <= q.start.saturating_sub(20), "{q:?} {k:?}");
+            assert!(q.start.saturating_sub(20) - k.start < KB, "{q:?} {k:?}");
+            assert_eq!(k.end, (q.end + 20).min(1000), "{q:?} {k:?}");
+        }
+    }
 
     /// AVX-512's softmax exponentials against f64: within `(4 + |y|) 2^-24` relative of
     /// `e^y` (a few steps of rounding, and `y log2 e`'s), zero outside the range, and their sum.
+    #[cfg(target_arch = "x86_64")]
     #[test]
     fn exp_sum16_is_within_its_bound_of_f64() {
+        use super::x86::exp_sum16;
         if !std::arch::is_x86_feature_detected!("avx512f") {
             return;
         }
