@@ -185,8 +185,12 @@ impl Split {
         if per_seq || threads <= 1 {
             return cut(usize::MAX);
         }
-        let total: usize = (0..batch.seqs()).map(|s| work(batch.seq(s).len(), h.window)).sum();
-        cut((total * h.heads / (SHARE_PARTS * threads)).max(1))
+        // Saturating: a 32-bit target's usize could not hold a huge batch's products.
+        let total = (0..batch.seqs())
+            .map(|s| work(batch.seq(s).len(), h.window))
+            .fold(0usize, usize::saturating_add)
+            .saturating_mul(h.heads);
+        cut((total / SHARE_PARTS.saturating_mul(threads)).max(1))
     }
 
     /// Queries per task for a sequence of `len` tokens.
@@ -211,7 +215,7 @@ impl Split {
 
 /// The products of one head of a sequence of `len` tokens: each query's keys.
 fn work(len: usize, window: Option<usize>) -> usize {
-    len * window.map_or(len, |w| (2 * w + 1).min(len))
+    len.saturating_mul(window.map_or(len, |w| w.saturating_mul(2).saturating_add(1).min(len)))
 }
 
 /// The most queries computed together (with AVX-512), sharing each load of keys and values.
