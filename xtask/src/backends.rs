@@ -281,7 +281,7 @@ const ARM_SYSROOT: &str = "/usr/aarch64-linux-gnu";
 /// the int8 matrix multiply, with the dot product alone, and with neither (portable int8); all
 /// with NEON, which every aarch64 CPU has.
 const ARM_CPUS: [(&str, &str); 3] = [
-    ("max", "aarch64, int8 matrix multiply (qemu -cpu max)"),
+    ("max", "aarch64, int8 and bf16 matrix multiply (qemu -cpu max)"),
     ("neoverse-n1", "aarch64, dot product (qemu -cpu neoverse-n1)"),
     ("cortex-a72", "aarch64, neither (qemu -cpu cortex-a72)"),
 ];

@@ -193,16 +193,17 @@ impl FlexBackend {
     }
 
     /// This backend as a CPU whose best int8 GEMM is `isa8`'s runs (one this CPU has): with the
-    /// f32 and bf16 kernels such a CPU has too (AVX2's beside AVX-VNNI or plain AVX2, portable
-    /// code beside SSSE3, NEON's int8 kernels or portable code; this CPU's own beside AVX-512
-    /// VNNI), for tests and benchmarks.
+    /// f32 and bf16 kernels such a CPU has too (AVX2's beside AVX-VNNI or plain AVX2; portable
+    /// code beside SSSE3, NEON's dot product or portable int8; portable f32 and this CPU's bf16
+    /// beside NEON's int8 matrix multiply; this CPU's own beside AVX-512 VNNI), for tests and
+    /// benchmarks.
     pub fn as_cpu_of(self, isa8: Isa8) -> Result<FlexBackend> {
         let (isa, isa16) = match isa8 {
             Isa8::Avx512Vnni => (self.isa, self.isa16),
             Isa8::AvxVnni | Isa8::Avx2 => (Isa::Avx2, Isa16::Avx2),
-            Isa8::Ssse3 | Isa8::NeonI8mm | Isa8::NeonDot | Isa8::Portable => {
-                (Isa::Portable, Isa16::Portable)
-            }
+            // Every CPU with the int8 matrix multiply (Armv8.6) has the bf16 extension too.
+            Isa8::NeonI8mm => (Isa::Portable, self.isa16),
+            Isa8::Ssse3 | Isa8::NeonDot | Isa8::Portable => (Isa::Portable, Isa16::Portable),
         };
         self.with_isa(isa)?.with_isa8(isa8)?.with_isa16(isa16)
     }

@@ -154,6 +154,7 @@ fn caps_say_what_each_dtype_runs_on() {
     let bf16 = match switchyard_flex::kernels::Isa16::detect() {
         switchyard_flex::kernels::Isa16::Avx512Bf16 => "bf16 on AVX-512 BF16",
         switchyard_flex::kernels::Isa16::Avx2 => "bf16 widened to f32 on AVX2 (no faster than f32)",
+        switchyard_flex::kernels::Isa16::NeonBf16 => "bf16 on NEON BF16",
         switchyard_flex::kernels::Isa16::Portable => "bf16 widened to f32 (slower than f32)",
     };
     let f16 = ", f16 on Burn's ops (slower than f32)";
@@ -172,13 +173,19 @@ fn caps_say_what_each_dtype_runs_on() {
         assert!(device.contains(want), "{device}");
     }
     // Every aarch64 CPU with the dot product instructions has an int8 kernel of its own, and
-    // one with the int8 matrix multiply another.
-    for (isa8, name) in
-        [(Isa8::NeonI8mm, "NEON int8 matrix multiply"), (Isa8::NeonDot, "NEON dot product")]
-    {
+    // one with the int8 matrix multiply another, beside this CPU's bf16 kernel (Armv8.6 has
+    // both extensions; a CPU with the dot product alone, such as a Neoverse N1, neither).
+    let own_bf16 = match switchyard_flex::kernels::Isa16::detect() {
+        switchyard_flex::kernels::Isa16::NeonBf16 => "bf16 on NEON BF16",
+        _ => "bf16 widened to f32",
+    };
+    for (isa8, name, bf16) in [
+        (Isa8::NeonI8mm, "NEON int8 matrix multiply", own_bf16),
+        (Isa8::NeonDot, "NEON dot product", "bf16 widened to f32"),
+    ] {
         if Isa8::available().contains(&isa8) {
             let device = switchyard_flex::flex().as_cpu_of(isa8).expect("available");
-            let want = format!("f32 on portable code (NEON), int8 on {name}, bf16 widened to f32");
+            let want = format!("f32 on portable code (NEON), int8 on {name}, {bf16}");
             assert!(device.caps().device.contains(&want), "{}", device.caps().device);
         }
     }

@@ -12,9 +12,17 @@
 //! microkernel runs on AVX-512 BF16 (32 columns, `vdpbf16ps`: two products per lane per
 //! instruction, twice the f32 FMA's), or on AVX2 with FMA (16 columns), which widens the bf16
 //! values to f32 in registers (a shift or a mask of the bits each) and multiplies with the f32
-//! GEMM's FMAs: no faster than f32 there, the weights half the size. Which runs is chosen at run
-//! time; elsewhere portable code (16 columns) widens each value and multiplies with FMA,
-//! compiled for the f32 GEMM's instruction set.
+//! GEMM's FMAs: no faster than f32 there, the weights half the size. On aarch64 with the bf16
+//! extension (FEAT_BF16: Neoverse V1 and later, Apple M2 and later) it runs `bfmmla` (16
+//! columns; each instruction adds a pair of rows times a pair of columns, four deep: sixteen
+//! products, where an f32 `fmla` makes four), whose panels group four `k` per column instead of
+//! two. Which runs is chosen at run time; elsewhere portable code (16 columns) widens each value
+//! and multiplies with FMA, compiled for the f32 GEMM's instruction set.
+//!
+//! `bfmmla` rounds as Arm defines it without FEAT_EBF16's IEEE mode: each pair of products is
+//! summed, then added to its sum, rounding to odd each time, with subnormal values flushed to
+//! zero. That is at most one unit in the last place of f32 a step where the other kernels'
+//! FMAs round to nearest (half a unit); next to the two roundings to bf16 it is nothing.
 
 use rayon::prelude::*;
 use switchyard_core::Act;
@@ -36,6 +44,9 @@ pub enum Isa16 {
     Avx512Bf16,
     /// AVX2 with FMA: 16 columns per tile, bf16 widened to f32 in registers.
     Avx2,
+    /// aarch64 with the bf16 extension (FEAT_BF16): 16 columns per tile, `bfmmla`, panels of
+    /// groups of four `k`.
+    NeonBf16,
     /// Portable code: 16 columns per tile, bf16 widened to f32, compiled for the f32 GEMM's
     /// instruction set.
     Portable,
@@ -54,23 +65,32 @@ impl Isa16 {
                 return Isa16::Avx2;
             }
         }
+        #[cfg(target_arch = "aarch64")]
+        if std::arch::is_aarch64_feature_detected!("bf16") {
+            return Isa16::NeonBf16;
+        }
         Isa16::Portable
     }
 
     /// Every instruction set this CPU can run, best first (for tests).
     pub fn available() -> Vec<Isa16> {
         let best = Isa16::detect();
-        [Isa16::Avx512Bf16, Isa16::Avx2, Isa16::Portable]
-            .into_iter()
-            .skip_while(|&i| i != best)
-            .collect()
+        // Each architecture's kernels, best first: the other's never run here.
+        let all: &[Isa16] = if cfg!(target_arch = "x86_64") {
+            &[Isa16::Avx512Bf16, Isa16::Avx2, Isa16::Portable]
+        } else if cfg!(target_arch = "aarch64") {
+            &[Isa16::NeonBf16, Isa16::Portable]
+        } else {
+            &[Isa16::Portable]
+        };
+        all.iter().copied().skip_while(|&i| i != best).collect()
     }
 
     /// Columns of a microkernel tile.
     pub const fn nr(self) -> usize {
         match self {
             Isa16::Avx512Bf16 => 32,
-            Isa16::Avx2 | Isa16::Portable => 16,
+            Isa16::Avx2 | Isa16::NeonBf16 | Isa16::Portable => 16,
         }
     }
 
@@ -78,7 +98,16 @@ impl Isa16 {
     pub const fn rows(self) -> Rows16 {
         match self {
             Isa16::Avx2 => Rows16::Widened,
-            Isa16::Avx512Bf16 | Isa16::Portable => Rows16::Pairs,
+            Isa16::Avx512Bf16 | Isa16::NeonBf16 | Isa16::Portable => Rows16::Pairs,
+        }
+    }
+
+    /// Consecutive `k` of one column the microkernel reads together: four for `bfmmla`, a pair
+    /// for the others. `k` is padded to a multiple of it with zero weights.
+    pub const fn group(self) -> usize {
+        match self {
+            Isa16::NeonBf16 => 4,
+            Isa16::Avx512Bf16 | Isa16::Avx2 | Isa16::Portable => 2,
         }
     }
 }
@@ -104,7 +133,9 @@ pub struct PackedWeight16 {
     n: usize,
     k: usize,
     isa: Isa16,
-    /// Panels of `nr` columns, each `k2 / 2` pairs of `nr x 2` values.
+    /// Panels of `nr` columns, each `kpad / group` groups of `nr x group` values: a group's
+    /// values of column 0, then column 1's, and so on; with groups of four, the columns in pairs
+    /// whose groups `bfmmla` reads together, so the same order.
     data: Vec<u16>,
 }
 
@@ -112,14 +143,15 @@ impl PackedWeight16 {
     /// Rounds and packs the row-major `[n, k]` matrix `w` for `isa`'s microkernel.
     pub fn pack(w: &[f32], n: usize, k: usize, isa: Isa16) -> PackedWeight16 {
         assert_eq!(w.len(), n * k, "a [{n}, {k}] weight");
-        let (nr, k2) = (isa.nr(), k.next_multiple_of(2));
+        let (nr, group) = (isa.nr(), isa.group());
+        let kpad = k.next_multiple_of(group);
         let panels = n.div_ceil(nr);
-        let mut data = vec![0u16; panels * k2 * nr];
+        let mut data = vec![0u16; panels * kpad * nr];
         for (j, row) in w.chunks_exact(k.max(1)).enumerate().take(n) {
             let (p, c) = (j / nr, j % nr);
-            let panel = &mut data[p * k2 * nr..(p + 1) * k2 * nr];
+            let panel = &mut data[p * kpad * nr..(p + 1) * kpad * nr];
             for (kk, &v) in row.iter().enumerate() {
-                panel[(kk / 2) * nr * 2 + c * 2 + kk % 2] = to_bf16(v);
+                panel[(kk / group) * nr * group + c * group + kk % group] = to_bf16(v);
             }
         }
         PackedWeight16 { n, k, isa, data }
@@ -135,14 +167,14 @@ impl PackedWeight16 {
         self.k
     }
 
-    /// `k` padded to an even number: the row stride of rounded input rows.
-    pub fn k2(&self) -> usize {
-        self.k.next_multiple_of(2)
+    /// `k` padded to a whole group ([`Isa16::group`]): the values of a rounded input row.
+    pub fn kpad(&self) -> usize {
+        self.k.next_multiple_of(self.isa.group())
     }
 
     /// `u16` of one input row rounded for this weight's kernel.
     pub fn row_len(&self) -> usize {
-        self.k2() / 2 * self.isa.rows().pair_len()
+        self.kpad() / 2 * self.isa.rows().pair_len()
     }
 
     /// Bytes held.
@@ -151,7 +183,7 @@ impl PackedWeight16 {
     }
 
     fn panel(&self, p: usize) -> &[u16] {
-        let span = self.k2() * self.isa.nr();
+        let span = self.kpad() * self.isa.nr();
         &self.data[p * span..(p + 1) * span]
     }
 }
@@ -160,10 +192,10 @@ impl PackedWeight16 {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Rows16 {
     /// Each value's bf16, pairs of consecutive values together (what `vdpbf16ps` multiplies),
-    /// `k2` values a row.
+    /// `kpad` values a row.
     Pairs,
     /// Each value's bf16 widened to f32 (the bf16 in the upper half), as the AVX2 kernel
-    /// broadcasts it: two `u16` a value, `2 * k2` a row.
+    /// broadcasts it: two `u16` a value, `2 * kpad` a row.
     Widened,
 }
 
@@ -279,6 +311,9 @@ unsafe fn run_task(isa: Isa, job: &Job<'_>, t: usize, ctile: &mut AlignedBuf) {
         // SAFETY: as above.
         #[cfg(target_arch = "x86_64")]
         (Isa16::Avx2, _) => unsafe { x86::task_avx2_widened(job, t, ctile) },
+        // SAFETY: as above.
+        #[cfg(target_arch = "aarch64")]
+        (Isa16::NeonBf16, _) => unsafe { arm::task_neon_bf16(job, t, ctile) },
         // SAFETY: `isa` was detected on this CPU; the rest is the caller's contract.
         #[cfg(target_arch = "x86_64")]
         (Isa16::Portable, Isa::Avx512) => unsafe { x86::task_avx512(job, t, ctile) },
@@ -292,7 +327,7 @@ unsafe fn run_task(isa: Isa, job: &Job<'_>, t: usize, ctile: &mut AlignedBuf) {
 
 /// A bf16 microkernel: an `MR x NR` tile of f32 sums at `c` (row stride `ldc`) from `pairs`
 /// pairs of bf16 values of `MR` rows (at `a`) and a packed panel of `NR` columns, added to `c`
-/// unless `first`.
+/// unless `first`. `pairs` is a multiple of the instruction set's group, in pairs.
 trait Micro {
     const NR: usize;
     /// The multiply-add of the epilogue compiled beside the microkernel.
@@ -317,7 +352,7 @@ trait Micro {
 /// As [`gemm16`]'s, for the rows and columns of task `t`; the CPU has `M`'s target features.
 #[inline(always)]
 unsafe fn task<M: Micro>(job: &Job<'_>, t: usize, ctile: &mut AlignedBuf) {
-    let k2 = job.w.k2();
+    let kpad = job.w.kpad();
     let (w, rows) = (job.w, job.rows);
     let (len, pair) = (w.row_len(), w.isa.rows().pair_len());
     // SAFETY: the caller's contract; each block's rows, panel and tile are the driver's, which
@@ -326,7 +361,7 @@ unsafe fn task<M: Micro>(job: &Job<'_>, t: usize, ctile: &mut AlignedBuf) {
         task_blocks(
             job.tiling.span(t, job.m),
             (job.m, w.n, M::NR),
-            (k2 / 2, KP),
+            (kpad / 2, KP),
             ctile,
             |p, g0| w.panel(p)[g0 * M::NR * 2..].as_ptr(),
             |r, g0| rows[r * len + g0 * pair..].as_ptr(),
@@ -521,5 +556,110 @@ mod x86 {
     pub(super) unsafe fn task_avx2(job: &Job<'_>, t: usize, ctile: &mut AlignedBuf) {
         // SAFETY: the caller's contract, and the features are enabled here.
         unsafe { task::<Portable<Fused>>(job, t, ctile) }
+    }
+}
+
+#[cfg(target_arch = "aarch64")]
+mod arm {
+    use std::arch::aarch64::*;
+    use std::arch::asm;
+
+    use super::{Job, MR, Micro, task};
+    use crate::buf::AlignedBuf;
+    use crate::kernels::math::Baseline;
+
+    /// `sums + a . b^T` in a 2 x 2 block of f32 (`[r0 c0, r0 c1, r1 c0, r1 c1]`): two rows of
+    /// four bf16 in `a`, two columns of four in `b`, `bfmmla`. Its intrinsic (`vbfmmlaq_f32`)
+    /// is not stable in Rust yet; the instruction is.
+    ///
+    /// # Safety
+    /// The CPU has the bf16 extension (the caller enabled `bf16`).
+    #[inline(always)]
+    unsafe fn bfmmla(sums: float32x4_t, a: uint16x8_t, b: uint16x8_t) -> float32x4_t {
+        let mut s = sums;
+        // SAFETY: `bfmmla` reads and writes these registers only; the caller's contract.
+        unsafe {
+            asm!(
+                "bfmmla {s:v}.4s, {a:v}.8h, {b:v}.8h",
+                s = inout(vreg) s,
+                a = in(vreg) a,
+                b = in(vreg) b,
+                options(pure, nomem, nostack, preserves_flags),
+            );
+        }
+        s
+    }
+
+    /// Row pairs of the tile.
+    const PAIRS: usize = MR / 2;
+
+    /// NEON with the bf16 extension: 16 columns, the tile in 2 x 2 blocks (a pair of rows by a
+    /// pair of columns, eight registers per pair of rows), 24 accumulators, as the int8
+    /// matrix multiply's kernel. For each group of four values, each pair of rows is loaded
+    /// into one register, and each `bfmmla` adds the pair's products with two columns.
+    pub(super) struct NeonBf16;
+
+    impl Micro for NeonBf16 {
+        const NR: usize = 16;
+        type Fma = Baseline;
+
+        #[inline(always)]
+        unsafe fn tile(
+            pairs: usize,
+            a: &[*const u16; MR],
+            b: *const u16,
+            c: *mut f32,
+            ldc: usize,
+            first: bool,
+        ) {
+            debug_assert!(pairs.is_multiple_of(2), "whole groups of four");
+            // SAFETY: every pointer stays inside the rows, panel and tile the caller vouched
+            // for, and the caller enabled bf16.
+            unsafe {
+                let mut acc = [[vdupq_n_f32(0.0); 8]; PAIRS];
+                if !first {
+                    for (p, r) in acc.iter_mut().enumerate() {
+                        let (top, bottom) = (c.add(2 * p * ldc), c.add((2 * p + 1) * ldc));
+                        for (j, v) in r.iter_mut().enumerate() {
+                            *v =
+                                vcombine_f32(vld1_f32(top.add(2 * j)), vld1_f32(bottom.add(2 * j)));
+                        }
+                    }
+                }
+                let (mut rows, mut p) = (*a, b);
+                for _ in 0..pairs / 2 {
+                    let x: [uint16x8_t; PAIRS] = std::array::from_fn(|i| {
+                        vcombine_u16(vld1_u16(rows[2 * i]), vld1_u16(rows[2 * i + 1]))
+                    });
+                    for r in &mut rows {
+                        *r = r.add(4);
+                    }
+                    for j in 0..8 {
+                        let w = vld1q_u16(p.add(8 * j));
+                        for (r, &xi) in acc.iter_mut().zip(&x) {
+                            r[j] = bfmmla(r[j], xi, w);
+                        }
+                    }
+                    p = p.add(64);
+                }
+                for (p, r) in acc.iter().enumerate() {
+                    let (top, bottom) = (c.add(2 * p * ldc), c.add((2 * p + 1) * ldc));
+                    for (j, v) in r.iter().enumerate() {
+                        vst1_f32(top.add(2 * j), vget_low_f32(*v));
+                        vst1_f32(bottom.add(2 * j), vget_high_f32(*v));
+                    }
+                }
+            }
+        }
+    }
+
+    /// A task with the NEON bf16 microkernel.
+    ///
+    /// # Safety
+    /// As `task`'s; the CPU has the bf16 extension.
+    #[target_feature(enable = "neon,bf16")]
+    pub(super) unsafe fn task_neon_bf16(job: &Job<'_>, t: usize, ctile: &mut AlignedBuf) {
+        // SAFETY: the caller's contract, and the features are enabled here.
+        unsafe { task::<NeonBf16>(job, t, ctile) }
     }
 }
