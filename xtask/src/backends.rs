@@ -277,9 +277,9 @@ const QEMU_ARM: &str = "qemu-aarch64";
 const ARM_LINKER: &str = "aarch64-linux-gnu-gcc";
 const ARM_SYSROOT: &str = "/usr/aarch64-linux-gnu";
 
-/// The emulated aarch64 CPUs flex's tests run on, one for each of its int8 kernels there: with
-/// the int8 matrix multiply, with the dot product alone, and with neither (portable int8); all
-/// with NEON, which every aarch64 CPU has.
+/// The emulated aarch64 CPUs flex's tests run on, one for each of its kernels there: with the
+/// int8 and bf16 matrix multiplies, with the int8 dot product alone, and with neither (portable
+/// int8 and bf16); all with NEON, which every aarch64 CPU has.
 const ARM_CPUS: [(&str, &str); 3] = [
     ("max", "aarch64, int8 and bf16 matrix multiply (qemu -cpu max)"),
     ("neoverse-n1", "aarch64, dot product (qemu -cpu neoverse-n1)"),
@@ -291,12 +291,24 @@ pub(crate) fn aarch64_std() -> Result<(), String> {
     let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
     let sysroot = Command::new(rustc).args(["--print", "sysroot"]).output();
     let sysroot = sysroot.map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned());
-    let lib = |s: String| std::path::Path::new(&s).join("lib/rustlib").join(ARM).join("lib");
-    if sysroot.is_ok_and(|s| lib(s).is_dir()) {
+    std_in(sysroot.as_deref().ok())
+}
+
+/// Whether the Rust `sysroot` (none: rustc could not say) holds the standard library for
+/// [`ARM`]; else how to install it.
+fn std_in(sysroot: Option<&str>) -> Result<(), String> {
+    let lib = |s: &str| std::path::Path::new(s).join("lib/rustlib").join(ARM).join("lib");
+    if sysroot.is_some_and(|s| lib(s).is_dir()) {
         Ok(())
     } else {
         Err(format!("Rust's standard library for {ARM} is not installed (rustup target add {ARM})"))
     }
+}
+
+/// Why `tool` cannot run here, naming the Debian `package` that has it; `None` if it runs.
+fn missing(tool: &str, package: &str) -> Option<String> {
+    let runs = Command::new(tool).arg("--version").output().is_ok();
+    (!runs).then(|| format!("{tool} is missing (on Debian, the package {package})"))
 }
 
 /// Builds flex's tests for [`ARM`] and runs them on each of [`ARM_CPUS`], emulated: a result
@@ -307,8 +319,8 @@ fn aarch64_tests() -> Result<Vec<(bool, Counts)>, String> {
     }
     aarch64_std()?;
     for (tool, package) in [(ARM_LINKER, "gcc-aarch64-linux-gnu"), (QEMU_ARM, "qemu-user")] {
-        if Command::new(tool).arg("--version").output().is_err() {
-            return Err(format!("{tool} is missing (on Debian, the package {package})"));
+        if let Some(why) = missing(tool, package) {
+            return Err(why);
         }
     }
     let linker = ("CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER", ARM_LINKER);
@@ -522,6 +534,23 @@ pub fn test_all() -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_aarch64_rows_are_skipped_without_the_standard_library_or_a_tool_and_say_why() {
+        let root = std::env::temp_dir().join(format!("xtask-sysroot-{}", std::process::id()));
+        let root_str = root.to_str().expect("a UTF-8 temporary directory");
+        let why = std_in(Some(root_str)).expect_err("an empty sysroot has no library");
+        assert!(why.contains(&format!("rustup target add {ARM}")), "{why}");
+        assert!(std_in(None).is_err(), "rustc could not say where its sysroot is");
+        let lib = root.join("lib/rustlib").join(ARM).join("lib");
+        std::fs::create_dir_all(&lib).expect("a temporary sysroot");
+        assert_eq!(std_in(Some(root_str)), Ok(()));
+        std::fs::remove_dir_all(&root).expect("the temporary sysroot removed");
+
+        let why = missing("switchyard-no-such-tool", "some-package").expect("no such tool");
+        assert_eq!(why, "switchyard-no-such-tool is missing (on Debian, the package some-package)");
+        assert_eq!(missing("cargo", "cargo"), None, "cargo runs here");
+    }
 
     #[test]
     fn the_table_of_backends_gives_one_row_per_family() {
