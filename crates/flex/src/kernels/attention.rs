@@ -132,23 +132,20 @@ pub unsafe fn attention(
         if per_seq {
             return run(Task { ptrs, start, len, q0: s, queries: 1, first: 0, head, h });
         }
-        let chunk = split.chunk(len);
         let part = |c: usize| {
-            let (qa, qb) = (c * chunk, ((c + 1) * chunk).min(len));
-            let keys = split.keys(qa..qb, len);
-            let (start, len) = (start + keys.start, keys.len());
+            let (queries, keys) = split.part(c, len);
             run(Task {
                 ptrs,
-                start,
-                len,
-                q0: rows.start + qa,
-                queries: qb - qa,
-                first: qa - keys.start,
+                start: start + keys.start,
+                len: keys.len(),
+                q0: start + queries.start,
+                queries: queries.len(),
+                first: queries.start - keys.start,
                 head,
                 h,
             })
         };
-        match len.div_ceil(chunk) {
+        match split.parts(len) {
             1 => part(0),
             n => (0..n).into_par_iter().for_each(part),
         }
@@ -168,7 +165,7 @@ const MIN_PART: usize = 48;
 
 /// How the queries of each sequence of one attention op are cut into tasks: all in one where
 /// the op has work enough for every thread in whole heads; where one head of a sequence would
-/// be more than one [`SHARE_PARTS`]th of a thread's share (a batch of a few long
+/// be more than a quarter ([`SHARE_PARTS`]) of a thread's share (a batch of a few long
 /// sequences, on many threads), in parts of [`PART_STEP`]'s multiples, each with the keys its
 /// queries see. Every value is computed as in one task, so results do not depend on the cut.
 #[derive(Clone, Copy, Debug)]
@@ -193,7 +190,20 @@ impl Split {
         cut((total / SHARE_PARTS.saturating_mul(threads)).max(1))
     }
 
-    /// Queries per task for a sequence of `len` tokens.
+    /// How many parts a sequence of `len` tokens is cut into.
+    fn parts(&self, len: usize) -> usize {
+        len.div_ceil(self.chunk(len))
+    }
+
+    /// Part `c` of a sequence of `len` tokens: its queries, and the keys they see.
+    fn part(&self, c: usize, len: usize) -> (Range<usize>, Range<usize>) {
+        let chunk = self.chunk(len);
+        let queries = c * chunk..((c + 1) * chunk).min(len);
+        let keys = self.keys(&queries, len);
+        (queries, keys)
+    }
+
+    /// Queries per part for a sequence of `len` tokens.
     fn chunk(&self, len: usize) -> usize {
         let parts = work(len, self.window).div_ceil(self.most);
         if parts <= 1 {
@@ -205,7 +215,7 @@ impl Split {
     /// The keys the queries `queries` of a sequence of `len` tokens see: all of them, or with
     /// a window those within it, from a multiple of sixteen (so that the keys fall into the
     /// blocks of the whole sequence and each sum runs in the same order).
-    fn keys(&self, queries: Range<usize>, len: usize) -> Range<usize> {
+    fn keys(&self, queries: &Range<usize>, len: usize) -> Range<usize> {
         match self.window {
             None => 0..len,
             Some(w) => queries.start.saturating_sub(w) / KB * KB..(queries.end + w).min(len),
@@ -1397,15 +1407,16 @@ mod tests {
         b
     }
 
-    /// The parts `split` cuts a sequence of `len` tokens into: their queries, and their keys.
+    /// The parts `split` cuts a sequence of `len` tokens into: their queries, and their keys;
+    /// checked to take every query once, in order.
     fn parts(split: Split, len: usize) -> Vec<(Range<usize>, Range<usize>)> {
-        let chunk = split.chunk(len);
-        (0..len.div_ceil(chunk))
-            .map(|c| {
-                let q = c * chunk..((c + 1) * chunk).min(len);
-                (q.clone(), split.keys(q, len))
-            })
-            .collect()
+        let cut: Vec<_> = (0..split.parts(len)).map(|c| split.part(c, len)).collect();
+        let ends: Vec<usize> = cut.iter().map(|(q, _)| q.end).collect();
+        let starts: Vec<usize> = cut.iter().map(|(q, _)| q.start).collect();
+        assert_eq!(starts[0], 0, "{cut:?}");
+        assert_eq!(&starts[1..], &ends[..ends.len() - 1], "{cut:?}");
+        assert_eq!(ends.last(), Some(&len), "{cut:?}");
+        cut
     }
 
     #[test]
