@@ -566,6 +566,7 @@ mod arm {
 
     use super::{Job, MR, Micro, task};
     use crate::buf::AlignedBuf;
+    use crate::kernels::gemm8::arm::tile_mmla;
     use crate::kernels::math::Baseline;
 
     /// `sums + a . b^T` in a 2 x 2 block of f32 (`[r0 c0, r0 c1, r1 c0, r1 c1]`): two rows of
@@ -590,13 +591,10 @@ mod arm {
         s
     }
 
-    /// Row pairs of the tile.
-    const PAIRS: usize = MR / 2;
-
-    /// NEON with the bf16 extension: 16 columns, the tile in 2 x 2 blocks (a pair of rows by a
-    /// pair of columns, eight registers per pair of rows), 24 accumulators, as the int8
-    /// matrix multiply's kernel. For each group of four values, each pair of rows is loaded
-    /// into one register, and each `bfmmla` adds the pair's products with two columns.
+    /// NEON with the bf16 extension: the int8 matrix multiply's microkernel
+    /// ([`tile_mmla`]) with `bfmmla`, whose each instruction adds 16 products (a pair of rows
+    /// by a pair of columns, four deep). A group of four bf16 is eight bytes, as `tile_mmla`
+    /// reads a row, and the panel's groups of 16 columns are its 128 bytes.
     pub(super) struct NeonBf16;
 
     impl Micro for NeonBf16 {
@@ -613,42 +611,18 @@ mod arm {
             first: bool,
         ) {
             debug_assert!(pairs.is_multiple_of(2), "whole groups of four");
-            // SAFETY: every pointer stays inside the rows, panel and tile the caller vouched
-            // for, and the caller enabled bf16.
+            // The casts only reinterpret registers.
+            let mmla = |s: uint32x4_t, x: uint8x16_t, w: uint8x16_t| {
+                // SAFETY: the caller enabled bf16.
+                unsafe {
+                    let (x, w) = (vreinterpretq_u16_u8(x), vreinterpretq_u16_u8(w));
+                    vreinterpretq_u32_f32(bfmmla(vreinterpretq_f32_u32(s), x, w))
+                }
+            };
+            // SAFETY: the caller's contract, which is `tile_mmla`'s in bytes.
             unsafe {
-                let mut acc = [[vdupq_n_f32(0.0); 8]; PAIRS];
-                if !first {
-                    for (p, r) in acc.iter_mut().enumerate() {
-                        let (top, bottom) = (c.add(2 * p * ldc), c.add((2 * p + 1) * ldc));
-                        for (j, v) in r.iter_mut().enumerate() {
-                            *v =
-                                vcombine_f32(vld1_f32(top.add(2 * j)), vld1_f32(bottom.add(2 * j)));
-                        }
-                    }
-                }
-                let (mut rows, mut p) = (*a, b);
-                for _ in 0..pairs / 2 {
-                    let x: [uint16x8_t; PAIRS] = std::array::from_fn(|i| {
-                        vcombine_u16(vld1_u16(rows[2 * i]), vld1_u16(rows[2 * i + 1]))
-                    });
-                    for r in &mut rows {
-                        *r = r.add(4);
-                    }
-                    for j in 0..8 {
-                        let w = vld1q_u16(p.add(8 * j));
-                        for (r, &xi) in acc.iter_mut().zip(&x) {
-                            r[j] = bfmmla(r[j], xi, w);
-                        }
-                    }
-                    p = p.add(64);
-                }
-                for (p, r) in acc.iter().enumerate() {
-                    let (top, bottom) = (c.add(2 * p * ldc), c.add((2 * p + 1) * ldc));
-                    for (j, v) in r.iter().enumerate() {
-                        vst1_f32(top.add(2 * j), vget_low_f32(*v));
-                        vst1_f32(bottom.add(2 * j), vget_high_f32(*v));
-                    }
-                }
+                let a = a.map(|r| r.cast());
+                tile_mmla(pairs / 2, &a, b.cast(), c.cast(), ldc, first, mmla)
             }
         }
     }

@@ -838,7 +838,7 @@ pub(crate) mod x86 {
 }
 
 #[cfg(target_arch = "aarch64")]
-mod arm {
+pub(crate) mod arm {
     use std::arch::aarch64::*;
     use std::arch::asm;
 
@@ -950,10 +950,67 @@ mod arm {
     /// Row pairs of the tile.
     const PAIRS: usize = MR / 2;
 
-    /// NEON with the int8 matrix multiply: 16 columns, the tile in 2 x 2 blocks (a pair of rows
-    /// by a pair of columns, eight registers per pair of rows), 24 accumulators. For each group
-    /// of eight values, each pair of rows is loaded into one register, and each `usmmla` adds
-    /// the pair's products with two columns: 32 products an instruction, twice `sdot`'s. The
+    /// The microkernel of the matrix multiply instructions, in int8 (`usmmla`) and bf16
+    /// (`bfmmla`): an `MR x 16` tile of 32-bit sums at `c` (row stride `ldc`, added to unless
+    /// `first`) from `groups` groups of eight bytes of each of `MR` rows (eight bytes of int8,
+    /// or four bf16) and a panel of 16 columns (128 bytes a group: eight pairs of columns, each
+    /// pair's two groups together). The tile is held in 2 x 2 blocks (a pair of rows by a pair
+    /// of columns, `[r0 c0, r0 c1, r1 c0, r1 c1]`, eight registers per pair of rows), 24
+    /// accumulators; for each group each pair of rows is loaded into one register, and
+    /// `mmla(sums, row pair, column pair)` adds their products, on the registers' bits.
+    ///
+    /// # Safety
+    /// Each of `a` holds `8 * groups` bytes, `b` `128 * groups`, `c` an `MR x 16` tile at row
+    /// stride `ldc`; the CPU has what `mmla` uses.
+    #[inline(always)]
+    pub(crate) unsafe fn tile_mmla(
+        groups: usize,
+        a: &[*const u8; MR],
+        b: *const u8,
+        c: *mut u32,
+        ldc: usize,
+        first: bool,
+        mmla: impl Fn(uint32x4_t, uint8x16_t, uint8x16_t) -> uint32x4_t,
+    ) {
+        // SAFETY: every pointer stays inside the rows, panel and tile the caller vouched for.
+        unsafe {
+            let mut acc = [[vdupq_n_u32(0); 8]; PAIRS];
+            if !first {
+                for (p, r) in acc.iter_mut().enumerate() {
+                    let (top, bottom) = (c.add(2 * p * ldc), c.add((2 * p + 1) * ldc));
+                    for (j, v) in r.iter_mut().enumerate() {
+                        *v = vcombine_u32(vld1_u32(top.add(2 * j)), vld1_u32(bottom.add(2 * j)));
+                    }
+                }
+            }
+            let (mut rows, mut p) = (*a, b);
+            for _ in 0..groups {
+                let x: [uint8x16_t; PAIRS] = std::array::from_fn(|i| {
+                    vcombine_u8(vld1_u8(rows[2 * i]), vld1_u8(rows[2 * i + 1]))
+                });
+                for r in &mut rows {
+                    *r = r.add(8);
+                }
+                for j in 0..8 {
+                    let w = vld1q_u8(p.add(16 * j));
+                    for (r, &xi) in acc.iter_mut().zip(&x) {
+                        r[j] = mmla(r[j], xi, w);
+                    }
+                }
+                p = p.add(128);
+            }
+            for (p, r) in acc.iter().enumerate() {
+                let (top, bottom) = (c.add(2 * p * ldc), c.add((2 * p + 1) * ldc));
+                for (j, v) in r.iter().enumerate() {
+                    vst1_u32(top.add(2 * j), vget_low_u32(*v));
+                    vst1_u32(bottom.add(2 * j), vget_high_u32(*v));
+                }
+            }
+        }
+    }
+
+    /// NEON with the int8 matrix multiply: [`tile_mmla`] with `usmmla`, whose each instruction
+    /// adds 32 products (a pair of rows by a pair of columns, eight deep), twice `sdot`'s. The
     /// rows are unsigned bytes, as VNNI's.
     pub(super) struct NeonI8mm;
 
@@ -971,43 +1028,16 @@ mod arm {
             ldc: usize,
             first: bool,
         ) {
-            // SAFETY: every pointer stays inside the rows, panel and tile the caller vouched
-            // for, and the caller enabled i8mm.
-            unsafe {
-                let mut acc = [[vdupq_n_s32(0); 8]; PAIRS];
-                if !first {
-                    for (p, r) in acc.iter_mut().enumerate() {
-                        let (top, bottom) = (c.add(2 * p * ldc), c.add((2 * p + 1) * ldc));
-                        for (j, v) in r.iter_mut().enumerate() {
-                            *v =
-                                vcombine_s32(vld1_s32(top.add(2 * j)), vld1_s32(bottom.add(2 * j)));
-                        }
-                    }
+            // The casts only reinterpret registers.
+            let mmla = |s: uint32x4_t, x: uint8x16_t, w: uint8x16_t| {
+                // SAFETY: the caller enabled i8mm.
+                unsafe {
+                    let sums = usmmla(vreinterpretq_s32_u32(s), x, vreinterpretq_s8_u8(w));
+                    vreinterpretq_u32_s32(sums)
                 }
-                let (mut rows, mut p) = (*a, b);
-                for _ in 0..groups {
-                    let x: [uint8x16_t; PAIRS] = std::array::from_fn(|i| {
-                        vcombine_u8(vld1_u8(rows[2 * i]), vld1_u8(rows[2 * i + 1]))
-                    });
-                    for r in &mut rows {
-                        *r = r.add(8);
-                    }
-                    for j in 0..8 {
-                        let w = vld1q_s8(p.add(16 * j));
-                        for (r, &xi) in acc.iter_mut().zip(&x) {
-                            r[j] = usmmla(r[j], xi, w);
-                        }
-                    }
-                    p = p.add(128);
-                }
-                for (p, r) in acc.iter().enumerate() {
-                    let (top, bottom) = (c.add(2 * p * ldc), c.add((2 * p + 1) * ldc));
-                    for (j, v) in r.iter().enumerate() {
-                        vst1_s32(top.add(2 * j), vget_low_s32(*v));
-                        vst1_s32(bottom.add(2 * j), vget_high_s32(*v));
-                    }
-                }
-            }
+            };
+            // SAFETY: the caller's contract, which is `tile_mmla`'s in bytes.
+            unsafe { tile_mmla(groups, a, b.cast(), c.cast(), ldc, first, mmla) }
         }
     }
 
