@@ -26,11 +26,27 @@ fn parse_threads(value: Option<&str>) -> Result<Option<usize>> {
     }
 }
 
-/// The pool of `threads` threads (`None`: one per core), made on first use; an error if the
-/// system cannot start them.
+/// The most threads a pool may have on a machine of `cores` cores: four a core, and at least
+/// 256. Threads beyond the cores only share them (a test may still want a few more threads
+/// than its machine has); thousands take seconds to start and to wake, and each holds its
+/// scratch, so a mistyped count fails instead of stalling.
+pub(crate) fn max_threads(cores: usize) -> usize {
+    cores.saturating_mul(4).max(256)
+}
+
+/// The pool of `threads` threads (`None`: one per core), made on first use; an error if that
+/// is more than [`max_threads`] allows, or if the system cannot start them.
 pub(crate) fn shared(threads: Option<usize>) -> Result<Arc<rayon::ThreadPool>> {
     static POOLS: Mutex<Vec<(usize, Arc<rayon::ThreadPool>)>> = Mutex::new(Vec::new());
-    let n = threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from));
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    let n = threads.unwrap_or(cores);
+    if n > max_threads(cores) {
+        return Err(Error::Device(format!(
+            "flex: {n} threads asked for, on {cores} cores: at most {} (threads beyond the \
+             cores only share them)",
+            max_threads(cores)
+        )));
+    }
     let mut pools = POOLS.lock().unwrap_or_else(PoisonError::into_inner);
     if let Some((_, p)) = pools.iter().find(|(k, _)| *k == n) {
         return Ok(Arc::clone(p));
@@ -58,6 +74,17 @@ mod tests {
             let e = parse_threads(Some(bad)).unwrap_err().to_string();
             assert!(e.contains("SWITCHYARD_THREADS") && e.contains(bad), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn a_thread_count_far_past_the_cores_is_refused() {
+        assert_eq!(max_threads(2), 256);
+        assert_eq!(max_threads(128), 512);
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        let too_many = max_threads(cores) + 1;
+        let e = shared(Some(too_many)).unwrap_err().to_string();
+        assert!(e.contains(&format!("{too_many} threads")) && e.contains("at most"), "{e}");
+        assert!(shared(Some(100_000)).is_err());
     }
 
     #[test]
