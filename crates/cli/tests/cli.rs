@@ -599,6 +599,10 @@ fn int8_and_threads_embed_close_to_f32_and_what_cannot_apply_is_refused() {
     assert!(text(&o.stdout).is_empty() && text(&o.stderr).contains("switchyard inspect"));
     let o = switchyard(&["embed", "--model", m, "--threads", "0", "hi"]);
     assert_eq!(o.status.code(), Some(2), "clap refuses zero threads");
+    let o = switchyard(&["embed", "--model", m, "--threads", "100000", "hi"]);
+    assert_eq!(o.status.code(), Some(1), "far more threads than cores is an error, not a stall");
+    let err = text(&o.stderr);
+    assert!(err.contains("100000 threads asked for") && err.contains("at most"), "{err}");
 }
 
 /// `embed` prints each chunk of 1024 inputs before it reads the next: here the first results
