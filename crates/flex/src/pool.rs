@@ -39,12 +39,11 @@ pub(crate) fn max_threads(cores: usize) -> usize {
 pub(crate) fn shared(threads: Option<usize>) -> Result<Arc<rayon::ThreadPool>> {
     static POOLS: Mutex<Vec<(usize, Arc<rayon::ThreadPool>)>> = Mutex::new(Vec::new());
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
-    let n = threads.unwrap_or(cores);
-    if n > max_threads(cores) {
+    let (n, most) = (threads.unwrap_or(cores), max_threads(cores));
+    if n > most {
         return Err(Error::Device(format!(
-            "flex: {n} threads asked for, on {cores} cores: at most {} (threads beyond the \
-             cores only share them)",
-            max_threads(cores)
+            "flex: {n} threads asked for, on {cores} cores: at most {most} (threads beyond \
+             the cores only share them)"
         )));
     }
     let mut pools = POOLS.lock().unwrap_or_else(PoisonError::into_inner);

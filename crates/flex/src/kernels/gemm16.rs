@@ -562,33 +562,17 @@ mod x86 {
 #[cfg(target_arch = "aarch64")]
 mod arm {
     use std::arch::aarch64::*;
-    use std::arch::asm;
 
     use super::{Job, MR, Micro, task};
     use crate::buf::AlignedBuf;
-    use crate::kernels::gemm8::arm::tile_mmla;
+    use crate::kernels::gemm8::arm::{accumulating, tile_mmla};
     use crate::kernels::math::Baseline;
 
-    /// `sums + a . b^T` in a 2 x 2 block of f32 (`[r0 c0, r0 c1, r1 c0, r1 c1]`): two rows of
-    /// four bf16 in `a`, two columns of four in `b`, `bfmmla`. Its intrinsic (`vbfmmlaq_f32`)
-    /// is not stable in Rust yet; the instruction is.
-    ///
-    /// # Safety
-    /// The CPU has the bf16 extension (the caller enabled `bf16`).
-    #[inline(always)]
-    unsafe fn bfmmla(sums: float32x4_t, a: uint16x8_t, b: uint16x8_t) -> float32x4_t {
-        let mut s = sums;
-        // SAFETY: `bfmmla` reads and writes these registers only; the caller's contract.
-        unsafe {
-            asm!(
-                "bfmmla {s:v}.4s, {a:v}.8h, {b:v}.8h",
-                s = inout(vreg) s,
-                a = in(vreg) a,
-                b = in(vreg) b,
-                options(pure, nomem, nostack, preserves_flags),
-            );
-        }
-        s
+    accumulating! {
+        /// `sums + a . b^T` in a 2 x 2 block of f32 (`[r0 c0, r0 c1, r1 c0, r1 c1]`): two rows
+        /// of four bf16 in `a`, two columns of four in `b`, `bfmmla` (`vbfmmlaq_f32`; the
+        /// caller enabled `bf16`).
+        bfmmla, "bfmmla", "8h", float32x4_t, uint16x8_t, uint16x8_t
     }
 
     /// NEON with the bf16 extension: the int8 matrix multiply's microkernel

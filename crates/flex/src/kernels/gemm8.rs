@@ -840,31 +840,44 @@ pub(crate) mod x86 {
 #[cfg(target_arch = "aarch64")]
 pub(crate) mod arm {
     use std::arch::aarch64::*;
-    use std::arch::asm;
+
+    /// Defines `unsafe fn $name(sums, a, b) -> sums`: the one NEON instruction `$ins`, which
+    /// adds products of `a` and `b` (registers of arrangement `$arr`) to the four 32-bit lanes
+    /// of `sums`. Their intrinsics are not stable in Rust yet; the instructions are.
+    macro_rules! accumulating {
+        ($(#[$doc:meta])* $name:ident, $ins:literal, $arr:literal, $s:ty, $a:ty, $b:ty) => {
+            $(#[$doc])*
+            ///
+            /// # Safety
+            /// The CPU has the instruction's extension (the caller enabled it).
+            #[inline(always)]
+            unsafe fn $name(sums: $s, a: $a, b: $b) -> $s {
+                let mut s = sums;
+                // SAFETY: the instruction reads and writes these registers only; the caller's
+                // contract.
+                unsafe {
+                    std::arch::asm!(
+                        concat!($ins, " {s:v}.4s, {a:v}.", $arr, ", {b:v}.", $arr),
+                        s = inout(vreg) s,
+                        a = in(vreg) a,
+                        b = in(vreg) b,
+                        options(pure, nomem, nostack, preserves_flags),
+                    );
+                }
+                s
+            }
+        };
+    }
+    pub(crate) use accumulating;
 
     use super::{Job, MR, Micro, task};
     use crate::buf::AlignedBuf;
     use crate::kernels::math::Baseline;
 
-    /// `sums + a . b` in each i32 lane, four products of signed bytes each: `sdot`. Its
-    /// intrinsic (`vdotq_s32`) is not stable in Rust yet; the instruction is.
-    ///
-    /// # Safety
-    /// The CPU has the dot product instructions (the caller enabled `dotprod`).
-    #[inline(always)]
-    unsafe fn sdot(sums: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
-        let mut s = sums;
-        // SAFETY: `sdot` reads and writes these registers only; the caller's contract.
-        unsafe {
-            asm!(
-                "sdot {s:v}.4s, {a:v}.16b, {b:v}.16b",
-                s = inout(vreg) s,
-                a = in(vreg) a,
-                b = in(vreg) b,
-                options(pure, nomem, nostack, preserves_flags),
-            );
-        }
-        s
+    accumulating! {
+        /// `sums + a . b` in each i32 lane, four products of signed bytes each: `sdot`
+        /// (`vdotq_s32`; the caller enabled `dotprod`).
+        sdot, "sdot", "16b", int32x4_t, int8x16_t, int8x16_t
     }
 
     /// NEON with the dot product: 16 columns in four registers of i32 per row, 24
@@ -925,26 +938,11 @@ pub(crate) mod arm {
         }
     }
 
-    /// `sums + a . b^T` in a 2 x 2 block of i32 (`[r0 c0, r0 c1, r1 c0, r1 c1]`): two rows of
-    /// eight unsigned bytes in `a`, two columns of eight signed bytes in `b`, `usmmla`. Its
-    /// intrinsic (`vusmmlaq_s32`) is not stable in Rust yet; the instruction is.
-    ///
-    /// # Safety
-    /// The CPU has the int8 matrix multiply (the caller enabled `i8mm`).
-    #[inline(always)]
-    unsafe fn usmmla(sums: int32x4_t, a: uint8x16_t, b: int8x16_t) -> int32x4_t {
-        let mut s = sums;
-        // SAFETY: `usmmla` reads and writes these registers only; the caller's contract.
-        unsafe {
-            asm!(
-                "usmmla {s:v}.4s, {a:v}.16b, {b:v}.16b",
-                s = inout(vreg) s,
-                a = in(vreg) a,
-                b = in(vreg) b,
-                options(pure, nomem, nostack, preserves_flags),
-            );
-        }
-        s
+    accumulating! {
+        /// `sums + a . b^T` in a 2 x 2 block of i32 (`[r0 c0, r0 c1, r1 c0, r1 c1]`): two rows
+        /// of eight unsigned bytes in `a`, two columns of eight signed bytes in `b`, `usmmla`
+        /// (`vusmmlaq_s32`; the caller enabled `i8mm`).
+        usmmla, "usmmla", "16b", int32x4_t, uint8x16_t, int8x16_t
     }
 
     /// Row pairs of the tile.
