@@ -214,7 +214,7 @@ impl PackedWeight8 {
             let panel = &mut data[p * kp * nr..(p + 1) * kp * nr];
             let mut sum = 0i32;
             for (kk, &v) in row.iter().enumerate() {
-                let q = (v * inv).round_ties_even().clamp(-top, top) as i8;
+                let q = round_small((v * inv).clamp(-top, top)) as i8;
                 panel[(kk / g) * nr * g + c * g + kk % g] = q;
                 sum += i32::from(q);
             }
@@ -326,6 +326,17 @@ pub unsafe fn quantize_rows(
 /// as the FPU rounds) in the low byte of the sum's bits. Below 2^23 the spacing of f32s is 1/2,
 /// so what is added must keep every sum at or past it.
 const ROUND: f32 = 8_388_608.0;
+
+/// `x` rounded to the nearest integer, ties to even, for `|x| <= 2^22` (a NaN stays one).
+/// `round_ties_even` is a call to libm's `rintf` where the build's baseline has no SSE4.1, and
+/// packing a weight made one a value: most of an int8 model's load.
+#[inline(always)]
+fn round_small(x: f32) -> f32 {
+    // Past 1.5 * 2^23 f32s are whole numbers, so the sum rounds `x` as the FPU does; the
+    // second operation is exact.
+    const MAGIC: f32 = 12_582_912.0;
+    (x + MAGIC) - MAGIC
+}
 
 /// A key for `v` whose order as an i32 is the order of the values, with a NaN of either sign
 /// past the infinity of its sign.
@@ -1047,5 +1058,23 @@ pub(crate) mod arm {
     task_with! {
         /// A task with the NEON dot product microkernel.
         task_neon_dot, NeonDot, "neon,dotprod"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_small_rounds_as_round_ties_even() {
+        // Halves (the ties), their neighbours, whole numbers and the range's ends.
+        let mut xs: Vec<f32> = (-600..=600).map(|i| i as f32 / 4.0).collect();
+        xs.extend([0.5f32, 1.5, 2.5, -0.5, -2.5, 126.5, 127.5, -127.5, 0.49999997, 4_194_304.0]);
+        xs.extend([-4_194_303.5, 1e-30, -1e-30, -0.0]);
+        xs.extend((0..10_000).map(|i| (i as f32 * 0.7301).sin() * 127.0));
+        for x in xs {
+            assert_eq!(round_small(x), x.round_ties_even(), "{x}");
+        }
+        assert!(round_small(f32::NAN).is_nan());
     }
 }
