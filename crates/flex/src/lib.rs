@@ -263,7 +263,7 @@ impl Backend for FlexBackend {
             Engine::Native(linears) => {
                 let _span = tracing::info_span!("upload", backend = "flex").entered();
                 let forms = (self.precision(*linears), self.products(*linears));
-                let w = native::upload(self.isa, forms, tensors, graph)?;
+                let w = self.pool.install(|| native::upload(self.isa, forms, tensors, graph))?;
                 Ok(FlexWeights::Native(Arc::new(w)))
             }
             Engine::Half(b) => Ok(FlexWeights::Half(b.upload(tensors, graph)?)),

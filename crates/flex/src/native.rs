@@ -12,6 +12,7 @@
 
 use std::sync::Arc;
 
+use rayon::prelude::*;
 use switchyard_core::{
     Batch, Bucket, Caps, Error, Graph, HostTensor, Layout, Op, Outputs, Result, Rows, W,
 };
@@ -117,7 +118,8 @@ pub struct NativeState {
 const F32: usize = size_of::<f32>();
 
 /// Converts and packs the checkpoint tensors for `graph`, the linear layers' in `precision`,
-/// for attention multiplying in `products` (bf16 only where the CPU has AVX-512 BF16).
+/// for attention multiplying in `products` (bf16 only where the CPU has AVX-512 BF16); the
+/// tensors in parallel on the current rayon pool.
 pub(crate) fn upload(
     isa: Isa,
     (precision, products): (Precision, Products),
@@ -126,15 +128,7 @@ pub(crate) fn upload(
 ) -> Result<NativeWeights> {
     graph.check_weights(tensors)?;
     let forms = graph.weight_reads();
-    let mut w = NativeWeights {
-        plain: Vec::with_capacity(tensors.len()),
-        linear: Vec::with_capacity(tensors.len()),
-        bytes: 0,
-        products,
-    };
-    for (t, &(plain, linear)) in tensors.iter().zip(&forms) {
-        let mut values = Vec::new();
-        t.extend_f32(&mut values);
+    let one = |(t, &(plain, linear)): (&HostTensor<'_>, &(bool, bool))| -> Result<_> {
         let (n, k) = (t.shape[0], t.shape.get(1).copied().unwrap_or(1));
         if linear && matches!(precision, Precision::Int8(_)) && k > gemm8::MAX_K {
             return Err(Error::Unsupported(format!(
@@ -142,15 +136,27 @@ pub(crate) fn upload(
                 gemm8::MAX_K
             )));
         }
+        let mut values = Vec::new();
+        t.extend_f32(&mut values);
         let packed = linear.then(|| match precision {
             Precision::F32 => Linear::F32(PackedWeight::pack(&values, n, k, isa)),
             Precision::Int8(isa8) => Linear::Int8(PackedWeight8::pack(&values, n, k, isa8)),
             Precision::Bf16(isa16) => Linear::Bf16(PackedWeight16::pack(&values, n, k, isa16)),
         });
+        Ok((packed, plain.then_some(values)))
+    };
+    let done: Vec<_> = tensors.par_iter().zip(&forms).map(one).collect::<Result<_>>()?;
+    let mut w = NativeWeights {
+        plain: Vec::with_capacity(tensors.len()),
+        linear: Vec::with_capacity(tensors.len()),
+        bytes: 0,
+        products,
+    };
+    for (packed, plain) in done {
         w.bytes += packed.as_ref().map_or(0, Linear::bytes);
-        w.bytes += if plain { values.len() * F32 } else { 0 };
+        w.bytes += plain.as_ref().map_or(0, |v| v.len() * F32);
         w.linear.push(packed);
-        w.plain.push(plain.then_some(values));
+        w.plain.push(plain);
     }
     Ok(w)
 }
