@@ -77,7 +77,7 @@ struct Engine<B: Backend> {
 
 impl<B: Backend> Runner<B> {
     /// Uploads `model`'s weights to `backend`, with `buckets` (stage `default`).
-    pub fn new(model: Model, backend: B, buckets: Buckets) -> Result<Self> {
+    pub fn new(mut model: Model, backend: B, buckets: Buckets) -> Result<Self> {
         let limit = batch_limit(&model, &buckets);
         let mut exec = model.executor(backend, buckets)?;
         // `executor` refused a table whose largest bucket holds no full-length sequence.
@@ -88,6 +88,8 @@ impl<B: Backend> Runner<B> {
         let (tokenize_threads, tokenize_ahead) = (tokenize_threads(&caps), tokenize_ahead(&caps));
         let (buf, out) = (BatchBuf::new(), Outputs::new());
         let engine = Engine { exec, buf, out, limit, tokens, tokenize_threads, tokenize_ahead };
+        // The backend holds the weights now.
+        model.checkpoint.release_pages();
         Ok(Runner { model, engine })
     }
 
@@ -442,6 +444,19 @@ mod tests {
         let gpu = Caps::new("cube", "cuda:0", DeviceKind::Gpu);
         assert_eq!(tokenize_threads(&gpu), cores);
         assert!(tokenize_ahead(&gpu));
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_runner_lets_the_checkpoints_pages_go_once_uploaded() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny/bert");
+        let model = crate::Model::load(&dir).unwrap();
+        let buckets = switchyard_core::Buckets::default();
+        let mut run = super::Runner::new(model, switchyard_flex::flex(), buckets).unwrap();
+        assert_eq!(run.model().checkpoint().resident_bytes(), 0);
+        // Still served from the file after release: the runner embeds, and the weights read.
+        assert_eq!(run.embed(&["a text"], |_| {}).unwrap().len(), 1);
+        assert!(run.model().tensors().is_ok());
     }
 
     /// Forty texts, "0" to "39", in chunks of four.
