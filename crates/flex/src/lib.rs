@@ -12,9 +12,9 @@
 //! size, the GEMM faster, results within a few percent of f32 (see the conformance tolerance).
 //!
 //! In bf16 the same engine runs its linear layers on bf16 weights and activations, summing their
-//! exact products in f32 (with AVX-512 BF16 where the CPU has it, twice the f32 GEMM's
-//! arithmetic; with AVX2, widened to f32 in registers, at f32's speed; elsewhere portable code,
-//! slower than f32): weights half the size, every other op in f32, as PyTorch's CPU autocast
+//! exact products in f32 (on AMX's tile registers where the CPU and OS have them; else with
+//! AVX-512 BF16 where the CPU has it, twice the f32 GEMM's arithmetic; with AVX2, widened to
+//! f32 in registers, at f32's speed; elsewhere portable code, slower than f32): weights half the size, every other op in f32, as PyTorch's CPU autocast
 //! runs a model in bf16.
 //!
 //! In f16 ([`Backend::with_dtype`]) it runs the generic Burn lowering on burn-flex, which stores
@@ -199,6 +199,9 @@ impl FlexBackend {
     /// benchmarks.
     pub fn as_cpu_of(self, isa8: Isa8) -> Result<FlexBackend> {
         let (isa, isa16) = match isa8 {
+            Isa8::AmxInt8 => (self.isa, self.isa16),
+            // Such a CPU (an AMD Zen 4, an Intel Ice Lake) has no AMX for bf16 either.
+            Isa8::Avx512Vnni if self.isa16 == Isa16::AmxBf16 => (self.isa, Isa16::Avx512Bf16),
             Isa8::Avx512Vnni => (self.isa, self.isa16),
             Isa8::AvxVnni | Isa8::Avx2 => (Isa::Avx2, Isa16::Avx2),
             // Every CPU with the int8 matrix multiply (Armv8.6) has the bf16 extension too.
@@ -222,10 +225,11 @@ impl FlexBackend {
         }
     }
 
-    /// What attention multiplies in: where the bf16 GEMM has AVX-512 BF16 (itself detected on
-    /// this CPU), bf16 products in bf16 and in int8; f32 otherwise.
+    /// What attention multiplies in: where the bf16 GEMM runs on AMX or AVX-512 BF16 (either
+    /// detected on this CPU with AVX-512 BF16), bf16 products in bf16 and in int8; f32
+    /// otherwise.
     fn products(&self, linears: Linears) -> Products {
-        let bf16 = self.isa16 == Isa16::Avx512Bf16;
+        let bf16 = matches!(self.isa16, Isa16::AmxBf16 | Isa16::Avx512Bf16);
         match linears {
             Linears::Bf16 | Linears::Int8 if bf16 => Products::Bf16,
             _ => Products::F32,

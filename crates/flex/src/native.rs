@@ -207,12 +207,12 @@ pub(crate) fn state(isa: Isa, plan: &NativePlan, threads: usize) -> Result<Nativ
                 size = size.max(match plan.weights.linear(weight)? {
                     Linear::F32(w) => gemm::scratch_size(rows, w),
                     Linear::Int8(w) => {
-                        quantized_bytes = quantized_bytes.max(rows * w.row_bytes());
+                        quantized_bytes = quantized_bytes.max(w.rows_bytes(rows));
                         quantized_rows = quantized_rows.max(rows);
                         gemm8::scratch_size(rows, w)
                     }
                     Linear::Bf16(w) => {
-                        rounded = rounded.max(rows * w.row_len());
+                        rounded = rounded.max(w.rows_len(rows));
                         gemm16::scratch_size(rows, w)
                     }
                 });
@@ -402,6 +402,7 @@ pub(crate) fn device(isa: Isa, isa8: Isa8, isa16: Isa16) -> String {
         Isa::Portable => portable,
     };
     let int8 = match isa8 {
+        Isa8::AmxInt8 => "AMX",
         Isa8::Avx512Vnni => "AVX-512 VNNI",
         Isa8::AvxVnni => "AVX-VNNI",
         Isa8::Avx2 => "AVX2",
@@ -411,6 +412,7 @@ pub(crate) fn device(isa: Isa, isa8: Isa8, isa16: Isa16) -> String {
         Isa8::Portable => portable,
     };
     let bf16 = match isa16 {
+        Isa16::AmxBf16 => "bf16 on AMX",
         Isa16::Avx512Bf16 => "bf16 on AVX-512 BF16",
         Isa16::Avx2 => "bf16 widened to f32 on AVX2 (no faster than f32)",
         Isa16::NeonBf16 => "bf16 on NEON BF16",

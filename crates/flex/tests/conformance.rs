@@ -152,6 +152,7 @@ fn caps_say_what_each_dtype_runs_on() {
     let device = flex.caps().device;
     assert!(device.starts_with("host CPU: f32 on "), "{device}");
     let bf16 = match switchyard_flex::kernels::Isa16::detect() {
+        switchyard_flex::kernels::Isa16::AmxBf16 => "bf16 on AMX",
         switchyard_flex::kernels::Isa16::Avx512Bf16 => "bf16 on AVX-512 BF16",
         switchyard_flex::kernels::Isa16::Avx2 => "bf16 widened to f32 on AVX2 (no faster than f32)",
         switchyard_flex::kernels::Isa16::NeonBf16 => "bf16 on NEON BF16",

@@ -149,7 +149,7 @@ fn run_gemm8(
 ) -> Vec<f32> {
     let packed = PackedWeight8::pack(w, n, k, isa8);
     let scratch = Scratches::for_current_pool();
-    let mut rows = QuantizedRows::with_room(m, m * packed.row_bytes());
+    let mut rows = QuantizedRows::with_room(m, packed.rows_bytes(m));
     let mut apart = vec![f32::NAN; m * n];
     let mut in_place = res.to_vec();
     // SAFETY: x is m x k, the outputs and residual m x n, bias n; `in_place` is its own
@@ -332,15 +332,22 @@ fn quantizing_rounds_to_nearest_even_over_each_rows_range_and_spreads_nan_on_eve
         for isa8 in Isa8::available() {
             let w = PackedWeight8::pack(&[1.0; 2 * 6], 2, k, isa8);
             let len = w.row_bytes();
-            assert_eq!(len, 8, "{isa8:?}: a byte a value, padded to a multiple of four");
-            let mut q = QuantizedRows::with_room(m, m * len);
+            // A byte a value, padded with the zero point to a multiple of four, eight for
+            // NEON's int8 matrix multiply, 64 on AMX.
+            assert_eq!(len, k.next_multiple_of(isa8.depth()), "{isa8:?}");
+            let mut q = QuantizedRows::with_room(m, w.rows_bytes(m));
             // SAFETY: x holds m x k values; q has room for m rows.
             unsafe { quantize_rows(isa, x.as_ptr(), m, &w, &mut q) };
             // A kernel of signed bytes reads each byte less 128: its top bit flipped.
             let offset = isa8.row_offset();
             let flip = if offset == 0 { 0 } else { 0x80 };
             let row = |i: usize| q.bytes()[i * len..(i + 1) * len].iter().map(|b| b ^ flip);
-            let row = |i: usize| row(i).collect::<Vec<u8>>();
+            // Each row's first eight bytes, and that the rest are its last (the zero point).
+            let row = |i: usize| {
+                let row = row(i).collect::<Vec<u8>>();
+                assert!(row[8..].iter().all(|&b| b == row[7]), "{isa8:?}: {row:?}");
+                row[..8].to_vec()
+            };
             let at = format!("{isa:?} {isa8:?}");
             assert_eq!(row(0), [255, 130, 124, 128, 0, 121, 128, 128], "{at}");
             assert_eq!(row(1), [0; 8], "{at}: a row of zeros");
@@ -391,7 +398,7 @@ fn run_gemm16(
 ) -> Vec<f32> {
     let packed = PackedWeight16::pack(w, n, k, isa16);
     let scratch = Scratches::for_current_pool();
-    let mut rows = vec![7u16; m * packed.row_len()];
+    let mut rows = vec![7u16; packed.rows_len(m)];
     let mut apart = vec![f32::NAN; m * n];
     let mut in_place = res.to_vec();
     // SAFETY: x is m x k, rows holds m rows of k2, the outputs and residual m x n, bias n;
@@ -447,6 +454,20 @@ fn bf16_gemm_is_within_its_rounding_of_f64_on_every_isa_and_shape() {
     }
 }
 
+/// Where Linux lists AMX among the CPU's flags (which it does only where it enabled the tiles'
+/// state), flex's bf16 and int8 GEMMs run on it; elsewhere on AVX-512 or less. A detection that
+/// missed it would leave the tiles unused with every other test passing.
+#[test]
+fn amx_is_taken_where_linux_lists_it() {
+    let Ok(cpuinfo) = std::fs::read_to_string("/proc/cpuinfo") else { return };
+    let flags = cpuinfo.lines().find(|l| l.starts_with("flags")).unwrap_or_default();
+    let has = |all: &[&str]| all.iter().all(|f| flags.split_whitespace().any(|g| g == *f));
+    let bf16 = has(&["amx_tile", "amx_bf16", "avx512f", "avx512bw", "avx512_bf16"]);
+    let int8 = has(&["amx_tile", "amx_int8", "avx512f", "avx512bw", "avx512_vnni"]);
+    assert_eq!(Isa16::detect() == Isa16::AmxBf16, bf16, "bf16: {:?}", Isa16::detect());
+    assert_eq!(Isa8::detect() == Isa8::AmxInt8, int8, "int8: {:?}", Isa8::detect());
+}
+
 #[test]
 fn bf16_gemm_really_rounds_its_operands() {
     // x = 1 + 2^-8 rounds to 1 in bf16 (a tie, to even) and w = 1 + 3 2^-8 to 1 + 2^-6: the
@@ -483,19 +504,22 @@ fn bf16_rounds_to_nearest_even_and_keeps_nan_and_infinity() {
     for isa in Isa::available() {
         for isa16 in Isa16::available() {
             let w = PackedWeight16::pack(&[1.0; 3], 1, 3, isa16);
-            let mut rows = vec![7u16; w.row_len()];
-            // SAFETY: x holds one row of 3 values; rows has the row's length.
+            let mut rows = vec![7u16; w.rows_len(1)];
+            // SAFETY: x holds one row of 3 values; rows has the room for it.
             unsafe { round_rows(isa, x.as_ptr(), 1, &w, &mut rows) };
             let at = format!("{isa:?} {isa16:?}");
+            let rows = &rows[..w.row_len()];
             let values: Vec<u16> = match isa16.rows() {
-                Rows16::Pairs => rows.clone(),
+                Rows16::Pairs => rows.to_vec(),
                 Rows16::Widened => {
                     assert!(rows.iter().step_by(2).all(|&low| low == 0), "{at}: {rows:x?}");
                     rows.iter().skip(1).step_by(2).copied().collect()
                 }
             };
-            assert_eq!(values.len(), 4, "{at}");
-            assert_eq!((values[0], values[2], values[3]), (one, 0xc020, 0), "{at}");
+            // k pads to the kernel's depth: 4 for NEON's groups and on AMX 32 (2 elsewhere).
+            assert_eq!(values.len(), 3usize.next_multiple_of(isa16.depth()), "{at}");
+            assert_eq!((values[0], values[2]), (one, 0xc020), "{at}");
+            assert!(values[3..].iter().all(|&v| v == 0), "{at}: zero past k: {values:x?}");
             assert!(from_bf16(values[1]).is_nan(), "{at}");
         }
     }

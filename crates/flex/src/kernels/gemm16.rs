@@ -8,7 +8,11 @@
 //! consecutive `k` per column (what `vdpbf16ps` reads); `k` is padded to an even number with
 //! zero weights.
 //!
-//! Tasks, tiling, their loops and the epilogue are the f32 GEMM's ([`super::gemm`]). The
+//! Tasks, tiling and the epilogue are the f32 GEMM's ([`super::gemm`]). On a CPU with Intel AMX
+//! (Xeon from Sapphire Rapids on, on Linux) a task runs on the tile registers instead of a
+//! microkernel ([`super::amx`]): the same panels of 32 columns read as two tiles of 16, its rows
+//! 16 at a time straight from the rounded rows, all of `k` summed in the tiles (padded to a
+//! multiple of 32) before the epilogue. Elsewhere the
 //! microkernel runs on AVX-512 BF16 (32 columns, `vdpbf16ps`: two products per lane per
 //! instruction, twice the f32 FMA's), or on AVX2 with FMA (16 columns), which widens the bf16
 //! values to f32 in registers (a shift or a mask of the bits each) and multiplies with the f32
@@ -27,6 +31,7 @@
 use rayon::prelude::*;
 use switchyard_core::Act;
 
+use super::amx;
 use super::gemm::{Epilogue, Isa, MR, Tiling, for_each_task, task_blocks, tile_scratch};
 use super::math::{self, MulAdd};
 use super::multiversion;
@@ -40,6 +45,10 @@ const KP: usize = 256;
 /// The instruction set of the bf16 microkernel, chosen once per process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Isa16 {
+    /// Intel AMX (AMX-BF16, with AVX-512 BF16 beside it): 32 columns per panel, as
+    /// [`Isa16::Avx512Bf16`]'s, read as tiles of 16 columns by `tdpbf16ps`, 16 rows x 32 `k` a
+    /// tile of input; `k` padded to a multiple of 32.
+    AmxBf16,
     /// AVX-512 BF16: 32 columns per tile, `vdpbf16ps`.
     Avx512Bf16,
     /// AVX2 with FMA: 16 columns per tile, bf16 widened to f32 in registers.
@@ -59,6 +68,9 @@ impl Isa16 {
         {
             use std::arch::is_x86_feature_detected as has;
             if has!("avx512f") && has!("avx512bw") && has!("avx512bf16") {
+                if amx::bf16_ready() {
+                    return Isa16::AmxBf16;
+                }
                 return Isa16::Avx512Bf16;
             }
             if has!("avx2") && has!("fma") {
@@ -77,7 +89,7 @@ impl Isa16 {
         let best = Isa16::detect();
         // Each architecture's kernels, best first: the other's never run here.
         let all: &[Isa16] = if cfg!(target_arch = "x86_64") {
-            &[Isa16::Avx512Bf16, Isa16::Avx2, Isa16::Portable]
+            &[Isa16::AmxBf16, Isa16::Avx512Bf16, Isa16::Avx2, Isa16::Portable]
         } else if cfg!(target_arch = "aarch64") {
             &[Isa16::NeonBf16, Isa16::Portable]
         } else {
@@ -89,7 +101,7 @@ impl Isa16 {
     /// Columns of a microkernel tile.
     pub const fn nr(self) -> usize {
         match self {
-            Isa16::Avx512Bf16 => 32,
+            Isa16::AmxBf16 | Isa16::Avx512Bf16 => 32,
             Isa16::Avx2 | Isa16::NeonBf16 | Isa16::Portable => 16,
         }
     }
@@ -98,16 +110,34 @@ impl Isa16 {
     pub const fn rows(self) -> Rows16 {
         match self {
             Isa16::Avx2 => Rows16::Widened,
-            Isa16::Avx512Bf16 | Isa16::NeonBf16 | Isa16::Portable => Rows16::Pairs,
+            Isa16::AmxBf16 | Isa16::Avx512Bf16 | Isa16::NeonBf16 | Isa16::Portable => Rows16::Pairs,
         }
     }
 
     /// Consecutive `k` of one column the microkernel reads together: four for `bfmmla`, a pair
-    /// for the others. `k` is padded to a multiple of it with zero weights.
+    /// for the others.
     pub const fn group(self) -> usize {
         match self {
             Isa16::NeonBf16 => 4,
-            Isa16::Avx512Bf16 | Isa16::Avx2 | Isa16::Portable => 2,
+            Isa16::AmxBf16 | Isa16::Avx512Bf16 | Isa16::Avx2 | Isa16::Portable => 2,
+        }
+    }
+
+    /// What `k` is padded to a multiple of, with zero weights and zero row values: a tile's 32
+    /// on AMX, a group elsewhere.
+    pub const fn depth(self) -> usize {
+        match self {
+            Isa16::AmxBf16 => amx::ROW_BYTES / 2,
+            _ => self.group(),
+        }
+    }
+
+    /// Rows past the last one the kernel may read (not use) of the rounded rows: AMX loads
+    /// whole tiles of 16 rows.
+    const fn rows_past(self) -> usize {
+        match self {
+            Isa16::AmxBf16 => amx::ROWS - 1,
+            _ => 0,
         }
     }
 }
@@ -144,7 +174,7 @@ impl PackedWeight16 {
     pub fn pack(w: &[f32], n: usize, k: usize, isa: Isa16) -> PackedWeight16 {
         assert_eq!(w.len(), n * k, "a [{n}, {k}] weight");
         let (nr, group) = (isa.nr(), isa.group());
-        let kpad = k.next_multiple_of(group);
+        let kpad = k.next_multiple_of(isa.depth());
         let panels = n.div_ceil(nr);
         let mut data = vec![0u16; panels * kpad * nr];
         for (j, row) in w.chunks_exact(k.max(1)).enumerate().take(n) {
@@ -167,14 +197,20 @@ impl PackedWeight16 {
         self.k
     }
 
-    /// `k` padded to a whole group ([`Isa16::group`]): the values of a rounded input row.
+    /// `k` padded to the kernel's depth ([`Isa16::depth`]): the values of a rounded input row.
     pub fn kpad(&self) -> usize {
-        self.k.next_multiple_of(self.isa.group())
+        self.k.next_multiple_of(self.isa.depth())
     }
 
     /// `u16` of one input row rounded for this weight's kernel.
     pub fn row_len(&self) -> usize {
         self.kpad() / 2 * self.isa.rows().pair_len()
+    }
+
+    /// `u16` the rounded rows of an `m`-row input take for this weight's kernel: `m` rows, and
+    /// on AMX room for the 15 more its last tile may read.
+    pub fn rows_len(&self, m: usize) -> usize {
+        (m + self.isa.rows_past()) * self.row_len()
     }
 
     /// Bytes held.
@@ -253,7 +289,12 @@ multiversion! {
 
 /// The scratch a bf16 GEMM over at most `m` rows of `w` needs per thread.
 pub fn scratch_size(m: usize, w: &PackedWeight16) -> ScratchSize {
-    tile_scratch(m, w.isa.nr())
+    match w.isa {
+        // A task's tile buffer holds its rows rounded up to whole tiles of 16: at most 48
+        // (`gemm::RG x MR`), or `m` rounded up to 16 when that is fewer.
+        Isa16::AmxBf16 => tile_scratch(m.next_multiple_of(amx::ROWS), w.isa.nr()),
+        _ => tile_scratch(m, w.isa.nr()),
+    }
 }
 
 /// One bf16 GEMM call.
@@ -272,8 +313,8 @@ struct Job<'a> {
 /// # Safety
 /// `out` holds `m x w.n()` writable values; a `residual` holds `m x w.n()` readable values and
 /// is either `out` itself or overlaps nothing written; `bias` has `w.n()` values; `rows` holds
-/// `m` rows rounded for `w` (`w.row_len()` values each). No other thread writes any of them
-/// meanwhile.
+/// `m` rows rounded for `w` (`w.row_len()` values each) in its first `w.rows_len(m)` values. No
+/// other thread writes any of them meanwhile.
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn gemm16(
     isa: Isa,
@@ -289,7 +330,7 @@ pub unsafe fn gemm16(
     if m == 0 || w.n == 0 {
         return;
     }
-    assert!(rows.len() >= m * w.row_len(), "rows rounded for this weight");
+    assert!(rows.len() >= w.rows_len(m), "rows rounded for this weight");
     let tiling = Tiling::new(m, w.n.div_ceil(w.isa.nr()));
     let epilogue = Epilogue::new(w.n, bias, act, residual, out);
     let job = Job { rows, m, w, epilogue, tiling };
@@ -306,6 +347,9 @@ unsafe fn run_task(isa: Isa, job: &Job<'_>, t: usize, ctile: &mut AlignedBuf) {
     match (job.w.isa, isa) {
         // SAFETY: the instruction set was detected on this CPU when the weight was packed, so
         // the features the function enables are present; the rest is the caller's contract.
+        #[cfg(target_arch = "x86_64")]
+        (Isa16::AmxBf16, _) => unsafe { x86::task_amx_bf16(job, t, ctile) },
+        // SAFETY: as above.
         #[cfg(target_arch = "x86_64")]
         (Isa16::Avx512Bf16, _) => unsafe { x86::task_avx512_bf16(job, t, ctile) },
         // SAFETY: as above.
@@ -424,6 +468,7 @@ mod x86 {
 
     use super::{Job, MR, Micro, Portable, task};
     use crate::buf::AlignedBuf;
+    use crate::kernels::amx;
     use crate::kernels::gemm8::x86::tile512;
     use crate::kernels::math::Fused;
 
@@ -536,6 +581,33 @@ mod x86 {
     pub(super) unsafe fn task_avx512_bf16(job: &Job<'_>, t: usize, ctile: &mut AlignedBuf) {
         // SAFETY: the caller's contract, and the features are enabled here.
         unsafe { task::<Avx512Bf16>(job, t, ctile) }
+    }
+
+    /// A task on AMX ([`amx::task`]) with `tdpbf16ps`, its epilogue compiled for AVX-512.
+    ///
+    /// # Safety
+    /// As `task`'s; the CPU has AMX-BF16, avx512f, avx512bw and avx512bf16, and
+    /// [`amx::bf16_ready`] returned true.
+    #[target_feature(enable = "avx512f,avx512bw,avx512bf16,avx2,fma")]
+    pub(super) unsafe fn task_amx_bf16(job: &Job<'_>, t: usize, ctile: &mut AlignedBuf) {
+        let (w, len) = (job.w, job.w.row_len());
+        let span = job.tiling.span(t, job.m);
+        let steps = w.kpad() / (amx::ROW_BYTES / 2);
+        // SAFETY: the caller's contract: rows span.r0.. of the rounded rows, with the room
+        // `rows_len` gives past the last, and panels of `steps` steps of 16 pairs of 32
+        // columns.
+        unsafe {
+            let a = job.rows.as_ptr().add(span.r0 * len).cast::<u8>();
+            amx::task(
+                span,
+                w.n,
+                (a, len * size_of::<u16>()),
+                |p| w.panel(p).as_ptr().cast(),
+                ctile,
+                |tiles, blocks, a, b, c| tiles.bf16_block(blocks, steps, a, b, c),
+                |r, c0, row| job.epilogue.finish::<Fused>(r, c0, row),
+            )
+        }
     }
 
     /// A task with the portable microkernel compiled for AVX-512.

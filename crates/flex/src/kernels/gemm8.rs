@@ -36,6 +36,7 @@
 use rayon::prelude::*;
 use switchyard_core::Act;
 
+use super::amx;
 use super::gemm::{Epilogue, Isa, MR, Tiling, for_each_task, task_blocks, tile_scratch};
 use super::math::{self, MulAdd};
 use super::multiversion;
@@ -52,6 +53,10 @@ pub const MAX_K: usize = 1 << 16;
 /// The instruction set of the int8 microkernel, chosen once per process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Isa8 {
+    /// Intel AMX (AMX-INT8, with AVX-512 VNNI beside it): [`Isa8::Avx512Vnni`]'s panels of 32
+    /// columns read as tiles of 16 columns by `tdpbusd`, 16 rows x 64 `k` a tile of input; `k`
+    /// padded to a multiple of 64.
+    AmxInt8,
     /// AVX-512 with VNNI: 32 columns per tile.
     Avx512Vnni,
     /// AVX2 with AVX-VNNI: 16 columns per tile.
@@ -79,6 +84,9 @@ impl Isa8 {
         {
             use std::arch::is_x86_feature_detected as has;
             if has!("avx512f") && has!("avx512bw") && has!("avx512vnni") {
+                if amx::int8_ready() {
+                    return Isa8::AmxInt8;
+                }
                 return Isa8::Avx512Vnni;
             }
             if has!("avx2") && has!("avxvnni") {
@@ -108,6 +116,7 @@ impl Isa8 {
     pub fn available() -> Vec<Isa8> {
         let best = Isa8::detect();
         let all = [
+            Isa8::AmxInt8,
             Isa8::Avx512Vnni,
             Isa8::AvxVnni,
             Isa8::Avx2,
@@ -137,7 +146,7 @@ impl Isa8 {
     /// Columns of a microkernel tile.
     pub const fn nr(self) -> usize {
         match self {
-            Isa8::Avx512Vnni => 32,
+            Isa8::AmxInt8 | Isa8::Avx512Vnni => 32,
             Isa8::AvxVnni
             | Isa8::Avx2
             | Isa8::Ssse3
@@ -153,6 +162,24 @@ impl Isa8 {
         match self {
             Isa8::NeonI8mm => 8,
             _ => 4,
+        }
+    }
+
+    /// What `k` is padded to a multiple of, with zero weights and the zero point in the rows: a
+    /// tile's 64 on AMX, a group elsewhere.
+    pub const fn depth(self) -> usize {
+        match self {
+            Isa8::AmxInt8 => amx::ROW_BYTES,
+            _ => self.group(),
+        }
+    }
+
+    /// Rows past the last one the kernel may read (not use) of the quantized rows: AMX loads
+    /// whole tiles of 16 rows.
+    const fn rows_past(self) -> usize {
+        match self {
+            Isa8::AmxInt8 => amx::ROWS - 1,
+            _ => 0,
         }
     }
 
@@ -201,7 +228,7 @@ impl PackedWeight8 {
         assert_eq!(w.len(), n * k, "a [{n}, {k}] weight");
         assert!(k <= MAX_K, "int8 rows of {k} values, past {MAX_K}");
         let (nr, g) = (isa.nr(), isa.group());
-        let kp = k.next_multiple_of(g);
+        let kp = k.next_multiple_of(isa.depth());
         let panels = n.div_ceil(nr);
         let mut data = vec![0i8; panels * kp * nr];
         let (mut scales, mut sums) = (Vec::with_capacity(n), Vec::with_capacity(n));
@@ -235,9 +262,15 @@ impl PackedWeight8 {
     }
 
     /// Bytes of one input row quantized for this weight's GEMM: a byte a value, `k` padded to
-    /// a multiple of the kernel's [`Isa8::group`].
+    /// a multiple of the kernel's [`Isa8::depth`].
     pub fn row_bytes(&self) -> usize {
-        self.k.next_multiple_of(self.isa.group())
+        self.k.next_multiple_of(self.isa.depth())
+    }
+
+    /// Bytes the quantized rows of an `m`-row input take for this weight's GEMM: `m` rows, and
+    /// on AMX room for the 15 more its last tile may read.
+    pub fn rows_bytes(&self, m: usize) -> usize {
+        (m + self.isa.rows_past()) * self.row_bytes()
     }
 
     /// Bytes held.
@@ -260,8 +293,8 @@ pub struct QuantizedRows {
 }
 
 impl QuantizedRows {
-    /// Room for `rows` rows in `bytes` bytes (`m` rows for a weight `w` take `m *
-    /// w.row_bytes()`).
+    /// Room for `rows` rows in `bytes` bytes (`m` rows for a weight `w` take
+    /// `w.rows_bytes(m)`).
     pub fn with_room(rows: usize, bytes: usize) -> QuantizedRows {
         QuantizedRows { bytes: vec![0; bytes], scales: vec![0.0; rows], zeros: vec![0; rows] }
     }
@@ -289,7 +322,7 @@ impl QuantizedRows {
 
     /// Whether `m` rows quantized for `w` fit.
     fn holds(&self, m: usize, w: &PackedWeight8) -> bool {
-        self.bytes.len() >= m * w.row_bytes() && self.scales.len() >= m && self.zeros.len() >= m
+        self.bytes.len() >= w.rows_bytes(m) && self.scales.len() >= m && self.zeros.len() >= m
     }
 }
 
@@ -396,7 +429,11 @@ multiversion! {
 
 /// The scratch an int8 GEMM over at most `m` rows of `w` needs per thread.
 pub fn scratch_size(m: usize, w: &PackedWeight8) -> ScratchSize {
-    tile_scratch(m, w.isa.nr())
+    match w.isa {
+        // A task's tile buffer holds its rows rounded up to whole tiles of 16 (see gemm16's).
+        Isa8::AmxInt8 => tile_scratch(m.next_multiple_of(amx::ROWS), w.isa.nr()),
+        _ => tile_scratch(m, w.isa.nr()),
+    }
 }
 
 /// One int8 GEMM call.
@@ -449,6 +486,9 @@ unsafe fn run_task(job: &Job<'_>, t: usize, ctile: &mut AlignedBuf) {
     match job.w.isa {
         // SAFETY: the instruction set was detected on this CPU when the weight was packed, so
         // the features the function enables are present; the rest is the caller's contract.
+        #[cfg(target_arch = "x86_64")]
+        Isa8::AmxInt8 => unsafe { x86::task_amx(job, t, ctile) },
+        // SAFETY: as above.
         #[cfg(target_arch = "x86_64")]
         Isa8::Avx512Vnni => unsafe { x86::task_avx512(job, t, ctile) },
         // SAFETY: as above.
@@ -515,19 +555,29 @@ unsafe fn task<M: Micro>(job: &Job<'_>, t: usize, ctile: &mut AlignedBuf) {
             |p, g0| w.panel(p)[g0 * M::NR * g..].as_ptr(),
             |r, g0| q[r * len + g0 * g..].as_ptr(),
             |groups, a, b, c: *mut i32, ldc, first| M::tile(groups, a, b, c, ldc, first),
-            |r, c0, row| {
-                let cols = row.len();
-                let (ws, sums) = (&w.scales[c0..c0 + cols], &w.sums[c0..c0 + cols]);
-                let (xs, z) = (job.rows.scales[r], job.rows.zeros[r]);
-                for ((v, &s), &sum) in row.iter_mut().zip(ws).zip(sums) {
-                    // The word holds the i32 sum; with the zero point's share taken off (both
-                    // fit an i32: `MAX_K`) it becomes the f32 value.
-                    *v = (v.to_bits() as i32 - z * sum) as f32 * (xs * s);
-                }
-                job.epilogue.finish::<M::Fma>(r, c0, row);
-            },
+            |r, c0, row| finish::<M::Fma>(job, r, c0, row),
         )
     }
+}
+
+/// Finishes `row`, the i32 sums of output row `r` from column `c0` (each in an f32's bits):
+/// with the zero point's share taken off and the row's and columns' scales, f32 values, then
+/// the epilogue's.
+///
+/// # Safety
+/// As [`Epilogue::finish`]'s.
+#[inline(always)]
+unsafe fn finish<F: MulAdd>(job: &Job<'_>, r: usize, c0: usize, row: &mut [f32]) {
+    let (w, cols) = (job.w, row.len());
+    let (ws, sums) = (&w.scales[c0..c0 + cols], &w.sums[c0..c0 + cols]);
+    let (xs, z) = (job.rows.scales[r], job.rows.zeros[r]);
+    for ((v, &s), &sum) in row.iter_mut().zip(ws).zip(sums) {
+        // The word holds the i32 sum; with the zero point's share taken off (both fit an i32:
+        // `MAX_K`) it becomes the f32 value.
+        *v = (v.to_bits() as i32 - z * sum) as f32 * (xs * s);
+    }
+    // SAFETY: the caller's contract.
+    unsafe { job.epilogue.finish::<F>(r, c0, row) };
 }
 
 /// The portable microkernel: plain loops over fixed-size arrays of i32.
@@ -595,8 +645,9 @@ macro_rules! task_with {
 pub(crate) mod x86 {
     use std::arch::x86_64::*;
 
-    use super::{Job, MR, Micro, task};
+    use super::{Job, MR, Micro, finish, task};
     use crate::buf::AlignedBuf;
+    use crate::kernels::amx;
     use crate::kernels::math::{Baseline, Fused};
 
     /// AVX-512 VNNI: 32 columns in two registers of i32 per row, 12 accumulators.
@@ -835,6 +886,33 @@ pub(crate) mod x86 {
     task_with! {
         /// A task with the AVX-512 VNNI microkernel, the rest compiled for AVX-512 too.
         task_avx512, Avx512, "avx512f,avx512bw,avx512vnni,avx2,fma"
+    }
+
+    /// A task on AMX ([`amx::task`]) with `tdpbusd`, its epilogue compiled for AVX-512.
+    ///
+    /// # Safety
+    /// As `task`'s; the CPU has AMX-INT8, avx512f, avx512bw and avx512vnni, and
+    /// [`amx::int8_ready`] returned true.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma")]
+    pub(super) unsafe fn task_amx(job: &Job<'_>, t: usize, ctile: &mut AlignedBuf) {
+        let (w, len) = (job.w, job.w.row_bytes());
+        let span = job.tiling.span(t, job.m);
+        let steps = len / amx::ROW_BYTES;
+        // SAFETY: the caller's contract: rows span.r0.. of the quantized rows, with the room
+        // `rows_bytes` gives past the last, and panels of `steps` steps of 16 groups of 32
+        // columns.
+        unsafe {
+            let a = job.rows.bytes.as_ptr().add(span.r0 * len);
+            amx::task(
+                span,
+                w.n,
+                (a, len),
+                |p| w.panel(p).as_ptr().cast(),
+                ctile,
+                |tiles, blocks, a, b, c| tiles.int8_block(blocks, steps, a, b, c),
+                |r, c0, row| finish::<Fused>(job, r, c0, row),
+            )
+        }
     }
 
     task_with! {

@@ -3,6 +3,7 @@
 //! chosen at run time; elsewhere what the build's target has), parallel on the current rayon
 //! pool.
 
+pub(crate) mod amx;
 pub mod attention;
 pub mod gemm;
 pub mod gemm16;
