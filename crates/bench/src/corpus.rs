@@ -5,6 +5,7 @@
 use std::time::Instant;
 
 use switchyard_core::{Backend, Buckets, DType, DTypeChoice};
+use switchyard_dispatch::flex::kernels::{Isa8, Isa16};
 use switchyard_dispatch::{Device, Dispatch};
 use switchyard_models::{Model, Runner};
 
@@ -76,48 +77,82 @@ pub fn run(args: &[String]) {
     order.sort_by_key(|&i| texts[i].len());
     let mut first: Option<Vec<Vec<f32>>> = None;
     for dtype in dtypes {
-        let backend = if device == Device::flex() {
-            let flex = switchyard_dispatch::flex::with_threads(Some(threads)).expect("flex");
-            Dispatch::Flex { device: Device::flex(), backend: flex }
-        } else {
-            Dispatch::new(&device).expect("the device opens")
-        };
-        let dtype = dtype.resolve(&backend.caps());
-        let backend = backend.with_dtype(dtype).expect("the device computes in this dtype");
-        let mut runner =
-            Runner::new(load_model(), backend, Buckets::default()).expect("the model uploads");
-        let engine = match dtype {
-            DType::F32 => format!("switchyard {device}"),
-            d => format!("switchyard {device} {d}"),
-        };
-        for (label, perm) in [("file", None), ("sorted", Some(&order))] {
-            let inputs: Vec<&str> = match perm {
-                None => texts.iter().map(String::as_str).collect(),
-                Some(p) => p.iter().map(|&i| texts[i].as_str()).collect(),
-            };
-            runner.embed(&inputs[..32.min(inputs.len())], |_| {}).expect("a warm-up batch");
-            let (wall, cpu) = (Instant::now(), cpu_seconds());
-            let emb = runner.embed(&inputs, |_| {}).expect("the corpus embeds");
-            let (wall, cpu) = (wall.elapsed().as_secs_f64(), cpu_seconds() - cpu);
-            let emb = match perm {
-                None => emb,
-                Some(p) => {
-                    let mut back = vec![Vec::new(); emb.len()];
-                    for (row, &i) in emb.into_iter().zip(p) {
-                        back[i] = row;
+        for (backend, engine) in engines(&device, threads, dtype) {
+            let runner = Runner::new(load_model(), backend, Buckets::default());
+            let mut runner = runner.expect("the model uploads");
+            for (label, perm) in [("file", None), ("sorted", Some(&order))] {
+                let inputs: Vec<&str> = match perm {
+                    None => texts.iter().map(String::as_str).collect(),
+                    Some(p) => p.iter().map(|&i| texts[i].as_str()).collect(),
+                };
+                runner.embed(&inputs[..32.min(inputs.len())], |_| {}).expect("a warm-up batch");
+                let (wall, cpu) = (Instant::now(), cpu_seconds());
+                let emb = runner.embed(&inputs, |_| {}).expect("the corpus embeds");
+                let (wall, cpu) = (wall.elapsed().as_secs_f64(), cpu_seconds() - cpu);
+                let emb = match perm {
+                    None => emb,
+                    Some(p) => {
+                        let mut back = vec![Vec::new(); emb.len()];
+                        for (row, &i) in emb.into_iter().zip(p) {
+                            back[i] = row;
+                        }
+                        back
                     }
-                    back
-                }
-            };
-            let first = first.get_or_insert_with(|| emb.clone());
-            let max_diff = emb
-                .iter()
-                .flatten()
-                .zip(first.iter().flatten())
-                .map(|(a, b)| (a - b).abs())
-                .fold(0.0f32, f32::max);
-            let n = texts.len();
-            println!("run\t{engine}\t{label}\t{threads}\t{n}\t{tokens}\t{wall}\t{cpu}\t{max_diff}");
+                };
+                let first = first.get_or_insert_with(|| emb.clone());
+                let max_diff = emb
+                    .iter()
+                    .flatten()
+                    .zip(first.iter().flatten())
+                    .map(|(a, b)| (a - b).abs())
+                    .fold(0.0f32, f32::max);
+                let n = texts.len();
+                println!(
+                    "run\t{engine}\t{label}\t{threads}\t{n}\t{tokens}\t{wall}\t{cpu}\t{max_diff}"
+                );
+            }
         }
     }
+}
+
+/// The backends `corpus` times in `dtype` on `device`, each with its engine's name: the device
+/// as it picks its kernels, and where flex's bf16 or int8 runs on AMX, its AVX-512 kernel
+/// beside it.
+fn engines(device: &Device, threads: usize, dtype: DTypeChoice) -> Vec<(Dispatch, String)> {
+    let on_flex = |avx512: bool| {
+        let flex = switchyard_dispatch::flex::with_threads(Some(threads)).expect("flex");
+        let flex = if avx512 {
+            let flex = flex.with_isa16(Isa16::Avx512Bf16).expect("AVX-512 BF16 beside AMX");
+            flex.with_isa8(Isa8::Avx512Vnni).expect("AVX-512 VNNI beside AMX")
+        } else {
+            flex
+        };
+        Dispatch::Flex { device: Device::flex(), backend: flex }
+    };
+    let backend = if *device == Device::flex() {
+        on_flex(false)
+    } else {
+        Dispatch::new(device).expect("the device opens")
+    };
+    let dtype = dtype.resolve(&backend.caps());
+    let name = |kernel: &str| match dtype {
+        DType::F32 => format!("switchyard {device}{kernel}"),
+        d => format!("switchyard {device} {d}{kernel}"),
+    };
+    let amx = match &backend {
+        Dispatch::Flex { backend, .. } => match dtype {
+            DType::Bf16 => backend.isa16() == Isa16::AmxBf16,
+            DType::I8 => backend.isa8() == Isa8::AmxInt8,
+            _ => false,
+        },
+        _ => false,
+    };
+    let mut engines = vec![(backend, name(""))];
+    if amx {
+        engines.push((on_flex(true), name(" (no AMX)")));
+    }
+    engines
+        .into_iter()
+        .map(|(b, name)| (b.with_dtype(dtype).expect("the device computes in this dtype"), name))
+        .collect()
 }

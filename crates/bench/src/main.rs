@@ -20,7 +20,7 @@ use switchyard_core::{
     Act, Backend, BatchBuf, Bucket, Buckets, DType, Executor, Graph, GraphBuilder, LaneId, Op,
     Outputs, Shape,
 };
-use switchyard_dispatch::flex::kernels::Isa8;
+use switchyard_dispatch::flex::kernels::{Isa8, Isa16};
 use switchyard_dispatch::{Device, Dispatch};
 
 /// The backend on the device named `name`, which this build and machine have.
@@ -47,6 +47,16 @@ fn flex_int8_on(isa8: Isa8) -> switchyard_dispatch::flex::FlexBackend {
         .as_cpu_of(isa8)
         .and_then(|f| f.with_dtype(DType::I8))
         .unwrap_or_else(|e| panic!("flex int8 as a CPU of {isa8:?}: {e}"))
+}
+
+/// flex's bf16 on its AVX-512 BF16 kernel, where this CPU's best bf16 kernel is AMX: to set
+/// beside it.
+fn flex_bf16_without_amx() -> Option<switchyard_dispatch::flex::FlexBackend> {
+    let flex = switchyard_dispatch::flex::flex();
+    (flex.isa16() == Isa16::AmxBf16).then(|| {
+        let flex = flex.with_isa16(Isa16::Avx512Bf16).and_then(|f| f.with_dtype(DType::Bf16));
+        flex.unwrap_or_else(|e| panic!("flex bf16 on AVX-512 BF16: {e}"))
+    })
 }
 
 /// Median wall time of `reps` calls of `f`, after `warm` untimed calls.
@@ -219,6 +229,10 @@ fn bench_gemm(reps: usize) {
             time_plan(flex_in(dtype), &base, &batch, reps),
         );
     }
+    if let Some(flex) = flex_bf16_without_amx() {
+        let without = time_plan(flex_bf16_without_amx().expect("as above"), &base, &batch, reps);
+        row("flex bf16 (no AMX)", time_plan(flex, &g, &batch, reps), without);
+    }
     for isa8 in other_int8_kernels() {
         row(
             &format!("flex int8 (CPU of {isa8:?})"),
@@ -262,7 +276,7 @@ fn bench_encoder(reps: usize) {
     let bf16 = time_plan(flex_in(DType::Bf16), &g, &batch, reps);
     let int8 = time_plan(flex_in(DType::I8), &g, &batch, reps);
     let nd = time_plan(open("ndarray"), &g, &batch, reps);
-    let others: Vec<(String, Duration)> = other_int8_kernels()
+    let mut others: Vec<(String, Duration)> = other_int8_kernels()
         .into_iter()
         .map(|isa8| {
             (
@@ -271,6 +285,9 @@ fn bench_encoder(reps: usize) {
             )
         })
         .collect();
+    if let Some(flex) = flex_bf16_without_amx() {
+        others.insert(0, ("flex bf16 (no AMX)".into(), time_plan(flex, &g, &batch, reps)));
+    }
     for (name, t) in [
         ("flex", flex),
         ("flex bf16", bf16),
