@@ -10,7 +10,7 @@
 //!
 //! Tasks, tiling and the epilogue are the f32 GEMM's ([`super::gemm`]). On a CPU with Intel AMX
 //! (Xeon from Sapphire Rapids on, on Linux) a task runs on the tile registers instead of a
-//! microkernel ([`super::amx`]): the same panels of 32 columns read as two tiles of 16, its rows
+//! microkernel (`kernels/amx.rs`): the same panels of 32 columns read as two tiles of 16, its rows
 //! 16 at a time straight from the rounded rows, all of `k` summed in the tiles (padded to a
 //! multiple of 32) before the epilogue. Elsewhere the
 //! microkernel runs on AVX-512 BF16 (32 columns, `vdpbf16ps`: two products per lane per
