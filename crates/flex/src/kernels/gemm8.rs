@@ -15,7 +15,10 @@
 //! Tasks, tiling, their loops and the epilogue are the f32 GEMM's ([`super::gemm`]): a task
 //! accumulates its tiles in its thread's tile buffer (as i32), block of `k` by block, then turns
 //! each sum into f32 with the row's and the column's scales and finishes it as the f32 GEMM
-//! does. The microkernel runs on AVX-512 VNNI (32 columns; the bf16 GEMM shares it), AVX-VNNI
+//! does. On a CPU with Intel AMX (on Linux) a task runs on the tile registers instead
+//! (`kernels/amx.rs`, as the bf16 GEMM does there): AVX-512 VNNI's panels read as tiles of 16
+//! columns, its rows 16 at a time, `k` padded to a multiple of 64, the same exact i32 sums.
+//! Elsewhere the microkernel runs on AVX-512 VNNI (32 columns; the bf16 GEMM shares it), AVX-VNNI
 //! (16), plain AVX2 (16) or SSSE3 (16, plain AVX2's kernel at half the width) on x86-64, on the
 //! int8 matrix multiply (16; `usmmla`, whose panels hold groups of eight `k` instead of four)
 //! or the dot product instructions on aarch64 (16; `sdot`, which multiplies signed bytes, so
