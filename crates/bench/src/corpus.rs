@@ -119,18 +119,19 @@ pub fn run(args: &[String]) {
 /// as it picks its kernels, and where flex's bf16 or int8 runs on AMX, its AVX-512 kernel
 /// beside it.
 fn engines(device: &Device, threads: usize, dtype: DTypeChoice) -> Vec<(Dispatch, String)> {
-    let on_flex = |avx512: bool| {
+    // flex, with `avx512_for`'s kernel on AVX-512 instead of AMX.
+    let on_flex = |avx512_for: Option<DType>| {
         let flex = switchyard_dispatch::flex::with_threads(Some(threads)).expect("flex");
-        let flex = if avx512 {
-            let flex = flex.with_isa16(Isa16::Avx512Bf16).expect("AVX-512 BF16 beside AMX");
-            flex.with_isa8(Isa8::Avx512Vnni).expect("AVX-512 VNNI beside AMX")
-        } else {
-            flex
+        let flex = match avx512_for {
+            Some(DType::Bf16) => flex.with_isa16(Isa16::Avx512Bf16),
+            Some(DType::I8) => flex.with_isa8(Isa8::Avx512Vnni),
+            _ => Ok(flex),
         };
+        let flex = flex.expect("AVX-512 beside AMX");
         Dispatch::Flex { device: Device::flex(), backend: flex }
     };
     let backend = if *device == Device::flex() {
-        on_flex(false)
+        on_flex(None)
     } else {
         Dispatch::new(device).expect("the device opens")
     };
@@ -149,7 +150,7 @@ fn engines(device: &Device, threads: usize, dtype: DTypeChoice) -> Vec<(Dispatch
     };
     let mut engines = vec![(backend, name(""))];
     if amx {
-        engines.push((on_flex(true), name(" (no AMX)")));
+        engines.push((on_flex(Some(dtype)), name(" (no AMX)")));
     }
     engines
         .into_iter()

@@ -13,9 +13,10 @@
 //!
 //! In bf16 the same engine runs its linear layers on bf16 weights and activations, summing their
 //! exact products in f32 (on AMX's tile registers where the CPU and OS have them; else with
-//! AVX-512 BF16 where the CPU has it, twice the f32 GEMM's arithmetic; with AVX2, widened to
-//! f32 in registers, at f32's speed; elsewhere portable code, slower than f32): weights half the size, every other op in f32, as PyTorch's CPU autocast
-//! runs a model in bf16.
+//! AVX-512 BF16 where the CPU has it, twice the f32 GEMM's arithmetic on AMD; with AVX2,
+//! widened to f32 in registers, at f32's speed; elsewhere portable code, slower than f32):
+//! weights half the size, every other op in f32, as PyTorch's CPU autocast runs a model in
+//! bf16.
 //!
 //! In f16 ([`Backend::with_dtype`]) it runs the generic Burn lowering on burn-flex, which stores
 //! and computes in f16; burn-flex is also what `switchyard remote-serve` hosts as flex
