@@ -116,15 +116,16 @@ pub fn run(args: &[String]) {
 }
 
 /// The backends `corpus` times in `dtype` on `device`, each with its engine's name: the device
-/// as it picks its kernels, and where flex's bf16 or int8 runs on AMX, its AVX-512 kernel
-/// beside it.
+/// as it picks its kernels, and where flex's bf16 or int8 runs on AMX, its AVX-512 kernels
+/// beside it (the GEMM's and attention's).
 fn engines(device: &Device, threads: usize, dtype: DTypeChoice) -> Vec<(Dispatch, String)> {
-    // flex, with `avx512_for`'s kernel on AVX-512 instead of AMX.
+    // flex, running `avx512_for` on AVX-512 instead of AMX: its GEMM, and attention's bf16
+    // products (which follow the bf16 GEMM's instructions, in int8 too).
     let on_flex = |avx512_for: Option<DType>| {
         let flex = switchyard_dispatch::flex::with_threads(Some(threads)).expect("flex");
         let flex = match avx512_for {
             Some(DType::Bf16) => flex.with_isa16(Isa16::Avx512Bf16),
-            Some(DType::I8) => flex.with_isa8(Isa8::Avx512Vnni),
+            Some(DType::I8) => flex.as_cpu_of(Isa8::Avx512Vnni),
             _ => Ok(flex),
         };
         let flex = flex.expect("AVX-512 beside AMX");

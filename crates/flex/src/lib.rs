@@ -227,13 +227,17 @@ impl FlexBackend {
     }
 
     /// What attention multiplies in: where the bf16 GEMM runs on AMX or AVX-512 BF16 (either
-    /// detected on this CPU with AVX-512 BF16), bf16 products in bf16 and in int8; f32
-    /// otherwise.
+    /// detected on this CPU with AVX-512 BF16), bf16 products on the same, in bf16 and in int8;
+    /// f32 otherwise.
     fn products(&self, linears: Linears) -> Products {
-        let bf16 = matches!(self.isa16, Isa16::AmxBf16 | Isa16::Avx512Bf16);
+        let bf16 = match self.isa16 {
+            Isa16::AmxBf16 => Products::AmxBf16,
+            Isa16::Avx512Bf16 => Products::Bf16,
+            _ => return Products::F32,
+        };
         match linears {
-            Linears::Bf16 | Linears::Int8 if bf16 => Products::Bf16,
-            _ => Products::F32,
+            Linears::Bf16 | Linears::Int8 => bf16,
+            Linears::F32 => Products::F32,
         }
     }
 }

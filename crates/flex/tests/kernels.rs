@@ -664,7 +664,7 @@ fn bf16(x: f32) -> f64 {
     f64::from(from_bf16(to_bf16(x)))
 }
 
-/// Attention with bf16 products, as flex's bf16 runs it on a CPU with AVX-512 BF16, against an
+/// Attention with bf16 products, as flex's bf16 runs it on a CPU with AVX-512 BF16 (and on AMX), against an
 /// f64 model of the same roundings: each output within `4e-5` of the sum of its terms'
 /// magnitudes (f32 sums of up to 700 terms, 700 x 2^-24, and f32 exponentials), plus one bf16
 /// step of each weight that lies within 1% of a step of halfway between two bf16 (where the
@@ -677,6 +677,11 @@ fn bf16_attention_is_its_roundings_of_f64() {
     if !Isa16::available().contains(&Isa16::Avx512Bf16) {
         eprintln!("skipped: this CPU has no AVX-512 BF16");
         return;
+    }
+    // On AVX-512 BF16, and on AMX's tiles where this CPU has them.
+    let mut kinds = vec![Products::Bf16];
+    if Isa16::available().contains(&Isa16::AmxBf16) {
+        kinds.push(Products::AmxBf16);
     }
     let lens = [1usize, 700, 33, 257, 2, 18];
     let tokens: usize = lens.iter().sum();
@@ -707,67 +712,80 @@ fn bf16_attention_is_its_roundings_of_f64() {
             unsafe { attention(Isa::Avx512, products, q, k, v, o, &batch, false, h, &scratch) };
             out
         };
-        let (got, f32s) = (run(Products::Bf16), run(Products::F32));
-        let rounds = Products::Bf16.taken(Isa::Avx512, d) == Products::Bf16;
-        assert_eq!(rounds, d % 32 == 0, "{d}");
-        let (mut worst, mut apart) = (0.0f64, 0.0f64);
-        let mut start = 0;
-        for &len in &lens {
-            for hd in 0..heads {
-                let at = |x: &[f32], t: usize, c: usize| x[(start + t) * width + hd * d + c];
-                let seen = |i: usize| match window {
-                    Some(w) => i.saturating_sub(w)..(i + w + 1).min(len),
-                    None => 0..len,
-                };
-                let round = |x: f32| if rounds { bf16(x) } else { f64::from(x) };
-                for i in 0..len {
-                    let s: Vec<f64> = seen(i)
-                        .map(|j| {
-                            let dot: f64 =
-                                (0..d).map(|c| round(at(&q, i, c)) * round(at(&k, j, c))).sum();
-                            dot * f64::from(h.scale)
-                        })
-                        .collect();
-                    let m = s.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-                    let e: Vec<f64> = s.iter().map(|x| (x - m).exp()).collect();
-                    let sum: f64 = e.iter().sum();
-                    // Each weight as the kernel multiplies it, and how far the kernel's may be.
-                    let (w, slack): (Vec<f64>, Vec<f64>) = e
-                        .iter()
-                        .map(|&e| {
-                            if !rounds {
-                                return (e, 0.0);
-                            }
-                            let w = bf16(e as f32);
-                            let step = f64::from(from_bf16(to_bf16(w as f32) + 1)) - w;
-                            let near = ((e - w).abs() - step / 2.0).abs() <= 1e-2 * step;
-                            (w, if near { step } else { 0.0 })
-                        })
-                        .unzip();
-                    for c in 0..d {
-                        let vals: Vec<f64> = seen(i).map(|j| round(at(&v, j, c))).collect();
-                        let want: f64 = w.iter().zip(&vals).map(|(w, v)| w * v).sum::<f64>() / sum;
-                        let mag: f64 = e.iter().zip(&vals).map(|(e, v)| (e * v).abs()).sum();
-                        let loose: f64 = slack.iter().zip(&vals).map(|(s, v)| (s * v).abs()).sum();
-                        let bound = (4e-5 * mag + loose) / sum;
-                        let (g, f) = (f64::from(at(&got, i, c)), f64::from(at(&f32s, i, c)));
-                        assert!(
-                            (g - want).abs() <= bound,
-                            "{heads}x{d} {window:?} len {len} head {hd} [{i}][{c}]: {g} vs {want}"
-                        );
-                        worst = worst.max((g - want).abs() / bound.max(f64::MIN_POSITIVE));
-                        apart = apart.max((g - f).abs());
+        let f32s = run(Products::F32);
+        for &products in &kinds {
+            let got = run(products);
+            let rounds = products.taken(Isa::Avx512, d) == products;
+            assert_eq!(rounds, d % 32 == 0, "{d}");
+            let (mut worst, mut apart) = (0.0f64, 0.0f64);
+            let mut start = 0;
+            for &len in &lens {
+                for hd in 0..heads {
+                    let at = |x: &[f32], t: usize, c: usize| x[(start + t) * width + hd * d + c];
+                    let seen = |i: usize| match window {
+                        Some(w) => i.saturating_sub(w)..(i + w + 1).min(len),
+                        None => 0..len,
+                    };
+                    let round = |x: f32| if rounds { bf16(x) } else { f64::from(x) };
+                    for i in 0..len {
+                        let s: Vec<f64> = seen(i)
+                            .map(|j| {
+                                let dot: f64 =
+                                    (0..d).map(|c| round(at(&q, i, c)) * round(at(&k, j, c))).sum();
+                                dot * f64::from(h.scale)
+                            })
+                            .collect();
+                        let m = s.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                        let e: Vec<f64> = s.iter().map(|x| (x - m).exp()).collect();
+                        let sum: f64 = e.iter().sum();
+                        // Each weight as the kernel multiplies it, and how far the kernel's may be.
+                        let (w, slack): (Vec<f64>, Vec<f64>) = e
+                            .iter()
+                            .map(|&e| {
+                                if !rounds {
+                                    return (e, 0.0);
+                                }
+                                let w = bf16(e as f32);
+                                let step = f64::from(from_bf16(to_bf16(w as f32) + 1)) - w;
+                                let near = ((e - w).abs() - step / 2.0).abs() <= 1e-2 * step;
+                                (w, if near { step } else { 0.0 })
+                            })
+                            .unzip();
+                        for c in 0..d {
+                            let vals: Vec<f64> = seen(i).map(|j| round(at(&v, j, c))).collect();
+                            let want: f64 =
+                                w.iter().zip(&vals).map(|(w, v)| w * v).sum::<f64>() / sum;
+                            let mag: f64 = e.iter().zip(&vals).map(|(e, v)| (e * v).abs()).sum();
+                            let loose: f64 =
+                                slack.iter().zip(&vals).map(|(s, v)| (s * v).abs()).sum();
+                            let bound = (4e-5 * mag + loose) / sum;
+                            let (g, f) = (f64::from(at(&got, i, c)), f64::from(at(&f32s, i, c)));
+                            assert!(
+                                (g - want).abs() <= bound,
+                                "{heads}x{d} {window:?} len {len} head {hd} [{i}][{c}]: {g} vs {want}"
+                            );
+                            worst = worst.max((g - want).abs() / bound.max(f64::MIN_POSITIVE));
+                            apart = apart.max((g - f).abs());
+                        }
                     }
                 }
+                start += len;
             }
-            start += len;
+            if rounds {
+                assert!(
+                    apart > 1e-3,
+                    "{products:?} {heads}x{d}: bf16 products really round ({apart})"
+                );
+            } else {
+                assert_eq!(
+                    got, f32s,
+                    "{products:?} {heads}x{d}: heads off a multiple of 32 run in f32"
+                );
+            }
+            eprintln!(
+                "{products:?} {heads}x{d} {window:?}: worst {worst:.3} of the bound, {apart:.2e} from f32"
+            );
         }
-        if rounds {
-            assert!(apart > 1e-3, "{heads}x{d}: bf16 products really round ({apart})");
-        } else {
-            assert_eq!(got, f32s, "{heads}x{d}: heads off a multiple of 32 run in f32");
-        }
-        eprintln!("{heads}x{d} {window:?}: worst {worst:.3} of the bound, {apart:.2e} from f32");
     }
 }
 

@@ -19,7 +19,7 @@ pub(crate) const ROWS: usize = 16;
 pub(crate) const ROW_BYTES: usize = 64;
 
 #[cfg(target_arch = "x86_64")]
-pub(crate) use x86::{bf16_ready, int8_ready, task};
+pub(crate) use x86::{Tiles, bf16_ready, int8_ready, task};
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
@@ -50,10 +50,13 @@ mod x86 {
         (a, lda): (*const u8, usize),
         panel: impl Fn(usize) -> *const u8,
         ctile: &mut AlignedBuf,
-        block: impl Fn(&mut Tiles, usize, (*const u8, usize), *const u8, (*mut u8, usize)),
+        block: impl Fn(&mut Tiles, usize, (*const u8, usize), (*const u8, usize), (*mut u8, usize)),
         mut finish: impl FnMut(usize, usize, &mut [f32]),
     ) {
+        // Columns of a panel, and the bytes of its rows (32 columns' pairs of bf16 or groups
+        // of four bytes).
         const NR: usize = 32;
+        const LDB: usize = 128;
         let Span { r0, rows, p0, panels } = span;
         let (ldc, tiles) = (panels * NR, rows.div_ceil(ROWS));
         ctile.ensure(tiles * ROWS * ldc);
@@ -70,7 +73,8 @@ mod x86 {
                     let blocks = (tiles - i).min(2);
                     let at = (i * ROWS * ldc + jp * NR) * size_of::<f32>();
                     let ai = a.add(i * ROWS * lda);
-                    block(&mut amx, blocks, (ai, lda), b, (c.add(at), ldc * size_of::<f32>()));
+                    let ct = (c.add(at), ldc * size_of::<f32>());
+                    block(&mut amx, blocks, (ai, lda), (b, LDB), ct);
                     i += blocks;
                 }
             }
@@ -131,7 +135,7 @@ mod x86 {
     }
 
     /// Defines the kernels of [`Tiles`], one for each instruction of `$op`'s form, which read
-    /// 64 bytes of each row of `a` and 16 rows of 128 bytes of `b` a step.
+    /// 64 bytes of each row of `a` and 16 rows of 128 bytes of `b` (`ldb` bytes apart) a step.
     macro_rules! blocks {
         ($($(#[$doc:meta])* $name:ident, $op:literal;)+) => {$(
             $(#[$doc])*
@@ -145,10 +149,9 @@ mod x86 {
                 blocks: usize,
                 steps: usize,
                 (a, lda): (*const u8, usize),
-                b: *const u8,
+                (b, ldb): (*const u8, usize),
                 (c, ldc): (*mut u8, usize),
             ) {
-                const LDB: usize = 128;
                 // SAFETY: the caller's contract: every tile load reads 16 rows of 64 bytes
                 // inside `a` or `b`, and every store writes 16 rows of 64 bytes inside `c`. The
                 // tile registers are this thread's, configured by `configure`; no code of the
@@ -159,7 +162,7 @@ mod x86 {
                         asm!("tilezero tmm2", "tilezero tmm3", options(nostack, nomem));
                     }
                     for s in 0..steps {
-                        let (a, b) = (a.add(s * 64), b.add(s * ROWS * LDB));
+                        let (a, b) = (a.add(s * 64), b.add(s * ROWS * ldb));
                         if blocks == 2 {
                             asm!(
                                 "tileloadd tmm4, [{a} + {lda}*1]",
@@ -175,7 +178,7 @@ mod x86 {
                                 b = in(reg) b,
                                 b1 = in(reg) b.add(64),
                                 lda = in(reg) lda,
-                                ldb = in(reg) LDB,
+                                ldb = in(reg) ldb,
                                 options(nostack, readonly),
                             );
                         } else {
@@ -189,7 +192,7 @@ mod x86 {
                                 b = in(reg) b,
                                 b1 = in(reg) b.add(64),
                                 lda = in(reg) lda,
-                                ldb = in(reg) LDB,
+                                ldb = in(reg) ldb,
                                 options(nostack, readonly),
                             );
                         }
@@ -257,9 +260,9 @@ mod x86 {
             /// `c[r][j] = sum over k of a[r][k] b[k / 2][j][k % 2]` in f32 for a block of
             /// `blocks` (1 or 2) x 2 tiles of 16 x 16 sums at `c` (rows `ldc` bytes apart):
             /// rows of `a` (bf16, `lda` bytes apart; block `i`'s 16 rows from `a + 16 i lda`)
-            /// times a panel of 32 columns' pairs at `b` (128 bytes a pair of `k`; tile `j`'s
-            /// columns at `b + 64 j`), over `steps` steps of 32 `k` (64 bytes of `a`, 2048 of
-            /// `b`), with `tdpbf16ps`.
+            /// times a panel of 32 columns' pairs at `b` (a pair of `k` every `ldb` bytes; tile
+            /// `j`'s columns at `b + 64 j`), over `steps` steps of 32 `k` (64 bytes of `a`, 16
+            /// `ldb` of `b`), with `tdpbf16ps`.
             bf16_block, "tdpbf16ps";
             /// The same in i32 sums of products of unsigned bytes of `a` and signed bytes of
             /// `b` (groups of four `k` where bf16 has pairs; steps of 64 `k`), with `tdpbusd`.

@@ -29,15 +29,24 @@
 //! interleaved column by column; each query's weights are rounded in place after the softmax.
 //! `vdpbf16ps` then adds two exact products to each f32 lane per instruction, so both inner
 //! loops take half the instructions. The softmax, its sum and every accumulator stay f32.
+//!
+//! With [`Products::AmxBf16`] (flex's bf16 and int8 on a CPU with AMX) the same bf16 layouts
+//! feed AMX's tiles (`tdpbf16ps`, `kernels/amx.rs`) instead: the pairs of a query's columns are
+//! a tile's rows, the keys' transposed pairs and the values' interleaved pairs of rows are tiles
+//! as they lie, and a tile of a block's weights is their rows after the in-place rounding. A
+//! block is 32 queries (two tiles of 16 rows), its scores 32 keys (two tiles of 16 columns) an
+//! instruction per 32 columns of the head, its weighted sums 32 columns by 32 keys an
+//! instruction, every sum f32 over keys in order as above; the scale, the softmax and the
+//! rounding of the weights are AVX-512's. Keys pad to whole 32s, each of a tile's steps.
 
 use std::ops::Range;
 
 use rayon::prelude::*;
 use switchyard_core::Batch;
 
-use super::Isa;
 use super::math::{self, MulAdd};
 use super::scratch::{ScratchSize, Scratches, SendPtr};
+use super::{Isa, amx};
 use crate::buf::AlignedBuf;
 
 /// The shape of one attention op.
@@ -62,11 +71,14 @@ pub enum Products {
     /// Queries, keys, weights and values rounded to bf16 (to nearest, ties to even), their
     /// exact products summed in f32; the softmax in f32.
     Bf16,
+    /// [`Products::Bf16`] on AMX's tiles.
+    AmxBf16,
 }
 
 impl Products {
     /// What attention of heads `head_dim` wide runs in on `isa`, asked for `self`: bf16 only
-    /// with [`Isa::Avx512`] (on a CPU that also has AVX-512 BF16, the caller's to check) and
+    /// with [`Isa::Avx512`] (on a CPU that also has AVX-512 BF16, and for
+    /// [`Products::AmxBf16`] AMX-BF16 the OS lets the process use, the caller's to check) and
     /// for heads a multiple of 32 columns wide; f32 otherwise.
     pub fn taken(self, isa: Isa, head_dim: usize) -> Products {
         let wide = cfg!(target_arch = "x86_64") && isa == Isa::Avx512;
@@ -79,7 +91,24 @@ impl Products {
     fn key_words(self, d: usize, lpad: usize) -> usize {
         match self {
             Products::F32 => 2 * d * lpad,
-            Products::Bf16 => d * lpad + lpad / 2 * d,
+            Products::Bf16 | Products::AmxBf16 => d * lpad + lpad / 2 * d,
+        }
+    }
+
+    /// A head's `len` keys padded to whole blocks: of sixteen, or on AMX of 32, a step of its
+    /// tiles (their scores never used).
+    fn lpad(self, len: usize) -> usize {
+        match self {
+            Products::AmxBf16 => len.next_multiple_of(AMX_STEP),
+            _ => len.next_multiple_of(KB),
+        }
+    }
+
+    /// The most queries computed together: rows of scores a thread's scratch holds.
+    fn block(self) -> usize {
+        match self {
+            Products::AmxBf16 => AMX_QB,
+            _ => MAX_QB,
         }
     }
 }
@@ -87,9 +116,10 @@ impl Products {
 /// The scratch attention of `h` over sequences of at most `max_len` tokens, asked for in
 /// `products` on `isa`, needs per thread.
 pub fn scratch_size(h: Heads, max_len: usize, isa: Isa, products: Products) -> ScratchSize {
-    let lpad = max_len.next_multiple_of(KB);
-    let keys = products.taken(isa, h.head_dim).key_words(h.head_dim, lpad);
-    ScratchSize { keys, scores: MAX_QB * lpad, ..ScratchSize::default() }
+    let products = products.taken(isa, h.head_dim);
+    let lpad = products.lpad(max_len);
+    let keys = products.key_words(h.head_dim, lpad);
+    ScratchSize { keys, scores: products.block() * lpad, ..ScratchSize::default() }
 }
 
 /// `out` = self-attention of `q`, `k`, `v` within each sequence of `batch`, on the current rayon
@@ -101,7 +131,8 @@ pub fn scratch_size(h: Heads, max_len: usize, isa: Isa, products: Products) -> S
 /// `k` and `v` hold `batch.tokens() x heads * head_dim` readable values, `q` as many (with
 /// `per_seq`, `batch.seqs()` rows of them) and `out` as many as `q` writable ones, overlapping
 /// none of them; no other thread writes them meanwhile. `batch` passed [`Batch::check`]. With
-/// [`Products::Bf16`], the CPU has AVX-512 BF16.
+/// [`Products::Bf16`], the CPU has AVX-512 BF16; with [`Products::AmxBf16`], that and AMX-BF16
+/// the OS lets the process use ([`super::Isa16::AmxBf16`] is available).
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn attention(
     isa: Isa,
@@ -213,12 +244,15 @@ impl Split {
     }
 
     /// The keys the queries `queries` of a sequence of `len` tokens see: all of them, or with
-    /// a window those within it, from a multiple of sixteen (so that the keys fall into the
-    /// blocks of the whole sequence and each sum runs in the same order).
+    /// a window those within it, from a multiple of 32 (so that the keys fall into the blocks
+    /// of sixteen, and AMX's steps of 32, of the whole sequence, and each sum runs over the
+    /// same groups in the same order).
     fn keys(&self, queries: &Range<usize>, len: usize) -> Range<usize> {
         match self.window {
             None => 0..len,
-            Some(w) => queries.start.saturating_sub(w) / KB * KB..(queries.end + w).min(len),
+            Some(w) => {
+                queries.start.saturating_sub(w) / AMX_STEP * AMX_STEP..(queries.end + w).min(len)
+            }
         }
     }
 }
@@ -232,6 +266,10 @@ fn work(len: usize, window: Option<usize>) -> usize {
 const MAX_QB: usize = 8;
 /// Keys per block of scores: one AVX-512 register, two AVX2 ones.
 const KB: usize = 16;
+/// Queries of a block on AMX: two tiles of sixteen rows.
+const AMX_QB: usize = 2 * amx::ROWS;
+/// Keys (or columns) of a step of AMX's products: a tile's row of 32 bf16.
+const AMX_STEP: usize = amx::ROW_BYTES / 2;
 
 /// One head of (part of) one sequence: key and value rows `start..start + len`, the columns of
 /// head `head`; `queries` queries, in rows `q0..q0 + queries` of `q` and `out`, the first at
@@ -303,10 +341,13 @@ unsafe fn one_head(
     }
     match (isa, products) {
         // SAFETY: `isa` was detected on this CPU, so it has the features enabled, and with
-        // bf16 products the caller vouched for AVX-512 BF16; `taken` kept the head's width a
-        // multiple of 32.
+        // bf16 products the caller vouched for AVX-512 BF16 (and AMX-BF16); `taken` kept the
+        // head's width a multiple of 32.
         #[cfg(target_arch = "x86_64")]
         (Isa::Avx512, Products::Bf16) => unsafe { avx512_bf16(task, keys, scores) },
+        // SAFETY: as above.
+        #[cfg(target_arch = "x86_64")]
+        (Isa::Avx512, Products::AmxBf16) => unsafe { amx_head(task, keys, scores) },
         // SAFETY: as above.
         #[cfg(target_arch = "x86_64")]
         (Isa::Avx512, _) => unsafe { avx512(task, keys, scores) },
@@ -1014,6 +1055,50 @@ mod x86 {
         }
     }
 
+    /// `rows[r * lpad + j] *= s` for rows `r < nq` and keys `j` in `keys`, whole blocks of
+    /// sixteen.
+    ///
+    /// # Safety
+    /// `rows` holds `nq` rows of `lpad >= keys.end` writable values; the caller enabled avx512f.
+    #[inline(always)]
+    pub(super) unsafe fn scale_rows(
+        rows: *mut f32,
+        lpad: usize,
+        nq: usize,
+        keys: Range<usize>,
+        s: f32,
+    ) {
+        // SAFETY: the caller's contract.
+        unsafe {
+            let s = _mm512_set1_ps(s);
+            for r in 0..nq {
+                for j in keys.clone().step_by(KB) {
+                    let p = rows.add(r * lpad + j);
+                    _mm512_storeu_ps(p, _mm512_mul_ps(_mm512_loadu_ps(p), s));
+                }
+            }
+        }
+    }
+
+    /// `out[r * width + t] = sums[32 r + t] * inv[r]` for rows `r < inv.len()` and 32 columns
+    /// `t`.
+    ///
+    /// # Safety
+    /// `sums` holds `inv.len()` rows of 32 values, `out` as many rows of `width` from 32
+    /// writable ones, not overlapping `sums`; the caller enabled avx512f.
+    #[inline(always)]
+    pub(super) unsafe fn scale_rows_to(sums: *const f32, out: *mut f32, width: usize, inv: &[f32]) {
+        // SAFETY: the caller's contract.
+        unsafe {
+            for (r, &inv) in inv.iter().enumerate() {
+                let (src, dst, inv) =
+                    (sums.add(2 * KB * r), out.add(r * width), _mm512_set1_ps(inv));
+                _mm512_storeu_ps(dst, _mm512_mul_ps(_mm512_loadu_ps(src), inv));
+                _mm512_storeu_ps(dst.add(KB), _mm512_mul_ps(_mm512_loadu_ps(src.add(KB)), inv));
+            }
+        }
+    }
+
     /// `2^f` for `|f| <= 1/2`: the Taylor polynomial of `e^(f ln 2)` of degree 7, whose
     /// remainder, `(ln 2 / 2)^8 / 8!` = 5.2e-9 at most, is below half an f32 step of the result.
     const EXP2: [f32; 8] = [
@@ -1261,6 +1346,134 @@ mod x86 {
     }
 }
 
+/// The softmax of a block of queries, in place in its rows of scores (`lpad` apart): for each of
+/// the first `inv.len()` rows, query `qi` seeing the keys `seen(qi)`, the exponentials of its
+/// scores over the whole blocks of sixteen keys they fall in, with their maximum subtracted and
+/// zero for the keys of those blocks it does not see, and the reciprocal of their sum into
+/// `inv[qi]`; every other value of the keys `steps` (those the weighted sums take) zero, in every
+/// row of `sc`.
+///
+/// # Safety
+/// The caller enabled `B`'s instructions; every row's keys seen lie in `steps`, within `lpad`.
+#[inline(always)]
+unsafe fn softmax<B: Block>(
+    sc: &mut [f32],
+    lpad: usize,
+    seen: impl Fn(usize) -> (usize, usize),
+    steps: Range<usize>,
+    inv: &mut [f32],
+) {
+    let nq = inv.len();
+    for (qi, inv) in inv.iter_mut().enumerate() {
+        let (a, b) = seen(qi);
+        let (ba, bb) = (a / KB * KB, b.next_multiple_of(KB));
+        let row = &mut sc[qi * lpad..(qi + 1) * lpad];
+        let blocks = &mut row[ba..bb];
+        let max = math::max_in(blocks, a - ba..b - ba);
+        // The sum is at least 1 (the largest score's term), as no sequence is empty.
+        // SAFETY: the caller enabled B's instructions; the row is whole blocks.
+        *inv = 1.0 / unsafe { B::exp_sum(blocks, a - ba..b - ba, max) };
+        if steps.start < ba {
+            row[steps.start..ba].fill(0.0);
+        }
+        if bb < steps.end {
+            row[bb..steps.end].fill(0.0);
+        }
+    }
+    for row in sc.chunks_exact_mut(lpad).skip(nq) {
+        row[steps.clone()].fill(0.0);
+    }
+}
+
+/// One head of one sequence on AMX's tiles, [`AMX_QB`] queries at a time (the module's doc).
+///
+/// # Safety
+/// As [`attention`]'s with [`Products::AmxBf16`], for the task's rows and columns; the head's
+/// width is a multiple of 32.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512bf16,avx2,fma")]
+unsafe fn amx_head(task: Task, keys: &mut AlignedBuf, scores: &mut AlignedBuf) {
+    type B = x86::Avx512Bf16;
+    const F32: usize = size_of::<f32>();
+    let Task { ptrs, start, len, q0, queries, first, head, h } = task;
+    let (d, width) = (h.head_dim, h.heads * h.head_dim);
+    let col = head * d;
+    let [q, k, v, out] = ptrs.map(SendPtr::get);
+    let lpad = Products::AmxBf16.lpad(len);
+    keys.ensure(Products::AmxBf16.key_words(d, lpad));
+    scores.ensure(AMX_QB * lpad);
+    let kt = keys.as_mut_slice().as_mut_ptr();
+    let sc = &mut scores.as_mut_slice()[..AMX_QB * lpad];
+    let layout = Layout { d, width, lpad, scale: h.scale, vstride: width };
+    // The keys' pairs transposed (d / 2 x lpad words, zero past len), then the queries' pairs
+    // (up to lpad rows of d / 2: a block's rows past the task's are read, their results not
+    // used), then the values' pairs of rows (lpad / 2 x d), zero past len as well: their
+    // weights are zero, and stale values could be infinite.
+    // SAFETY: rows start..start + len of k and v, q0..q0 + queries of q, the head's d
+    // columns; kt holds the words `key_words` says, the values' from d x lpad on.
+    let reads = unsafe {
+        let (qh, kh, vh) =
+            (q.add(q0 * width + col), k.add(start * width + col), v.add(start * width + col));
+        let reads = B::prepare(qh, kh, vh, (len, queries), kt, layout);
+        let pairs = len.div_ceil(2);
+        kt.add(d * lpad + pairs * d).write_bytes(0, (lpad / 2 - pairs) * d);
+        reads
+    };
+    let seen = |i: usize| match h.window {
+        Some(w) => ((first + i).saturating_sub(w), (first + i + w + 1).min(len)),
+        None => (0, len),
+    };
+    let (scp, ldsc) = (sc.as_mut_ptr(), lpad * F32);
+    // A block's weighted sums for 32 columns, before they are divided by the sums.
+    let mut sums = [0.0f32; AMX_QB * AMX_STEP];
+    // SAFETY: the caller's contract: bf16_ready said yes.
+    let mut tiles = unsafe { amx::Tiles::configure() };
+    let mut i0 = 0;
+    while i0 < queries {
+        let nq = AMX_QB.min(queries - i0);
+        let blocks = nq.div_ceil(amx::ROWS);
+        // The keys some query of the block sees, in whole steps.
+        let (lo, hi) = (seen(i0).0, seen(i0 + nq - 1).1);
+        let (slo, shi) = (lo / AMX_STEP * AMX_STEP, hi.next_multiple_of(AMX_STEP));
+        // Scores of 32 keys at a time: the block's rows of query pairs by two tiles of the
+        // keys' transposed pairs, d / 32 steps.
+        // SAFETY: rows i0..i0 + 16 blocks <= lpad of the queries' pairs; pair rows of the
+        // keys' transpose, keys jb..jb + 32 <= lpad; rows of the scores, the same keys.
+        unsafe {
+            let a = (reads.q.add(i0 * reads.qstride).cast::<u8>(), reads.qstride * F32);
+            for jb in (slo..shi).step_by(AMX_STEP) {
+                let b = (kt.add(jb).cast_const().cast::<u8>(), ldsc);
+                tiles.bf16_block(blocks, d / AMX_STEP, a, b, (scp.add(jb).cast(), ldsc));
+            }
+        }
+        // SAFETY: rows below nq of the scores, keys slo..shi <= lpad, whole blocks.
+        unsafe { x86::scale_rows(scp, lpad, nq, slo..shi, h.scale) };
+        let mut inv = [0.0f32; AMX_QB];
+        // SAFETY: the caller enabled B's instructions.
+        unsafe { softmax::<B>(sc, lpad, |qi| seen(i0 + qi), slo..shi, &mut inv[..nq]) };
+        for qi in 0..blocks * amx::ROWS {
+            // SAFETY: row qi of the block's scores, lpad values; slo..shi are whole blocks.
+            unsafe { B::weights(scp.add(qi * lpad), slo..shi) };
+        }
+        // Weighted sums of 32 columns at a time: the block's rows of weights (bf16 from key
+        // slo, 2 slo bytes into each row) by two tiles of the values' pairs of rows.
+        for c0 in (0..d).step_by(AMX_STEP) {
+            // SAFETY: the weights' rows as above, keys slo..shi; pair rows slo / 2..shi / 2 <=
+            // lpad / 2 of the values, columns c0..c0 + 32 <= d; the block's nq rows of out,
+            // columns c0..c0 + 32 of the head, which only this task writes.
+            unsafe {
+                let a = (scp.cast::<u8>().add(2 * slo).cast_const(), ldsc);
+                let b = (reads.v.add(slo / 2 * d + c0).cast::<u8>(), d * F32);
+                let c = (sums.as_mut_ptr().cast::<u8>(), AMX_STEP * F32);
+                tiles.bf16_block(blocks, (shi - slo) / AMX_STEP, a, b, c);
+                let o = out.add((q0 + i0) * width + col + c0);
+                x86::scale_rows_to(sums.as_ptr(), o, width, &inv[..nq]);
+            }
+        }
+        i0 += nq;
+    }
+}
+
 /// One head of one sequence, `QB` queries at a time.
 ///
 /// # Safety
@@ -1327,25 +1540,8 @@ unsafe fn head_body<B: Block>(task: Task, keys: &mut AlignedBuf, scores: &mut Al
         // by the reciprocal of its sum. The exponentials run over whole blocks of keys, those
         // outside the query's keys set to zero.
         let mut inv = [0.0f32; MAX_QB];
-        for (qi, inv) in inv.iter_mut().enumerate().take(nq) {
-            let (a, b) = seen(i0 + qi);
-            let (ba, bb) = (a / KB * KB, b.next_multiple_of(KB));
-            let row = &mut sc[qi * lpad..(qi + 1) * lpad];
-            let blocks = &mut row[ba..bb];
-            let max = math::max_in(blocks, a - ba..b - ba);
-            // The sum is at least 1 (the largest score's term), as no sequence is empty.
-            // SAFETY: the caller enabled B's instructions; the row is whole blocks.
-            *inv = 1.0 / unsafe { B::exp_sum(blocks, a - ba..b - ba, max) };
-            if slo < ba {
-                row[slo..ba].fill(0.0);
-            }
-            if bb < shi {
-                row[bb..shi].fill(0.0);
-            }
-        }
-        for qi in nq..qb {
-            sc[qi * lpad + slo..qi * lpad + shi].fill(0.0);
-        }
+        // SAFETY: the caller enabled B's instructions.
+        unsafe { softmax::<B>(sc, lpad, |qi| seen(i0 + qi), slo..shi, &mut inv[..nq]) };
         for qi in 0..qb {
             // SAFETY: row qi of the block's scores, lpad values; blo..bhi are whole blocks.
             unsafe { B::weights(scp.add(qi * lpad), blo..bhi) };
@@ -1451,9 +1647,9 @@ mod tests {
         let cut = parts(Split::new(&one.batch(), h, false, 16), 1000);
         assert!(cut.len() > 2, "{cut:?}");
         for (q, k) in &cut {
-            assert_eq!(k.start % KB, 0, "{q:?} {k:?}");
+            assert_eq!(k.start % AMX_STEP, 0, "{q:?} {k:?}");
             assert!(k.start <= q.start.saturating_sub(20), "{q:?} {k:?}");
-            assert!(q.start.saturating_sub(20) - k.start < KB, "{q:?} {k:?}");
+            assert!(q.start.saturating_sub(20) - k.start < AMX_STEP, "{q:?} {k:?}");
             assert_eq!(k.end, (q.end + 20).min(1000), "{q:?} {k:?}");
         }
     }
