@@ -7,7 +7,8 @@
 //! quantized at upload and each linear layer's input rows just before it, the GEMM summing in
 //! i32 ([`gemm8`]); in bf16 ([`Precision::Bf16`]) both are rounded to bf16 instead, the GEMM
 //! summing exact products in f32 ([`gemm16`]). In both, attention's products are bf16 where the
-//! CPU has AVX-512 BF16 ([`Products::Bf16`]; in int8, where its rows have zero points). Every
+//! CPU has AVX-512 BF16 ([`Products::Bf16`], on AMX's tiles where the bf16 GEMM runs there:
+//! [`Products::AmxBf16`]; in int8, where its rows have zero points). Every
 //! other op is the f32 engine's.
 
 use std::sync::Arc;
