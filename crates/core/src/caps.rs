@@ -34,6 +34,11 @@ pub struct Caps {
     /// The dtype [`DTypeChoice::Auto`](crate::DTypeChoice) picks here, one of `dtypes`: f16 on
     /// a GPU with half-precision tensor cores, f32 elsewhere.
     pub auto: DType,
+    /// The most tokens a batch should hold for speed here, where the device runs smaller
+    /// batches faster than the bucket table's largest (flex on AMX, whose activations then stay
+    /// in the CPU's caches); `None` where the largest is fastest. Runners keep their batches to
+    /// it where the table has a bucket that small.
+    pub batch_tokens: Option<usize>,
 }
 
 impl Caps {
@@ -47,6 +52,7 @@ impl Caps {
             dtype: DType::F32,
             dtypes: vec![DType::F32],
             auto: DType::F32,
+            batch_tokens: None,
         }
     }
 

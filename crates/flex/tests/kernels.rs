@@ -478,6 +478,37 @@ fn amx_is_taken_where_linux_lists_it() {
     assert_eq!(Isa8::detect() == Isa8::AmxInt8, int8, "int8: {:?}", Isa8::detect());
 }
 
+/// flex asks for batches of [`AMX_BATCH_TOKENS`] exactly where its linear layers run on AMX: in
+/// bf16 and int8 on their AMX kernels, not in f32 or f16, nor on the AVX-512 kernels of the same
+/// CPU.
+#[test]
+fn flex_asks_for_small_batches_only_on_amx() {
+    use switchyard_flex::AMX_BATCH_TOKENS;
+    let hint = |be: switchyard_flex::FlexBackend, dtype| {
+        be.with_dtype(dtype).expect("flex has the dtype").caps().batch_tokens
+    };
+    for dtype in [DType::F32, DType::F16] {
+        assert_eq!(hint(switchyard_flex::flex(), dtype), None, "{dtype:?}");
+    }
+    for isa16 in Isa16::available() {
+        let be = switchyard_flex::flex().with_isa16(isa16).expect("available");
+        let want = (isa16 == Isa16::AmxBf16).then_some(AMX_BATCH_TOKENS);
+        assert_eq!(hint(be, DType::Bf16), want, "{isa16:?}");
+    }
+    for isa8 in Isa8::available() {
+        let be = switchyard_flex::flex().with_isa8(isa8).expect("available");
+        let want = (isa8 == Isa8::AmxInt8).then_some(AMX_BATCH_TOKENS);
+        assert_eq!(hint(be, DType::I8), want, "{isa8:?}");
+    }
+    // The hint follows the kernels chosen after the dtype too.
+    if Isa8::available().contains(&Isa8::AmxInt8) {
+        let be = switchyard_flex::flex().with_dtype(DType::I8).expect("int8");
+        assert_eq!(be.caps().batch_tokens, Some(AMX_BATCH_TOKENS));
+        let be = be.as_cpu_of(Isa8::Avx512Vnni).expect("AVX-512 VNNI beside AMX");
+        assert_eq!(be.caps().batch_tokens, None);
+    }
+}
+
 #[test]
 fn bf16_gemm_really_rounds_its_operands() {
     // x = 1 + 2^-8 rounds to 1 in bf16 (a tie, to even) and w = 1 + 3 2^-8 to 1 + 2^-6: the

@@ -78,7 +78,7 @@ struct Engine<B: Backend> {
 impl<B: Backend> Runner<B> {
     /// Uploads `model`'s weights to `backend`, with `buckets` (stage `default`).
     pub fn new(mut model: Model, backend: B, buckets: Buckets) -> Result<Self> {
-        let limit = batch_limit(&model, &buckets);
+        let limit = batch_limit(&model, &buckets, backend.caps().batch_tokens);
         let mut exec = model.executor(backend, buckets)?;
         // `executor` refused a table whose largest bucket holds no full-length sequence.
         let limit = limit.ok_or_else(|| Error::format("the bucket table is empty"))?;
@@ -264,9 +264,10 @@ fn one_row<T>((_, rows): (T, Vec<Vec<f32>>)) -> Vec<f32> {
     rows.into_iter().next().unwrap_or_default()
 }
 
-/// The largest bucket whose widest per-token value fits [`WIDE_VALUE_BUDGET`], or else the
-/// smallest that holds one sequence of the model's maximum length.
-fn batch_limit(model: &Model, buckets: &Buckets) -> Option<Bucket> {
+/// The largest bucket whose widest per-token value fits [`WIDE_VALUE_BUDGET`] and that holds
+/// at most `preferred` tokens (the backend's [`Caps::batch_tokens`](switchyard_core::Caps)),
+/// or else the smallest that holds one sequence of the model's maximum length.
+fn batch_limit(model: &Model, buckets: &Buckets, preferred: Option<usize>) -> Option<Bucket> {
     let stage = buckets.stage(switchyard_core::DEFAULT_STAGE);
     let g = model.graph();
     let widest = g.vals.iter().filter(|s| s.rows == Rows::Tokens).map(|s| s.width).max();
@@ -275,7 +276,10 @@ fn batch_limit(model: &Model, buckets: &Buckets) -> Option<Bucket> {
     stage
         .iter()
         .rev()
-        .find(|b| b.tokens >= max_len && bytes(b) <= WIDE_VALUE_BUDGET)
+        .find(|b| {
+            let fast = preferred.is_none_or(|p| b.tokens <= p);
+            b.tokens >= max_len && bytes(b) <= WIDE_VALUE_BUDGET && fast
+        })
         .or_else(|| stage.iter().find(|b| b.tokens >= max_len))
         .copied()
 }

@@ -452,3 +452,73 @@ fn cls_pooled_embeddings_are_the_first_token_states() {
         embeds_first_token_states(model(), Reference, &texts);
     }
 }
+
+/// The reference backend, saying it runs fastest on batches of at most `.1` tokens.
+struct Preferring(Reference, usize);
+
+impl Backend for Preferring {
+    type Weights = <Reference as Backend>::Weights;
+    type Plan = <Reference as Backend>::Plan;
+    type State = <Reference as Backend>::State;
+
+    fn caps(&self) -> switchyard_core::Caps {
+        switchyard_core::Caps { batch_tokens: Some(self.1), ..self.0.caps() }
+    }
+
+    fn upload(
+        &self,
+        tensors: &[switchyard_core::HostTensor<'_>],
+        graph: &Graph,
+    ) -> switchyard_core::Result<Self::Weights> {
+        self.0.upload(tensors, graph)
+    }
+
+    fn lower(
+        &self,
+        w: &Self::Weights,
+        graph: &Graph,
+        bucket: switchyard_core::Bucket,
+    ) -> switchyard_core::Result<Self::Plan> {
+        self.0.lower(w, graph, bucket)
+    }
+
+    fn state(&self, plan: &Self::Plan) -> switchyard_core::Result<Self::State> {
+        self.0.state(plan)
+    }
+
+    fn run(
+        &self,
+        plan: &Self::Plan,
+        state: &mut Self::State,
+        batch: &switchyard_core::Batch<'_>,
+        out: &mut switchyard_core::Outputs,
+    ) -> switchyard_core::Result<()> {
+        self.0.run(plan, state, batch, out)
+    }
+}
+
+/// A runner keeps its batches to the size its backend asks for (`Caps::batch_tokens`), where
+/// the bucket table has one that holds a full-length sequence; the embeddings are the same.
+#[test]
+fn batches_keep_to_the_size_the_backend_asks_for() {
+    let model = || Model::load(&tiny("bert")).unwrap();
+    let max_len = model().tokenizer().max_len();
+    // More texts than the 1024-token bucket's 64 sequences: three batches there, one in the
+    // largest bucket.
+    let texts: Vec<String> = (0..150).map(|i| format!("sentence number {i} of many")).collect();
+    let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let mut largest = Runner::new(model(), Reference, Buckets::default()).unwrap();
+    assert_eq!(largest.batch_limit().tokens, 16384);
+    let want = largest.embed(&texts, |_| {}).unwrap();
+    let mut asked = Runner::new(model(), Preferring(Reference, 1024), Buckets::default()).unwrap();
+    assert_eq!(asked.batch_limit().tokens, 1024);
+    assert_eq!(asked.embed(&texts, |_| {}).unwrap(), want);
+    // Below a full-length sequence: the smallest bucket that holds one.
+    let tiny_ask = Runner::new(model(), Preferring(Reference, 8), Buckets::default()).unwrap();
+    let smallest = Buckets::default()
+        .stage(switchyard_core::DEFAULT_STAGE)
+        .iter()
+        .find(|b| b.tokens >= max_len)
+        .map(|b| b.tokens);
+    assert_eq!(Some(tiny_ask.batch_limit().tokens), smallest);
+}
