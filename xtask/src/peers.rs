@@ -588,6 +588,11 @@ fn scaling(all: &[Run]) -> Vec<String> {
     lines
 }
 
+/// A ratio for the table, or `-` where its peer did not run.
+fn cell(ratio: f64) -> String {
+    if ratio.is_nan() { "-".to_owned() } else { format!("{ratio:.2}") }
+}
+
 /// The table: texts per wall second and per CPU second, each as a ratio to ONNX Runtime fp32
 /// sorted by length at the same thread count, and speed as a ratio to ONNX Runtime int8.
 fn report(about: &str, all: &[Run]) {
@@ -613,22 +618,22 @@ fn report(about: &str, all: &[Run]) {
         let (x, xc) = ratios(all, r, "ort");
         let (x8, _) = ratios(all, r, "ort-int8");
         println!(
-            "{:>7}  {:<30} {:<22} {:>10.1} {:>10.1} {:>9.2} {:>9.2} {:>10.2} {:>9.1e}",
+            "{:>7}  {:<30} {:<22} {:>10.1} {:>10.1} {:>9} {:>9} {:>10} {:>9.1e}",
             r.threads,
             r.engine,
             r.order,
             r.texts as f64 / r.wall,
             r.texts as f64 / r.cpu,
-            x,
-            xc,
-            x8,
+            cell(x),
+            cell(xc),
+            cell(x8),
             r.max_diff
         );
     }
     println!(
         "(x ORT, x ORT-int8: speed relative to ONNX Runtime fp32 or int8 sorted by length at the \
-         same thread count; max diff: the largest difference from the program's first run's \
-         embeddings, f32 in file order: so for bf16 and int8 runs, from f32)"
+         same thread count, - where it did not run; max diff: the largest difference from the \
+         program's first run's embeddings, f32's: so for bf16 and int8 runs, from f32)"
     );
     for line in scaling(all) {
         println!("{line}");
@@ -662,6 +667,13 @@ mod tests {
         assert_eq!((r.wall, r.cpu), (3.5, 6.9));
         assert!(parse("Batches: 100%").is_none());
         assert!(parse("run\tort\tsorted").is_none());
+        assert!(parse("cosine\tort\tsorted\t0.99\t0.999").is_none());
+    }
+
+    #[test]
+    fn a_ratio_without_its_peer_is_a_dash() {
+        assert_eq!(cell(f64::NAN), "-");
+        assert_eq!(cell(1.234), "1.23");
     }
 
     #[test]

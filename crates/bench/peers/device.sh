@@ -13,11 +13,13 @@
 #      device's own dtype beside sentence-transformers on the GPU in fp32 and fp16
 #      (runs-gpu-corpus.tsv); needs a bundle made with --cuda;
 # all: both.
-# It also writes machine.txt (CPU, memory, load, GPU, the peers' versions). Back on the
+# A step that fails says so and the rest still run. It also writes machine.txt (CPU, memory, load, GPU, the peers' versions). Back on the
 # machine with the toolchain, `cargo xtask bench --report OUT_DIR` prints the tables.
 #
 # Needs python3 with onnxruntime, onnx, torch, transformers and sentence-transformers (and
-# `xz`, or python3's lzma). TEXTS=N embeds only each corpus' first N texts.
+# `xz`, or python3's lzma). TEXTS=N embeds only each corpus' first N texts. QUICK=1 makes the
+# runs fit a short lease: flex sorted by length only and without its AVX-512 kernels beside AMX,
+# and `--quick` for the GPU bench (only the kernel sets with our attention, no flex beside).
 set -euo pipefail
 
 what=${1:?cpu, gpu or all}
@@ -82,18 +84,20 @@ if [[ $what != gpu ]]; then
         : >"$runs"
         for t in ${threads//,/ }; do
             say "flex on $file, $t threads"
-            "$bin" corpus --model "$model" --corpus "$texts" --threads "$t" --max-len "$len" | tee -a "$runs"
+            "$bin" corpus --model "$model" --corpus "$texts" --threads "$t" --max-len "$len" \
+                ${QUICK:+--orders sorted --no-avx512-beside-amx} | tee -a "$runs" || say "flex failed"
             [[ -e $onnx/model-int8.onnx ]] || continue
             say "ONNX Runtime on $file, $t threads"
             python3 "$here/peers.py" --model "$model" --onnx "$onnx" --corpus "$texts" --threads "$t" \
-                --max-len "$len" --engines ort,ort-int8 --orders sorted | tee -a "$runs"
+                --max-len "$len" --engines ort,ort-int8 --orders sorted | tee -a "$runs" \
+                || say "ONNX Runtime failed"
         done
     done
 fi
 
 if [[ $what != cpu ]]; then
     say "the GPU benchmarks"
-    "$bin" 15 --gpus-only | tee "$out/gpu-ours.txt"
+    "$bin" 15 --gpus-only ${QUICK:+--quick} | tee "$out/gpu-ours.txt" || say "the GPU bench failed"
     if ! grep -q '^gpu	' "$out/gpu-ours.txt"; then
         say "no GPU rows: no GPU there, or a bundle made without --cuda (the bench said why above)"
         exit 1
@@ -104,8 +108,8 @@ if [[ $what != cpu ]]; then
     runs=$out/runs-gpu-corpus.tsv
     say "Switchyard on cuda:0 and sentence-transformers on the GPU, mixed corpus"
     "$bin" corpus --model "$model" --corpus "$texts" --threads "$(nproc)" --max-len 256 \
-        --device cuda:0 --dtypes f32,auto | tee "$runs"
+        --device cuda:0 --dtypes f32,auto | tee "$runs" || say "Switchyard on cuda:0 failed"
     python3 "$here/peers.py" --model "$model" --corpus "$texts" --threads "$(nproc)" --max-len 256 \
-        --engines st-cuda,st-cuda-fp16 | tee -a "$runs"
+        --engines st-cuda,st-cuda-fp16 | tee -a "$runs" || say "sentence-transformers failed"
 fi
 say "done: $out"

@@ -37,22 +37,31 @@ def main():
     ids = torch.ones((2, 16), dtype=torch.long)
     axes = {0: "batch", 1: "length"}
     fp32 = out_dir / "model.onnx"
-    with torch.no_grad():
-        torch.onnx.export(
-            Hidden(model),
-            (ids, torch.ones_like(ids), torch.zeros_like(ids)),
-            str(fp32),
-            input_names=["input_ids", "attention_mask", "token_type_ids"],
-            output_names=["last_hidden_state"],
-            dynamic_axes={
-                "input_ids": axes,
-                "attention_mask": axes,
-                "token_type_ids": axes,
-                "last_hidden_state": axes,
-            },
-            opset_version=17,
-            dynamo=False,
-        )
+    def export(dynamo):
+        with torch.no_grad():
+            torch.onnx.export(
+                Hidden(model),
+                (ids, torch.ones_like(ids), torch.zeros_like(ids)),
+                str(fp32),
+                input_names=["input_ids", "attention_mask", "token_type_ids"],
+                output_names=["last_hidden_state"],
+                dynamic_axes={
+                    "input_ids": axes,
+                    "attention_mask": axes,
+                    "token_type_ids": axes,
+                    "last_hidden_state": axes,
+                },
+                opset_version=17,
+                dynamo=dynamo,
+            )
+
+    # The TorchScript exporter, which torch deprecates; where a torch no longer has it, its
+    # dynamo exporter (which needs onnxscript).
+    try:
+        export(False)
+    except Exception as e:  # noqa: BLE001 - any failure of the old exporter is a reason to try the new
+        print(f"export_onnx.py: the TorchScript exporter failed ({e}); trying dynamo=True", file=sys.stderr)
+        export(True)
     quantize_dynamic(
         str(fp32), str(out_dir / "model-int8.onnx"), weight_type=QuantType.QInt8, per_channel=True
     )

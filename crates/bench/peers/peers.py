@@ -13,7 +13,8 @@ model-int8.onnx from export_onnx.py, all graph optimisations on), each in file o
 sorted by length (characters, as sentence-transformers sorts; `--orders` picks one or both), and `st` (sentence-transformers
 on PyTorch, which sorts by length itself), on the CPU; `st-cuda` and `st-cuda-fp16` run it on
 the GPU, in fp32 and in fp16 (`model.half()`, as its users run it there). Each run is timed after its model is loaded and one
-warm-up batch, from the texts to normalised embeddings (tokenizing included), in wall seconds
+warm-up batch (on the GPU, a whole warm-up pass: its first batch of each shape loads and tunes
+kernels, as `switchyard-bench corpus` warms a GPU), from the texts to normalised embeddings (tokenizing included), in wall seconds
 and process CPU seconds. Prints one tab-separated line per run, as `switchyard-bench corpus`
 does: `run`, engine, order, threads, texts, tokens, wall seconds, CPU seconds, and the largest
 difference of its embeddings from the first run's (the same model must give the same vectors).
@@ -35,9 +36,10 @@ def batches(items, size):
         yield items[i : i + size]
 
 
-def timed(run, texts):
-    """Runs `run` on one batch to warm up, then on all texts; (embeddings, wall, cpu)."""
-    run(texts[:32])
+def timed(run, texts, whole_warmup=False):
+    """Runs `run` on one batch (or, with `whole_warmup`, on all texts) to warm up, then on all
+    texts; (embeddings, wall, cpu)."""
+    run(texts if whole_warmup else texts[:32])
     w, c = time.perf_counter(), time.process_time()
     out = run(texts)
     return out, time.perf_counter() - w, time.process_time() - c
@@ -141,7 +143,7 @@ def main():
             runs = [(o, run, order if o == "sorted" else None) for o in orders]
         for label, run, perm in runs:
             inputs = texts if perm is None else [texts[i] for i in perm]
-            emb, wall, cpu = timed(run, inputs)
+            emb, wall, cpu = timed(run, inputs, whole_warmup=engine.startswith("st-cuda"))
             if perm is not None:
                 back = np.empty_like(emb)
                 back[perm] = emb

@@ -371,6 +371,17 @@ fn gpus() -> Vec<(Device, bool)> {
         .collect()
 }
 
+/// What `f` returns, or `None` after saying that `who` failed where `f` panics: one kernel set
+/// that fails on a device does not cost the others' figures (a GPU lease is short).
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+fn survived<T>(who: &str, f: impl FnOnce() -> T) -> Option<T> {
+    let t = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    if t.is_err() {
+        println!("  {who}: failed (the panic above says why)");
+    }
+    t.ok()
+}
+
 /// `be`, a cube device, with the kernels of `set` instead of its own.
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 fn with_kernels(be: &Dispatch, set: switchyard_dispatch::cube::KernelSet) -> Dispatch {
@@ -384,10 +395,12 @@ fn with_kernels(be: &Dispatch, set: switchyard_dispatch::cube::KernelSet) -> Dis
 }
 
 /// Each GPU device beside flex on the same batches: on a software device a small batch of the
-/// MiniLM shape only; on a real GPU 32 and 256 sequences of the MiniLM shape and 32 of
-/// bge-base's, also in f16 and bf16 where the device has them.
+/// MiniLM shape only; on a real GPU 32 and 256 sequences of the MiniLM shape and of bge-base's,
+/// also in f16 and bf16 where the device has them. `quick` times only the kernel sets with our
+/// attention (without it, Burn's per-sequence attention is 8x to 24x slower on an H200), and
+/// not flex.
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
-fn bench_gpus(reps: usize) {
+fn bench_gpus(reps: usize, quick: bool) {
     use switchyard_dispatch::cube::KernelSet;
     let minilm =
         EncoderSpec { vocab: 30522, width: 384, heads: 12, ffn: 1536, layers: 6, max_pos: 512 };
@@ -421,42 +434,54 @@ fn bench_gpus(reps: usize) {
             let tokens = batch.tokens() as f64;
             let label = format!("{what}, {} seqs, {} tokens", batch.seqs(), batch.tokens());
             println!("  {label}");
-            let sets = [
+            let attention_norm = KernelSet { attention: true, norm: true, ..KernelSet::NONE };
+            let attention = KernelSet { attention: true, ..KernelSet::NONE };
+            let mut sets = vec![
                 ("all of our kernels", KernelSet::ALL),
                 ("attention, norm, epilogue (default)", KernelSet::MEASURED),
-                (
-                    "our attention and norm",
-                    KernelSet { attention: true, norm: true, ..KernelSet::NONE },
-                ),
-                ("our attention only", KernelSet { attention: true, ..KernelSet::NONE }),
-                ("our GEMM only", KernelSet { linear: true, ..KernelSet::NONE }),
-                ("our norm only", KernelSet { norm: true, ..KernelSet::NONE }),
-                ("our epilogue only", KernelSet { epilogue: true, ..KernelSet::NONE }),
-                ("Burn's ops only", KernelSet::NONE),
+                ("our attention and norm", attention_norm),
+                ("our attention only", attention),
             ];
+            if !quick {
+                sets.extend([
+                    ("our GEMM only", KernelSet { linear: true, ..KernelSet::NONE }),
+                    ("our norm only", KernelSet { norm: true, ..KernelSet::NONE }),
+                    ("our epilogue only", KernelSet { epilogue: true, ..KernelSet::NONE }),
+                    ("Burn's ops only", KernelSet::NONE),
+                ]);
+            }
             let mut rows: Vec<(String, Duration)> = sets
                 .into_iter()
-                .map(|(what, set)| {
-                    (
-                        format!("{name}, {what}"),
-                        time_plan(with_kernels(&cube, set), &g, &batch, reps),
-                    )
+                .filter_map(|(what, set)| {
+                    let who = format!("{name}, {what}");
+                    let t =
+                        survived(&who, || time_plan(with_kernels(&cube, set), &g, &batch, reps));
+                    Some((who, t?))
                 })
                 .collect();
             // Half-precision weights and activations, where the device has them: with our
-            // attention, norm and epilogue (f32 arithmetic; the GEMM is f32 only), and Burn's
-            // ops alone.
+            // attention, norm and epilogue (f32 arithmetic; the GEMM is f32 only), with fewer of
+            // them, and Burn's ops alone.
             for dtype in [DType::F16, DType::Bf16] {
                 if !caps.dtypes.contains(&dtype) {
                     continue;
                 }
-                let sets = [("our kernels", KernelSet::MEASURED), ("Burn's ops", KernelSet::NONE)];
+                let mut sets = vec![
+                    ("our kernels", KernelSet::MEASURED),
+                    ("our attention and norm", attention_norm),
+                    ("our attention only", attention),
+                ];
+                if !quick {
+                    sets.push(("Burn's ops", KernelSet::NONE));
+                }
                 for (what, set) in sets {
-                    let be = with_kernels(&cube, set).with_dtype(dtype).expect("a listed dtype");
-                    rows.push((
-                        format!("{name}, {what}, {dtype}"),
-                        time_plan(be, &g, &batch, reps),
-                    ));
+                    let who = format!("{name}, {what}, {dtype}");
+                    let t = survived(&who, || {
+                        let be =
+                            with_kernels(&cube, set).with_dtype(dtype).expect("a listed dtype");
+                        time_plan(be, &g, &batch, reps)
+                    });
+                    rows.extend(t.map(|t| (who, t)));
                 }
             }
             // A lines for `peers/gpu_peer.py`, which runs PyTorch on the same batches.
@@ -465,24 +490,35 @@ fn bench_gpus(reps: usize) {
                 let batch_id = format!("{what}\t{seqs}\t{min}\t{max}\t{}", batch.tokens());
                 machine.push(format!("gpu\t{batch_id}\t{who}\t{:.3}", ms(*t)));
             }
-            let flex = time_plan(open("flex"), &g, &batch, reps);
-            rows.push(("flex (peer)".to_owned(), flex));
+            // The ratio's base: flex, or where `quick` leaves it out, the first row.
+            let base = if quick {
+                let Some(&(_, first)) = rows.first() else { continue };
+                first
+            } else {
+                let flex = time_plan(open("flex"), &g, &batch, reps);
+                rows.push(("flex (peer)".to_owned(), flex));
+                flex
+            };
             for (who, t) in rows {
                 println!(
                     "  {:<46} {:>7.1}ms {:>12.0} {:>8.2}",
                     who,
                     ms(t),
                     tokens / t.as_secs_f64(),
-                    flex.as_secs_f64() / t.as_secs_f64()
+                    base.as_secs_f64() / t.as_secs_f64()
                 );
             }
             machine.iter().for_each(|l| println!("{l}"));
             // A classifier reads [CLS] alone, so its last layer runs on that row; beside it the
             // whole layer, both with the device's default kernels, taken in turn. Not `gpu`
             // lines: PyTorch's peer times the whole encoder.
-            let be = Dispatch::new(&device).expect("it started above");
             let graphs = [false, true].map(|cls| testkit::bert_classifier(spec, cls));
-            let (whole, cls) = time_lanes(be, &graphs[0], &graphs[1], &batch, reps);
+            let Some((whole, cls)) = survived(&format!("{name}, as a classifier"), || {
+                let be = Dispatch::new(&device).expect("it started above");
+                time_lanes(be, &graphs[0], &graphs[1], &batch, reps)
+            }) else {
+                continue;
+            };
             println!(
                 "  as a classifier on [CLS], default kernels (ratio: to the whole last layer)"
             );
@@ -497,9 +533,10 @@ fn bench_gpus(reps: usize) {
             }
         }
         println!(
-            "  (ratio: speed relative to flex; above 1 is faster. Our kernels: ragged attention, \
+            "  (ratio: speed relative to {}; above 1 is faster. Our kernels: ragged attention, \
              the fused-epilogue GEMM, one-launch LayerNorm and the epilogue after Burn's matmul; \
-             Burn's ops only: the same lowering without them)"
+             Burn's ops only: the same lowering without them)",
+            if quick { "the first row" } else { "flex" }
         );
     }
 }
@@ -585,7 +622,8 @@ fn bench_remote(reps: usize) {
     println!("  ops, dropped `drops` tensors, and answered `reads` reads, each a round trip)");
 }
 
-/// `switchyard-bench [REPS] [--gpus-only]`: every benchmark, or only the GPU devices';
+/// `switchyard-bench [REPS] [--gpus-only] [--quick]`: every benchmark, or only the GPU devices'
+/// (`--quick`: fewer kernel sets on them, and no flex beside);
 /// `switchyard-bench corpus ...`: see [`corpus::run`]; `serve ...` and `soak ...`: see
 /// [`serve::serve`] and [`serve::soak`]; `train ...` and `weights ...`: see [`train::run`] and
 /// [`weights::run`].
@@ -607,7 +645,7 @@ fn main() {
         bench_remote(reps.div_ceil(3).max(3));
     }
     #[cfg(any(feature = "wgpu", feature = "cuda"))]
-    bench_gpus(reps.div_ceil(3).max(3));
+    bench_gpus(reps.div_ceil(3).max(3), args.iter().any(|a| a == "--quick"));
     #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
     if gpus_only {
         println!("(no GPU benchmarks: this build has neither the wgpu nor the cuda feature)");

@@ -13,12 +13,26 @@ fn bench(args: &[&str]) -> (Option<i32>, String) {
 fn missing_and_malformed_arguments_are_errors_with_the_usage() {
     let missing = std::env::temp_dir().join("switchyard-bench-no-such-corpus.jsonl");
     let missing = missing.to_str().unwrap();
-    let cases: [(&[&str], &str); 6] = [
+    let cases: [(&[&str], &str); 7] = [
         (&["corpus"], "--model is needed"),
         (&["corpus", "--model", "m", "--corpus", "c"], "--threads is needed"),
         (&["corpus", "--model", "m", "--corpus", "c", "--threads", "two"], "--threads two: "),
         (&["corpus", "--model", "m", "--corpus", "c", "--threads"], "--threads takes a value"),
         (&["corpus", "--model", "m", "--corpus", missing, "--threads", "1"], missing),
+        (
+            &[
+                "corpus",
+                "--model",
+                "m",
+                "--corpus",
+                missing,
+                "--threads",
+                "1",
+                "--orders",
+                "random",
+            ],
+            "--orders random: expected",
+        ),
         (&["serve", "--corpus", "c"], "--model is needed"),
     ];
     for (args, says) in cases {
