@@ -382,6 +382,40 @@ fn survived<T>(who: &str, f: impl FnOnce() -> T) -> Option<T> {
     t.ok()
 }
 
+/// Where a run of `g` on `batch` spends its time on the cube device `be`: each kind of op's
+/// share, in the order the graph first runs it (the median of `reps` profiles, each synchronised
+/// after every op, after two warm-ups), and the profile's whole time.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+fn op_shares(
+    be: &Dispatch,
+    g: &Graph,
+    batch: &BatchBuf,
+    reps: usize,
+) -> (Vec<(&'static str, usize, Duration)>, Duration) {
+    let Dispatch::Cube { backend, .. } = be else { panic!("{} is not a cube device", be.device()) };
+    let bucket = Bucket::new(batch.tokens(), batch.seqs(), batch.batch().markers().max(1));
+    let weights = testkit::random_weights(g, 1);
+    let w = backend.upload(&weights.tensors(), g).expect("the bench graph uploads");
+    let plan = backend.lower(&w, g, bucket).expect("the bench graph lowers");
+    let mut state = backend.state(&plan).expect("a run state");
+    let mut profile = || backend.profile(&plan, &mut state, &batch.batch()).expect("a profile");
+    profile();
+    profile();
+    let runs: Vec<_> = (0..reps).map(|_| profile()).collect();
+    let mut kinds: Vec<(&'static str, usize, Duration)> = Vec::new();
+    for (i, op) in runs[0].iter().enumerate() {
+        let mut times: Vec<Duration> = runs.iter().map(|r| r[i].time).collect();
+        times.sort();
+        let t = times[times.len() / 2];
+        match kinds.iter_mut().find(|k| k.0 == op.op) {
+            Some(k) => (k.1, k.2) = (k.1 + 1, k.2 + t),
+            None => kinds.push((op.op, 1, t)),
+        }
+    }
+    let whole = kinds.iter().map(|k| k.2).sum();
+    (kinds, whole)
+}
+
 /// `be`, a cube device, with the kernels of `set` instead of its own.
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 fn with_kernels(be: &Dispatch, set: switchyard_dispatch::cube::KernelSet) -> Dispatch {
@@ -509,6 +543,27 @@ fn bench_gpus(reps: usize, quick: bool) {
                 );
             }
             machine.iter().for_each(|l| println!("{l}"));
+            // Where the time goes, in f32 and in the device's own dtype, with its default
+            // kernels.
+            let dtypes = if caps.auto == DType::F32 {
+                vec![DType::F32]
+            } else {
+                vec![DType::F32, caps.auto]
+            };
+            for dtype in dtypes {
+                let who = format!("{name}, its default kernels, {dtype}");
+                let Some((kinds, whole)) = survived(&who, || {
+                    let be = Dispatch::new(&device).expect("it started above");
+                    op_shares(&be.with_dtype(dtype).expect("a listed dtype"), &g, &batch, reps)
+                }) else {
+                    continue;
+                };
+                println!("  {who}, synchronised after each op: {:.1}ms in all", ms(whole));
+                for (op, count, t) in kinds {
+                    let share = t.as_secs_f64() / whole.as_secs_f64();
+                    println!("    {op:<24} x{count:<4} {:>7.2}ms {:>6.1}%", ms(t), 100.0 * share);
+                }
+            }
             // A classifier reads [CLS] alone, so its last layer runs on that row; beside it the
             // whole layer, both with the device's default kernels, taken in turn. Not `gpu`
             // lines: PyTorch's peer times the whole encoder.

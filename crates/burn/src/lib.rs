@@ -23,6 +23,7 @@ pub mod generic;
 mod runcx;
 
 use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 use burn_backend::Backend as BurnBackend;
 use burn_backend::tensor::FloatTensor;
@@ -154,6 +155,43 @@ impl<B: BurnBackend, K: Kernels<B>> Burn<B, K> {
         batch: &Batch<'_>,
         how: &Forward<B>,
     ) -> Result<Vec<Option<FloatTensor<B>>>> {
+        self.forward_each(plan, state, batch, how, &mut |_| Ok(()))
+    }
+
+    /// How long each op of one run of `plan` on `batch` takes, in the graph's order (ops a batch
+    /// skips left out): the device is synchronised after each op, so the times add up to more
+    /// than a run's, and each includes its launches' latency. Where a plan's time goes on an
+    /// asynchronous device, which a run's time cannot say.
+    pub fn profile(
+        &self,
+        plan: &BurnPlan<B>,
+        state: &mut BurnState<B>,
+        batch: &Batch<'_>,
+    ) -> Result<Vec<OpTime>> {
+        let sync =
+            || B::sync(&self.device).map_err(|e| Error::Device(format!("synchronising: {e:?}")));
+        sync()?;
+        let mut times = Vec::new();
+        let mut last = Instant::now();
+        self.forward_each(plan, state, batch, &Forward::default(), &mut |op| {
+            sync()?;
+            let now = Instant::now();
+            times.push(OpTime { op: op.name(), time: now - last });
+            last = now;
+            Ok(())
+        })?;
+        Ok(times)
+    }
+
+    /// [`Burn::forward`], calling `each` after each op it runs.
+    fn forward_each(
+        &self,
+        plan: &BurnPlan<B>,
+        state: &mut BurnState<B>,
+        batch: &Batch<'_>,
+        how: &Forward<B>,
+        each: &mut dyn FnMut(&Op) -> Result<()>,
+    ) -> Result<Vec<Option<FloatTensor<B>>>> {
         plan.bucket.admit(batch)?;
         // A run that failed half way may have left values behind.
         state.vals.iter_mut().for_each(|v| *v = None);
@@ -183,6 +221,7 @@ impl<B: BurnBackend, K: Kernels<B>> Burn<B, K> {
             if plan.last_use[o.idx()].is_some() {
                 state.vals[o.idx()] = Some(y);
             }
+            each(op)?;
         }
         let outs = graph
             .outputs
@@ -290,6 +329,15 @@ pub struct BurnPlan<B: BurnBackend> {
     /// For each value, the last op that reads it (`ops.len()` for outputs, `None` if unread).
     last_use: Vec<Option<usize>>,
     bytes: usize,
+}
+
+/// One op's time in a [`Burn::profile`].
+#[derive(Clone, Copy, Debug)]
+pub struct OpTime {
+    /// The op's kind, as [`Op::name`] gives it.
+    pub op: &'static str,
+    /// From the end of the op before to the device's end of this one.
+    pub time: Duration,
 }
 
 /// How [`Burn::forward`] runs a plan, beyond computing its graph.

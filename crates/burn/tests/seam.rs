@@ -244,3 +244,25 @@ fn a_lane_may_read_a_weight_in_another_form_than_the_upload_graph() {
     be.run(&plan, &mut be.state(&plan).unwrap(), &sample().batch(), &mut out).unwrap();
     assert_matches_reference(&out, &lane);
 }
+
+#[test]
+fn a_profile_times_each_op_the_batch_runs_in_order_and_leaves_the_plan_runnable() {
+    let g = one_linear();
+    let be = Burn::<Flex>::new(FlexDevice, Generic, caps());
+    let weights = testkit::random_weights(&g, SEED);
+    let w = be.upload(&weights.tensors(), &g).unwrap();
+    let plan = be.lower(&w, &g, Bucket::new(64, 8, 64)).unwrap();
+    let mut state = be.state(&plan).unwrap();
+    let times = be.profile(&plan, &mut state, &sample().batch()).unwrap();
+    let names: Vec<&str> = times.iter().map(|t| t.op).collect();
+    assert_eq!(names, g.ops.iter().map(Op::name).collect::<Vec<_>>());
+    // The same state runs the plan afterwards, as it would have without the profile.
+    let mut out = Outputs::new();
+    be.run(&plan, &mut state, &sample().batch(), &mut out).unwrap();
+    let want = run(&be, &g, &sample()).unwrap();
+    assert_eq!(out.get("y").unwrap().data, want.get("y").unwrap().data);
+    // A batch the bucket cannot hold is refused, as a run refuses it.
+    let mut big = BatchBuf::new();
+    big.push(&[1; 65], None, &[]).unwrap();
+    assert!(be.profile(&plan, &mut state, &big.batch()).is_err());
+}
