@@ -472,7 +472,7 @@ fn bench_gpus(reps: usize, quick: bool) {
             let attention = KernelSet { attention: true, ..KernelSet::NONE };
             let mut sets = vec![
                 ("all of our kernels", KernelSet::ALL),
-                ("attention, norm, epilogue (default)", KernelSet::MEASURED),
+                ("our attention, norm and epilogue", KernelSet::MEASURED),
                 ("our attention and norm", attention_norm),
                 ("our attention only", attention),
             ];
