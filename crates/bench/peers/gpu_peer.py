@@ -7,7 +7,8 @@ its `gpu` lines name each batch (encoder shape, sequences, the length range of
 `crates/bench`'s `ragged` and its token count) and each of Switchyard's times. For each batch
 this script builds the same sequences with the same generator (a port of switchyard-core's
 test Rng; the token counts are checked against ours), a random-weight BERT of the same shape
-(transformers, SDPA attention), and times a whole call from ids on the host to mean-pooled
+(transformers, SDPA attention), and times a whole call from ids on the host (one flat tensor and
+the lengths, as Switchyard's bench holds them; padded on the device in one op) to mean-pooled
 vectors back on the host, median of REPS after two warm-up calls:
 
 - padded: the whole batch padded to its longest sequence, in fp32, fp16 and bf16;
@@ -62,25 +63,33 @@ def ragged(seqs, lo, hi, vocab=30522):
     return out
 
 
-def call(model, seqs, device):
-    """Ids on the host, padded, to mean-pooled vectors on the host."""
-    n = max(len(s) for s in seqs)
-    ids = torch.zeros(len(seqs), n, dtype=torch.long)
-    mask = torch.zeros(len(seqs), n, dtype=torch.long)
-    for i, s in enumerate(seqs):
-        ids[i, : len(s)] = torch.tensor(s)
-        mask[i, : len(s)] = 1
-    ids, mask = ids.to(device), mask.to(device)
+def prepared(seqs):
+    """The batch as Switchyard's bench hands it over: every id in one flat tensor, and the lengths."""
+    return torch.tensor([t for s in seqs for t in s]), torch.tensor([len(s) for s in seqs])
+
+
+def call(model, batch, device):
+    """Ids on the host, padded on the device in one op, to mean-pooled vectors on the host."""
+    flat, lens = batch
+    n = int(lens.max())
+    flat, lens = flat.to(device), lens.to(device)
+    mask = torch.arange(n, device=device)[None, :] < lens[:, None]
+    ids = torch.zeros(mask.shape, dtype=torch.long, device=device).masked_scatter_(mask, flat)
+    mask = mask.long()
     with torch.inference_mode():
         h = model(input_ids=ids, attention_mask=mask).last_hidden_state
         m = mask.unsqueeze(-1).to(h.dtype)
         return ((h * m).sum(1) / m.sum(1)).float().cpu()
 
 
-def st_way(model, seqs, device):
+def st_way(model, parts, device):
+    """sentence-transformers' way: `parts` are the micro-batches of 32, sorted by length."""
+    return torch.cat([call(model, p, device) for p in parts])
+
+
+def micro_batches(seqs):
     order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))
-    parts = [call(model, [seqs[i] for i in order[k: k + 32]], device) for k in range(0, len(order), 32)]
-    return torch.cat(parts)
+    return [prepared([seqs[i] for i in order[k: k + 32]]) for k in range(0, len(order), 32)]
 
 
 def timed(f, reps, device):
@@ -134,8 +143,9 @@ def main():
             torch.manual_seed(0)
             model = BertModel(config).eval().to(a.device, dtype)
             name = str(dtype).replace("torch.", "")
-            for way, f in (("padded", call), ("sentence-transformers' way", st_way)):
-                t = timed(lambda: f(model, seqs, a.device), a.reps, a.device) * 1e3
+            ways = (("padded", call, prepared(seqs)), ("sentence-transformers' way", st_way, micro_batches(seqs)))
+            for way, f, batch in ways:
+                t = timed(lambda: f(model, batch, a.device), a.reps, a.device) * 1e3
                 print(f"  {'PyTorch ' + name + ', ' + way:<44} {t:>7.2f}ms {t / best:>8.2f}")
             del model
     print("\n(x ours: the engine's time over Switchyard's best for the batch; above 1, Switchyard is faster)")

@@ -382,27 +382,32 @@ fn survived<T>(who: &str, f: impl FnOnce() -> T) -> Option<T> {
     t.ok()
 }
 
+/// Each kind of op a profile saw, how many ops of it ran and their time in all.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+type OpKinds = Vec<(&'static str, usize, Duration)>;
+
 /// Where a run of `g` on `batch` spends its time on the cube device `be`: each kind of op's
 /// share, in the order the graph first runs it (the median of `reps` profiles, each synchronised
-/// after every op, after two warm-ups), and the profile's whole time.
+/// after every op, after two warm-ups), and the profile's whole time; an error where the plan
+/// cannot run there.
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 fn op_shares(
     be: &Dispatch,
     g: &Graph,
     batch: &BatchBuf,
     reps: usize,
-) -> (Vec<(&'static str, usize, Duration)>, Duration) {
+) -> switchyard_core::Result<(OpKinds, Duration)> {
     let Dispatch::Cube { backend, .. } = be else { panic!("{} is not a cube device", be.device()) };
     let bucket = Bucket::new(batch.tokens(), batch.seqs(), batch.batch().markers().max(1));
     let weights = testkit::random_weights(g, 1);
-    let w = backend.upload(&weights.tensors(), g).expect("the bench graph uploads");
-    let plan = backend.lower(&w, g, bucket).expect("the bench graph lowers");
-    let mut state = backend.state(&plan).expect("a run state");
-    let mut profile = || backend.profile(&plan, &mut state, &batch.batch()).expect("a profile");
-    profile();
-    profile();
-    let runs: Vec<_> = (0..reps).map(|_| profile()).collect();
-    let mut kinds: Vec<(&'static str, usize, Duration)> = Vec::new();
+    let w = backend.upload(&weights.tensors(), g)?;
+    let plan = backend.lower(&w, g, bucket)?;
+    let mut state = backend.state(&plan)?;
+    let mut profile = || backend.profile(&plan, &mut state, &batch.batch());
+    profile()?;
+    profile()?;
+    let runs = (0..reps).map(|_| profile()).collect::<switchyard_core::Result<Vec<_>>>()?;
+    let mut kinds = OpKinds::new();
     for (i, op) in runs[0].iter().enumerate() {
         let mut times: Vec<Duration> = runs.iter().map(|r| r[i].time).collect();
         times.sort();
@@ -413,7 +418,158 @@ fn op_shares(
         }
     }
     let whole = kinds.iter().map(|k| k.2).sum();
-    (kinds, whole)
+    Ok((kinds, whole))
+}
+
+/// The batches the GPU benchmarks time, each its name, shape and `ragged`'s sequences and length
+/// range: on a software device a small batch of the MiniLM shape only; on a real GPU 32 and 256
+/// sequences of the MiniLM shape and of bge-base's.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+fn gpu_batches(software: bool) -> Vec<(&'static str, EncoderSpec, (usize, usize, usize))> {
+    let minilm =
+        EncoderSpec { vocab: 30522, width: 384, heads: 12, ffn: 1536, layers: 6, max_pos: 512 };
+    let bge_base =
+        EncoderSpec { vocab: 30522, width: 768, heads: 12, ffn: 3072, layers: 12, max_pos: 512 };
+    if software {
+        return vec![("MiniLM shape", minilm, (4, 8, 24))];
+    }
+    vec![
+        ("MiniLM shape", minilm, (32, 11, 120)),
+        ("MiniLM shape", minilm, (256, 11, 120)),
+        ("bge-base shape", bge_base, (32, 11, 120)),
+        ("bge-base shape", bge_base, (256, 11, 120)),
+    ]
+}
+
+/// The batch's fields in a `gpu` line, as `peers/gpu_peer.py` reads them.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+fn gpu_batch_id(what: &str, (seqs, min, max): (usize, usize, usize), batch: &BatchBuf) -> String {
+    format!("{what}\t{seqs}\t{min}\t{max}\t{}", batch.tokens())
+}
+
+/// A linear layer `[k -> n]` with a bias over the rows of a token table: one layer of an encoder
+/// of `spec`'s vocabulary, to time alone.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+fn linear_graph(vocab: usize, k: usize, n: usize) -> Graph {
+    let mut g = GraphBuilder::new();
+    let table = g.weight("emb", &[vocab, k]);
+    let weight = g.weight("w", &[n, k]);
+    let bias = Some(g.weight("b", &[n]));
+    let x = g.op(Shape::tokens(k), |out| Op::Embed { table, out });
+    let (act, residual) = (Act::Identity, None);
+    let y = g.op(Shape::tokens(n), |out| Op::Linear { x, weight, bias, act, residual, out });
+    g.output("y", y);
+    g.finish().expect("valid")
+}
+
+/// cubek's matmul routines on each GPU, in the device's own dtype: for each batch of
+/// [`gpu_batches`], the encoder's three linear layer shapes timed alone under each routine (the
+/// layer's op alone, the device synchronised around it), then the whole encoder with the routine
+/// that made a layer's linears fastest, beside Burn's choice, as `gpu` lines for the PyTorch peer.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+fn bench_matmuls(reps: usize) {
+    use switchyard_dispatch::cube::{Matmul, with_matmul};
+    for (device, software) in gpus() {
+        let name = device.to_string();
+        let cube = Dispatch::new(&device).expect("it started above");
+        let dtype = cube.caps().auto;
+        let with = |matmul| match &cube {
+            Dispatch::Cube { device, backend } => {
+                Dispatch::Cube { device: device.clone(), backend: with_matmul(backend, matmul) }
+                    .with_dtype(dtype)
+                    .expect("its own dtype")
+            }
+            other => panic!("{} is not a cube device", other.device()),
+        };
+        println!();
+        println!(
+            "{name} ({}): cubek's matmul routines in {dtype}; median of {reps}",
+            cube.caps().device
+        );
+        for (what, spec, ragged_args) in gpu_batches(software) {
+            let (seqs, min, max) = ragged_args;
+            let batch = ragged(seqs, min, max, spec.vocab);
+            let m = batch.tokens();
+            // Each shape, and how many of it a layer has (query, key, value and output; the FFN's two).
+            let shapes =
+                [(spec.width, spec.width, 4), (spec.width, spec.ffn, 1), (spec.ffn, spec.width, 1)];
+            let graphs: Vec<Graph> =
+                shapes.iter().map(|&(k, n, _)| linear_graph(spec.vocab, k, n)).collect();
+            println!(
+                "  {what}, {} seqs, {m} tokens: each linear layer alone, ms (TFLOP/s)",
+                batch.seqs()
+            );
+            let header: Vec<String> =
+                shapes.iter().map(|(k, n, c)| format!("{c}x {k}->{n}")).collect();
+            println!(
+                "    {:<26} {:>16} {:>16} {:>16} {:>9}",
+                "routine", header[0], header[1], header[2], "a layer"
+            );
+            let mut best: Option<(Matmul, Duration)> = None;
+            let mut burns = None;
+            for matmul in Matmul::all() {
+                let be = with(matmul);
+                let times: switchyard_core::Result<Vec<Duration>> = graphs
+                    .iter()
+                    .map(|g| {
+                        let (kinds, _) = op_shares(&be, g, &batch, reps)?;
+                        Ok(kinds.iter().find(|k| k.0 == "Linear").map_or(Duration::ZERO, |k| k.2))
+                    })
+                    .collect();
+                let times = match times {
+                    Ok(t) => t,
+                    Err(e) => {
+                        let why = e.to_string();
+                        let why = why.lines().next().unwrap_or_default();
+                        println!("    {:<26} {why}", matmul.to_string());
+                        continue;
+                    }
+                };
+                let layer: Duration = times.iter().zip(&shapes).map(|(t, s)| *t * s.2 as u32).sum();
+                let cells: Vec<String> = times
+                    .iter()
+                    .zip(&shapes)
+                    .map(|(t, &(k, n, _))| {
+                        let tflops = 2.0 * (m * k * n) as f64 / t.as_secs_f64() / 1e12;
+                        format!("{:.3} ({tflops:.0})", ms(*t))
+                    })
+                    .collect();
+                println!(
+                    "    {:<26} {:>16} {:>16} {:>16} {:>7.3}ms",
+                    matmul.to_string(),
+                    cells[0],
+                    cells[1],
+                    cells[2],
+                    ms(layer)
+                );
+                if matmul == Matmul::Burn {
+                    burns = Some(layer);
+                }
+                if best.is_none_or(|(_, t)| layer < t) {
+                    best = Some((matmul, layer));
+                }
+            }
+            let Some((fastest, layer)) = best else { continue };
+            if let Some(burns) = burns {
+                let ratio = burns.as_secs_f64() / layer.as_secs_f64();
+                println!("    fastest: {fastest}, {ratio:.2}x Burn's choice on a layer's linears");
+            }
+            // The whole encoder, Burn's choice and the fastest, taken in turn.
+            let g = testkit::bert_like(spec);
+            let id = gpu_batch_id(what, ragged_args, &batch);
+            for matmul in [Matmul::Burn, fastest] {
+                let who = format!("{name}, our kernels, matmul {matmul}, {dtype}");
+                let Some(t) = survived(&who, || time_plan(with(matmul), &g, &batch, reps)) else {
+                    continue;
+                };
+                println!("    whole encoder, matmul {matmul:<26} {:>7.2}ms", ms(t));
+                println!("gpu\t{id}\t{who}\t{:.3}", ms(t));
+                if fastest == Matmul::Burn {
+                    break;
+                }
+            }
+        }
+    }
 }
 
 /// `be`, a cube device, with the kernels of `set` instead of its own.
@@ -436,25 +592,10 @@ fn with_kernels(be: &Dispatch, set: switchyard_dispatch::cube::KernelSet) -> Dis
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 fn bench_gpus(reps: usize, quick: bool) {
     use switchyard_dispatch::cube::KernelSet;
-    let minilm =
-        EncoderSpec { vocab: 30522, width: 384, heads: 12, ffn: 1536, layers: 6, max_pos: 512 };
-    let bge_base =
-        EncoderSpec { vocab: 30522, width: 768, heads: 12, ffn: 3072, layers: 12, max_pos: 512 };
     for (device, software) in gpus() {
         let name = device.to_string();
         let cube = Dispatch::new(&device).expect("it started above");
         let caps = cube.caps();
-        // Each batch: the shape, and `ragged`'s sequences and length range.
-        let runs: Vec<(&str, EncoderSpec, (usize, usize, usize))> = if software {
-            vec![("MiniLM shape", minilm, (4, 8, 24))]
-        } else {
-            vec![
-                ("MiniLM shape", minilm, (32, 11, 120)),
-                ("MiniLM shape", minilm, (256, 11, 120)),
-                ("bge-base shape", bge_base, (32, 11, 120)),
-                ("bge-base shape", bge_base, (256, 11, 120)),
-            ]
-        };
         println!();
         println!(
             "{name} ({}){}; median of {reps}",
@@ -462,7 +603,7 @@ fn bench_gpus(reps: usize, quick: bool) {
             if software { ", a CPU emulating a GPU: correctness-scale sizes only" } else { "" }
         );
         println!("  {:<46} {:>9} {:>12} {:>8}", "", "time", "tokens/s", "ratio");
-        for (what, spec, (seqs, min, max)) in runs {
+        for (what, spec, (seqs, min, max)) in gpu_batches(software) {
             let batch = ragged(seqs, min, max, spec.vocab);
             let g = testkit::bert_like(spec);
             let tokens = batch.tokens() as f64;
@@ -520,8 +661,8 @@ fn bench_gpus(reps: usize, quick: bool) {
             }
             // A lines for `peers/gpu_peer.py`, which runs PyTorch on the same batches.
             let mut machine = Vec::new();
+            let batch_id = gpu_batch_id(what, (seqs, min, max), &batch);
             for (who, t) in &rows {
-                let batch_id = format!("{what}\t{seqs}\t{min}\t{max}\t{}", batch.tokens());
                 machine.push(format!("gpu\t{batch_id}\t{who}\t{:.3}", ms(*t)));
             }
             // The ratio's base: flex, or where `quick` leaves it out, the first row.
@@ -552,11 +693,17 @@ fn bench_gpus(reps: usize, quick: bool) {
             };
             for dtype in dtypes {
                 let who = format!("{name}, its default kernels, {dtype}");
-                let Some((kinds, whole)) = survived(&who, || {
-                    let be = Dispatch::new(&device).expect("it started above");
-                    op_shares(&be.with_dtype(dtype).expect("a listed dtype"), &g, &batch, reps)
-                }) else {
+                let be = Dispatch::new(&device).expect("it started above");
+                let be = be.with_dtype(dtype).expect("a listed dtype");
+                let Some(shares) = survived(&who, || op_shares(&be, &g, &batch, reps)) else {
                     continue;
+                };
+                let (kinds, whole) = match shares {
+                    Ok(shares) => shares,
+                    Err(e) => {
+                        println!("  {who}: no profile: {e}");
+                        continue;
+                    }
                 };
                 println!("  {who}, synchronised after each op: {:.1}ms in all", ms(whole));
                 for (op, count, t) in kinds {
@@ -692,7 +839,7 @@ fn main() {
         Some("weights") => return weights::run(&args[1..]),
         _ => {}
     }
-    let gpus_only = args.iter().any(|a| a == "--gpus-only");
+    let gpus_only = args.iter().any(|a| a == "--gpus-only" || a == "--matmuls");
     let reps = args.iter().find_map(|a| a.parse().ok()).unwrap_or(15);
     if !gpus_only {
         bench_gemm(reps);
@@ -700,7 +847,11 @@ fn main() {
         bench_remote(reps.div_ceil(3).max(3));
     }
     #[cfg(any(feature = "wgpu", feature = "cuda"))]
-    bench_gpus(reps.div_ceil(3).max(3), args.iter().any(|a| a == "--quick"));
+    if args.iter().any(|a| a == "--matmuls") {
+        bench_matmuls(reps.div_ceil(3).max(3));
+    } else {
+        bench_gpus(reps.div_ceil(3).max(3), args.iter().any(|a| a == "--quick"));
+    }
     #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
     if gpus_only {
         println!("(no GPU benchmarks: this build has neither the wgpu nor the cuda feature)");

@@ -74,6 +74,8 @@ pub enum Outcome<B: BurnBackend> {
     Done(FloatTensor<B>),
     /// It does not handle this op (or these shapes); the inputs go to the generic lowering.
     Declined(Inputs<B>),
+    /// It could not compute the op: the run fails with this error.
+    Failed(Error),
 }
 
 /// The seam through which a backend replaces the kernel of any single op.
@@ -216,6 +218,7 @@ impl<B: BurnBackend, K: Kernels<B>> Burn<B, K> {
                 match self.kernels.run_op(op, ins, &plan.bound[i], &cx) {
                     Outcome::Done(y) => y,
                     Outcome::Declined(ins) => generic::run_op::<B>(op, ins, &plan.bound[i], &cx),
+                    Outcome::Failed(e) => return Err(e),
                 }
             };
             if plan.last_use[o.idx()].is_some() {

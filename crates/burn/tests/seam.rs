@@ -83,6 +83,45 @@ fn a_kernel_replaces_one_op_and_declines_the_rest() {
     }
 }
 
+/// Fails every Linear on its first `fails` runs, then runs it generically.
+struct FailsFirst(std::sync::atomic::AtomicUsize);
+
+impl Kernels<Flex> for FailsFirst {
+    fn run_op(
+        &self,
+        op: &Op,
+        ins: Inputs<Flex>,
+        _: &Bound<Flex>,
+        _: &RunCx<'_, Flex>,
+    ) -> Outcome<Flex> {
+        use std::sync::atomic::Ordering;
+        let left = self.0.load(Ordering::Relaxed);
+        match op {
+            Op::Linear { .. } if left > 0 => {
+                self.0.store(left - 1, Ordering::Relaxed);
+                Outcome::Failed(Error::Unsupported("no such routine here".into()))
+            }
+            _ => Outcome::Declined(ins),
+        }
+    }
+}
+
+#[test]
+fn a_kernel_that_fails_an_op_fails_the_run_with_its_error_and_the_next_run_is_whole() {
+    let g = one_linear();
+    let be = Burn::<Flex, _>::new(FlexDevice, FailsFirst(1.into()), caps());
+    let weights = testkit::random_weights(&g, SEED);
+    let w = be.upload(&weights.tensors(), &g).unwrap();
+    let plan = be.lower(&w, &g, Bucket::new(64, 8, 64)).unwrap();
+    let mut state = be.state(&plan).unwrap();
+    let mut out = Outputs::new();
+    let e = be.run(&plan, &mut state, &sample().batch(), &mut out).unwrap_err();
+    assert!(matches!(&e, Error::Unsupported(m) if m == "no such routine here"), "{e}");
+    be.run(&plan, &mut state, &sample().batch(), &mut out).unwrap();
+    let want = run(&Burn::<Flex>::new(FlexDevice, Generic, caps()), &g, &sample()).unwrap();
+    assert_eq!(out.get("y").unwrap().data, want.get("y").unwrap().data);
+}
+
 /// Refuses attention with a window.
 struct NoWindows;
 

@@ -22,13 +22,20 @@ mod native;
 pub type Cube = switchyard_burn::Burn<burn_cubecl::Cube, CubeKernels>;
 
 #[cfg(any(feature = "wgpu", feature = "cuda", feature = "rocm", feature = "cpu"))]
-pub use kernels::{CubeKernels, KernelSet, Launched};
+pub use kernels::{CubeKernels, KernelSet, Launched, Matmul, Routine};
 
 /// `cube` on the same device and in the same dtype, using the kernels of `set` (with fresh
 /// launch counts).
 #[cfg(any(feature = "wgpu", feature = "cuda", feature = "rocm", feature = "cpu"))]
 pub fn with_kernels(cube: &Cube, set: KernelSet) -> Cube {
     cube.with_kernels(cube.kernels().with_set(set))
+}
+
+/// `cube` on the same device and in the same dtype, with the epilogue's products computed by
+/// `matmul` (with fresh launch counts).
+#[cfg(any(feature = "wgpu", feature = "cuda", feature = "rocm", feature = "cpu"))]
+pub fn with_matmul(cube: &Cube, matmul: Matmul) -> Cube {
+    cube.with_kernels(cube.kernels().with_matmul(matmul))
 }
 
 /// `wgpu:N`: the adapters wgpu finds, on any graphics API, with WGSL kernels.

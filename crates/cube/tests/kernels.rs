@@ -2,7 +2,7 @@
 //! reach: sequences longer than one block of queries and one tile of keys, windows that cross
 //! block and tile edges, heads up to the widest the kernel takes, attention in the half-precision
 //! dtypes the device has, LayerNorm across the cube's width in each dtype, and GEMMs over many
-//! `k` steps. Each test also checks that the kernel really ran (the generic path would pass the
+//! `k` steps, and the products of cubek's routines chosen by name. Each test also checks that the kernel really ran (the generic path would pass the
 //! value checks too) and that it stands down where it should.
 //!
 //! Tolerance: the suite's f32 bound (2e-5 + 2e-5 |want|), unchanged, for our kernels. Burn's
@@ -20,7 +20,7 @@ use switchyard_core::{
     Act, BatchBuf, Buckets, DType, Error, Executor, Graph, GraphBuilder, LaneId, Op, Outputs,
     PoolMode, Reference, Shape,
 };
-use switchyard_cube::{Cube, KernelSet, Launched, with_kernels};
+use switchyard_cube::{Cube, KernelSet, Launched, Matmul, Routine, with_kernels, with_matmul};
 
 const VOCAB: usize = 50;
 
@@ -352,4 +352,55 @@ fn llvmpipe_through_vulkan_has_f16_so_the_half_precision_tests_run() {
     if adapter.kind == "Cpu" && adapter.api == "Vulkan" && common::name() == "wgpu:0" {
         assert!(half_dtypes().contains(&DType::F16), "{adapter:?}");
     }
+}
+
+#[test]
+fn a_named_routine_computes_every_linear_layer_the_epilogue_takes() {
+    let mut dtypes = vec![DType::F32];
+    dtypes.extend(half_dtypes());
+    // The routines without tensor cores run on every device, in f32 exactly.
+    for routine in [Routine::SimpleUnit, Routine::DoubleUnit] {
+        for dtype in &dtypes {
+            for (act, bias, residual) in [(Act::Gelu, true, false), (Act::Identity, false, false)] {
+                let cube = with_matmul(&device(KernelSet::MEASURED), Matmul::Routine(routine));
+                let kernels = cube.kernels().clone();
+                let cube = switchyard_core::Backend::with_dtype(cube, *dtype).expect("listed");
+                let what = format!("{} {dtype} {act:?} bias {bias}", routine.name());
+                let graph = linear(100, 63, act, bias, residual);
+                check_within(cube, &graph, &[1, 64, 70], &what, tolerance(*dtype));
+                // The bare layer too: Burn's matmul would have taken it whole.
+                assert_eq!(kernels.launched().epilogue, 1, "{what}");
+                assert_eq!(kernels.matmul(), Matmul::Routine(routine));
+            }
+        }
+    }
+}
+
+#[test]
+fn a_tensor_core_routine_runs_where_the_device_has_them_and_is_a_clear_error_where_not() {
+    let cube = common::open().expect("the device under test");
+    // `auto` is f32 exactly where the device has no cooperative matrix products in f16.
+    let dtype = switchyard_core::Backend::caps(&cube).auto;
+    let cube = with_matmul(&cube, Matmul::Routine(Routine::SimpleCmma));
+    let cube = switchyard_core::Backend::with_dtype(cube, dtype).expect("its own dtype");
+    let graph = linear(100, 63, Act::Identity, true, true);
+    if dtype != DType::F32 {
+        check_within(cube, &graph, &[1, 64, 70], "simple-cmma", tolerance(dtype));
+        return;
+    }
+    match run_both(cube, &graph, &[1, 64, 70]) {
+        Err(Error::Unsupported(e)) => {
+            assert!(e.contains("simple-cmma") && e.contains("unavailable"), "{e}");
+            assert_eq!(e, e.trim_end(), "no trailing blank lines");
+        }
+        other => panic!("expected Unsupported, got {:?}", other.map(|_| "outputs")),
+    }
+}
+
+#[test]
+fn burns_matmul_is_the_default_routine() {
+    let cube = common::open().expect("the device under test");
+    assert_eq!(cube.kernels().matmul(), Matmul::Burn);
+    let named = with_matmul(&cube, Matmul::Routine(Routine::DoubleUnit));
+    assert_eq!(with_kernels(&named, KernelSet::NONE).kernels().matmul(), named.kernels().matmul());
 }

@@ -11,6 +11,7 @@ use cubecl::prelude::*;
 use switchyard_core::Act;
 
 use super::gemm::{activate, code};
+use super::matmul::Matmul;
 
 /// Units per cube.
 const UNITS: usize = 256;
@@ -59,19 +60,23 @@ pub(crate) fn launchable(m: usize, n: usize) -> bool {
     m.checked_mul(n).is_some_and(|len| grid(len).is_some())
 }
 
-/// `act(x . wt + bias) + residual`: Burn's matmul, then this epilogue in place; every tensor of
-/// one float dtype. `bias: [1, n]`, `residual: [m, n]`.
+/// `act(x . wt + bias) + residual`: the product by `matmul`, then this epilogue in place (none
+/// where there is nothing to apply); every tensor of one float dtype. `bias: [1, n]`,
+/// `residual: [m, n]`. An error where `matmul` cannot run here.
 pub(crate) fn run(
     x: CubeTensor,
     wt: &CubeTensor,
     bias: Option<&CubeTensor>,
     act: Act,
     residual: Option<CubeTensor>,
-) -> CubeTensor {
-    use burn_backend::ops::FloatTensorOps;
-    let y = super::contiguous(burn_cubecl::CubeBackend::float_matmul(x, wt.clone()));
+    matmul: Matmul,
+) -> Result<CubeTensor, String> {
+    let y = super::contiguous(super::matmul::product(x, wt, matmul)?);
     let [m, n] = super::dims(&y);
     let (has_bias, has_residual) = (bias.is_some(), residual.is_some());
+    if !has_bias && !has_residual && act == Act::Identity {
+        return Ok(y);
+    }
     // An absent operand is bound as `y`, which the kernel never reads in its place.
     let bias = bias.map_or_else(|| y.clone(), |b| super::contiguous(b.clone()));
     let residual = residual.map_or_else(|| y.clone(), super::contiguous);
@@ -91,7 +96,7 @@ pub(crate) fn run(
         has_residual,
         dtype,
     );
-    y
+    Ok(y)
 }
 
 #[cfg(test)]

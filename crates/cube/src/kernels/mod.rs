@@ -27,12 +27,14 @@ mod attention;
 mod epilogue;
 #[cfg(not(feature = "fusion"))]
 mod gemm;
+mod matmul;
 #[cfg(not(feature = "fusion"))]
 mod norm;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+pub use matmul::{Matmul, Routine};
 use switchyard_burn::Kernels;
 #[cfg(not(feature = "fusion"))]
 use switchyard_burn::{Bound, Inputs, Outcome, RunCx};
@@ -94,11 +96,13 @@ pub struct Launched {
     pub epilogue: usize,
 }
 
-/// The cube backend's kernels: the chosen [`KernelSet`], whether the device's Burn ops compute
-/// f32 products in TF32, and counts of what the kernels ran.
+/// The cube backend's kernels: the chosen [`KernelSet`], the routine of the products under the
+/// epilogue, whether the device's Burn ops compute f32 products in TF32, and counts of what the
+/// kernels ran.
 #[derive(Clone, Debug, Default)]
 pub struct CubeKernels {
     set: KernelSet,
+    matmul: Matmul,
     tf32: bool,
     attention: Arc<AtomicUsize>,
     linear: Arc<AtomicUsize>,
@@ -121,7 +125,20 @@ impl CubeKernels {
 
     /// The same device's kernels using `set` instead, with fresh counts.
     pub fn with_set(&self, set: KernelSet) -> Self {
-        CubeKernels { set, tf32: self.tf32, ..CubeKernels::default() }
+        CubeKernels { set, matmul: self.matmul, tf32: self.tf32, ..CubeKernels::default() }
+    }
+
+    /// The same kernels with the epilogue's products computed by `matmul`, with fresh counts.
+    /// A routine other than [`Matmul::Burn`] computes every linear layer the epilogue kernel
+    /// takes, those with nothing to apply after the product included; a run where it cannot
+    /// (a routine the device lacks) fails with [`Error::Unsupported`].
+    pub fn with_matmul(&self, matmul: Matmul) -> Self {
+        CubeKernels { set: self.set, matmul, tf32: self.tf32, ..CubeKernels::default() }
+    }
+
+    /// The routine of the epilogue's products.
+    pub fn matmul(&self) -> Matmul {
+        self.matmul
     }
 
     /// The kernels in use.
@@ -221,13 +238,19 @@ impl Kernels<burn_cubecl::CubeBackend> for CubeKernels {
             }
             (&Op::Linear { act, .. }, [Some(x), residual, None], Bound::Linear { wt, bias })
                 if self.set.epilogue
-                    && (bias.is_some() || residual.is_some() || act != Act::Identity)
+                    && (bias.is_some()
+                        || residual.is_some()
+                        || act != Act::Identity
+                        || self.matmul != Matmul::Burn)
                     && epilogue::launchable(dims(&x)[0], dims(wt)[1])
                     && all_float(&[&x, wt])
                     && bias.iter().chain(&residual).all(|t| t.dtype == x.dtype) =>
             {
                 self.epilogue.fetch_add(1, Ordering::Relaxed);
-                Outcome::Done(epilogue::run(x, wt, bias.as_ref(), act, residual))
+                match epilogue::run(x, wt, bias.as_ref(), act, residual, self.matmul) {
+                    Ok(y) => Outcome::Done(y),
+                    Err(e) => Outcome::Failed(Error::Unsupported(e)),
+                }
             }
             (&Op::LayerNorm { eps, .. }, [Some(x), None, None], Bound::Norm { gamma, beta })
                 if self.set.norm
