@@ -496,12 +496,13 @@ impl Shared {
                 true
             }
             Err(_) => {
-                // A panic leaves the runner in an unknown state: fail the batch (retrying it
-                // could take down the next replica too) and reopen the model.
+                // A panic leaves the runner in an unknown state: out of rotation first, so that
+                // a client answered below already sees it gone, then fail the batch (retrying it
+                // could take down the next replica too); the model reopens.
+                self.failed(me, Vec::new(), "running a batch panicked");
                 for item in &batch {
                     item.job.fail(Failure::Internal("running the batch panicked".into()));
                 }
-                self.failed(me, Vec::new(), "running a batch panicked");
                 false
             }
         }

@@ -294,6 +294,22 @@ fn a_failure_that_is_not_the_devices_gets_500_and_a_panic_reopens_the_model() {
 }
 
 #[test]
+fn a_client_answered_after_a_panic_already_sees_the_replica_out_of_rotation() {
+    let c = Arc::new(Control::default());
+    let s = Running::start(Config::default(), vec![held_model("embedder", "bert", &[&c])]);
+    // The replica must leave the rotation before the batch's clients hear of the panic: once
+    // answered, a client that checks health (or retries) must not find it still serving.
+    // The device stays down, so the replica cannot have recovered in between.
+    c.fail_next(Fault::PanicUnplugged);
+    let r = s.post("/embed", &json!({ "inputs": "the man" }));
+    assert_eq!(r.status, 500, "{:?}", r.body);
+    let h = s.get("/health");
+    assert_eq!((h.status, &h.body["status"]), (503, &json!("unhealthy")), "{:?}", h.body);
+    c.unplug(false);
+    eventually("the replica reopened", || s.get("/health").body["status"] == json!("ok"));
+}
+
+#[test]
 fn a_replica_that_cannot_open_is_an_error_naming_the_model_and_device() {
     let c = Arc::new(Control::default());
     c.unplug(true);

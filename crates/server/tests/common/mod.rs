@@ -42,6 +42,8 @@ pub enum Fault {
     Refuse,
     /// The run panics.
     Panic,
+    /// The run panics and leaves the device unplugged, as a device that crashed and stays down.
+    PanicUnplugged,
 }
 
 impl Control {
@@ -141,6 +143,10 @@ impl<B: Backend> Backend for Held<B> {
         match fault {
             Some(Fault::Refuse) => return Err(Error::Unsupported("refused by the test".into())),
             Some(Fault::Panic) => panic!("a run panicked, as the test asked"),
+            Some(Fault::PanicUnplugged) => {
+                c.unplugged.store(true, Ordering::SeqCst);
+                panic!("a run panicked and unplugged its device, as the test asked")
+            }
             None => {}
         }
         c.batches.lock().unwrap().push(batch.seqs());
