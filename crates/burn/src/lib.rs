@@ -163,7 +163,9 @@ impl<B: BurnBackend, K: Kernels<B>> Burn<B, K> {
     /// How long each op of one run of `plan` on `batch` takes, in the graph's order (ops a batch
     /// skips left out): the device is synchronised after each op, so the times add up to more
     /// than a run's, and each includes its launches' latency. Where a plan's time goes on an
-    /// asynchronous device, which a run's time cannot say.
+    /// asynchronous device, which a run's time cannot say. The outputs are read back after the
+    /// last op (outside the times), so that a run the device failed is an error here as it is
+    /// in [`switchyard_core::Backend::run`], not a list of times.
     pub fn profile(
         &self,
         plan: &BurnPlan<B>,
@@ -175,13 +177,18 @@ impl<B: BurnBackend, K: Kernels<B>> Burn<B, K> {
         sync()?;
         let mut times = Vec::new();
         let mut last = Instant::now();
-        self.forward_each(plan, state, batch, &Forward::default(), &mut |op| {
+        let outs = self.forward_each(plan, state, batch, &Forward::default(), &mut |op| {
             sync()?;
             let now = Instant::now();
             times.push(OpTime { op: op.name(), time: now - last });
             last = now;
             Ok(())
         })?;
+        // A device may report a failed launch only when a result is read (wgpu does), not when
+        // it is synchronised.
+        for t in outs.into_iter().flatten() {
+            read_f32::<B>(t)?;
+        }
         Ok(times)
     }
 

@@ -404,3 +404,36 @@ fn burns_matmul_is_the_default_routine() {
     let named = with_matmul(&cube, Matmul::Routine(Routine::DoubleUnit));
     assert_eq!(with_kernels(&named, KernelSet::NONE).kernels().matmul(), named.kernels().matmul());
 }
+
+/// A profile of a run the device failed is an error, as the run is. On llvmpipe a table larger
+/// than one buffer may hold fails when the run executes, which wgpu reports only when a result is
+/// read back, not when the device is synchronised: a profile used to return times for it.
+#[test]
+fn a_profile_fails_where_the_run_fails() {
+    use switchyard_core::{Backend, Bucket};
+    let mut g = GraphBuilder::new();
+    let table = g.weight("x", &[30_522, 1536]);
+    let x = g.op(Shape::tokens(1536), |out| Op::Embed { table, out });
+    g.output("x", x);
+    let g = g.finish().expect("a valid graph");
+    let cube = common::open().expect("the device under test");
+    let weights = random_weights(&g, 1);
+    let w = cube.upload(&weights.tensors(), &g).expect("an upload");
+    let plan = cube.lower(&w, &g, Bucket::new(64, 4, 64)).expect("a plan");
+    let mut state = cube.state(&plan).expect("a run state");
+    let mut batch = BatchBuf::new();
+    push_random_seq(&mut batch, &mut Rng::new(3), 9, VOCAB, false);
+    let profile = cube.profile(&plan, &mut state, &batch.batch()).map(|t| t.len());
+    let run = cube.run(&plan, &mut state, &batch.batch(), &mut Outputs::new());
+    assert_eq!(profile.is_err(), run.is_err(), "profile {profile:?}, run {run:?}");
+    #[cfg(feature = "wgpu")]
+    {
+        let adapter = switchyard_cube::wgpu::adapters().into_iter().next().expect("an adapter");
+        if adapter.kind == "Cpu" && common::name() == "wgpu:0" {
+            let e = profile.expect_err(
+                "llvmpipe holds no 187 MB buffer (if it now does, this test needs a larger table)",
+            );
+            assert!(e.to_string().contains("reading a result back failed"), "{e}");
+        }
+    }
+}
