@@ -109,6 +109,7 @@ impl Routine {
     }
 
     /// cubek's strategy for the routine, its tile sizes left for cubek to choose per problem.
+    #[cfg_attr(feature = "fusion", allow(dead_code))]
     fn strategy(self) -> Strategy {
         use Routine as R;
         use TileMatmulKind::{Cmma, Mma};
