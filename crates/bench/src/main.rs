@@ -477,13 +477,9 @@ fn bench_matmuls(reps: usize) {
         let name = device.to_string();
         let cube = Dispatch::new(&device).expect("it started above");
         let dtype = cube.caps().auto;
-        let with = |matmul| match &cube {
-            Dispatch::Cube { device, backend } => {
-                Dispatch::Cube { device: device.clone(), backend: with_matmul(backend, matmul) }
-                    .with_dtype(dtype)
-                    .expect("its own dtype")
-            }
-            other => panic!("{} is not a cube device", other.device()),
+        let with = |matmul| {
+            let be = on_cube(&cube, |c| with_matmul(c, matmul));
+            be.with_dtype(dtype).expect("its own dtype")
         };
         println!();
         println!(
@@ -580,16 +576,30 @@ fn bench_matmuls(reps: usize) {
     }
 }
 
+/// f32, and the device's own dtype where that is another.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+fn f32_and_auto(caps: &switchyard_core::Caps) -> Vec<DType> {
+    if caps.auto == DType::F32 { vec![DType::F32] } else { vec![DType::F32, caps.auto] }
+}
+
+/// `be`, a cube device, as `f` remakes its backend.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+fn on_cube(
+    be: &Dispatch,
+    f: impl FnOnce(&switchyard_dispatch::cube::Cube) -> switchyard_dispatch::cube::Cube,
+) -> Dispatch {
+    match be {
+        Dispatch::Cube { device, backend } => {
+            Dispatch::Cube { device: device.clone(), backend: f(backend) }
+        }
+        other => panic!("{} is not a cube device", other.device()),
+    }
+}
+
 /// `be`, a cube device, with the kernels of `set` instead of its own.
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 fn with_kernels(be: &Dispatch, set: switchyard_dispatch::cube::KernelSet) -> Dispatch {
-    match be {
-        Dispatch::Cube { device, backend } => Dispatch::Cube {
-            device: device.clone(),
-            backend: switchyard_dispatch::cube::with_kernels(backend, set),
-        },
-        other => panic!("{} is not a cube device", other.device()),
-    }
+    on_cube(be, |c| switchyard_dispatch::cube::with_kernels(c, set))
 }
 
 /// Each GPU device beside flex on the same batches: on a software device a small batch of the
@@ -667,6 +677,20 @@ fn bench_gpus(reps: usize, quick: bool) {
                     rows.extend(t.map(|t| (who, t)));
                 }
             }
+            // The attention kernel taking keys in groups, with the device's default kernels, in
+            // f32 and in its own dtype.
+            let dtypes = f32_and_auto(&caps);
+            for dtype in dtypes {
+                for group in [4, 8] {
+                    let who = format!("{name}, default kernels, {group}-key steps, {dtype}");
+                    let t = survived(&who, || {
+                        use switchyard_dispatch::cube::with_key_group;
+                        let be = on_cube(&cube, |c| with_key_group(c, group));
+                        time_plan(be.with_dtype(dtype).expect("a listed dtype"), &g, &batch, reps)
+                    });
+                    rows.extend(t.map(|t| (who, t)));
+                }
+            }
             // A lines for `peers/gpu_peer.py`, which runs PyTorch on the same batches.
             let mut machine = Vec::new();
             let batch_id = gpu_batch_id(what, (seqs, min, max), &batch);
@@ -694,11 +718,7 @@ fn bench_gpus(reps: usize, quick: bool) {
             machine.iter().for_each(|l| println!("{l}"));
             // Where the time goes, in f32 and in the device's own dtype, with its default
             // kernels.
-            let dtypes = if caps.auto == DType::F32 {
-                vec![DType::F32]
-            } else {
-                vec![DType::F32, caps.auto]
-            };
+            let dtypes = f32_and_auto(&caps);
             for dtype in dtypes {
                 let who = format!("{name}, its default kernels, {dtype}");
                 let be = Dispatch::new(&device).expect("it started above");

@@ -38,6 +38,13 @@ pub fn with_matmul(cube: &Cube, matmul: Matmul) -> Cube {
     cube.with_kernels(cube.kernels().with_matmul(matmul))
 }
 
+/// `cube` on the same device and in the same dtype, with the attention kernel taking `keys` keys
+/// per online-softmax step (with fresh launch counts).
+#[cfg(any(feature = "wgpu", feature = "cuda", feature = "rocm", feature = "cpu"))]
+pub fn with_key_group(cube: &Cube, keys: usize) -> Cube {
+    cube.with_kernels(cube.kernels().with_key_group(keys))
+}
+
 /// `wgpu:N`: the adapters wgpu finds, on any graphics API, with WGSL kernels.
 #[cfg(feature = "wgpu")]
 pub mod wgpu {

@@ -20,7 +20,9 @@ use switchyard_core::{
     Act, BatchBuf, Buckets, DType, Error, Executor, Graph, GraphBuilder, LaneId, Op, Outputs,
     PoolMode, Reference, Shape,
 };
-use switchyard_cube::{Cube, KernelSet, Launched, Matmul, Routine, with_kernels, with_matmul};
+use switchyard_cube::{
+    Cube, KernelSet, Launched, Matmul, Routine, with_kernels, with_key_group, with_matmul,
+};
 
 const VOCAB: usize = 50;
 
@@ -179,6 +181,35 @@ fn a_query_per_sequence_attends_over_all_its_keys_across_tiles_and_windows() {
         let what = format!("{dtype} 3x64, a query per sequence");
         check_within(cube, &attention_over(3, 64, Some(5), true), &LENS, &what, tolerance(dtype));
     }
+}
+
+#[test]
+fn attention_taking_keys_in_groups_matches_the_reference() {
+    // 3 does not divide a tile of 32 keys, so groups run past its end, and windows cut groups
+    // at either side. Narrow heads: each case compiles its own shader, and llvmpipe takes
+    // minutes over one with groups of wide heads unrolled.
+    for (group, window) in [(3, None), (3, Some(0)), (3, Some(5)), (8, Some(40))] {
+        let cube = with_key_group(&device(KernelSet::ALL), group);
+        let kernels = cube.kernels().clone();
+        let what = format!("groups of {group}, window {window:?}");
+        check(cube, &attention(2, 8, window), &LENS, &what);
+        assert_eq!(kernels.launched().attention, 1, "{what}");
+    }
+    let cube = with_key_group(&device(KernelSet::ALL), 3);
+    let what = "groups of 3, a query per sequence";
+    check(cube, &attention_over(2, 8, Some(5), true), &LENS, what);
+    for dtype in half_dtypes() {
+        let cube = with_key_group(&device(KernelSet::ALL), 4);
+        let cube = switchyard_core::Backend::with_dtype(cube, dtype).expect("a listed dtype");
+        let what = format!("{dtype} groups of 4");
+        check_within(cube, &attention(2, 16, None), &LENS, &what, tolerance(dtype));
+    }
+    let cube = common::open().expect("the device under test");
+    assert_eq!(cube.kernels().key_group(), 1, "one key a step by default");
+    assert_eq!(with_key_group(&cube, 0).kernels().key_group(), 1);
+    assert_eq!(with_key_group(&cube, 100).kernels().key_group(), 32);
+    let kept = with_kernels(&with_key_group(&cube, 4), KernelSet::NONE);
+    assert_eq!(kept.kernels().key_group(), 4, "choosing a kernel set keeps the group");
 }
 
 #[test]

@@ -35,6 +35,13 @@ const TILE_FLOATS: usize = 2048;
 /// know has (past 128, a GPU keeps part of them in local memory, slower but exact).
 pub(crate) const MAX_HEAD_DIM: usize = 256;
 
+/// The score of a key a query does not see, and the running maximum before any key: finite, so
+/// that `exp(MASKED - max)` is 0 and `exp(max - max)` is 1, never NaN.
+const MASKED: f32 = -3.0e38;
+
+/// The most keys the kernel takes in one online-softmax step ([`run`]'s `group`).
+pub(crate) const MAX_GROUP: usize = BLOCK;
+
 /// Keys per tile for a head of `head_dim`: as many as fit in [`TILE_FLOATS`], at most one per
 /// unit, and never fewer than one.
 fn tile_keys(head_dim: usize) -> usize {
@@ -61,6 +68,7 @@ fn varlen_attention<F: Float>(
     #[comptime] tile: usize,
     #[comptime] windowed: bool,
     #[comptime] per_seq: bool,
+    #[comptime] group: usize,
     #[define(F)] _dtype: ElemType,
 ) {
     let block = CUBE_POS_X as usize;
@@ -107,7 +115,8 @@ fn varlen_attention<F: Float>(
         acc[d] = 0.0;
     }
     // Finite, so the first correction exp(max - new_max) is 0 rather than NaN.
-    let mut best = f32::new(-3.0e38);
+    let masked = f32::new(MASKED);
+    let mut best = masked;
     let mut sum = 0.0f32;
 
     let mut keys = Shared::<[f32]>::new_slice(tile * head_dim);
@@ -127,29 +136,57 @@ fn varlen_attention<F: Float>(
         }
         sync_cube();
         if active {
-            for r in 0..n {
-                let j = t0 + r;
-                let mut seen = true;
+            // Keys in groups of `group`: the group's scores first (independent sums), then one
+            // rescale of the running sums for the group.
+            let mut r0 = 0usize;
+            while r0 < n {
+                let mut near = true;
                 if windowed {
-                    let gap = select(j > row, j - row, row - j);
-                    seen = gap <= window as usize;
+                    // Whether any key of the group is within the window of the query.
+                    let (a, b) = (t0 + r0, t0 + r0 + group - 1);
+                    near = b + window as usize >= row && a <= row + window as usize;
                 }
-                if seen {
-                    let mut dot = 0.0f32;
+                if near {
+                    let mut scores = Array::<f32>::new(group);
+                    let mut top = best;
+                    #[unroll]
+                    for g in 0..group {
+                        let r = r0 + g;
+                        // Past the tile's keys, a valid row whose score is masked out.
+                        let at = min(r, n - 1) * head_dim;
+                        let mut dot = 0.0f32;
+                        #[unroll]
+                        for d in 0..head_dim {
+                            dot += query[d] * keys[at + d];
+                        }
+                        let mut seen = r < n;
+                        if windowed {
+                            let j = t0 + r;
+                            let gap = select(j > row, j - row, row - j);
+                            seen = seen && gap <= window as usize;
+                        }
+                        scores[g] = select(seen, dot, masked);
+                        top = max(top, scores[g]);
+                    }
+                    let fix = f32::exp(best - top);
+                    sum *= fix;
                     #[unroll]
                     for d in 0..head_dim {
-                        dot += query[d] * keys[r * head_dim + d];
+                        acc[d] *= fix;
                     }
-                    let new_max = max(best, dot);
-                    let fix = f32::exp(best - new_max);
-                    let p = f32::exp(dot - new_max);
-                    sum = sum * fix + p;
                     #[unroll]
-                    for d in 0..head_dim {
-                        acc[d] = acc[d] * fix + p * vals[r * head_dim + d];
+                    for g in 0..group {
+                        let at = min(r0 + g, n - 1) * head_dim;
+                        let p = select(scores[g] > masked, f32::exp(scores[g] - top), 0.0);
+                        sum += p;
+                        #[unroll]
+                        for d in 0..head_dim {
+                            acc[d] += p * vals[at + d];
+                        }
                     }
-                    best = new_max;
+                    best = top;
                 }
+                r0 += group;
             }
         }
         sync_cube();
@@ -195,7 +232,8 @@ fn blocks(batch: &Batch<'_>, per_seq: bool) -> (Vec<u32>, Vec<u32>) {
 
 /// Self-attention of every sequence of `batch` over `[tokens, heads * head_dim]` rows, all three
 /// of one float dtype (the output's); with `per_seq`, `q` has one row per sequence, its first
-/// token's query, and so has the result.
+/// token's query, and so has the result. Each online-softmax step takes `group` keys (1 to
+/// [`MAX_GROUP`]).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn run(
     q: CubeTensor,
@@ -206,6 +244,7 @@ pub(crate) fn run(
     scale: f32,
     window: Option<usize>,
     per_seq: bool,
+    group: usize,
     batch: &Batch<'_>,
 ) -> CubeTensor {
     let q = super::contiguous(q);
@@ -247,6 +286,7 @@ pub(crate) fn run(
         tile_keys(head_dim),
         window.is_some(),
         per_seq,
+        group.clamp(1, MAX_GROUP),
         dtype,
     );
     out

@@ -103,6 +103,8 @@ pub struct Launched {
 pub struct CubeKernels {
     set: KernelSet,
     matmul: Matmul,
+    /// Keys per online-softmax step of the attention kernel; 0 reads as 1.
+    key_group: usize,
     tf32: bool,
     attention: Arc<AtomicUsize>,
     linear: Arc<AtomicUsize>,
@@ -125,7 +127,18 @@ impl CubeKernels {
 
     /// The same device's kernels using `set` instead, with fresh counts.
     pub fn with_set(&self, set: KernelSet) -> Self {
-        CubeKernels { set, matmul: self.matmul, tf32: self.tf32, ..CubeKernels::default() }
+        CubeKernels { set, ..self.fresh() }
+    }
+
+    /// The same choices with fresh counts.
+    fn fresh(&self) -> Self {
+        CubeKernels {
+            set: self.set,
+            matmul: self.matmul,
+            key_group: self.key_group,
+            tf32: self.tf32,
+            ..CubeKernels::default()
+        }
     }
 
     /// The same kernels with the epilogue's products computed by `matmul`, with fresh counts.
@@ -133,7 +146,21 @@ impl CubeKernels {
     /// takes, those with nothing to apply after the product included; a run where it cannot
     /// (a routine the device lacks) fails with [`Error::Unsupported`].
     pub fn with_matmul(&self, matmul: Matmul) -> Self {
-        CubeKernels { set: self.set, matmul, tf32: self.tf32, ..CubeKernels::default() }
+        CubeKernels { matmul, ..self.fresh() }
+    }
+
+    /// The same kernels with the attention kernel taking `keys` keys per online-softmax step
+    /// (clamped to 1 to 32), with fresh counts: the scores of a group are independent sums, and
+    /// the running sums are rescaled once a group rather than once a key. 1, the default, is the
+    /// kernel as measured on the H200 (docs/benchmarks.md); larger groups are for the benchmark
+    /// to measure.
+    pub fn with_key_group(&self, keys: usize) -> Self {
+        CubeKernels { key_group: keys.clamp(1, 32), ..self.fresh() }
+    }
+
+    /// Keys per online-softmax step of the attention kernel.
+    pub fn key_group(&self) -> usize {
+        self.key_group.max(1)
     }
 
     /// The routine of the epilogue's products.
@@ -224,8 +251,10 @@ impl Kernels<burn_cubecl::CubeBackend> for CubeKernels {
             {
                 self.attention.fetch_add(1, Ordering::Relaxed);
                 let per_seq = cx.graph.shape(qv).rows == switchyard_core::Rows::Seqs;
-                let b = cx.batch;
-                Outcome::Done(attention::run(q, k, v, heads, head_dim, scale, window, per_seq, b))
+                let (b, g) = (cx.batch, self.key_group());
+                Outcome::Done(attention::run(
+                    q, k, v, heads, head_dim, scale, window, per_seq, g, b,
+                ))
             }
             (&Op::Linear { act, .. }, [Some(x), residual, None], Bound::Linear { wt, bias })
                 if self.set.linear
