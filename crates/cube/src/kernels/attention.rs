@@ -7,15 +7,16 @@
 //! stage the tiles. The cube walks the keys its block can see (the whole sequence,
 //! or the sliding window around the block) in tiles staged through shared memory, and each unit
 //! keeps a running max, a running sum and its `head_dim` accumulators (the online softmax of
-//! FlashAttention), so scores are never stored.
+//! FlashAttention), so scores are never stored. Each softmax step takes a group of keys (one by
+//! default): their scores as independent sums, then one rescale of the running sums.
 //!
 //! Rows may be f32, f16 or bf16 (the kernel is generic over the element): each value is widened
 //! to f32 as it is read, and scores, the softmax and the accumulators stay f32 (as
 //! FlashAttention's half-precision kernels keep them), so half precision rounds only the inputs
 //! and the output.
 //!
-//! Every loop over `head_dim` or a tile is unrolled, so a unit's only runtime loops are over
-//! tiles and keys. Besides keeping the accumulators in registers, this matters on Mesa's
+//! Every loop over `head_dim`, a group or a tile is unrolled, so a unit's only runtime loops are
+//! over tiles and groups of keys. Besides keeping the accumulators in registers, this matters on Mesa's
 //! llvmpipe, which ends any shader loop after 65535 iterations in all, silently: with
 //! rolled loops, a sequence longer than about 32768 / head_dim keys came out wrong there.
 
