@@ -1,6 +1,7 @@
 //! What ops see during a run: the graph, the batch, and index tensors built on first use.
 
-use std::cell::OnceCell;
+use std::any::Any;
+use std::cell::{OnceCell, RefCell};
 
 use burn_backend::Backend as BurnBackend;
 use burn_backend::tensor::IntTensor;
@@ -25,6 +26,7 @@ pub struct RunCx<'a, B: BurnBackend> {
     firsts: OnceCell<IntTensor<B>>,
     lasts: OnceCell<IntTensor<B>>,
     markers: OnceCell<IntTensor<B>>,
+    memos: RefCell<Vec<(&'static str, Box<dyn Any + Send>)>>,
 }
 
 impl<'a, B: BurnBackend> RunCx<'a, B> {
@@ -41,7 +43,30 @@ impl<'a, B: BurnBackend> RunCx<'a, B> {
             firsts: OnceCell::new(),
             lasts: OnceCell::new(),
             markers: OnceCell::new(),
+            memos: RefCell::new(Vec::new()),
         }
+    }
+
+    /// What `make` gives, made once per run under `key` and cloned after: for a backend's
+    /// kernels, what they would otherwise build again for every op of the run (tables of the
+    /// batch on the device). A value of another type under the same key is made anew.
+    pub fn memo<T: Clone + Send + 'static>(
+        &self,
+        key: &'static str,
+        make: impl FnOnce() -> T,
+    ) -> T {
+        let found = self.memos.borrow().iter().find(|(k, _)| *k == key).and_then(|(_, v)| {
+            let v: &(dyn Any + Send) = v.as_ref();
+            v.downcast_ref::<T>().cloned()
+        });
+        if let Some(v) = found {
+            return v;
+        }
+        let v = make();
+        let mut memos = self.memos.borrow_mut();
+        memos.retain(|(k, _)| *k != key);
+        memos.push((key, Box::new(v.clone())));
+        v
     }
 
     fn cached(

@@ -122,6 +122,46 @@ fn a_kernel_that_fails_an_op_fails_the_run_with_its_error_and_the_next_run_is_wh
     assert_eq!(out.get("y").unwrap().data, want.get("y").unwrap().data);
 }
 
+/// Declines every op, counting how often the runs make what their Linear ops share.
+struct Memoizing(std::sync::atomic::AtomicUsize);
+
+impl Kernels<Flex> for Memoizing {
+    fn run_op(
+        &self,
+        op: &Op,
+        ins: Inputs<Flex>,
+        _: &Bound<Flex>,
+        cx: &RunCx<'_, Flex>,
+    ) -> Outcome<Flex> {
+        if let Op::Linear { .. } = op {
+            let rows = cx.memo("rows", || {
+                self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                cx.batch.tokens()
+            });
+            assert_eq!(rows, cx.batch.tokens());
+            // Another type under the same key is made anew, never misread.
+            assert_eq!(cx.memo("kind", || 1u8), 1);
+            assert_eq!(cx.memo("kind", || 0.5f32), 0.5);
+        }
+        Outcome::Declined(ins)
+    }
+}
+
+#[test]
+fn a_memo_is_made_once_a_run_and_shared_by_its_ops() {
+    let g = testkit::bert_like(EncoderSpec { layers: 3, ..EncoderSpec::TINY });
+    let be = Burn::<Flex, _>::new(FlexDevice, Memoizing(0.into()), caps());
+    let weights = testkit::random_weights(&g, SEED);
+    let w = be.upload(&weights.tensors(), &g).unwrap();
+    let plan = be.lower(&w, &g, Bucket::new(64, 8, 64)).unwrap();
+    let mut state = be.state(&plan).unwrap();
+    let mut out = Outputs::new();
+    for runs in 1..=2 {
+        be.run(&plan, &mut state, &sample().batch(), &mut out).unwrap();
+        assert_eq!(be.kernels().0.load(std::sync::atomic::Ordering::Relaxed), runs, "once a run");
+    }
+}
+
 /// Refuses attention with a window.
 struct NoWindows;
 

@@ -213,6 +213,53 @@ fn attention_taking_keys_in_groups_matches_the_reference() {
 }
 
 #[test]
+fn attention_ops_of_both_kinds_in_one_run_share_the_batch_tables_of_their_kind() {
+    // The tables a launch reads are uploaded once a run for each kind (a query per token, a
+    // query per sequence): three ops, the third reading the first kind's again.
+    let (heads, head_dim) = (2, 8);
+    let w = heads * head_dim;
+    let mut g = GraphBuilder::new();
+    let input = |g: &mut GraphBuilder, name: &str| {
+        let table = g.weight(name, &[VOCAB, w]);
+        g.op(Shape::tokens(w), |out| Op::Embed { table, out })
+    };
+    let (q, k, v) = (input(&mut g, "q"), input(&mut g, "k"), input(&mut g, "v"));
+    let (scale, window) = (0.5, None);
+    let a = g.op(Shape::tokens(w), |out| Op::Attention {
+        q,
+        k,
+        v,
+        heads,
+        head_dim,
+        scale,
+        window,
+        out,
+    });
+    let first = g.op(Shape::seqs(w), |out| Op::Pool { x: a, mode: PoolMode::Cls, out });
+    let q = first;
+    let b =
+        g.op(Shape::seqs(w), |out| Op::Attention { q, k, v, heads, head_dim, scale, window, out });
+    let q = a;
+    let c = g.op(Shape::tokens(w), |out| Op::Attention {
+        q,
+        k,
+        v,
+        heads,
+        head_dim,
+        scale,
+        window,
+        out,
+    });
+    g.output("per sequence", b);
+    g.output("per token", c);
+    let graph = g.finish().expect("a valid graph");
+    let cube = device(KernelSet::ALL);
+    let kernels = cube.kernels().clone();
+    check(cube, &graph, &LENS, "three attention ops");
+    assert_eq!(kernels.launched().attention, 3);
+}
+
+#[test]
 fn ragged_attention_runs_in_half_precision_with_f32_arithmetic() {
     // llvmpipe through Vulkan, where CI runs this, has f16.
     for dtype in half_dtypes() {

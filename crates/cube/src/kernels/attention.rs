@@ -20,8 +20,10 @@
 //! llvmpipe, which ends any shader loop after 65535 iterations in all, silently: with
 //! rolled loops, a sequence longer than about 32768 / head_dim keys came out wrong there.
 
+use burn_cubecl::CubeBackend;
 use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
+use switchyard_burn::RunCx;
 use switchyard_core::{Batch, Bucket};
 
 /// Query rows per cube (units per cube).
@@ -231,7 +233,20 @@ fn blocks(batch: &Batch<'_>, per_seq: bool) -> (Vec<u32>, Vec<u32>) {
     (seqs, firsts)
 }
 
-/// Self-attention of every sequence of `batch` over `[tokens, heads * head_dim]` rows, all three
+/// The batch's tables a launch reads, on the device, each a handle and its count of u32s.
+#[derive(Clone)]
+struct Tables {
+    /// Cubes in the launch.
+    cubes: u32,
+    /// The batch's sequence offsets.
+    cu: (cubecl::server::Handle, usize),
+    /// Each cube's sequence.
+    block_seq: (cubecl::server::Handle, usize),
+    /// Each cube's first query row.
+    block_first: (cubecl::server::Handle, usize),
+}
+
+/// Self-attention of every sequence of the run's batch over `[tokens, heads * head_dim]` rows, all three
 /// of one float dtype (the output's); with `per_seq`, `q` has one row per sequence, its first
 /// token's query, and so has the result. Each online-softmax step takes `group` keys (1 to
 /// [`MAX_GROUP`]).
@@ -246,7 +261,7 @@ pub(crate) fn run(
     window: Option<usize>,
     per_seq: bool,
     group: usize,
-    batch: &Batch<'_>,
+    cx: &RunCx<'_, CubeBackend>,
 ) -> CubeTensor {
     let q = super::contiguous(q);
     let k = super::contiguous(k);
@@ -254,21 +269,28 @@ pub(crate) fn run(
     let out = super::empty_like(&q);
     let client = q.client.clone();
     let dtype = burn_backend::cubecl::dtype_to_storage_type(q.dtype);
-    let (block_seq, block_first) = blocks(batch, per_seq);
-    let cubes = block_seq.len() as u32;
-    let (cu, cu_len) = super::u32s(&client, batch.cu);
-    let (block_seq, seq_len) = super::u32s(&client, &block_seq);
-    let (block_first, first_len) = super::u32s(&client, &block_first);
+    // The batch's tables on the device, uploaded by the run's first attention op of this kind.
+    let key = if per_seq { "cube attention: a query per sequence" } else { "cube attention" };
+    let t = cx.memo(key, || {
+        let (block_seq, block_first) = blocks(cx.batch, per_seq);
+        Tables {
+            cubes: block_seq.len() as u32,
+            cu: super::u32s(&client, cx.batch.cu),
+            block_seq: super::u32s(&client, &block_seq),
+            block_first: super::u32s(&client, &block_first),
+        }
+    });
     // A window wider than any sequence is no window; u32 holds every usable width.
     let win = window.map_or(u32::MAX, |w| u32::try_from(w).unwrap_or(u32::MAX));
     // SAFETY: each handle is a live device buffer of at least the stated number of u32s.
     let (cu, block_seq, block_first) = unsafe {
         (
-            BufferArg::from_raw_parts(cu, cu_len),
-            BufferArg::from_raw_parts(block_seq, seq_len),
-            BufferArg::from_raw_parts(block_first, first_len),
+            BufferArg::from_raw_parts(t.cu.0, t.cu.1),
+            BufferArg::from_raw_parts(t.block_seq.0, t.block_seq.1),
+            BufferArg::from_raw_parts(t.block_first.0, t.block_first.1),
         )
     };
+    let cubes = t.cubes;
     varlen_attention::launch(
         &client,
         CubeCount::Static(cubes, heads as u32, 1),

@@ -251,9 +251,9 @@ impl Kernels<burn_cubecl::CubeBackend> for CubeKernels {
             {
                 self.attention.fetch_add(1, Ordering::Relaxed);
                 let per_seq = cx.graph.shape(qv).rows == switchyard_core::Rows::Seqs;
-                let (b, g) = (cx.batch, self.key_group());
+                let g = self.key_group();
                 Outcome::Done(attention::run(
-                    q, k, v, heads, head_dim, scale, window, per_seq, g, b,
+                    q, k, v, heads, head_dim, scale, window, per_seq, g, cx,
                 ))
             }
             (&Op::Linear { act, .. }, [Some(x), residual, None], Bound::Linear { wt, bias })
