@@ -17,12 +17,19 @@ fn caps() -> Caps {
 const SEED: u64 = 4;
 
 fn run<B: Backend>(be: &B, g: &Graph, batch: &BatchBuf) -> Result<Outputs> {
+    let (plan, mut state) = planned(be, g)?;
+    let mut out = Outputs::new();
+    be.run(&plan, &mut state, &batch.batch(), &mut out)?;
+    Ok(out)
+}
+
+/// `g` with the tests' random weights, lowered for a bucket of 64 tokens, and a run state.
+fn planned<B: Backend>(be: &B, g: &Graph) -> Result<(B::Plan, B::State)> {
     let weights = testkit::random_weights(g, SEED);
     let w = be.upload(&weights.tensors(), g)?;
     let plan = be.lower(&w, g, Bucket::new(64, 8, 64))?;
-    let mut out = Outputs::new();
-    be.run(&plan, &mut be.state(&plan)?, &batch.batch(), &mut out)?;
-    Ok(out)
+    let state = be.state(&plan)?;
+    Ok((plan, state))
 }
 
 fn sample() -> BatchBuf {
@@ -83,7 +90,7 @@ fn a_kernel_replaces_one_op_and_declines_the_rest() {
     }
 }
 
-/// Fails every Linear on its first `fails` runs, then runs it generically.
+/// Fails the first `n` Linear ops it is given, then declines them to the generic lowering.
 struct FailsFirst(std::sync::atomic::AtomicUsize);
 
 impl Kernels<Flex> for FailsFirst {
@@ -110,10 +117,7 @@ impl Kernels<Flex> for FailsFirst {
 fn a_kernel_that_fails_an_op_fails_the_run_with_its_error_and_the_next_run_is_whole() {
     let g = one_linear();
     let be = Burn::<Flex, _>::new(FlexDevice, FailsFirst(1.into()), caps());
-    let weights = testkit::random_weights(&g, SEED);
-    let w = be.upload(&weights.tensors(), &g).unwrap();
-    let plan = be.lower(&w, &g, Bucket::new(64, 8, 64)).unwrap();
-    let mut state = be.state(&plan).unwrap();
+    let (plan, mut state) = planned(&be, &g).unwrap();
     let mut out = Outputs::new();
     let e = be.run(&plan, &mut state, &sample().batch(), &mut out).unwrap_err();
     assert!(matches!(&e, Error::Unsupported(m) if m == "no such routine here"), "{e}");
@@ -151,10 +155,7 @@ impl Kernels<Flex> for Memoizing {
 fn a_memo_is_made_once_a_run_and_shared_by_its_ops() {
     let g = testkit::bert_like(EncoderSpec { layers: 3, ..EncoderSpec::TINY });
     let be = Burn::<Flex, _>::new(FlexDevice, Memoizing(0.into()), caps());
-    let weights = testkit::random_weights(&g, SEED);
-    let w = be.upload(&weights.tensors(), &g).unwrap();
-    let plan = be.lower(&w, &g, Bucket::new(64, 8, 64)).unwrap();
-    let mut state = be.state(&plan).unwrap();
+    let (plan, mut state) = planned(&be, &g).unwrap();
     let mut out = Outputs::new();
     for runs in 1..=2 {
         be.run(&plan, &mut state, &sample().batch(), &mut out).unwrap();
@@ -328,10 +329,7 @@ fn a_lane_may_read_a_weight_in_another_form_than_the_upload_graph() {
 fn a_profile_times_each_op_the_batch_runs_in_order_and_leaves_the_plan_runnable() {
     let g = one_linear();
     let be = Burn::<Flex>::new(FlexDevice, Generic, caps());
-    let weights = testkit::random_weights(&g, SEED);
-    let w = be.upload(&weights.tensors(), &g).unwrap();
-    let plan = be.lower(&w, &g, Bucket::new(64, 8, 64)).unwrap();
-    let mut state = be.state(&plan).unwrap();
+    let (plan, mut state) = planned(&be, &g).unwrap();
     let times = be.profile(&plan, &mut state, &sample().batch()).unwrap();
     let names: Vec<&str> = times.iter().map(|t| t.op).collect();
     assert_eq!(names, g.ops.iter().map(Op::name).collect::<Vec<_>>());

@@ -42,9 +42,6 @@ pub(crate) const MAX_HEAD_DIM: usize = 256;
 /// that `exp(MASKED - max)` is 0 and `exp(max - max)` is 1, never NaN.
 const MASKED: f32 = -3.0e38;
 
-/// The most keys the kernel takes in one online-softmax step ([`run`]'s `group`).
-pub(crate) const MAX_GROUP: usize = BLOCK;
-
 /// Keys per tile for a head of `head_dim`: as many as fit in [`TILE_FLOATS`], at most one per
 /// unit, and never fewer than one.
 fn tile_keys(head_dim: usize) -> usize {
@@ -249,7 +246,7 @@ struct Tables {
 /// Self-attention of every sequence of the run's batch over `[tokens, heads * head_dim]` rows, all three
 /// of one float dtype (the output's); with `per_seq`, `q` has one row per sequence, its first
 /// token's query, and so has the result. Each online-softmax step takes `group` keys (1 to
-/// [`MAX_GROUP`]).
+/// [`super::MAX_KEY_GROUP`]).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn run(
     q: CubeTensor,
@@ -309,7 +306,7 @@ pub(crate) fn run(
         tile_keys(head_dim),
         window.is_some(),
         per_seq,
-        group.clamp(1, MAX_GROUP),
+        group,
         dtype,
     );
     out

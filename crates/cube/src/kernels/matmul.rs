@@ -6,7 +6,7 @@
 //! the device has: the single-stage tensor-core routine, else the one without tensor cores. On an
 //! H200 that left half precision only 1.25x to 1.4x faster than TF32 (docs/benchmarks.md), where
 //! PyTorch's f16 is 6x its f32. Naming the routine lets the benchmark measure each one on a
-//! device (`switchyard-bench 16`), so that a device's default can be the one measured fastest.
+//! device (`switchyard-bench 15 --matmuls`), so that a device's default can be the one measured fastest.
 
 use std::fmt;
 use std::str::FromStr;

@@ -41,6 +41,10 @@ use switchyard_burn::{Bound, Inputs, Outcome, RunCx};
 #[cfg(not(feature = "fusion"))]
 use switchyard_core::{Act, Bucket, DType, Error, Graph, Op, Result};
 
+/// The most keys the attention kernel takes in one online-softmax step: one a unit of its
+/// 32-unit cubes (its unrolled group loops grow with it).
+const MAX_KEY_GROUP: usize = 32;
+
 /// Which of the crate's own kernels a backend uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KernelSet {
@@ -155,7 +159,7 @@ impl CubeKernels {
     /// kernel as measured on the H200 (docs/benchmarks.md); larger groups are for the benchmark
     /// to measure.
     pub fn with_key_group(&self, keys: usize) -> Self {
-        CubeKernels { key_group: keys.clamp(1, 32), ..self.fresh() }
+        CubeKernels { key_group: keys.clamp(1, MAX_KEY_GROUP), ..self.fresh() }
     }
 
     /// Keys per online-softmax step of the attention kernel.
