@@ -158,6 +158,35 @@ impl Graph {
         reads
     }
 
+    /// Linear layers that can run as one product over their weight matrices side by side (a
+    /// layer's query, key and value projections): groups of at least two layers reading the same
+    /// input with the same activation, no residual, and all a bias or none, whose weights and
+    /// biases no other op reads and whose results training does not drop. Each group lists its
+    /// ops' indices in graph order; its first op is the first place every member's input is
+    /// ready.
+    pub fn shared_input_linears(&self) -> Vec<Vec<usize>> {
+        let mut reads = vec![0usize; self.weights.len()];
+        for w in self.ops.iter().flat_map(Op::weights).flatten() {
+            if let Some(n) = reads.get_mut(w.idx()) {
+                *n += 1;
+            }
+        }
+        let alone = |w: W| reads.get(w.idx()) == Some(&1);
+        let mut groups: Vec<((Val, Act, bool), Vec<usize>)> = Vec::new();
+        for (i, op) in self.ops.iter().enumerate() {
+            let Op::Linear { x, weight, bias, act, residual: None, out } = *op else { continue };
+            if !alone(weight) || !bias.is_none_or(alone) || self.dropout_at(out) > 0.0 {
+                continue;
+            }
+            let key = (x, act, bias.is_some());
+            match groups.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, ops)) => ops.push(i),
+                None => groups.push((key, vec![i])),
+            }
+        }
+        groups.into_iter().map(|(_, ops)| ops).filter(|ops| ops.len() > 1).collect()
+    }
+
     /// The limits a batch must respect for this graph: vocabulary, token types, sequence length.
     pub fn limits(&self) -> Limits {
         let mut l = Limits { vocab: u32::MAX, types: 1, max_len: u32::MAX };
@@ -275,6 +304,99 @@ pub(crate) mod tests {
         });
         g.output("logits", y);
         assert_eq!(g.finish().unwrap().weight_reads(), [(true, true), plain]);
+    }
+
+    /// A layer's query, key and value projections of `x` (each with a bias if `biased`), the
+    /// query's of `xq` instead: the three results.
+    fn projections(g: &mut GraphBuilder, x: Val, xq: Val, biased: bool) -> [Val; 3] {
+        let d = g.shape(x).width;
+        ["q", "k", "v"].map(|name| {
+            let weight = g.weight(format!("{name}.weight"), &[d, d]);
+            let bias = biased.then(|| g.weight(format!("{name}.bias"), &[d]));
+            let input = if name == "q" { xq } else { x };
+            let (act, residual) = (Act::Identity, None);
+            g.op(g.shape(input), |out| Op::Linear { x: input, weight, bias, act, residual, out })
+        })
+    }
+
+    /// An embedding of 8 columns, its projections (as [`projections`] makes them) read by one
+    /// attention op, and the graph's output.
+    fn attention_over(
+        biased: bool,
+        cls_query: bool,
+        edit: impl FnOnce(&mut GraphBuilder, [Val; 3]),
+    ) -> Graph {
+        let mut g = GraphBuilder::new();
+        let emb = g.weight("emb", &[20, 8]);
+        let x = g.op(Shape::tokens(8), |out| Op::Embed { table: emb, out });
+        let xq = if cls_query {
+            g.op(Shape::seqs(8), |out| Op::Pool { x, mode: PoolMode::Cls, out })
+        } else {
+            x
+        };
+        let [q, k, v] = projections(&mut g, x, xq, biased);
+        edit(&mut g, [q, k, v]);
+        let (heads, head_dim, scale, window) = (2, 4, 0.5, None);
+        let a =
+            g.op(g.shape(q), |out| Op::Attention { q, k, v, heads, head_dim, scale, window, out });
+        g.output("a", a);
+        g.finish().unwrap()
+    }
+
+    #[test]
+    fn a_layers_projections_of_one_input_are_one_group() {
+        // Ops: 0 embedding, 1 to 3 the projections.
+        assert_eq!(attention_over(true, false, |_, _| {}).shared_input_linears(), [vec![1, 2, 3]]);
+        assert_eq!(attention_over(false, false, |_, _| {}).shared_input_linears(), [vec![1, 2, 3]]);
+        // A query from the first rows alone (a cross-encoder's last layer): keys and values.
+        assert_eq!(attention_over(true, true, |_, _| {}).shared_input_linears(), [vec![3, 4]]);
+        // The block's layers read different inputs: no group.
+        assert!(block().shared_input_linears().is_empty());
+    }
+
+    #[test]
+    fn layers_that_cannot_share_a_product_are_left_out_of_groups() {
+        // The value projection's weight read again (tied) by another op.
+        let tied = attention_over(true, false, |g, [_, _, v]| {
+            let weight = W(5);
+            let (act, residual) = (Act::Identity, None);
+            g.op(Shape::tokens(8), |out| Op::Linear {
+                x: v,
+                weight,
+                bias: None,
+                act,
+                residual,
+                out,
+            });
+        });
+        assert_eq!(tied.weights[5].name, "v.weight");
+        assert_eq!(tied.shared_input_linears(), [vec![1, 2]]);
+        // Results training drops.
+        let dropped = attention_over(false, false, |g, [q, _, _]| g.dropout(q, 0.1));
+        assert_eq!(dropped.shared_input_linears(), [vec![2, 3]]);
+        // One layer with a bias and two without; one with an activation.
+        let mut g = GraphBuilder::new();
+        let emb = g.weight("emb", &[20, 8]);
+        let x = g.op(Shape::tokens(8), |out| Op::Embed { table: emb, out });
+        let linear = |g: &mut GraphBuilder, name: &str, bias: bool, act: Act| {
+            let weight = g.weight(name, &[8, 8]);
+            let bias = bias.then(|| g.weight(format!("{name}.bias"), &[8]));
+            let y = g.op(Shape::tokens(8), |out| Op::Linear {
+                x,
+                weight,
+                bias,
+                act,
+                residual: None,
+                out,
+            });
+            g.output(name, y);
+        };
+        linear(&mut g, "a", true, Act::Identity);
+        linear(&mut g, "b", false, Act::Identity);
+        linear(&mut g, "c", false, Act::Gelu);
+        linear(&mut g, "d", false, Act::Identity);
+        linear(&mut g, "e", false, Act::Gelu);
+        assert_eq!(g.finish().unwrap().shared_input_linears(), [vec![2, 4], vec![3, 5]]);
     }
 
     #[test]
