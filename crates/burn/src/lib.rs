@@ -107,6 +107,8 @@ pub struct Burn<B: BurnBackend, K = Generic> {
     kernels: K,
     caps: Caps,
     dtype: DType,
+    /// Whether `upload` joins the weights of linear layers that share an input.
+    joined: bool,
 }
 
 /// The float dtypes the Burn backend `B` can store and compute in on `device`, f32 first: what
@@ -122,7 +124,8 @@ impl<B: BurnBackend, K: Kernels<B>> Burn<B, K> {
     /// A backend on `device` computing in f32, describing itself with `caps` (whose
     /// [`Caps::dtypes`] [`float_dtypes`] gives for `B`).
     pub fn new(device: B::Device, kernels: K, caps: Caps) -> Self {
-        Burn { device, kernels, caps: Caps { dtype: DType::F32, ..caps }, dtype: DType::F32 }
+        let caps = Caps { dtype: DType::F32, ..caps };
+        Burn { device, kernels, caps, dtype: DType::F32, joined: true }
     }
 
     /// The dtype weights are stored and activations computed in.
@@ -133,7 +136,24 @@ impl<B: BurnBackend, K: Kernels<B>> Burn<B, K> {
     /// This backend on the same device and in the same dtype, with `kernels` instead.
     pub fn with_kernels<K2: Kernels<B>>(&self, kernels: K2) -> Burn<B, K2> {
         let (device, caps, dtype) = (self.device.clone(), self.caps.clone(), self.dtype);
-        Burn { device, kernels, caps, dtype }
+        Burn { device, kernels, caps, dtype, joined: self.joined }
+    }
+
+    /// This backend with linear layers that share an input (a layer's query, key and value
+    /// projections, [`Graph::shared_input_linears`]) joined (`true`, the default) or run apart:
+    /// joined, `upload` stores their weight matrices side by side as one `[in, sum of outs]`
+    /// matrix (and their biases as one row), and a run computes the group as one product whose
+    /// columns are the layers' results, one launch where there were as many as layers, over a
+    /// product as wide as all of them. Weights uploaded apart stay apart (training's, from
+    /// [`BurnWeights::from_tensors`], always are).
+    pub fn with_joined_linears(mut self, joined: bool) -> Self {
+        self.joined = joined;
+        self
+    }
+
+    /// Whether `upload` joins linear layers that share an input.
+    pub fn joined_linears(&self) -> bool {
+        self.joined
     }
 
     /// The Burn device.
@@ -192,6 +212,21 @@ impl<B: BurnBackend, K: Kernels<B>> Burn<B, K> {
         Ok(times)
     }
 
+    /// One op through the backend's kernels, else the generic lowering.
+    fn run_op(
+        &self,
+        op: &Op,
+        ins: Inputs<B>,
+        w: &Bound<B>,
+        cx: &RunCx<'_, B>,
+    ) -> Result<FloatTensor<B>> {
+        match self.kernels.run_op(op, ins, w, cx) {
+            Outcome::Done(y) => Ok(y),
+            Outcome::Declined(ins) => Ok(generic::run_op::<B>(op, ins, w, cx)),
+            Outcome::Failed(e) => Err(e),
+        }
+    }
+
     /// [`Burn::forward`], calling `each` after each op it runs.
     fn forward_each(
         &self,
@@ -216,17 +251,31 @@ impl<B: BurnBackend, K: Kernels<B>> Burn<B, K> {
                 continue;
             }
             let ins = take_inputs::<B>(op, i, &plan.last_use, &mut state.vals);
+            let fed = |v: Val| how.feed.iter().find(|(f, _)| *f == v).map(|(_, t)| t.clone());
             let p = if how.dropout { graph.dropout_at(o) } else { 0.0 };
-            let y = if let Some((_, t)) = how.feed.iter().find(|(v, _)| *v == o) {
-                t.clone()
-            } else if p > 0.0 {
-                generic::run_op_dropped::<B>(op, ins, &plan.bound[i], p, &cx)
-            } else {
-                match self.kernels.run_op(op, ins, &plan.bound[i], &cx) {
-                    Outcome::Done(y) => y,
-                    Outcome::Declined(ins) => generic::run_op::<B>(op, ins, &plan.bound[i], &cx),
-                    Outcome::Failed(e) => return Err(e),
+            let y = match (&plan.joint[i], fed(o)) {
+                // The joined product, unless every share of it is given.
+                (Some(Joint::Lead(shares)), mine)
+                    if shares.iter().any(|s| fed(s.val).is_none()) =>
+                {
+                    let all = self.run_op(op, ins, &plan.bound[i], &cx)?;
+                    for s in &shares[1..] {
+                        let share = fed(s.val)
+                            .unwrap_or_else(|| generic::cols::<B>(all.clone(), s.start, s.end));
+                        state.vals[s.val.idx()] = Some(share);
+                    }
+                    let own = shares[0];
+                    mine.unwrap_or_else(|| generic::cols::<B>(all, own.start, own.end))
                 }
+                (_, Some(t)) => t,
+                (Some(Joint::Follow), None) => state.vals[o.idx()].take().ok_or_else(|| {
+                    let name = op.name();
+                    Error::Graph(format!("op {i} ({name}): its joined product was not computed"))
+                })?,
+                (_, None) if p > 0.0 => {
+                    generic::run_op_dropped::<B>(op, ins, &plan.bound[i], p, &cx)
+                }
+                (_, None) => self.run_op(op, ins, &plan.bound[i], &cx)?,
             };
             if plan.last_use[o.idx()].is_some() {
                 state.vals[o.idx()] = Some(y);
@@ -279,7 +328,31 @@ pub struct BurnWeights<B: BurnBackend> {
     plain: Vec<Option<FloatTensor<B>>>,
     /// Transposed to `[in, out]`, for the linear layers.
     transposed: Vec<Option<FloatTensor<B>>>,
+    /// Linear layers that share an input, their weights side by side
+    /// ([`Burn::with_joined_linears`]).
+    joined: Vec<Joined<B>>,
+    /// For each weight, where a joined group holds it (its own slots above are then empty).
+    part: Vec<Option<Part>>,
     bytes: usize,
+}
+
+/// The weights of linear layers that share an input, side by side.
+#[derive(Debug)]
+struct Joined<B: BurnBackend> {
+    /// The layers' matrices transposed and side by side: `[in, sum of outs]`.
+    wt: FloatTensor<B>,
+    /// Their biases in one row, `[1, sum of outs]`, if they have them.
+    bias: Option<FloatTensor<B>>,
+}
+
+/// Where a joined group holds one weight: the group, and the weight's columns there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Part {
+    group: usize,
+    /// A bias (columns of the group's bias row), else a matrix (of its `wt`).
+    bias: bool,
+    start: usize,
+    end: usize,
 }
 
 impl<B: BurnBackend> BurnWeights<B> {
@@ -295,30 +368,142 @@ impl<B: BurnBackend> BurnWeights<B> {
                 burn_backend::TensorMetadata::shape(t).num_elements() * dtype.size()
             })
             .sum();
-        let transposed = vec![None; tensors.len()];
-        BurnWeights { plain: tensors.into_iter().map(Some).collect(), transposed, bytes }
+        let (transposed, part) = (vec![None; tensors.len()], vec![None; tensors.len()]);
+        let plain = tensors.into_iter().map(Some).collect();
+        BurnWeights { plain, transposed, joined: Vec::new(), part, bytes }
     }
 
     fn plain(&self, w: W) -> Result<FloatTensor<B>> {
-        match (&self.plain[w.idx()], &self.transposed[w.idx()]) {
-            (Some(t), _) => Ok(t.clone()),
-            (None, Some(t)) => Ok(B::float_transpose(t.clone())),
-            (None, None) => Err(missing(w)),
+        match (&self.plain[w.idx()], &self.transposed[w.idx()], self.part[w.idx()]) {
+            (Some(t), _, _) => Ok(t.clone()),
+            (None, Some(t), _) => Ok(B::float_transpose(t.clone())),
+            (None, None, Some(p)) if p.bias => {
+                let row = self.row(w)?;
+                Ok(B::float_reshape(row, burn_backend::Shape::from(vec![p.end - p.start])))
+            }
+            (None, None, Some(_)) => Ok(B::float_transpose(self.transposed(w)?)),
+            (None, None, None) => Err(missing(w)),
         }
     }
 
     fn transposed(&self, w: W) -> Result<FloatTensor<B>> {
-        match (&self.transposed[w.idx()], &self.plain[w.idx()]) {
-            (Some(t), _) => Ok(t.clone()),
-            (None, Some(t)) => Ok(B::float_transpose(t.clone())),
-            (None, None) => Err(missing(w)),
+        match (&self.transposed[w.idx()], &self.plain[w.idx()], self.part[w.idx()]) {
+            (Some(t), _, _) => Ok(t.clone()),
+            (None, Some(t), _) => Ok(B::float_transpose(t.clone())),
+            (None, None, Some(p)) if !p.bias => {
+                Ok(generic::cols::<B>(self.joined[p.group].wt.clone(), p.start, p.end))
+            }
+            (None, None, _) => Err(missing(w)),
         }
     }
 
     fn row(&self, w: W) -> Result<FloatTensor<B>> {
+        if let Some(p) = self.part[w.idx()].filter(|p| p.bias) {
+            let row = self.joined[p.group].bias.clone().ok_or_else(|| missing(w))?;
+            return Ok(generic::cols::<B>(row, p.start, p.end));
+        }
         let t = self.plain(w)?;
         let n = burn_backend::TensorMetadata::shape(&t).num_elements();
         Ok(B::float_reshape(t, burn_backend::Shape::from(vec![1, n])))
+    }
+
+    /// Where `ops`, a group of [`Graph::shared_input_linears`], are one joined group of these
+    /// weights, in order and whole: the group, and each op's value and columns in its product.
+    fn joined_as(&self, graph: &Graph, ops: &[usize]) -> Option<(usize, Vec<Share>)> {
+        let mut shares = Vec::with_capacity(ops.len());
+        let mut at = None;
+        for &i in ops {
+            let Op::Linear { weight, bias, out, .. } = graph.ops[i] else { return None };
+            let p = self.part[weight.idx()].filter(|p| !p.bias)?;
+            let (group, start) = at.unwrap_or((p.group, 0));
+            if (p.group, p.start) != (group, start) {
+                return None;
+            }
+            let biased = self.joined[group].bias.is_some();
+            let b = bias.map(|b| self.part[b.idx()]);
+            if b.is_some() != biased || b.is_some_and(|b| b != Some(Part { bias: true, ..p })) {
+                return None;
+            }
+            shares.push(Share { val: out, start: p.start, end: p.end });
+            at = Some((group, p.end));
+        }
+        let (group, end) = at?;
+        let width = generic::dims::<B>(&self.joined[group].wt)[1];
+        (end == width).then_some((group, shares))
+    }
+}
+
+/// One linear layer's share of a joined product: its value and its columns.
+#[derive(Clone, Copy, Debug)]
+struct Share {
+    val: Val,
+    start: usize,
+    end: usize,
+}
+
+/// An op's part in a joined group of linear layers, in a plan.
+#[derive(Clone, Debug)]
+enum Joint {
+    /// The group's first op: it computes the joined product and hands each op its share.
+    Lead(Vec<Share>),
+    /// A later op: its share is ready when it runs.
+    Follow,
+}
+
+/// A joined group's weights on the host, in f32.
+struct HostJoined {
+    /// `[in, width]`, row-major: each layer's matrix transposed, side by side.
+    wt: Vec<f32>,
+    /// `[width]`: the layers' biases one after the other, if they have them.
+    bias: Option<Vec<f32>>,
+    width: usize,
+}
+
+/// Joins the weights of `ops`, the linear layers of a group of
+/// [`Graph::shared_input_linears`] (the `group`-th), recording where each weight went in `part`.
+fn join(
+    graph: &Graph,
+    ops: &[usize],
+    tensors: &[HostTensor<'_>],
+    group: usize,
+    part: &mut [Option<Part>],
+) -> HostJoined {
+    let layers: Vec<(W, Option<W>)> = ops
+        .iter()
+        .filter_map(|&i| match graph.ops[i] {
+            Op::Linear { weight, bias, .. } => Some((weight, bias)),
+            _ => None,
+        })
+        .collect();
+    let width: usize = layers.iter().map(|(w, _)| tensors[w.idx()].shape[0]).sum();
+    let k = layers.first().map_or(0, |(w, _)| tensors[w.idx()].shape[1]);
+    let mut wt = vec![0.0f32; k * width];
+    let mut bias = layers.iter().all(|(_, b)| b.is_some()).then(|| Vec::with_capacity(width));
+    let mut start = 0;
+    for &(weight, b) in &layers {
+        let t = &tensors[weight.idx()];
+        transpose_into(&convert::host_f32(t), k, &mut wt, width, start);
+        let end = start + t.shape[0];
+        part[weight.idx()] = Some(Part { group, bias: false, start, end });
+        if let (Some(b), Some(all)) = (b, bias.as_mut()) {
+            all.extend(convert::host_f32(&tensors[b.idx()]));
+            part[b.idx()] = Some(Part { group, bias: true, start, end });
+        }
+        start = end;
+    }
+    HostJoined { wt, bias, width }
+}
+
+/// Copies the row-major matrix `values`, `cols` wide, transposed into the row-major matrix
+/// `dst`, `width` wide, as its columns from `start` on.
+fn transpose_into(values: &[f32], cols: usize, dst: &mut [f32], width: usize, start: usize) {
+    if cols == 0 {
+        return;
+    }
+    for (r, row) in values.chunks_exact(cols).enumerate() {
+        for (c, &x) in row.iter().enumerate() {
+            dst[c * width + start + r] = x;
+        }
     }
 }
 
@@ -336,6 +521,8 @@ pub struct BurnPlan<B: BurnBackend> {
     graph: Graph,
     bucket: Bucket,
     bound: Vec<Bound<B>>,
+    /// Each op's part in a joined group of linear layers, if it has one.
+    joint: Vec<Option<Joint>>,
     /// For each value, the last op that reads it (`ops.len()` for outputs, `None` if unread).
     last_use: Vec<Option<usize>>,
     bytes: usize,
@@ -396,23 +583,37 @@ impl<B: BurnBackend, K: Kernels<B>> Backend for Burn<B, K> {
                 .entered();
         graph.check_weights(tensors)?;
         let forms = graph.weight_reads();
+        let groups = if self.joined { graph.shared_input_linears() } else { Vec::new() };
         let mut w = BurnWeights {
             plain: Vec::with_capacity(tensors.len()),
             transposed: Vec::with_capacity(tensors.len()),
+            joined: Vec::with_capacity(groups.len()),
+            part: vec![None; tensors.len()],
             bytes: 0,
         };
         let dtype = burn_dtype(self.dtype);
-        for (t, &(plain, transposed)) in tensors.iter().zip(&forms) {
+        for (group, ops) in groups.iter().enumerate() {
+            let joined = join(graph, ops, tensors, group, &mut w.part);
+            w.bytes +=
+                (joined.wt.len() + joined.bias.as_ref().map_or(0, Vec::len)) * self.dtype.size();
+            let [k, n] = [joined.wt.len() / joined.width, joined.width];
+            w.joined.push(Joined {
+                wt: floats_as::<B>(joined.wt, &[k, n], &self.device, dtype),
+                bias: joined.bias.map(|b| floats_as::<B>(b, &[1, n], &self.device, dtype)),
+            });
+        }
+        for (i, (t, &(plain, transposed))) in tensors.iter().zip(&forms).enumerate() {
+            if w.part[i].is_some() {
+                w.plain.push(None);
+                w.transposed.push(None);
+                continue;
+            }
             let values = convert::host_f32(t);
             let n = values.len();
             w.transposed.push(transposed.then(|| {
                 let (rows, cols) = (t.shape[0], t.shape[1]);
                 let mut tv = vec![0.0f32; n];
-                for (r, row) in values.chunks_exact(cols).enumerate() {
-                    for (c, &x) in row.iter().enumerate() {
-                        tv[c * rows + r] = x;
-                    }
-                }
+                transpose_into(&values, cols, &mut tv, rows, 0);
                 floats_as::<B>(tv, &[cols, rows], &self.device, dtype)
             }));
             w.plain.push(plain.then(|| floats_as::<B>(values, t.shape, &self.device, dtype)));
@@ -470,11 +671,22 @@ impl<B: BurnBackend, K: Kernels<B>> Backend for Burn<B, K> {
                 | Op::L2Norm { .. } => Bound::None,
             });
         }
+        let mut joint = vec![None; graph.ops.len()];
+        for ops in graph.shared_input_linears() {
+            let Some((group, shares)) = w.joined_as(graph, &ops) else { continue };
+            let Joined { wt, bias } = &w.joined[group];
+            bound[ops[0]] = Bound::Linear { wt: wt.clone(), bias: bias.clone() };
+            joint[ops[0]] = Some(Joint::Lead(shares));
+            for &i in &ops[1..] {
+                bound[i] = Bound::None;
+                joint[i] = Some(Joint::Follow);
+            }
+        }
         let mut last_use = graph.last_uses();
         for o in &graph.outputs {
             last_use[o.val.idx()] = Some(graph.ops.len());
         }
-        Ok(BurnPlan { graph: graph.clone(), bucket, bound, last_use, bytes })
+        Ok(BurnPlan { graph: graph.clone(), bucket, bound, joint, last_use, bytes })
     }
 
     fn state(&self, plan: &Self::Plan) -> Result<Self::State> {

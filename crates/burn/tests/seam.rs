@@ -343,3 +343,126 @@ fn a_profile_times_each_op_the_batch_runs_in_order_and_leaves_the_plan_runnable(
     big.push(&[1; 65], None, &[]).unwrap();
     assert!(be.profile(&plan, &mut state, &big.batch()).is_err());
 }
+
+/// Declines every op, noting the width of each linear layer's product it is given.
+#[derive(Default)]
+struct Widths(std::sync::Mutex<Vec<usize>>);
+
+impl Kernels<Flex> for Widths {
+    fn run_op(
+        &self,
+        op: &Op,
+        ins: Inputs<Flex>,
+        w: &Bound<Flex>,
+        _: &RunCx<'_, Flex>,
+    ) -> Outcome<Flex> {
+        if let (Op::Linear { .. }, Bound::Linear { wt, .. }) = (op, w) {
+            self.0.lock().unwrap().push(generic::dims::<Flex>(wt)[1]);
+        }
+        Outcome::Declined(ins)
+    }
+}
+
+impl Widths {
+    /// The widths noted since the last call.
+    fn take(&self) -> Vec<usize> {
+        std::mem::take(&mut *self.0.lock().unwrap())
+    }
+}
+
+/// Every value of each output of `a` within the conformance suite's f32 tolerance of `b`'s.
+fn assert_outputs_match(a: &Outputs, b: &Outputs, what: &str) {
+    for (x, y) in a.mats().iter().zip(b.mats()) {
+        assert_eq!((&x.name, x.data.len()), (&y.name, y.data.len()), "{what}");
+        for (p, q) in x.data.iter().zip(&y.data) {
+            assert!((p - q).abs() <= 2e-5 + 2e-5 * q.abs(), "{what}: {}: {p} vs {q}", x.name);
+        }
+    }
+}
+
+#[test]
+fn linear_layers_sharing_an_input_run_as_one_product_and_match_them_run_apart() {
+    let spec = EncoderSpec::TINY;
+    let (d, ffn) = (spec.width, spec.ffn);
+    let joined = Burn::<Flex, _>::new(FlexDevice, Widths::default(), caps());
+    let apart =
+        Burn::<Flex, _>::new(FlexDevice, Widths::default(), caps()).with_joined_linears(false);
+    assert!(joined.joined_linears() && !apart.joined_linears());
+    // Each layer's query, key and value projections as one product; the pooler's tanh apart.
+    let g = testkit::bert_like(spec);
+    let (a, b) = (run(&joined, &g, &sample()).unwrap(), run(&apart, &g, &sample()).unwrap());
+    assert_outputs_match(&a, &b, "an encoder");
+    assert_outputs_match(&a, &run(&Reference, &g, &sample()).unwrap(), "against the reference");
+    let layer = [3 * d, d, ffn, d];
+    assert_eq!(
+        joined.kernels().take(),
+        [layer, layer].concat().into_iter().chain([d]).collect::<Vec<_>>()
+    );
+    let layer = [d, d, d, d, ffn, d];
+    assert_eq!(
+        apart.kernels().take(),
+        [layer, layer].concat().into_iter().chain([d]).collect::<Vec<_>>()
+    );
+    // A last layer whose query reads each sequence's first row: its keys and values joined.
+    let g = testkit::bert_classifier(spec, true);
+    let (a, b) = (run(&joined, &g, &sample()).unwrap(), run(&apart, &g, &sample()).unwrap());
+    assert_outputs_match(&a, &b, "a classifier on [CLS]");
+    let widths = joined.kernels().take();
+    assert_eq!(widths[4..9], [d, 2 * d, d, ffn, d], "{widths:?}");
+    // The weights take the room they took apart.
+    let weights = testkit::random_weights(&g, SEED);
+    let w = joined.upload(&weights.tensors(), &g).unwrap();
+    let numel: usize = g.weights.iter().map(|w| w.shape.iter().product::<usize>()).sum();
+    assert_eq!(joined.weight_bytes(&w), numel * 4);
+}
+
+#[test]
+fn weights_joined_at_upload_serve_a_lane_that_reads_them_apart() {
+    // Uploaded for the whole encoder, whose every layer joins its projections; lowered for the
+    // same weights with the last layer's query on the first rows alone, whose projections are
+    // then not the uploaded group in order (keys and values without the query).
+    let spec = EncoderSpec::TINY;
+    let upload = testkit::bert_classifier(spec, false);
+    let lane = testkit::bert_classifier(spec, true);
+    assert_eq!(upload.weights, lane.weights);
+    let be = Burn::<Flex, _>::new(FlexDevice, Widths::default(), caps());
+    let weights = testkit::random_weights(&lane, SEED);
+    let w = be.upload(&weights.tensors(), &upload).unwrap();
+    let plan = be.lower(&w, &lane, Bucket::new(64, 8, 64)).unwrap();
+    let mut out = Outputs::new();
+    be.run(&plan, &mut be.state(&plan).unwrap(), &sample().batch(), &mut out).unwrap();
+    assert_outputs_match(&out, &run(&Reference, &lane, &sample()).unwrap(), "the lane");
+    let d = spec.width;
+    let widths = be.kernels().take();
+    assert_eq!(widths[4..10], [d, d, d, d, spec.ffn, d], "the last layer apart: {widths:?}");
+}
+
+#[test]
+fn a_share_of_a_joined_product_given_to_the_run_is_used_and_the_others_computed() {
+    use switchyard_burn::Forward;
+    let g = testkit::bert_like(EncoderSpec::TINY);
+    let lin: Vec<_> =
+        g.ops.iter().filter(|op| matches!(op, Op::Linear { .. })).map(Op::out).collect();
+    let (q, k, v) = (lin[0], lin[1], lin[2]);
+    let batch = sample();
+    let rows = batch.batch().tokens();
+    let given = |v: switchyard_core::Val| {
+        let values: Vec<f32> = (0..rows * g.shape(v).width).map(|i| (i % 7) as f32 * 0.1).collect();
+        switchyard_burn::floats::<Flex>(values, &[rows, g.shape(v).width], &FlexDevice)
+    };
+    let embedding = |joined: bool, fed: &[switchyard_core::Val]| {
+        let be = Burn::<Flex>::new(FlexDevice, Generic, caps()).with_joined_linears(joined);
+        let (plan, mut state) = planned(&be, &g).unwrap();
+        let how = Forward { feed: fed.iter().map(|&v| (v, given(v))).collect(), dropout: false };
+        let got = be.forward(&plan, &mut state, &batch.batch(), &how).unwrap();
+        switchyard_burn::read_f32::<Flex>(got[0].clone().expect("an embedding")).unwrap()
+    };
+    let computed = embedding(true, &[]);
+    for fed in [vec![q], vec![k], vec![q, k, v]] {
+        let (a, b) = (embedding(true, &fed), embedding(false, &fed));
+        assert!(a.iter().zip(&computed).any(|(x, y)| (x - y).abs() > 1e-3), "{fed:?} was used");
+        for (x, y) in a.iter().zip(&b) {
+            assert!((x - y).abs() <= 2e-5 + 2e-5 * y.abs(), "{fed:?}: {x} vs {y}");
+        }
+    }
+}
