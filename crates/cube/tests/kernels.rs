@@ -476,6 +476,30 @@ fn a_tensor_core_routine_runs_where_the_device_has_them_and_is_a_clear_error_whe
 }
 
 #[test]
+fn a_layers_projections_run_as_one_product_whose_shares_attention_reads() {
+    use switchyard_core::testkit::{EncoderSpec, bert_like};
+    // Heads of 16 over 64 columns: in f32, each share starts 256 bytes into the joined product,
+    // where wgpu places a buffer's views, so attention reads the shares in place.
+    let spec = EncoderSpec { vocab: VOCAB, width: 64, heads: 4, ffn: 96, layers: 2, max_pos: 200 };
+    let graph = bert_like(spec);
+    let mut dtypes = vec![DType::F32];
+    dtypes.extend(half_dtypes());
+    for dtype in dtypes {
+        for (joined, products) in [(true, 4), (false, 6)] {
+            let cube = device(KernelSet::MEASURED).with_joined_linears(joined);
+            let kernels = cube.kernels().clone();
+            let cube = switchyard_core::Backend::with_dtype(cube, dtype).expect("listed");
+            let what = format!("{dtype}, projections joined: {joined}");
+            check_within(cube, &graph, &[1, 40, 150], &what, tolerance(dtype));
+            // Each layer's products, and the pooler's, each with its epilogue in one launch.
+            let launched = kernels.launched();
+            assert_eq!(launched.epilogue, spec.layers * products + 1, "{what}");
+            assert_eq!(launched.attention, spec.layers, "{what}");
+        }
+    }
+}
+
+#[test]
 fn burns_matmul_is_the_default_routine() {
     let cube = common::open().expect("the device under test");
     assert_eq!(cube.kernels().matmul(), Matmul::Burn);

@@ -61,6 +61,9 @@ fn varlen_attention<F: Float>(
     cu: &[u32],
     block_seq: &[u32],
     block_first: &[u32],
+    q_stride: u32,
+    k_stride: u32,
+    v_stride: u32,
     heads: u32,
     scale: f32,
     window: u32,
@@ -89,6 +92,8 @@ fn varlen_attention<F: Float>(
         last = first;
     }
     let width = heads as usize * head_dim;
+    // Rows of `q`, `k` and `v` may be further apart than `width` (columns of a wider product).
+    let (q_stride, k_stride, v_stride) = (q_stride as usize, k_stride as usize, v_stride as usize);
     let col = head * head_dim;
 
     // The keys some query of this block can see.
@@ -111,7 +116,7 @@ fn varlen_attention<F: Float>(
     let mut acc = Array::<f32>::new(head_dim);
     #[unroll]
     for d in 0..head_dim {
-        query[d] = f32::cast_from(q[me * width + col + d]) * scale;
+        query[d] = f32::cast_from(q[me * q_stride + col + d]) * scale;
         acc[d] = 0.0;
     }
     // Finite, so the first correction exp(max - new_max) is 0 rather than NaN.
@@ -130,8 +135,8 @@ fn varlen_attention<F: Float>(
             if e < n * head_dim {
                 let j = t0 + e / head_dim;
                 let d = e % head_dim;
-                keys[e] = f32::cast_from(k[j * width + col + d]);
-                vals[e] = f32::cast_from(v[j * width + col + d]);
+                keys[e] = f32::cast_from(k[j * k_stride + col + d]);
+                vals[e] = f32::cast_from(v[j * v_stride + col + d]);
             }
         }
         sync_cube();
@@ -243,6 +248,19 @@ struct Tables {
     block_first: (cubecl::server::Handle, usize),
 }
 
+/// `t` as rows the kernel reads in place, and how many elements apart they start: as it is
+/// where its columns are consecutive (a whole tensor, or some columns of a wider one, such as a
+/// share of a joined projection), else copied into plain rows.
+fn rows(t: CubeTensor) -> (CubeTensor, u32) {
+    let [_, width] = super::dims(&t);
+    let s = t.meta.strides();
+    let in_place = s[1] == 1 && s[0] >= width && u32::try_from(s[0]).is_ok();
+    let t = if in_place { t } else { super::contiguous(t) };
+    // Plain rows are `width` (heads times head_dim) apart, far within u32.
+    let stride = t.meta.strides()[0] as u32;
+    (t, stride)
+}
+
 /// Self-attention of every sequence of the run's batch over `[tokens, heads * head_dim]` rows, all three
 /// of one float dtype (the output's); with `per_seq`, `q` has one row per sequence, its first
 /// token's query, and so has the result. Each online-softmax step takes `group` keys (1 to
@@ -260,10 +278,10 @@ pub(crate) fn run(
     group: usize,
     cx: &RunCx<'_, CubeBackend>,
 ) -> CubeTensor {
-    let q = super::contiguous(q);
-    let k = super::contiguous(k);
-    let v = super::contiguous(v);
-    let out = super::empty_like(&q);
+    let (q, q_stride) = rows(q);
+    let (k, k_stride) = rows(k);
+    let (v, v_stride) = rows(v);
+    let out = super::empty(&q, super::dims(&q));
     let client = q.client.clone();
     let dtype = burn_backend::cubecl::dtype_to_storage_type(q.dtype);
     // The batch's tables on the device, uploaded by the run's first attention op of this kind.
@@ -299,6 +317,9 @@ pub(crate) fn run(
         cu,
         block_seq,
         block_first,
+        q_stride,
+        k_stride,
+        v_stride,
         heads as u32,
         scale,
         win,
@@ -314,7 +335,11 @@ pub(crate) fn run(
 
 #[cfg(test)]
 mod tests {
+    #[cfg(feature = "wgpu")]
+    use super::super::dims;
     use super::*;
+    #[cfg(feature = "wgpu")]
+    use burn_backend::ops::FloatTensorOps;
 
     #[test]
     fn tiles_fill_the_shared_budget_and_hold_at_least_one_key() {
@@ -338,6 +363,26 @@ mod tests {
         let cu = [0u32, 70_000];
         let one = Batch { ids: &ids, cu: &cu, types: &types, markers: &[], mcu: &[0, 0] };
         assert!(launchable(&one), "2188 blocks");
+    }
+
+    /// Columns of a wider product (a share of a layer's joined projections) are read where
+    /// they are: no copy, rows as far apart as the product's. Other strides are copied.
+    #[cfg(feature = "wgpu")]
+    #[test]
+    fn a_share_of_a_wider_product_is_read_in_place() {
+        use burn_cubecl::CubeBackend;
+        use switchyard_burn::generic;
+        let cube = crate::wgpu::open(0).expect("a wgpu adapter");
+        let values: Vec<f32> = (0..8 * 192).map(|i| i as f32).collect();
+        let all = switchyard_burn::floats::<CubeBackend>(values, &[8, 192], cube.device());
+        // 64 f32 columns: shares start 256 bytes apart, as wgpu aligns a buffer's views.
+        let share = generic::cols::<CubeBackend>(all.clone(), 64, 128);
+        let in_use = all.handle.size_in_used() - 128 * 4;
+        assert_eq!(share.handle.size_in_used(), in_use, "a view of the product");
+        let (share, stride) = rows(share);
+        assert_eq!((stride, dims(&share)), (192, [8, 64]), "read in place");
+        let (plain, stride) = rows(<CubeBackend as FloatTensorOps<_>>::float_transpose(all));
+        assert_eq!((stride, dims(&plain)), (8, [192, 8]), "copied into plain rows");
     }
 
     #[test]
