@@ -273,6 +273,9 @@ fn bench_encoder(reps: usize) {
     println!("  {:<34} {:>9} {:>12} {:>8}", "", "time", "tokens/s", "ratio");
     let flex = time_plan(open("flex"), &g, &batch, reps);
     let burn_flex = time_plan(switchyard_dispatch::flex::burn_flex(), &g, &batch, reps);
+    // Each layer's query, key and value projections as three products, not one.
+    let apart = switchyard_dispatch::flex::burn_flex().with_joined_linears(false);
+    let burn_flex_apart = time_plan(apart, &g, &batch, reps);
     let bf16 = time_plan(flex_in(DType::Bf16), &g, &batch, reps);
     let int8 = time_plan(flex_in(DType::I8), &g, &batch, reps);
     let nd = time_plan(open("ndarray"), &g, &batch, reps);
@@ -293,6 +296,7 @@ fn bench_encoder(reps: usize) {
         ("flex bf16", bf16),
         ("flex int8", int8),
         ("burn-flex (Burn's ops)", burn_flex),
+        ("burn-flex, projections apart", burn_flex_apart),
         ("ndarray (peer)", nd),
     ] {
         encoder_row(name, t, tokens, nd);
@@ -467,7 +471,7 @@ fn linear_graph(vocab: usize, k: usize, n: usize) -> Graph {
 const SMALL_VOCAB: usize = 512;
 
 /// cubek's matmul routines on each GPU, in the device's own dtype: for each batch of
-/// [`gpu_batches`], the encoder's three linear layer shapes timed alone under each routine (the
+/// [`gpu_batches`], the encoder's four linear layer shapes timed alone under each routine (the
 /// layer's op alone, the device synchronised around it), then the whole encoder with the routine
 /// that made a layer's linears fastest, beside Burn's choice, as `gpu` lines for the PyTorch peer.
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
@@ -494,21 +498,19 @@ fn bench_matmuls(reps: usize) {
             // small table: [30522, 3072] would not fit one buffer on llvmpipe.
             let small = ragged(seqs, min, max, SMALL_VOCAB);
             assert_eq!(small.tokens(), m);
-            // Each shape, and how many of it a layer has (query, key, value and output; the FFN's two).
-            let shapes =
-                [(spec.width, spec.width, 4), (spec.width, spec.ffn, 1), (spec.ffn, spec.width, 1)];
+            // Each shape a layer has: the query, key and value projections joined, the output
+            // projection, the FFN's two.
+            let (d, ffn) = (spec.width, spec.ffn);
+            let shapes = [(d, 3 * d), (d, d), (d, ffn), (ffn, d)];
             let graphs: Vec<Graph> =
-                shapes.iter().map(|&(k, n, _)| linear_graph(SMALL_VOCAB, k, n)).collect();
+                shapes.iter().map(|&(k, n)| linear_graph(SMALL_VOCAB, k, n)).collect();
             println!(
                 "  {what}, {} seqs, {m} tokens: each linear layer alone, ms (TFLOP/s)",
                 batch.seqs()
             );
-            let header: Vec<String> =
-                shapes.iter().map(|(k, n, c)| format!("{c}x {k}->{n}")).collect();
-            println!(
-                "    {:<26} {:>16} {:>16} {:>16} {:>9}",
-                "routine", header[0], header[1], header[2], "a layer"
-            );
+            let header: String =
+                shapes.iter().map(|(k, n)| format!(" {:>16}", format!("{k}->{n}"))).collect();
+            println!("    {:<26}{header} {:>9}", "routine", "a layer");
             let mut best: Option<(Matmul, Duration)> = None;
             let mut burns = None;
             for matmul in Matmul::all() {
@@ -529,23 +531,16 @@ fn bench_matmuls(reps: usize) {
                         continue;
                     }
                 };
-                let layer: Duration = times.iter().zip(&shapes).map(|(t, s)| *t * s.2 as u32).sum();
-                let cells: Vec<String> = times
+                let layer: Duration = times.iter().sum();
+                let cells: String = times
                     .iter()
                     .zip(&shapes)
-                    .map(|(t, &(k, n, _))| {
+                    .map(|(t, &(k, n))| {
                         let tflops = 2.0 * (m * k * n) as f64 / t.as_secs_f64() / 1e12;
-                        format!("{:.3} ({tflops:.0})", ms(*t))
+                        format!(" {:>16}", format!("{:.3} ({tflops:.0})", ms(*t)))
                     })
                     .collect();
-                println!(
-                    "    {:<26} {:>16} {:>16} {:>16} {:>7.3}ms",
-                    matmul.to_string(),
-                    cells[0],
-                    cells[1],
-                    cells[2],
-                    ms(layer)
-                );
+                println!("    {:<26}{cells} {:>7.3}ms", matmul.to_string(), ms(layer));
                 if matmul == Matmul::Burn {
                     burns = Some(layer);
                 }
@@ -691,7 +686,19 @@ fn bench_gpus(reps: usize, quick: bool) {
                     rows.extend(t.map(|t| (who, t)));
                 }
             }
-            // A lines for `peers/gpu_peer.py`, which runs PyTorch on the same batches.
+            // Each layer's query, key and value projections as three products (and their
+            // epilogues), where they are one by default: what joining them gains.
+            for dtype in f32_and_auto(&caps) {
+                let who = format!("{name}, default kernels, projections apart, {dtype}");
+                let t = survived(&who, || {
+                    let be = on_cube(&cube, |c| {
+                        c.with_kernels(c.kernels().clone()).with_joined_linears(false)
+                    });
+                    time_plan(be.with_dtype(dtype).expect("a listed dtype"), &g, &batch, reps)
+                });
+                rows.extend(t.map(|t| (who, t)));
+            }
+            // The `gpu` lines for `peers/gpu_peer.py`, which runs PyTorch on the same batches.
             let mut machine = Vec::new();
             let batch_id = gpu_batch_id(what, (seqs, min, max), &batch);
             for (who, t) in &rows {
