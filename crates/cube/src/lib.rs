@@ -16,6 +16,8 @@ mod caps;
 mod kernels;
 #[cfg(any(feature = "cuda", feature = "rocm", feature = "cpu"))]
 mod native;
+#[cfg(any(feature = "wgpu", feature = "cuda", feature = "rocm", feature = "cpu"))]
+mod timing;
 
 /// The cube backend, on any CubeCL runtime this build has.
 #[cfg(any(feature = "wgpu", feature = "cuda", feature = "rocm", feature = "cpu"))]
@@ -23,6 +25,8 @@ pub type Cube = switchyard_burn::Burn<burn_cubecl::Cube, CubeKernels>;
 
 #[cfg(any(feature = "wgpu", feature = "cuda", feature = "rocm", feature = "cpu"))]
 pub use kernels::{CubeKernels, KernelSet, Launched, Matmul, Routine};
+#[cfg(any(feature = "wgpu", feature = "cuda", feature = "rocm", feature = "cpu"))]
+pub use timing::{KernelTime, kernel_times, log_kernel_times, settled_log};
 
 /// `cube` on the same device and in the same dtype, using the kernels of `set` (with fresh
 /// launch counts).
