@@ -9,6 +9,8 @@
 
 mod args;
 mod corpus;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+mod kernel_times;
 mod serve;
 mod train;
 mod weights;
@@ -82,9 +84,14 @@ fn executor<B: Backend>(be: B, g: &Graph, bucket: Bucket) -> Executor<B> {
         .expect("the bench graph uploads")
 }
 
-fn time_plan<B: Backend>(be: B, g: &Graph, batch: &BatchBuf, reps: usize) -> Duration {
+/// An executor of `g` on `be` whose one bucket holds `batch` exactly.
+fn executor_for<B: Backend>(be: B, g: &Graph, batch: &BatchBuf) -> Executor<B> {
     let bucket = Bucket::new(batch.tokens(), batch.seqs(), batch.batch().markers().max(1));
-    let mut ex = executor(be, g, bucket);
+    executor(be, g, bucket)
+}
+
+fn time_plan<B: Backend>(be: B, g: &Graph, batch: &BatchBuf, reps: usize) -> Duration {
+    let mut ex = executor_for(be, g, batch);
     let mut out = Outputs::new();
     median(2, reps, || {
         ex.run(LaneId::MAIN, &batch.batch(), &mut out).expect("the bench batch runs");
@@ -872,6 +879,13 @@ fn main() {
         Some("soak") => return serve::soak(&args[1..]),
         Some("train") => return train::run(&args[1..]),
         Some("weights") => return weights::run(&args[1..]),
+        #[cfg(any(feature = "wgpu", feature = "cuda"))]
+        Some("kernel-times") => return kernel_times::run(&args[1..]),
+        #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+        Some("kernel-times") => {
+            println!("(no kernel times: this build has neither the wgpu nor the cuda feature)");
+            return;
+        }
         _ => {}
     }
     let gpus_only = args.iter().any(|a| a == "--gpus-only" || a == "--matmuls");

@@ -1,0 +1,82 @@
+//! `switchyard-bench kernel-times`: where one GPU batch's device time goes, kernel by kernel,
+//! from CubeCL's own profiling (each kernel timed alone on the device), beside the whole run's
+//! time. What a short GPU lease needs to choose between fixing the products, attention or the
+//! launches between kernels, without a profiler on the machine.
+
+use std::time::{Duration, Instant};
+
+use switchyard_core::testkit;
+use switchyard_core::{Backend, DTypeChoice, LaneId, Outputs};
+use switchyard_dispatch::cube::{kernel_times, log_kernel_times, settled_log};
+use switchyard_dispatch::{Device, Dispatch};
+
+use crate::args::Args;
+use crate::{executor_for, gpu_batches, ms, ragged};
+
+const USAGE: &str = "kernel-times --device D [--shape minilm|bge-base] [--seqs N] \
+                     [--dtype auto|f32|f16|bf16] [--runs N]";
+
+/// Times each kernel of `--runs` runs (default 3) of the bench's ragged batch of `--seqs`
+/// sequences (default 256) of the `--shape` encoder (default bge-base) on the cube device
+/// `--device`, in `--dtype` (default the device's own).
+pub(crate) fn run(args: &[String]) {
+    let args = Args::new(args, USAGE);
+    let device: Device = args.need_parsed("--device");
+    let shape = args.opt("--shape").unwrap_or_else(|| "bge-base".into());
+    let seqs: usize = args.parsed("--seqs").unwrap_or(256);
+    let dtype: DTypeChoice = args.parsed("--dtype").unwrap_or(DTypeChoice::Auto);
+    let runs: usize = args.parsed("--runs").unwrap_or(3).max(1);
+    let Some((what, spec, (_, min, max))) = gpu_batches(false)
+        .into_iter()
+        .find(|(what, ..)| what.to_lowercase().starts_with(&shape.to_lowercase()))
+    else {
+        args.fail(format!("--shape {shape}: expected minilm or bge-base"))
+    };
+    let log = std::env::temp_dir().join(format!("switchyard-kernels-{}.log", std::process::id()));
+    // Before the device opens: CubeCL reads its configuration once.
+    if let Err(e) = log_kernel_times(&log) {
+        args.fail(e)
+    }
+    let be = Dispatch::new(&device).unwrap_or_else(|e| args.fail(e));
+    if be.caps().backend != "cube" {
+        args.fail(format!("{device} is not a cube device: CubeCL times only its own kernels"))
+    }
+    let dtype = dtype.resolve(&be.caps());
+    let be = be.with_dtype(dtype).unwrap_or_else(|e| args.fail(e));
+    let batch = ragged(seqs, min, max, spec.vocab);
+    let mut ex = executor_for(be, &testkit::bert_like(spec), &batch);
+    let mut out = Outputs::new();
+    // Two warm-up runs compile and tune; then the timed ones, alone in the log.
+    for _ in 0..2 {
+        ex.run(LaneId::MAIN, &batch.batch(), &mut out).expect("the batch runs");
+    }
+    let from = settled_log(&log, 0).map(|l| l.len() as u64).unwrap_or_else(|e| args.fail(e));
+    let start = Instant::now();
+    for _ in 0..runs {
+        ex.run(LaneId::MAIN, &batch.batch(), &mut out).expect("the batch runs");
+    }
+    let wall = start.elapsed() / runs as u32;
+    let text = settled_log(&log, from).unwrap_or_else(|e| args.fail(e));
+    let _ = std::fs::remove_file(&log);
+    let times = kernel_times(&text);
+    let device_time: Duration = times.iter().map(|k| k.time).sum::<Duration>() / runs as u32;
+    println!(
+        "{device}, {what}, {} seqs, {} tokens, {dtype}: each kernel alone on the device \
+         (CubeCL's profiling), per run, mean of {runs}",
+        batch.seqs(),
+        batch.tokens()
+    );
+    println!(
+        "  a run: {:.2}ms wall with every kernel timed alone, of which {:.2}ms in kernels \
+         (compare the run's time without profiling in the GPU bench: the rest of that is launches)",
+        ms(wall),
+        ms(device_time)
+    );
+    println!("  {:<56} {:>9} {:>9} {:>7}", "kernel", "launches", "ms", "share");
+    for k in &times {
+        let per_run = k.time / runs as u32;
+        let share = 100.0 * per_run.as_secs_f64() / device_time.as_secs_f64().max(1e-12);
+        let launches = k.launches as f64 / runs as f64;
+        println!("  {:<56} {launches:>9.1} {:>9.3} {share:>6.1}%", k.name, ms(per_run));
+    }
+}
