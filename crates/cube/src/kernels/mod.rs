@@ -222,7 +222,14 @@ impl Kernels<burn_cubecl::CubeBackend> for CubeKernels {
                 }
             }
             Op::Linear { weight, .. } if self.set.linear => {
-                let n = graph.weights[weight.0 as usize].shape[0];
+                // A layer joined with others that share its input runs as their one product.
+                let n = graph
+                    .shared_input_linears()
+                    .into_iter()
+                    .find(|group| group.iter().any(|&i| graph.ops[i] == *op))
+                    .map_or(graph.weights[weight.0 as usize].shape[0], |group| {
+                        group.iter().map(|&i| graph.shape(graph.ops[i].out()).width).sum()
+                    });
                 if gemm::launchable(bucket.tokens, n) {
                     return Ok(());
                 }
@@ -403,6 +410,25 @@ mod tests {
         assert!(e.contains("2240000 tokens"), "{e}");
         let out = refusal(&k, &graph(64, 70_000 * 64), small, DType::F32).expect("refused");
         assert!(out.contains("[64, 4480000] output"), "{out}");
+        // Three layers that fit one launch each, but not joined into one product.
+        let joined = refusal(&k, &projections(1_500_000), small, DType::F32).expect("refused");
+        assert!(joined.contains("[64, 4500000] output"), "{joined}");
+        assert_eq!(refusal(&k, &projections(1_000_000), small, DType::F32), None);
+    }
+
+    /// Three linear layers to `n` reading one embedding: one product when joined.
+    fn projections(n: usize) -> Graph {
+        let mut g = GraphBuilder::new();
+        let table = g.weight("x", &[10, 8]);
+        let x = g.op(Shape::tokens(8), |out| Op::Embed { table, out });
+        for name in ["q", "k", "v"] {
+            let weight = g.weight(name, &[n, 8]);
+            let (bias, act, residual) = (None, Act::Identity, None);
+            let y =
+                g.op(Shape::tokens(n), |out| Op::Linear { x, weight, bias, act, residual, out });
+            g.output(name, y);
+        }
+        g.finish().expect("a valid graph")
     }
 
     #[test]
