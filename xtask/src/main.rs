@@ -115,9 +115,12 @@ fn main() -> ExitCode {
     }
 }
 
-/// The workspace's root.
+/// The workspace's root: of the checkout `cargo xtask` runs in, which `cargo run` names at run
+/// time. The name compiled in is only a fallback: checkouts sharing one target dir (a CI clone
+/// beside the working one) share this binary, compiled in whichever built it first.
 fn workspace() -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+    let dir = std::env::var_os("CARGO_MANIFEST_DIR").map(std::path::PathBuf::from);
+    dir.unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into()).join("..")
 }
 
 /// The target dir cargo builds into: `CARGO_TARGET_DIR`, else the workspace's `target`.
