@@ -32,17 +32,21 @@ pub(crate) fn run(args: &[String]) {
     else {
         args.fail(format!("--shape {shape}: expected minilm or bge-base"))
     };
+    if device.family().backend != "cube" {
+        args.fail(format!("{device} is not a cube device: CubeCL times only its own kernels"))
+    }
     let log = std::env::temp_dir().join(format!("switchyard-kernels-{}.log", std::process::id()));
     // Before the device opens: CubeCL reads its configuration once.
     if let Err(e) = log_kernel_times(&log) {
         args.fail(e)
     }
-    let be = Dispatch::new(&device).unwrap_or_else(|e| args.fail(e));
-    if be.caps().backend != "cube" {
-        args.fail(format!("{device} is not a cube device: CubeCL times only its own kernels"))
-    }
+    let fail = |e: switchyard_core::Error| -> ! {
+        let _ = std::fs::remove_file(&log);
+        args.fail(e)
+    };
+    let be = Dispatch::new(&device).unwrap_or_else(|e| fail(e));
     let dtype = dtype.resolve(&be.caps());
-    let be = be.with_dtype(dtype).unwrap_or_else(|e| args.fail(e));
+    let be = be.with_dtype(dtype).unwrap_or_else(|e| fail(e));
     let batch = ragged(seqs, min, max, spec.vocab);
     let mut ex = executor_for(be, &testkit::bert_like(spec), &batch);
     let mut out = Outputs::new();
@@ -50,13 +54,13 @@ pub(crate) fn run(args: &[String]) {
     for _ in 0..2 {
         ex.run(LaneId::MAIN, &batch.batch(), &mut out).expect("the batch runs");
     }
-    let from = settled_log(&log, 0).map(|l| l.len() as u64).unwrap_or_else(|e| args.fail(e));
+    let from = settled_log(&log, 0).map(|l| l.len() as u64).unwrap_or_else(|e| fail(e));
     let start = Instant::now();
     for _ in 0..runs {
         ex.run(LaneId::MAIN, &batch.batch(), &mut out).expect("the batch runs");
     }
     let wall = start.elapsed() / runs as u32;
-    let text = settled_log(&log, from).unwrap_or_else(|e| args.fail(e));
+    let text = settled_log(&log, from).unwrap_or_else(|e| fail(e));
     let _ = std::fs::remove_file(&log);
     let times = kernel_times(&text);
     let device_time: Duration = times.iter().map(|k| k.time).sum::<Duration>() / runs as u32;
