@@ -456,6 +456,9 @@ struct HostJoined {
     wt: Vec<f32>,
     /// `[width]`: the layers' biases one after the other, if they have them.
     bias: Option<Vec<f32>>,
+    /// The layers' input width.
+    k: usize,
+    /// The sum of their output widths.
     width: usize,
 }
 
@@ -491,7 +494,7 @@ fn join(
         }
         start = end;
     }
-    HostJoined { wt, bias, width }
+    HostJoined { wt, bias, k, width }
 }
 
 /// Copies the row-major matrix `values`, `cols` wide, transposed into the row-major matrix
@@ -596,7 +599,7 @@ impl<B: BurnBackend, K: Kernels<B>> Backend for Burn<B, K> {
             let joined = join(graph, ops, tensors, group, &mut w.part);
             w.bytes +=
                 (joined.wt.len() + joined.bias.as_ref().map_or(0, Vec::len)) * self.dtype.size();
-            let [k, n] = [joined.wt.len() / joined.width, joined.width];
+            let [k, n] = [joined.k, joined.width];
             w.joined.push(Joined {
                 wt: floats_as::<B>(joined.wt, &[k, n], &self.device, dtype),
                 bias: joined.bias.map(|b| floats_as::<B>(b, &[1, n], &self.device, dtype)),

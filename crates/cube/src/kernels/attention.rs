@@ -281,7 +281,7 @@ pub(crate) fn run(
     let (q, q_stride) = rows(q);
     let (k, k_stride) = rows(k);
     let (v, v_stride) = rows(v);
-    let out = super::empty(&q, super::dims(&q));
+    let out = super::empty_like(&q);
     let client = q.client.clone();
     let dtype = burn_backend::cubecl::dtype_to_storage_type(q.dtype);
     // The batch's tables on the device, uploaded by the run's first attention op of this kind.
