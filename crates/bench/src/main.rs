@@ -488,6 +488,7 @@ fn bench_matmuls(reps: usize) {
         let name = device.to_string();
         let cube = Dispatch::new(&device).expect("it started above");
         let dtype = cube.caps().auto;
+        let tuned_before = switchyard_dispatch::cube::tuned_choices().len();
         let with = |matmul| {
             let be = on_cube(&cube, |c| with_matmul(c, matmul));
             be.with_dtype(dtype).expect("its own dtype")
@@ -560,20 +561,29 @@ fn bench_matmuls(reps: usize) {
                 let ratio = burns.as_secs_f64() / layer.as_secs_f64();
                 println!("    fastest: {fastest}, {ratio:.2}x Burn's choice on a layer's linears");
             }
-            // The whole encoder, Burn's choice and the fastest, taken in turn.
+            // The whole encoder, Burn's choice, the fastest and the tuned one, taken in turn.
             let g = testkit::bert_like(spec);
             let id = gpu_batch_id(what, ragged_args, &batch);
-            for matmul in [Matmul::Burn, fastest] {
+            let mut whole = vec![Matmul::Burn, fastest, Matmul::Tuned];
+            whole.dedup();
+            for matmul in whole {
                 let who = format!("{name}, our kernels, matmul {matmul}, {dtype}");
                 let Some(t) = survived(&who, || time_plan(with(matmul), &g, &batch, reps)) else {
                     continue;
                 };
                 println!("    whole encoder, matmul {matmul:<26} {:>7.2}ms", ms(t));
                 println!("gpu\t{id}\t{who}\t{:.3}", ms(t));
-                if fastest == Matmul::Burn {
-                    break;
-                }
             }
+        }
+        // What the tuned matmul chose for each shape it met, and what choosing cost.
+        println!("  the tuned matmul's choices (rows rounded up to a power of two):");
+        for c in switchyard_dispatch::cube::tuned_choices().into_iter().skip(tuned_before) {
+            println!(
+                "    {:<40} {:<26} tuned in {:.2}s",
+                c.shape,
+                c.matmul.to_string(),
+                c.took.as_secs_f64()
+            );
         }
     }
 }

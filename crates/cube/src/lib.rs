@@ -24,7 +24,7 @@ mod timing;
 pub type Cube = switchyard_burn::Burn<burn_cubecl::Cube, CubeKernels>;
 
 #[cfg(any(feature = "wgpu", feature = "cuda", feature = "rocm", feature = "cpu"))]
-pub use kernels::{CubeKernels, KernelSet, Launched, Matmul, Routine};
+pub use kernels::{CubeKernels, KernelSet, Launched, Matmul, Routine, TunedChoice, tuned_choices};
 #[cfg(any(feature = "wgpu", feature = "cuda", feature = "rocm", feature = "cpu"))]
 pub use timing::{KernelTime, kernel_times, log_kernel_times, settled_log};
 

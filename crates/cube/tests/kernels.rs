@@ -455,6 +455,52 @@ fn a_named_routine_computes_every_linear_layer_the_epilogue_takes() {
 }
 
 #[test]
+fn the_tuned_matmul_times_the_routines_once_a_shape_and_runs_the_fastest() {
+    use switchyard_cube::tuned_choices;
+    let mut dtypes = vec![DType::F32];
+    dtypes.extend(half_dtypes());
+    // A depth no other test uses, so that the choices below are this test's.
+    let (k, n) = (101, 63);
+    let mine = |dtype: DType| {
+        let dtype = format!("{:?}", dtype).to_uppercase();
+        let mut c = tuned_choices();
+        c.retain(|c| c.shape.contains(&format!("x [{k}, {n}]")) && c.shape.ends_with(&dtype));
+        c
+    };
+    for dtype in dtypes {
+        let graph = linear(k, n, Act::Gelu, true, false);
+        let what = format!("tuned, {dtype}");
+        // A run of the layer over sequences of `lens` with the tuned matmul, checked.
+        let run = |lens: &[usize]| {
+            let cube = with_matmul(&device(KernelSet::MEASURED), Matmul::Tuned);
+            let kernels = cube.kernels().clone();
+            let cube = switchyard_core::Backend::with_dtype(cube, dtype).expect("listed");
+            check_within(cube, &graph, lens, &what, tolerance(dtype));
+            assert_eq!(kernels.launched().epilogue, 1, "{what}");
+        };
+        // 135 rows: tuned for 256.
+        run(&[1, 64, 70]);
+        let first = mine(dtype);
+        assert_eq!(first.len(), 1, "{what}: one choice for the shape: {first:?}");
+        let choice = &first[0];
+        assert!(choice.shape.starts_with(&format!("[256, {k}]")), "{choice:?}");
+        assert!(choice.matmul != Matmul::Tuned && choice.took > std::time::Duration::ZERO);
+        // What it chose runs here (on llvmpipe, none of the tensor-core routines).
+        let chosen = with_matmul(&device(KernelSet::MEASURED), choice.matmul);
+        let chosen = switchyard_core::Backend::with_dtype(chosen, dtype).expect("listed");
+        check_within(chosen, &graph, &[1, 64, 70], &what, tolerance(dtype));
+        // 130 rows: the same shape, run by the same choice, not tuned again.
+        run(&[40, 90]);
+        assert_eq!(mine(dtype), first, "{what}");
+        // 300 rows: another shape, tuned in its turn.
+        run(&[150, 150]);
+        let shapes: Vec<String> = mine(dtype).into_iter().map(|c| c.shape).collect();
+        assert_eq!(shapes.len(), 2, "{what}: {shapes:?}");
+        assert!(shapes[1].starts_with(&format!("[512, {k}]")), "{shapes:?}");
+    }
+}
+
+#[test]
 fn a_tensor_core_routine_runs_where_the_device_has_them_and_is_a_clear_error_where_not() {
     let cube = common::open().expect("the device under test");
     // `auto` is f32 exactly where the device has no cooperative matrix products in f16.

@@ -1,12 +1,13 @@
 //! The product `x . wt` of a linear layer where Burn's matmul would compute it (half precision,
-//! and f32 outside our fused GEMM): Burn's own choice, or one of cubek's routines named at run
-//! time.
+//! and f32 outside our fused GEMM): Burn's own choice, one of cubek's routines named at run
+//! time, or the fastest of them as measured on the device for the shape.
 //!
 //! Built without `autotune` (the default), Burn's matmul always runs cubek's first routine that
 //! the device has: the single-stage tensor-core routine, else the one without tensor cores. On an
 //! H200 that left half precision only 1.25x to 1.4x faster than TF32 (docs/benchmarks.md), where
 //! PyTorch's f16 is 6x its f32. Naming the routine lets the benchmark measure each one on a
-//! device (`switchyard-bench 15 --matmuls`), so that a device's default can be the one measured fastest.
+//! device (`switchyard-bench 15 --matmuls`); [`Matmul::Tuned`] measures them where it runs, on
+//! any device, once a shape.
 
 use std::fmt;
 use std::str::FromStr;
@@ -18,6 +19,9 @@ use cubek::matmul::multi_level::routines::batch::ordered_double_buffering::Order
 use cubek::matmul::multi_level::routines::batch::simple::SimpleArgs;
 use cubek::matmul::routine::BlueprintStrategy;
 
+#[cfg(not(feature = "fusion"))]
+use burn_cubecl::tensor::CubeTensor;
+
 /// Which routine computes a linear layer's product under the crate's epilogue kernel.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Matmul {
@@ -27,6 +31,10 @@ pub enum Matmul {
     Burn,
     /// A named routine of cubek's.
     Routine(Routine),
+    /// The fastest of Burn's choice and cubek's routines that run on the device, measured there
+    /// with CubeCL's tuner the first time a shape comes (its rows rounded up to a power of two,
+    /// its width, depth and dtype), then kept for the process ([`tuned_choices`]).
+    Tuned,
 }
 
 /// cubek's matmul routines: how the operands are staged through shared memory (one stage,
@@ -161,9 +169,11 @@ impl Routine {
 }
 
 impl Matmul {
-    /// Every choice: Burn's, then each routine.
+    /// Every choice: Burn's, each routine, then the tuned one.
     pub fn all() -> impl Iterator<Item = Matmul> {
-        std::iter::once(Matmul::Burn).chain(Routine::ALL.into_iter().map(Matmul::Routine))
+        std::iter::once(Matmul::Burn)
+            .chain(Routine::ALL.into_iter().map(Matmul::Routine))
+            .chain(std::iter::once(Matmul::Tuned))
     }
 }
 
@@ -172,6 +182,7 @@ impl fmt::Display for Matmul {
         match self {
             Matmul::Burn => f.write_str("burn"),
             Matmul::Routine(r) => f.write_str(r.name()),
+            Matmul::Tuned => f.write_str("tuned"),
         }
     }
 }
@@ -190,36 +201,148 @@ impl FromStr for Matmul {
 /// `x . wt` for `x: [m, k]` and `wt: [k, n]` of one float dtype, by `how`: an error where the
 /// routine cannot run on this device, in this dtype or at these sizes.
 #[cfg(not(feature = "fusion"))]
-pub(crate) fn product(
-    x: burn_cubecl::tensor::CubeTensor,
-    wt: &burn_cubecl::tensor::CubeTensor,
-    how: Matmul,
-) -> Result<burn_cubecl::tensor::CubeTensor, String> {
+pub(crate) fn product(x: CubeTensor, wt: &CubeTensor, how: Matmul) -> Result<CubeTensor, String> {
     use burn_backend::ops::FloatTensorOps;
-    use cubek::matmul::definition::{MatmulElems, MatmulGlobalElems};
-    use cubek::std::InputBinding;
-    let Matmul::Routine(routine) = how else {
+    if how == Matmul::Burn {
         return Ok(burn_cubecl::CubeBackend::float_matmul(x, wt.clone()));
-    };
+    }
     let x = super::contiguous(x);
     let wt = super::contiguous(wt.clone());
     let [m, _] = super::dims(&x);
     let [_, n] = super::dims(&wt);
     let out = super::empty(&x, [m, n]);
+    match how {
+        Matmul::Routine(routine) => launch(how, &(x, wt, out.clone()))
+            .map_err(|e| format!("cubek's {} matmul: {e}", routine.name()))?,
+        _ => tune::run((x, wt, out.clone()))?,
+    }
+    Ok(out)
+}
+
+/// A product's operands: `x: [m, k]`, `wt: [k, n]` and the `out: [m, n]` it is written to,
+/// each plain rows.
+#[cfg(not(feature = "fusion"))]
+type Operands = (CubeTensor, CubeTensor, CubeTensor);
+
+/// Writes `x . wt` into `out` by `how`, Burn's choice or a named routine (not the tuned choice,
+/// which is one of these): cubek's reason where it cannot.
+#[cfg(not(feature = "fusion"))]
+fn launch(how: Matmul, (x, wt, out): &Operands) -> Result<(), String> {
+    use cubek::matmul::definition::{MatmulElems, MatmulGlobalElems};
+    use cubek::std::InputBinding;
+    let strategy: cubek::matmul::strategy::Strategy = match how {
+        Matmul::Routine(routine) => routine.strategy().into(),
+        // What Burn's matmul launches for plain rows when built without `autotune`.
+        _ => Default::default(),
+    };
     let elem = burn_backend::cubecl::dtype_to_storage_type(x.dtype);
     let mut dtypes =
         MatmulElems::from_globals(&MatmulGlobalElems { lhs: elem, rhs: elem, out: elem });
-    let client = x.client.clone();
     cubek::matmul::launch::launch_ref(
-        &routine.strategy().into(),
-        &client,
-        InputBinding::new(x.binding(), elem),
-        InputBinding::new(wt.binding(), elem),
+        &strategy,
+        &x.client,
+        InputBinding::new(x.clone().binding(), elem),
+        InputBinding::new(wt.clone().binding(), elem),
         out.clone().binding(),
         &mut dtypes,
     )
-    .map_err(|e| format!("cubek's {} matmul: {}", routine.name(), format!("{e:?}").trim_end()))?;
-    Ok(out)
+    .map_err(|e| format!("{e:?}").trim_end().to_string())
+}
+
+/// What [`Matmul::Tuned`] chose for one shape on one device, and what the choosing cost.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TunedChoice {
+    /// The device, as CubeCL names it for tuning.
+    pub device: String,
+    /// The shape: rows rounded up to a power of two, depth, width and dtype.
+    pub shape: String,
+    /// The routine measured fastest.
+    pub matmul: Matmul,
+    /// The time the tuning took: every candidate compiled, launched and timed.
+    pub took: std::time::Duration,
+}
+
+/// Every choice [`Matmul::Tuned`] has made in this process, in the order made.
+pub fn tuned_choices() -> Vec<TunedChoice> {
+    #[cfg(not(feature = "fusion"))]
+    return tune::choices();
+    #[cfg(feature = "fusion")]
+    Vec::new()
+}
+
+/// [`Matmul::Tuned`]: CubeCL's tuner over Burn's choice and every routine, once per device and
+/// shape; later products of the shape run the choice directly.
+#[cfg(not(feature = "fusion"))]
+mod tune {
+    use std::sync::{Arc, Mutex, PoisonError};
+    use std::time::Instant;
+
+    use burn_cubecl::CubeTuneId;
+    use cubecl::tune::{LocalTuner, Tunable, TunableSet, local_tuner};
+
+    use super::{Matmul, Operands, Routine, TunedChoice, launch};
+
+    /// The candidates, identified by their choice; Burn's first, as the tuner's fallback.
+    type Set = TunableSet<String, Operands, (), Matmul>;
+
+    static TUNER: LocalTuner<String, CubeTuneId> = local_tuner!("switchyard-product");
+
+    /// The choices made so far, by device and shape.
+    static CHOICES: Mutex<Vec<TunedChoice>> = Mutex::new(Vec::new());
+
+    /// The shape a choice is kept for: the rows rounded up to a power of two (a ragged batch
+    /// has a new row count nearly every time), the depth, the width and the dtype.
+    pub(super) fn shape((x, wt, _): &Operands) -> String {
+        let [m, k] = super::super::dims(x);
+        let n = super::super::dims(wt)[1];
+        format!("[{}, {k}] x [{k}, {n}] {:?}", m.next_power_of_two(), x.dtype)
+    }
+
+    fn candidates() -> Set {
+        let one = |how: Matmul| {
+            Tunable::identified(how, move |ops: Operands| {
+                launch(how, &ops).map_err(|e| format!("{how}: {e}"))
+            })
+        };
+        let set = TunableSet::new(shape, |_: &String, ops: &Operands| ops.clone());
+        let set = set.with(one(Matmul::Burn));
+        Routine::ALL.into_iter().fold(set, |set, r| set.with(one(Matmul::Routine(r))))
+    }
+
+    pub(super) fn choices() -> Vec<TunedChoice> {
+        CHOICES.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// Writes the product into the operands' `out` by the choice for its shape, tuning first
+    /// where there is none yet.
+    pub(super) fn run(ops: Operands) -> Result<(), String> {
+        let client = ops.0.client.clone();
+        let id = CubeTuneId::new(&client, &ops.0.device);
+        let (device, shape) = (id.to_string(), shape(&ops));
+        let chosen = choices().into_iter().find(|c| c.device == device && c.shape == shape);
+        if let Some(choice) = chosen {
+            return launch(choice.matmul, &ops).or_else(|e| {
+                // Chosen at another row count of the shape; Burn's choice runs at any.
+                tracing::warn!(%shape, matmul = %choice.matmul, error = %e, "the tuned routine \
+                    cannot run at these rows; Burn's choice computes this product");
+                launch(Matmul::Burn, &ops)
+            });
+        }
+        let set: Arc<Set> = TUNER.init(&id, candidates);
+        let start = Instant::now();
+        // Times every candidate on these operands, then writes the product by the fastest (or,
+        // while another thread is tuning the shape, by the first candidate that runs).
+        TUNER.execute(&id, &client, set.clone(), ops);
+        let took = start.elapsed();
+        if let Some(matmul) = TUNER.fastest_identity(&id, &set, &shape) {
+            let mut all = CHOICES.lock().unwrap_or_else(PoisonError::into_inner);
+            if !all.iter().any(|c| c.device == device && c.shape == shape) {
+                tracing::debug!(%device, %shape, %matmul, ?took, "tuned a product");
+                all.push(TunedChoice { device, shape, matmul, took });
+            }
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -229,7 +352,7 @@ mod tests {
     #[test]
     fn every_choice_reads_back_from_its_name_and_an_unknown_name_lists_them() {
         let all: Vec<Matmul> = Matmul::all().collect();
-        assert_eq!(all.len(), 19);
+        assert_eq!(all.len(), 20);
         for m in &all {
             assert_eq!(m.to_string().parse::<Matmul>(), Ok(*m));
         }

@@ -34,7 +34,7 @@ mod norm;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-pub use matmul::{Matmul, Routine};
+pub use matmul::{Matmul, Routine, TunedChoice, tuned_choices};
 use switchyard_burn::Kernels;
 #[cfg(not(feature = "fusion"))]
 use switchyard_burn::{Bound, Inputs, Outcome, RunCx};
