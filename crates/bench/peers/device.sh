@@ -8,8 +8,8 @@
 # cpu: Switchyard flex (f32, bf16, int8; file order and sorted) and ONNX Runtime (fp32 and
 #      int8, sorted by length) on both corpora at each thread count of THREADS (default
 #      2,8,16), into OUT_DIR/runs-corpus.tsv and runs-corpus-128.tsv;
-# gpu: each kernel's device time on three batches in the device's own dtype (`kernel-times`,
-#      into gpu-kernels.txt), `switchyard-bench --gpus-only` (into gpu-ours.txt), then
+# gpu: each kernel's device time on three batches in the device's own dtype, and on the first
+#      with attention in tiles and the tuned matmul (`kernel-times`, into gpu-kernels.txt), `switchyard-bench --gpus-only` (into gpu-ours.txt), then
 #      cubek's matmul routines
 #      (`--matmuls`, into gpu-matmuls.txt), PyTorch on the same batches beside both
 #      (gpu_peer.py, into gpu-peer.txt), then the mixed corpus on cuda:0 in f32 and the
@@ -102,10 +102,10 @@ if [[ $what != cpu ]]; then
     # First what says most in the least time, should the lease end early.
     say "each kernel's time on the device"
     : >"$out/gpu-kernels.txt"
-    for batch in "bge-base 256" "bge-base 32" "minilm 256"; do
+    for batch in "bge-base 256" "bge-base 256 --tiles --matmul tuned" "bge-base 32" "minilm 256"; do
         set -- $batch
-        "$bin" kernel-times --device cuda:0 --shape "$1" --seqs "$2" | tee -a "$out/gpu-kernels.txt" \
-            || say "kernel times of $batch failed"
+        "$bin" kernel-times --device cuda:0 --shape "$1" --seqs "$2" "${@:3}" \
+            | tee -a "$out/gpu-kernels.txt" || say "kernel times of $batch failed"
     done
     say "the GPU benchmarks"
     "$bin" 15 --gpus-only ${QUICK:+--quick} | tee "$out/gpu-ours.txt" || say "the GPU bench failed"

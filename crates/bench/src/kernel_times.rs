@@ -7,18 +7,22 @@ use std::time::{Duration, Instant};
 
 use switchyard_core::testkit;
 use switchyard_core::{Backend, DTypeChoice, LaneId, Outputs};
-use switchyard_dispatch::cube::{kernel_times, log_kernel_times, settled_log};
+use switchyard_dispatch::cube::{
+    Matmul, kernel_times, log_kernel_times, settled_log, with_matmul, with_tiled_attention,
+};
 use switchyard_dispatch::{Device, Dispatch};
 
 use crate::args::Args;
 use crate::{executor_for, gpu_batches, ms, ragged};
 
 const USAGE: &str = "kernel-times --device D [--shape minilm|bge-base] [--seqs N] \
-                     [--dtype auto|f32|f16|bf16] [--runs N]";
+                     [--dtype auto|f32|f16|bf16] [--runs N] [--tiles] [--matmul NAME]";
 
 /// Times each kernel of `--runs` runs (default 3) of the bench's ragged batch of `--seqs`
 /// sequences (default 256) of the `--shape` encoder (default bge-base) on the cube device
-/// `--device`, in `--dtype` (default the device's own).
+/// `--device`, in `--dtype` (default the device's own), with the device's default kernels, or
+/// half-precision attention in tiles (`--tiles`) and the products by `--matmul` (a routine's
+/// name, `tuned` or `burn`, the default).
 pub(crate) fn run(args: &[String]) {
     let args = Args::new(args, USAGE);
     let device: Device = args.need_parsed("--device");
@@ -26,6 +30,8 @@ pub(crate) fn run(args: &[String]) {
     let seqs: usize = args.parsed("--seqs").unwrap_or(256);
     let dtype: DTypeChoice = args.parsed("--dtype").unwrap_or(DTypeChoice::Auto);
     let runs: usize = args.parsed("--runs").unwrap_or(3).max(1);
+    let tiles = args.flag("--tiles");
+    let matmul: Matmul = args.parsed("--matmul").unwrap_or_default();
     let Some((what, spec, (_, min, max))) = gpu_batches(false)
         .into_iter()
         .find(|(what, ..)| what.to_lowercase().starts_with(&shape.to_lowercase()))
@@ -45,6 +51,7 @@ pub(crate) fn run(args: &[String]) {
         args.fail(e)
     };
     let be = Dispatch::new(&device).unwrap_or_else(|e| fail(e));
+    let be = crate::on_cube(&be, |c| with_tiled_attention(&with_matmul(c, matmul), tiles));
     let dtype = dtype.resolve(&be.caps());
     let be = be.with_dtype(dtype).unwrap_or_else(|e| fail(e));
     let batch = ragged(seqs, min, max, spec.vocab);
@@ -65,10 +72,11 @@ pub(crate) fn run(args: &[String]) {
     let times = kernel_times(&text);
     let device_time: Duration = times.iter().map(|k| k.time).sum::<Duration>() / runs as u32;
     println!(
-        "{device}, {what}, {} seqs, {} tokens, {dtype}: each kernel alone on the device \
-         (CubeCL's profiling), per run, mean of {runs}",
+        "{device}, {what}, {} seqs, {} tokens, {dtype}, attention {}, matmul {matmul}: each \
+         kernel alone on the device (CubeCL's profiling), per run, mean of {runs}",
         batch.seqs(),
-        batch.tokens()
+        batch.tokens(),
+        if tiles { "in tiles" } else { "in rows" },
     );
     println!(
         "  a run: {:.2}ms wall with every kernel timed alone, of which {:.2}ms in kernels \

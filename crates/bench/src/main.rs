@@ -715,6 +715,33 @@ fn bench_gpus(reps: usize, quick: bool) {
                 });
                 rows.extend(t.map(|t| (who, t)));
             }
+            // Half-precision attention in 16 x 16 tiles (tensor cores where the device has them)
+            // with the device's default kernels otherwise; then with the tuned matmul too, in
+            // the device's own dtype.
+            for dtype in [DType::F16, DType::Bf16] {
+                if !caps.dtypes.contains(&dtype) {
+                    continue;
+                }
+                let who = format!("{name}, default kernels, attention in tiles, {dtype}");
+                let t = survived(&who, || {
+                    use switchyard_dispatch::cube::with_tiled_attention;
+                    let be = on_cube(&cube, |c| with_tiled_attention(c, true));
+                    time_plan(be.with_dtype(dtype).expect("a listed dtype"), &g, &batch, reps)
+                });
+                rows.extend(t.map(|t| (who, t)));
+            }
+            if caps.auto != DType::F32 {
+                let dtype = caps.auto;
+                let who = format!("{name}, attention in tiles, matmul tuned, {dtype}");
+                let t = survived(&who, || {
+                    use switchyard_dispatch::cube::{Matmul, with_matmul, with_tiled_attention};
+                    let be = on_cube(&cube, |c| {
+                        with_tiled_attention(&with_matmul(c, Matmul::Tuned), true)
+                    });
+                    time_plan(be.with_dtype(dtype).expect("its own dtype"), &g, &batch, reps)
+                });
+                rows.extend(t.map(|t| (who, t)));
+            }
             // The `gpu` lines for `peers/gpu_peer.py`, which runs PyTorch on the same batches.
             let mut machine = Vec::new();
             let batch_id = gpu_batch_id(what, (seqs, min, max), &batch);

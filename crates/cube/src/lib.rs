@@ -49,6 +49,14 @@ pub fn with_key_group(cube: &Cube, keys: usize) -> Cube {
     cube.with_kernels(cube.kernels().with_key_group(keys))
 }
 
+/// `cube` on the same device and in the same dtype, with half-precision attention computed in
+/// 16 x 16 tiles where the tiled kernel takes it (`on`; tensor cores where the device has them),
+/// with fresh launch counts.
+#[cfg(any(feature = "wgpu", feature = "cuda", feature = "rocm", feature = "cpu"))]
+pub fn with_tiled_attention(cube: &Cube, on: bool) -> Cube {
+    cube.with_kernels(cube.kernels().with_tiled_attention(on))
+}
+
 /// `wgpu:N`: the adapters wgpu finds, on any graphics API, with WGSL kernels.
 #[cfg(feature = "wgpu")]
 pub mod wgpu {

@@ -22,6 +22,7 @@ use switchyard_core::{
 };
 use switchyard_cube::{
     Cube, KernelSet, Launched, Matmul, Routine, with_kernels, with_key_group, with_matmul,
+    with_tiled_attention,
 };
 
 const VOCAB: usize = 50;
@@ -45,6 +46,12 @@ fn generic_tolerance(cube: &Cube) -> Tol {
 /// [`check`] within `tol`.
 fn check_within(cube: Cube, graph: &Graph, lens: &[usize], what: &str, tol: Tol) {
     let (got, want) = run_both(cube, graph, lens).expect("a run on the cube backend");
+    assert_close(&got, &want, what, tol);
+}
+
+/// Every value of `got` within `tol` of `want`'s.
+fn assert_close(got: &Outputs, want: &Outputs, what: &str, tol: Tol) {
+    assert_eq!(got.mats().len(), want.mats().len(), "{what}");
     for (g, w) in got.mats().iter().zip(want.mats()) {
         assert_eq!(g.data.len(), w.data.len(), "{what}");
         for (i, (&a, &b)) in g.data.iter().zip(&w.data).enumerate() {
@@ -180,6 +187,69 @@ fn a_query_per_sequence_attends_over_all_its_keys_across_tiles_and_windows() {
         let cube = switchyard_core::Backend::with_dtype(cube, dtype).expect("a listed dtype");
         let what = format!("{dtype} 3x64, a query per sequence");
         check_within(cube, &attention_over(3, 64, Some(5), true), &LENS, &what, tolerance(dtype));
+    }
+}
+
+/// Lengths around the tiled kernel's blocks of 16 query rows and its tiles of 16 keys.
+const TILE_LENS: [usize; 7] = [1, 15, 16, 17, 33, 64, 150];
+
+/// `cube` in `dtype`, with half-precision attention in tiles or not.
+fn tiled(tiles: bool, dtype: DType) -> (Cube, switchyard_cube::CubeKernels) {
+    let cube = with_tiled_attention(&device(KernelSet::ALL), tiles);
+    let kernels = cube.kernels().clone();
+    (switchyard_core::Backend::with_dtype(cube, dtype).expect("a listed dtype"), kernels)
+}
+
+#[test]
+fn tiled_attention_matches_the_reference_and_the_row_kernel_in_half_precision() {
+    // Against the row kernel, which reads the same rounded inputs and sums in f32: the tiles
+    // also round each softmax weight to the dtype, and each kernel its output, about 1e-3 in f16
+    // (2^-11 each); 3e-3 leaves headroom, while a weight or row lost errs by 1e-1 or more.
+    let near = |dtype| match dtype {
+        DType::Bf16 => Tol { abs: 2.4e-2, rel: 2.4e-2 },
+        _ => Tol { abs: 3e-3, rel: 3e-3 },
+    };
+    for dtype in half_dtypes() {
+        for (heads, head_dim) in [(2, 16), (3, 32), (2, 64)] {
+            let graph = attention(heads, head_dim, None);
+            let what = format!("tiles, {dtype}, {heads} heads of {head_dim}");
+            let (cube, kernels) = tiled(true, dtype);
+            let (got, want) = run_both(cube, &graph, &TILE_LENS).expect("a run in tiles");
+            assert_close(&got, &want, &what, tolerance(dtype));
+            let launched = Launched { attention: 1, tiled: 1, ..Launched::default() };
+            assert_eq!(kernels.launched(), launched, "{what}");
+            let (rows, _) = run_both(tiled(false, dtype).0, &graph, &TILE_LENS).expect("a run");
+            assert_close(&got, &rows, &format!("{what}, against the row kernel"), near(dtype));
+        }
+    }
+}
+
+#[test]
+fn tiled_attention_leaves_to_the_row_kernel_what_it_does_not_take() {
+    let mut cases = vec![(DType::F32, attention(2, 16, None), "f32")];
+    for dtype in half_dtypes() {
+        cases.push((dtype, attention(2, 16, Some(5)), "a window"));
+        cases.push((dtype, attention(2, 8, None), "heads of 8"));
+        cases.push((dtype, attention_over(2, 16, None, true), "a query per sequence"));
+    }
+    for (dtype, graph, why) in cases {
+        let what = format!("tiles, {dtype}, {why}");
+        let (cube, kernels) = tiled(true, dtype);
+        check_within(cube, &graph, &TILE_LENS, &what, tolerance(dtype));
+        assert_eq!(kernels.launched(), Launched { attention: 1, ..Launched::default() }, "{what}");
+    }
+}
+
+#[test]
+fn an_encoders_attention_runs_in_tiles_over_the_shares_of_its_joined_projections() {
+    use switchyard_core::testkit::{EncoderSpec, bert_like};
+    // Heads of 16: each share of the joined product starts 32 f16 columns (64 bytes) in.
+    let spec = EncoderSpec { vocab: VOCAB, width: 64, heads: 4, ffn: 96, layers: 2, max_pos: 200 };
+    for dtype in half_dtypes() {
+        let (cube, kernels) = tiled(true, dtype);
+        let what = format!("an encoder in {dtype}, attention in tiles");
+        check_within(cube, &bert_like(spec), &[1, 40, 150], &what, tolerance(dtype));
+        assert_eq!(kernels.launched().tiled, spec.layers, "{what}");
     }
 }
 

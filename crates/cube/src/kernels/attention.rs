@@ -210,7 +210,12 @@ fn varlen_attention<F: Float>(
 /// Whether one launch can cover `batch`: its cubes fit the 65535 per grid dimension that every
 /// runtime allows (wgpu allows no more).
 pub(crate) fn launchable(batch: &Batch<'_>) -> bool {
-    let cubes: usize = (0..batch.seqs()).map(|s| batch.seq(s).len().div_ceil(BLOCK)).sum();
+    launchable_in(batch, BLOCK)
+}
+
+/// Whether one launch of cubes of `block` query rows covers `batch`.
+pub(crate) fn launchable_in(batch: &Batch<'_>, block: usize) -> bool {
+    let cubes: usize = (0..batch.seqs()).map(|s| batch.seq(s).len().div_ceil(block)).sum();
     cubes <= super::MAX_CUBES
 }
 
@@ -220,13 +225,13 @@ pub(crate) fn launchable_for(bucket: Bucket) -> bool {
     bucket.tokens / BLOCK + bucket.seqs <= super::MAX_CUBES
 }
 
-/// The cubes of a launch: for each block of up to [`BLOCK`] query rows (with `per_seq`, each
+/// The cubes of a launch: for each block of up to `block` query rows (with `per_seq`, each
 /// sequence's first), its sequence and its first row.
-fn blocks(batch: &Batch<'_>, per_seq: bool) -> (Vec<u32>, Vec<u32>) {
+fn blocks(batch: &Batch<'_>, per_seq: bool, block: usize) -> (Vec<u32>, Vec<u32>) {
     let (mut seqs, mut firsts) = (Vec::new(), Vec::new());
     for s in 0..batch.seqs() {
         let rows = batch.seq(s);
-        let step = if per_seq { rows.len() } else { BLOCK };
+        let step = if per_seq { rows.len() } else { block };
         for first in rows.step_by(step) {
             seqs.push(s as u32);
             firsts.push(first as u32);
@@ -237,7 +242,7 @@ fn blocks(batch: &Batch<'_>, per_seq: bool) -> (Vec<u32>, Vec<u32>) {
 
 /// The batch's tables a launch reads, on the device, each a handle and its count of u32s.
 #[derive(Clone)]
-struct Tables {
+pub(crate) struct Tables {
     /// Cubes in the launch.
     cubes: u32,
     /// The batch's sequence offsets.
@@ -248,10 +253,49 @@ struct Tables {
     block_first: (cubecl::server::Handle, usize),
 }
 
+impl Tables {
+    /// The launch's cube count and its three tables as kernel arguments.
+    pub(crate) fn args(&self) -> (u32, BufferArg, BufferArg, BufferArg) {
+        // SAFETY: each handle is a live device buffer of at least the stated number of u32s.
+        unsafe {
+            (
+                self.cubes,
+                BufferArg::from_raw_parts(self.cu.0.clone(), self.cu.1),
+                BufferArg::from_raw_parts(self.block_seq.0.clone(), self.block_seq.1),
+                BufferArg::from_raw_parts(self.block_first.0.clone(), self.block_first.1),
+            )
+        }
+    }
+}
+
+/// The tables of the run's batch in blocks of `block` query rows (with `per_seq`, one a
+/// sequence), uploaded by the run's first attention op that reads them.
+pub(crate) fn tables(
+    cx: &RunCx<'_, CubeBackend>,
+    client: &Client,
+    block: usize,
+    per_seq: bool,
+) -> Tables {
+    let key = match (per_seq, block) {
+        (true, _) => "cube attention: a query per sequence",
+        (false, BLOCK) => "cube attention",
+        (false, _) => "cube attention: tiles",
+    };
+    cx.memo(key, || {
+        let (block_seq, block_first) = blocks(cx.batch, per_seq, block);
+        Tables {
+            cubes: block_seq.len() as u32,
+            cu: super::u32s(client, cx.batch.cu),
+            block_seq: super::u32s(client, &block_seq),
+            block_first: super::u32s(client, &block_first),
+        }
+    })
+}
+
 /// `t` as rows the kernel reads in place, and how many elements apart they start: as it is
 /// where its columns are consecutive (a whole tensor, or some columns of a wider one, such as a
 /// share of a joined projection), else copied into plain rows.
-fn rows(t: CubeTensor) -> (CubeTensor, u32) {
+pub(crate) fn rows(t: CubeTensor) -> (CubeTensor, u32) {
     let [_, width] = super::dims(&t);
     let s = t.meta.strides();
     let in_place = s[1] == 1 && s[0] >= width && u32::try_from(s[0]).is_ok();
@@ -285,27 +329,10 @@ pub(crate) fn run(
     let client = q.client.clone();
     let dtype = burn_backend::cubecl::dtype_to_storage_type(q.dtype);
     // The batch's tables on the device, uploaded by the run's first attention op of this kind.
-    let key = if per_seq { "cube attention: a query per sequence" } else { "cube attention" };
-    let t = cx.memo(key, || {
-        let (block_seq, block_first) = blocks(cx.batch, per_seq);
-        Tables {
-            cubes: block_seq.len() as u32,
-            cu: super::u32s(&client, cx.batch.cu),
-            block_seq: super::u32s(&client, &block_seq),
-            block_first: super::u32s(&client, &block_first),
-        }
-    });
+    let t = tables(cx, &client, BLOCK, per_seq);
     // A window wider than any sequence is no window; u32 holds every usable width.
     let win = window.map_or(u32::MAX, |w| u32::try_from(w).unwrap_or(u32::MAX));
-    // SAFETY: each handle is a live device buffer of at least the stated number of u32s.
-    let (cu, block_seq, block_first) = unsafe {
-        (
-            BufferArg::from_raw_parts(t.cu.0, t.cu.1),
-            BufferArg::from_raw_parts(t.block_seq.0, t.block_seq.1),
-            BufferArg::from_raw_parts(t.block_first.0, t.block_first.1),
-        )
-    };
-    let cubes = t.cubes;
+    let (cubes, cu, block_seq, block_first) = t.args();
     varlen_attention::launch(
         &client,
         CubeCount::Static(cubes, heads as u32, 1),
@@ -391,10 +418,13 @@ mod tests {
         let ids = vec![0u32; 98];
         let types = vec![0u32; 98];
         let batch = Batch { ids: &ids, cu: &cu, types: &types, markers: &[], mcu: &[0; 4] };
-        let (seqs, firsts) = blocks(&batch, false);
+        let (seqs, firsts) = blocks(&batch, false, BLOCK);
         assert_eq!(seqs, [0, 1, 2, 2, 2]);
         assert_eq!(firsts, [0, 1, 33, 65, 97]);
-        let (seqs, firsts) = blocks(&batch, true);
+        let (seqs, firsts) = blocks(&batch, false, 16);
+        assert_eq!(seqs, [0, 1, 1, 2, 2, 2, 2, 2]);
+        assert_eq!(firsts, [0, 1, 17, 33, 49, 65, 81, 97]);
+        let (seqs, firsts) = blocks(&batch, true, BLOCK);
         assert_eq!(seqs, [0, 1, 2]);
         assert_eq!(firsts, [0, 1, 33]);
     }

@@ -30,6 +30,8 @@ mod gemm;
 mod matmul;
 #[cfg(not(feature = "fusion"))]
 mod norm;
+#[cfg(not(feature = "fusion"))]
+mod tiles;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -90,8 +92,10 @@ impl Default for KernelSet {
 /// How many ops each of the crate's kernels has run, since the backend was made.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Launched {
-    /// Attention ops run by the ragged attention kernel.
+    /// Attention ops run by the ragged attention kernels, the tiled one's included.
     pub attention: usize,
+    /// Attention ops run by the tiled attention kernel.
+    pub tiled: usize,
     /// Linear ops run by the fused-epilogue GEMM.
     pub linear: usize,
     /// LayerNorm ops run by the one-launch LayerNorm.
@@ -109,8 +113,12 @@ pub struct CubeKernels {
     matmul: Matmul,
     /// Keys per online-softmax step of the attention kernel; 0 reads as 1.
     key_group: usize,
+    /// Whether half-precision attention runs in 16 x 16 tiles (tensor cores where the device
+    /// has them) where the tiled kernel takes the op.
+    tiles: bool,
     tf32: bool,
     attention: Arc<AtomicUsize>,
+    tiled: Arc<AtomicUsize>,
     linear: Arc<AtomicUsize>,
     norm: Arc<AtomicUsize>,
     epilogue: Arc<AtomicUsize>,
@@ -140,6 +148,7 @@ impl CubeKernels {
             set: self.set,
             matmul: self.matmul,
             key_group: self.key_group,
+            tiles: self.tiles,
             tf32: self.tf32,
             ..CubeKernels::default()
         }
@@ -160,6 +169,20 @@ impl CubeKernels {
     /// to measure.
     pub fn with_key_group(&self, keys: usize) -> Self {
         CubeKernels { key_group: keys.clamp(1, MAX_KEY_GROUP), ..self.fresh() }
+    }
+
+    /// The same kernels with half-precision attention computed in 16 x 16 tiles (`on`), with
+    /// fresh counts: the score and value products on tensor cores where the device has them for
+    /// the dtype, else as scalar tiles. The tiled kernel takes f16 and bf16 attention over every
+    /// token, without a window, in heads a multiple of 16 wide that fit the device's shared
+    /// memory; the row kernel takes the rest. Not yet measured on a GPU, so off by default.
+    pub fn with_tiled_attention(&self, on: bool) -> Self {
+        CubeKernels { tiles: on, ..self.fresh() }
+    }
+
+    /// Whether half-precision attention runs in tiles where the tiled kernel takes it.
+    pub fn tiled_attention(&self) -> bool {
+        self.tiles
     }
 
     /// Keys per online-softmax step of the attention kernel.
@@ -187,6 +210,7 @@ impl CubeKernels {
     pub fn launched(&self) -> Launched {
         Launched {
             attention: self.attention.load(Ordering::Relaxed),
+            tiled: self.tiled.load(Ordering::Relaxed),
             linear: self.linear.load(Ordering::Relaxed),
             norm: self.norm.load(Ordering::Relaxed),
             epilogue: self.epilogue.load(Ordering::Relaxed),
@@ -262,6 +286,10 @@ impl Kernels<burn_cubecl::CubeBackend> for CubeKernels {
             {
                 self.attention.fetch_add(1, Ordering::Relaxed);
                 let per_seq = cx.graph.shape(qv).rows == switchyard_core::Rows::Seqs;
+                if self.tiles && !per_seq && window.is_none() && tiles::takes(&q, head_dim, cx) {
+                    self.tiled.fetch_add(1, Ordering::Relaxed);
+                    return Outcome::Done(tiles::run(q, k, v, heads, head_dim, scale, cx));
+                }
                 let g = self.key_group();
                 Outcome::Done(attention::run(
                     q, k, v, heads, head_dim, scale, window, per_seq, g, cx,

@@ -1,0 +1,377 @@
+//! Ragged self-attention in 16 x 16 tiles, for half precision: the score and value products on
+//! tensor cores (cooperative matrices) where the device has them for the dtype, else the same
+//! tiles with scalar products.
+//!
+//! A cube is one plane of 32 units and takes a block of up to [`ROWS`] query rows of one sequence
+//! and one head, as the row kernel ([`super::attention`]) takes 32. For each tile of 16 keys of the
+//! sequence, staged with their values in shared memory (keys past the sequence's end as zeros):
+//! the plane computes the 16 x 16 scores `Q . K^T` in f32 (`head_dim / 16` products of 16 x 16
+//! tiles), the block's first 16 units each take one row of them through the online softmax
+//! (FlashAttention's running max and sum, in f32) and write its weights in the dtype, and the
+//! plane rescales its f32 accumulators `O` (shared, 16 x `head_dim`) and adds `P . V`. The
+//! products' inputs are the dtype's values and their sums are f32, on tensor cores as in the
+//! scalar tiles, so the two differ only in the order of the sums.
+//!
+//! What it does not take (the row kernel does): f32 (tensor cores would round it to TF32, and the
+//! f32 tiles need more shared memory than wgpu guarantees), sliding windows, a query per sequence,
+//! heads not a multiple of 16 wide, and more shared memory than the device has.
+
+use burn_cubecl::tensor::CubeTensor;
+use cubecl::cmma::{self, MatrixIdent, MatrixLayout};
+use cubecl::prelude::*;
+use switchyard_burn::RunCx;
+
+/// Query rows per cube, keys per tile, and the edge of each product's tiles.
+pub(crate) const ROWS: usize = 16;
+
+/// Units per cube: one plane of 32, as cooperative matrix products need.
+const UNITS: usize = 32;
+
+/// The score of a key past the sequence's end, and the running maximum before any key.
+const MASKED: f32 = -3.0e38;
+
+/// Alignment of the shared tiles the cooperative matrix loads and stores read, in bytes.
+const ALIGN: usize = 32;
+
+/// Shared memory a cube takes for heads `head_dim` wide with `elem_bytes` per value: the query,
+/// key and value tiles and the weights in the dtype, the scores and accumulators in f32, and a
+/// factor per row.
+pub(crate) fn shared_bytes(head_dim: usize, elem_bytes: usize) -> usize {
+    3 * ROWS * head_dim * elem_bytes
+        + ROWS * ROWS * elem_bytes
+        + (ROWS * ROWS + ROWS * head_dim + ROWS) * 4
+        + 4 * ALIGN
+}
+
+/// The attention of one block of query rows over its sequence, in tiles (see the module docs).
+/// Rows are `[tokens, heads * head_dim]` of `F`, `q`, `k` and `v` each `*_stride` apart.
+#[cube(launch)]
+#[allow(clippy::too_many_arguments)]
+fn tiled_attention<F: Float>(
+    q: &[F],
+    k: &[F],
+    v: &[F],
+    out: &mut [F],
+    cu: &[u32],
+    block_seq: &[u32],
+    block_first: &[u32],
+    q_stride: u32,
+    k_stride: u32,
+    v_stride: u32,
+    heads: u32,
+    scale: f32,
+    #[comptime] head_dim: usize,
+    #[comptime] tensor_cores: bool,
+    #[define(F)] _dtype: ElemType,
+) {
+    let block = CUBE_POS_X as usize;
+    let col = CUBE_POS_Y as usize * head_dim;
+    let seq = block_seq[block] as usize;
+    let end = cu[seq + 1] as usize;
+    let first = block_first[block] as usize;
+    let unit = UNIT_POS as usize;
+    let width = heads as usize * head_dim;
+    let (q_stride, k_stride, v_stride) = (q_stride as usize, k_stride as usize, v_stride as usize);
+
+    let mut qs = Shared::<[F]>::new_aligned_slice(ROWS * head_dim, ALIGN);
+    let mut ks = Shared::<[F]>::new_aligned_slice(ROWS * head_dim, ALIGN);
+    let mut vs = Shared::<[F]>::new_aligned_slice(ROWS * head_dim, ALIGN);
+    let mut ps = Shared::<[F]>::new_aligned_slice(ROWS * ROWS, ALIGN);
+    let mut ss = Shared::<[f32]>::new_aligned_slice(ROWS * ROWS, ALIGN);
+    let mut os = Shared::<[f32]>::new_aligned_slice(ROWS * head_dim, ALIGN);
+    let mut rows = Shared::<[f32]>::new_slice(ROWS);
+
+    // The block's queries (rows past the sequence's end as zeros) and zeroed accumulators.
+    #[unroll]
+    for s in 0..comptime!(ROWS * head_dim / UNITS) {
+        let e = unit + s * UNITS;
+        let row = first + e / head_dim;
+        let mut x = F::from_int(0);
+        if row < end {
+            x = q[row * q_stride + col + e % head_dim];
+        }
+        qs[e] = x;
+        os[e] = 0.0;
+    }
+
+    // Unit r < ROWS owns query row r's running max and sum.
+    let masked = f32::new(MASKED);
+    let mut best = masked;
+    let mut sum = 0.0f32;
+    let mut t0 = cu[seq] as usize;
+    while t0 < end {
+        #[unroll]
+        for s in 0..comptime!(ROWS * head_dim / UNITS) {
+            let e = unit + s * UNITS;
+            let j = t0 + e / head_dim;
+            let d = e % head_dim;
+            let mut kx = F::from_int(0);
+            let mut vx = F::from_int(0);
+            if j < end {
+                kx = k[j * k_stride + col + d];
+                vx = v[j * v_stride + col + d];
+            }
+            ks[e] = kx;
+            vs[e] = vx;
+        }
+        sync_cube();
+        scores::<F>(&qs, &ks, &mut ss, head_dim, tensor_cores);
+        sync_cube();
+        if unit < ROWS {
+            let at = unit * ROWS;
+            let mut top = best;
+            #[unroll]
+            for j in 0..ROWS {
+                top = max(top, select(t0 + j < end, ss[at + j] * scale, masked));
+            }
+            let fix = f32::exp(best - top);
+            let mut add = 0.0f32;
+            #[unroll]
+            for j in 0..ROWS {
+                let p = select(t0 + j < end, f32::exp(ss[at + j] * scale - top), 0.0);
+                add += p;
+                ps[at + j] = F::cast_from(p);
+            }
+            sum = sum * fix + add;
+            best = top;
+            rows[unit] = fix;
+        }
+        sync_cube();
+        #[unroll]
+        for s in 0..comptime!(ROWS * head_dim / UNITS) {
+            let e = unit + s * UNITS;
+            os[e] *= rows[e / head_dim];
+        }
+        sync_cube();
+        values::<F>(&ps, &vs, &mut os, head_dim, tensor_cores);
+        sync_cube();
+        t0 += ROWS;
+    }
+
+    // Every query row in the sequence sees itself, so its sum is at least 1.
+    if unit < ROWS {
+        rows[unit] = sum;
+    }
+    sync_cube();
+    #[unroll]
+    for s in 0..comptime!(ROWS * head_dim / UNITS) {
+        let e = unit + s * UNITS;
+        let r = e / head_dim;
+        let row = first + r;
+        if row < end {
+            out[row * width + col + e % head_dim] = F::cast_from(os[e] / rows[r]);
+        }
+    }
+}
+
+/// `ss = qs . ks^T`: 16 x 16 f32 scores of the block's query rows against a tile of keys, both
+/// `[16, head_dim]` of `F`.
+#[cube]
+fn scores<F: Float>(
+    qs: &[F],
+    ks: &[F],
+    ss: &mut [f32],
+    #[comptime] head_dim: usize,
+    #[comptime] tensor_cores: bool,
+) {
+    if tensor_cores {
+        let acc = cmma::Matrix::<f32>::from_value(
+            MatrixIdent::Accumulator,
+            ROWS,
+            ROWS,
+            ROWS,
+            MatrixLayout::Undefined,
+            0.0,
+        );
+        #[unroll]
+        for c in 0..comptime!(head_dim / ROWS) {
+            // Columns c*16.. of the queries, and of the keys read as K^T (column-major).
+            let from = c * ROWS;
+            let a = cmma::Matrix::<F>::from_slice(
+                MatrixIdent::A,
+                ROWS,
+                ROWS,
+                ROWS,
+                MatrixLayout::RowMajor,
+                &qs[from..ROWS * head_dim],
+                head_dim as u32,
+            );
+            let b = cmma::Matrix::<F>::from_slice(
+                MatrixIdent::B,
+                ROWS,
+                ROWS,
+                ROWS,
+                MatrixLayout::ColMajor,
+                &ks[from..ROWS * head_dim],
+                head_dim as u32,
+            );
+            cmma::execute(&a, &b, &acc, &acc);
+        }
+        cmma::store(ss, &acc, ROWS as u32, MatrixLayout::RowMajor);
+    } else {
+        #[unroll]
+        for i in 0..comptime!(ROWS * ROWS / UNITS) {
+            let e = UNIT_POS as usize + i * UNITS;
+            let (qa, ka) = ((e / ROWS) * head_dim, (e % ROWS) * head_dim);
+            let mut dot = 0.0f32;
+            #[unroll]
+            for d in 0..head_dim {
+                dot += f32::cast_from(qs[qa + d]) * f32::cast_from(ks[ka + d]);
+            }
+            ss[e] = dot;
+        }
+    }
+}
+
+/// `os += ps . vs`: the block's f32 accumulators `[16, head_dim]` plus the 16 x 16 weights times
+/// a tile of values `[16, head_dim]`, both of `F`.
+#[cube]
+fn values<F: Float>(
+    ps: &[F],
+    vs: &[F],
+    os: &mut [f32],
+    #[comptime] head_dim: usize,
+    #[comptime] tensor_cores: bool,
+) {
+    if tensor_cores {
+        let a = cmma::Matrix::<F>::from_slice(
+            MatrixIdent::A,
+            ROWS,
+            ROWS,
+            ROWS,
+            MatrixLayout::RowMajor,
+            &ps[0..ROWS * ROWS],
+            ROWS as u32,
+        );
+        #[unroll]
+        for c in 0..comptime!(head_dim / ROWS) {
+            let from = c * ROWS;
+            let b = cmma::Matrix::<F>::from_slice(
+                MatrixIdent::B,
+                ROWS,
+                ROWS,
+                ROWS,
+                MatrixLayout::RowMajor,
+                &vs[from..ROWS * head_dim],
+                head_dim as u32,
+            );
+            let acc = cmma::Matrix::<f32>::from_slice(
+                MatrixIdent::Accumulator,
+                ROWS,
+                ROWS,
+                ROWS,
+                MatrixLayout::RowMajor,
+                &os[from..ROWS * head_dim],
+                head_dim as u32,
+            );
+            cmma::execute(&a, &b, &acc, &acc);
+            cmma::store(
+                &mut os[from..ROWS * head_dim],
+                &acc,
+                head_dim as u32,
+                MatrixLayout::RowMajor,
+            );
+        }
+    } else {
+        #[unroll]
+        for i in 0..comptime!(ROWS * head_dim / UNITS) {
+            let e = UNIT_POS as usize + i * UNITS;
+            let (pa, d) = ((e / head_dim) * ROWS, e % head_dim);
+            let mut acc = os[e];
+            #[unroll]
+            for j in 0..ROWS {
+                acc += f32::cast_from(ps[pa + j]) * f32::cast_from(vs[j * head_dim + d]);
+            }
+            os[e] = acc;
+        }
+    }
+}
+
+/// Whether the device computes 16 x 16 x 16 products of `dtype` into f32 on cooperative
+/// matrices, in planes of 32 units.
+pub(crate) fn tensor_cores(client: &Client, dtype: ElemType) -> bool {
+    use cubecl::ir::FloatKind;
+    let props = client.properties();
+    let f32 = ElemType::Float(FloatKind::F32);
+    let config = cubecl::ir::features::MmaConfig {
+        a_type: dtype,
+        b_type: dtype,
+        cd_type: f32,
+        m: ROWS as u32,
+        n: ROWS as u32,
+        k: ROWS as u32,
+    };
+    props.hardware.plane_size_min == UNITS as u32
+        && props.hardware.plane_size_max == UNITS as u32
+        && props.features.matmul.cmma.contains(&config)
+}
+
+/// Whether the tiled kernel takes attention over `q`'s rows in heads `head_dim` wide, for the
+/// run's batch: f16 or bf16, heads a multiple of 16 wide, the tiles within the device's shared
+/// memory, and the batch within one launch.
+pub(crate) fn takes(
+    q: &CubeTensor,
+    head_dim: usize,
+    cx: &RunCx<'_, burn_cubecl::CubeBackend>,
+) -> bool {
+    use burn_backend::DType::{BF16, F16};
+    let shared = q.client.properties().hardware.max_shared_memory_size;
+    matches!(q.dtype, F16 | BF16)
+        && head_dim.is_multiple_of(ROWS)
+        && shared_bytes(head_dim, 2) <= shared
+        && super::attention::launchable_in(cx.batch, ROWS)
+}
+
+/// Self-attention of every sequence of the run's batch over `[tokens, heads * head_dim]` rows of
+/// f16 or bf16, in tiles; each query row its own token's.
+pub(crate) fn run(
+    q: CubeTensor,
+    k: CubeTensor,
+    v: CubeTensor,
+    heads: usize,
+    head_dim: usize,
+    scale: f32,
+    cx: &RunCx<'_, burn_cubecl::CubeBackend>,
+) -> CubeTensor {
+    let (q, q_stride) = super::attention::rows(q);
+    let (k, k_stride) = super::attention::rows(k);
+    let (v, v_stride) = super::attention::rows(v);
+    let out = super::empty_like(&q);
+    let client = q.client.clone();
+    let dtype = burn_backend::cubecl::dtype_to_storage_type(q.dtype);
+    let t = super::attention::tables(cx, &client, ROWS, false);
+    let (cubes, cu, block_seq, block_first) = t.args();
+    tiled_attention::launch(
+        &client,
+        CubeCount::Static(cubes, heads as u32, 1),
+        CubeDim::new_1d(UNITS as u32),
+        q.into_buffer_arg(),
+        k.into_buffer_arg(),
+        v.into_buffer_arg(),
+        out.clone().into_buffer_arg(),
+        cu,
+        block_seq,
+        block_first,
+        q_stride,
+        k_stride,
+        v_stride,
+        heads as u32,
+        scale,
+        head_dim,
+        tensor_cores(&client, dtype),
+        dtype,
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cubes_tiles_fit_the_shared_memory_wgpu_guarantees_up_to_heads_of_64_in_half_precision() {
+        assert!(shared_bytes(64, 2) <= 16 * 1024, "{}", shared_bytes(64, 2));
+        assert!(shared_bytes(128, 2) > 16 * 1024);
+        assert!(shared_bytes(256, 2) <= 48 * 1024, "within what CUDA gives a cube by default");
+    }
+}
