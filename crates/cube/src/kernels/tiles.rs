@@ -45,7 +45,8 @@ pub(crate) fn shared_bytes(head_dim: usize, elem_bytes: usize) -> usize {
 
 /// The attention of one block of query rows over its sequence, in tiles (see the module docs).
 /// Rows are `[tokens, heads * head_dim]` of `F`, `q`, `k` and `v` each `*_stride` apart.
-#[cube(launch)]
+#[cfg_attr(not(all(test, feature = "wgpu")), cube(launch))]
+#[cfg_attr(all(test, feature = "wgpu"), cube(launch, create_dummy_kernel))]
 #[allow(clippy::too_many_arguments)]
 fn tiled_attention<F: Float>(
     q: &[F],
@@ -367,6 +368,96 @@ pub(crate) fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The CUDA C++ source of the tiled kernel on an H100/H200-class GPU (compute capability
+    /// 9.0, as CubeCL's CUDA runtime describes one) for heads `head_dim` wide in `dtype`, with
+    /// the tensor-core path or not; buffers from the wgpu device only to build the launch.
+    #[cfg(feature = "wgpu")]
+    fn cuda_source(dtype: ElemType, head_dim: usize, tensor_cores: bool) -> String {
+        use cubecl::Compiler;
+        use cubecl::ir::features::MmaConfig;
+        use cubecl_cpp::cuda::arch::CudaArchitecture;
+        use cubecl_cpp::cuda::mma::CudaCmmaCompiler;
+        use cubecl_cpp::shared::{CompilationOptions, CppCompiler};
+        use cubecl_cpp::target::Cuda;
+        use std::sync::Arc;
+        let cube = crate::wgpu::open(0).expect("a wgpu adapter");
+        let client = cube.device().client();
+        let mut props = client.properties().clone();
+        cubecl_cpp::register_supported_types(&mut props);
+        props.hardware.plane_size_min = 32;
+        props.hardware.plane_size_max = 32;
+        let arch = CudaArchitecture { version: 90, tensor_cores: true };
+        for c in CudaCmmaCompiler::Cpp.supported_cmma_combinations(&arch) {
+            props.features.matmul.cmma.insert(c);
+        }
+        let want = MmaConfig {
+            a_type: dtype,
+            b_type: dtype,
+            cd_type: ElemType::Float(cubecl::ir::FloatKind::F32),
+            m: 16,
+            n: 16,
+            k: 16,
+        };
+        assert!(props.features.matmul.cmma.contains(&want), "sm_90 has {want:?}");
+        let buffer = |len: usize| {
+            let handle = client.create_from_slice(&vec![0u8; len * 4]);
+            // SAFETY: a live device buffer of `len` u32s (as many bytes as f32s).
+            unsafe { BufferArg::from_raw_parts(handle, len) }
+        };
+        let kernel = tiled_attention::create_dummy_kernel(
+            Arc::new(props),
+            client.target_properties_shared(),
+            CubeCount::Static(1, 1, 1),
+            CubeDim::new_1d(UNITS as u32),
+            buffer(64 * head_dim),
+            buffer(64 * head_dim),
+            buffer(64 * head_dim),
+            buffer(64 * head_dim),
+            buffer(2),
+            buffer(1),
+            buffer(1),
+            head_dim as u32,
+            head_dim as u32,
+            head_dim as u32,
+            1,
+            0.125,
+            head_dim,
+            tensor_cores,
+            dtype,
+        );
+        let options = CompilationOptions { warp_size: 32, ..Default::default() };
+        let compiled = CppCompiler::<Cuda>::default()
+            .compile(CubeKernel::define(&kernel), &options)
+            .expect("CUDA C++ for the tiled kernel");
+        compiled.to_string()
+    }
+
+    /// CubeCL expands the tensor-core path only for a device with cooperative matrices, which
+    /// CI lacks: compiled here to CUDA for such a device, it makes `head_dim / 16` products a
+    /// key tile for the scores and as many for the values, the values' reading and writing the
+    /// f32 accumulators in place; without tensor cores, none.
+    #[cfg(feature = "wgpu")]
+    #[test]
+    fn the_tensor_core_path_compiles_to_cuda_matrix_products_in_f16_and_bf16() {
+        use cubecl::ir::FloatKind;
+        for (kind, header) in [(FloatKind::F16, "cuda_fp16.h"), (FloatKind::BF16, "cuda_bf16.h")] {
+            for head_dim in [32, 64] {
+                let src = cuda_source(ElemType::Float(kind), head_dim, true);
+                let count = |what: &str| src.matches(what).count();
+                assert!(src.contains("#include <mma.h>") && src.contains(header), "{kind:?}");
+                assert_eq!(count("wmma::mma_sync("), 2 * head_dim / 16, "{kind:?} {head_dim}");
+                let acc = "reinterpret_cast<float *>";
+                let loads =
+                    src.lines().filter(|l| l.contains("load_matrix_sync") && l.contains(acc));
+                assert_eq!(loads.count(), head_dim / 16, "the accumulators, read in place");
+                // The scores' store, then each accumulator tile's.
+                assert_eq!(count("wmma::store_matrix_sync("), 1 + head_dim / 16);
+            }
+        }
+        let scalar = cuda_source(ElemType::Float(FloatKind::F16), 64, false);
+        assert!(!scalar.contains("wmma"), "scalar tiles use no matrix instructions");
+    }
 
     #[test]
     fn a_cubes_tiles_fit_the_shared_memory_wgpu_guarantees_up_to_heads_of_64_in_half_precision() {
