@@ -98,6 +98,23 @@ fn time_plan<B: Backend>(be: B, g: &Graph, batch: &BatchBuf, reps: usize) -> Dur
     })
 }
 
+/// The largest difference between any output value of `g` on `batch` computed by `a` and by
+/// `b` (one run each, the same weights), over the largest magnitude of `b`'s: how far a new
+/// kernel strays from the one it would replace, on the device it is measured on.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+fn largest_difference<B: Backend>(a: B, b: B, g: &Graph, batch: &BatchBuf) -> f32 {
+    let run = |be: B| {
+        let mut out = Outputs::new();
+        executor_for(be, g, batch).run(LaneId::MAIN, &batch.batch(), &mut out).expect("it runs");
+        out
+    };
+    let (a, b) = (run(a), run(b));
+    let values = |o: &Outputs| o.mats().iter().flat_map(|m| m.data.clone()).collect::<Vec<f32>>();
+    let (a, b) = (values(&a), values(&b));
+    let scale = b.iter().fold(0f32, |m, v| m.max(v.abs())).max(f32::MIN_POSITIVE);
+    a.iter().zip(&b).fold(0f32, |m, (x, y)| m.max((x - y).abs())) / scale
+}
+
 /// The median times of graphs `a` and `b` (over the same weights, lanes of one executor), run
 /// in turn `reps` times so that a machine's changing speed reaches both alike.
 fn time_lanes<B: Backend>(
@@ -723,12 +740,21 @@ fn bench_gpus(reps: usize, quick: bool) {
                     continue;
                 }
                 let who = format!("{name}, default kernels, attention in tiles, {dtype}");
-                let t = survived(&who, || {
+                let tiles = |on| {
                     use switchyard_dispatch::cube::with_tiled_attention;
-                    let be = on_cube(&cube, |c| with_tiled_attention(c, true));
-                    time_plan(be.with_dtype(dtype).expect("a listed dtype"), &g, &batch, reps)
-                });
-                rows.extend(t.map(|t| (who, t)));
+                    let be = on_cube(&cube, |c| with_tiled_attention(c, on));
+                    be.with_dtype(dtype).expect("a listed dtype")
+                };
+                let t = survived(&who, || time_plan(tiles(true), &g, &batch, reps));
+                rows.extend(t.map(|t| (who.clone(), t)));
+                // The tiles round each softmax weight to the dtype: about 1e-3 in f16.
+                let d =
+                    survived(&who, || largest_difference(tiles(true), tiles(false), &g, &batch));
+                if let Some(d) = d {
+                    println!(
+                        "  {who}: outputs within {d:.1e} of the row kernel's (of their largest)"
+                    );
+                }
             }
             if caps.auto != DType::F32 {
                 let dtype = caps.auto;
