@@ -9,10 +9,10 @@
 #      int8, sorted by length) on both corpora at each thread count of THREADS (default
 #      2,8,16), into OUT_DIR/runs-corpus.tsv and runs-corpus-128.tsv;
 # gpu: each kernel's device time on three batches in the device's own dtype, and on the first
-#      with attention in tiles and the tuned matmul (`kernel-times`, into gpu-kernels.txt), `switchyard-bench --gpus-only` (into gpu-ours.txt), then
-#      cubek's matmul routines
-#      (`--matmuls`, into gpu-matmuls.txt), PyTorch on the same batches beside both
-#      (gpu_peer.py, into gpu-peer.txt), then the mixed corpus on cuda:0 in f32 and the
+#      with attention in tiles and the tuned matmul (`kernel-times`, into gpu-kernels.txt);
+#      `switchyard-bench --gpus-only` (into gpu-ours.txt); PyTorch on the same batches beside
+#      it (gpu_peer.py, into gpu-peer.txt); cubek's matmul routines and the tuned matmul
+#      (`--matmuls`, into gpu-matmuls.txt); then the mixed corpus on cuda:0 in f32 and the
 #      device's own dtype beside sentence-transformers on the GPU in fp32 and fp16
 #      (runs-gpu-corpus.tsv); needs a bundle made with --cuda;
 # all: both.
@@ -113,11 +113,12 @@ if [[ $what != cpu ]]; then
         say "no GPU rows: no GPU there, or a bundle made without --cuda (the bench said why above)"
         exit 1
     fi
+    # PyTorch before the matmul routines: they and the tuned matmul compile many kernels, and
+    # the ratios to PyTorch matter more, should the lease end early.
+    say "PyTorch on the same batches"
+    python3 "$here/gpu_peer.py" --ours "$out/gpu-ours.txt" | tee "$out/gpu-peer.txt" || say "gpu_peer.py failed"
     say "cubek's matmul routines"
     "$bin" 15 --matmuls | tee "$out/gpu-matmuls.txt" || say "the matmul routines failed"
-    say "PyTorch on the same batches"
-    cat "$out/gpu-ours.txt" "$out/gpu-matmuls.txt" >"$work/gpu-all.txt"
-    python3 "$here/gpu_peer.py" --ours "$work/gpu-all.txt" | tee "$out/gpu-peer.txt" || say "gpu_peer.py failed"
     texts=$(corpus corpus.jsonl)
     runs=$out/runs-gpu-corpus.tsv
     say "Switchyard on cuda:0 and sentence-transformers on the GPU, mixed corpus"
