@@ -6,7 +6,11 @@
 //!   epilogue, where the generic path makes a pass over the output for each;
 //! - [`norm`]: LayerNorm in one launch with f32 statistics, where the generic path makes nine;
 //! - [`epilogue`]: where the fused GEMM does not run, Burn's matmul followed by one launch for
-//!   the bias, activation and residual, where the generic path makes one for each.
+//!   the bias, activation and residual, where the generic path makes one for each;
+//! - [`tiles`] (opt-in, [`CubeKernels::with_tiled_attention`]): half-precision ragged attention
+//!   in 16 x 16 tiles, its products on tensor cores where the device has them;
+//! - [`matmul`]: the product under the epilogue by Burn's choice, a named routine of cubek's, or
+//!   the fastest of them as measured on the device ([`Matmul::Tuned`]).
 //!
 //! They run on tensors of the unfused backend: attention, LayerNorm and the epilogue in f32, f16
 //! and bf16 (f32 arithmetic in each), the GEMM in f32 only (in half precision Burn's matmul runs
