@@ -319,11 +319,16 @@ mod tune {
         let client = ops.0.client.clone();
         let id = CubeTuneId::new(&client, &ops.0.device);
         let (device, shape) = (id.to_string(), shape(&ops));
-        let chosen = choices().into_iter().find(|c| c.device == device && c.shape == shape);
-        if let Some(choice) = chosen {
-            return launch(choice.matmul, &ops).or_else(|e| {
+        let chosen = CHOICES
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .find(|c| c.device == device && c.shape == shape)
+            .map(|c| c.matmul);
+        if let Some(matmul) = chosen {
+            return launch(matmul, &ops).or_else(|e| {
                 // Chosen at another row count of the shape; Burn's choice runs at any.
-                tracing::warn!(%shape, matmul = %choice.matmul, error = %e, "the tuned routine \
+                tracing::warn!(%shape, %matmul, error = %e, "the tuned routine \
                     cannot run at these rows; Burn's choice computes this product");
                 launch(Matmul::Burn, &ops)
             });

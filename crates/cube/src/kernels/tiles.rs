@@ -165,6 +165,18 @@ fn tiled_attention<F: Float>(
     }
 }
 
+/// A 16 x 16 operand (`ident`: `A`, `B` or the accumulator) of a cooperative matrix product,
+/// read from `tile` as `layout` with rows (or columns) `stride` apart.
+#[cube]
+fn fragment<E: CubePrimitive>(
+    #[comptime] ident: MatrixIdent,
+    layout: MatrixLayout,
+    tile: &[E],
+    stride: u32,
+) -> cmma::Matrix<E> {
+    cmma::Matrix::<E>::from_slice(ident, ROWS, ROWS, ROWS, layout, tile, stride)
+}
+
 /// `ss = qs . ks^T`: 16 x 16 f32 scores of the block's query rows against a tile of keys, both
 /// `[16, head_dim]` of `F`.
 #[cube]
@@ -176,6 +188,7 @@ fn scores<F: Float>(
     #[comptime] tensor_cores: bool,
 ) {
     if tensor_cores {
+        let (all, stride) = (ROWS * head_dim, head_dim as u32);
         let acc = cmma::Matrix::<f32>::from_value(
             MatrixIdent::Accumulator,
             ROWS,
@@ -188,24 +201,8 @@ fn scores<F: Float>(
         for c in 0..comptime!(head_dim / ROWS) {
             // Columns c*16.. of the queries, and of the keys read as K^T (column-major).
             let from = c * ROWS;
-            let a = cmma::Matrix::<F>::from_slice(
-                MatrixIdent::A,
-                ROWS,
-                ROWS,
-                ROWS,
-                MatrixLayout::RowMajor,
-                &qs[from..ROWS * head_dim],
-                head_dim as u32,
-            );
-            let b = cmma::Matrix::<F>::from_slice(
-                MatrixIdent::B,
-                ROWS,
-                ROWS,
-                ROWS,
-                MatrixLayout::ColMajor,
-                &ks[from..ROWS * head_dim],
-                head_dim as u32,
-            );
+            let a = fragment::<F>(MatrixIdent::A, MatrixLayout::RowMajor, &qs[from..all], stride);
+            let b = fragment::<F>(MatrixIdent::B, MatrixLayout::ColMajor, &ks[from..all], stride);
             cmma::execute(&a, &b, &acc, &acc);
         }
         cmma::store(ss, &acc, ROWS as u32, MatrixLayout::RowMajor);
@@ -235,43 +232,17 @@ fn values<F: Float>(
     #[comptime] tensor_cores: bool,
 ) {
     if tensor_cores {
-        let a = cmma::Matrix::<F>::from_slice(
-            MatrixIdent::A,
-            ROWS,
-            ROWS,
-            ROWS,
-            MatrixLayout::RowMajor,
-            &ps[0..ROWS * ROWS],
-            ROWS as u32,
-        );
+        let (all, stride) = (ROWS * head_dim, head_dim as u32);
+        let row_major = MatrixLayout::RowMajor;
+        let a = fragment::<F>(MatrixIdent::A, row_major, &ps[0..ROWS * ROWS], ROWS as u32);
         #[unroll]
         for c in 0..comptime!(head_dim / ROWS) {
+            // Columns c*16.. of the values, and of the accumulators, read and written in place.
             let from = c * ROWS;
-            let b = cmma::Matrix::<F>::from_slice(
-                MatrixIdent::B,
-                ROWS,
-                ROWS,
-                ROWS,
-                MatrixLayout::RowMajor,
-                &vs[from..ROWS * head_dim],
-                head_dim as u32,
-            );
-            let acc = cmma::Matrix::<f32>::from_slice(
-                MatrixIdent::Accumulator,
-                ROWS,
-                ROWS,
-                ROWS,
-                MatrixLayout::RowMajor,
-                &os[from..ROWS * head_dim],
-                head_dim as u32,
-            );
+            let b = fragment::<F>(MatrixIdent::B, row_major, &vs[from..all], stride);
+            let acc = fragment::<f32>(MatrixIdent::Accumulator, row_major, &os[from..all], stride);
             cmma::execute(&a, &b, &acc, &acc);
-            cmma::store(
-                &mut os[from..ROWS * head_dim],
-                &acc,
-                head_dim as u32,
-                MatrixLayout::RowMajor,
-            );
+            cmma::store(&mut os[from..all], &acc, stride, row_major);
         }
     } else {
         #[unroll]
