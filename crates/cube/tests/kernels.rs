@@ -1,8 +1,9 @@
 //! The cube crate's own kernels against the f64 reference, on shapes the shared suite does not
 //! reach: sequences longer than one block of queries and one tile of keys, windows that cross
-//! block and tile edges, heads up to the widest the kernel takes, attention in the half-precision
-//! dtypes the device has, LayerNorm across the cube's width in each dtype, and GEMMs over many
-//! `k` steps, and the products of cubek's routines chosen by name. Each test also checks that the kernel really ran (the generic path would pass the
+//! block and tile edges, heads up to the widest the kernel takes, attention in the
+//! half-precision dtypes the device has, LayerNorm across the cube's width in each dtype, pooling
+//! in each mode and dtype, GEMMs over many `k` steps, and the products of cubek's routines chosen
+//! by name. Each test also checks that the kernel really ran (the generic path would pass the
 //! value checks too) and that it stands down where it should.
 //!
 //! Tolerance: the suite's f32 bound (2e-5 + 2e-5 |want|), unchanged, for our kernels. Burn's
@@ -237,7 +238,10 @@ fn tiled_attention_leaves_to_the_row_kernel_what_it_does_not_take() {
         let what = format!("tiles, {dtype}, {why}");
         let (cube, kernels) = tiled(true, dtype);
         check_within(cube, &graph, &TILE_LENS, &what, tolerance(dtype));
-        assert_eq!(kernels.launched(), Launched { attention: 1, ..Launched::default() }, "{what}");
+        // The query per sequence is its first token's, pooled by our pooling kernel.
+        let pool = usize::from(why == "a query per sequence");
+        let launched = Launched { attention: 1, pool, ..Launched::default() };
+        assert_eq!(kernels.launched(), launched, "{what}");
     }
 }
 
@@ -387,6 +391,42 @@ fn layer_norm_in_one_launch_matches_the_reference_in_every_dtype() {
     }
 }
 
+/// Token rows of `width` pooled by `mode`, then L2-normalised where `normalize`.
+fn pooling(width: usize, mode: PoolMode, normalize: bool) -> Graph {
+    let mut g = GraphBuilder::new();
+    let table = g.weight("x", &[VOCAB, width]);
+    let x = g.op(Shape::tokens(width), |out| Op::Embed { table, out });
+    let mut y = g.op(Shape::seqs(width), |out| Op::Pool { x, mode, out });
+    if normalize {
+        y = g.op(Shape::seqs(width), |out| Op::L2Norm { x: y, eps: 1e-12, out });
+    }
+    g.output("y", y);
+    g.finish().expect("a valid graph")
+}
+
+#[test]
+fn pooling_and_l2_in_one_launch_each_match_the_reference_in_every_mode_and_dtype() {
+    let mut dtypes = vec![DType::F32];
+    dtypes.extend(half_dtypes());
+    let modes = [PoolMode::Mean, PoolMode::Max, PoolMode::Cls, PoolMode::Last];
+    for dtype in dtypes {
+        for (i, mode) in modes.into_iter().enumerate() {
+            // Widths under, at and over the 64 columns of a cube and the 128 units of the L2
+            // kernel's; sequences of one row, and longer than a cube's width. The mean alone,
+            // whose scale a normalisation after it would hide.
+            let (width, normalize) = [(64, false), (65, true), (384, true), (1, false)][i];
+            let cube = device(KernelSet::ALL);
+            let kernels = cube.kernels().clone();
+            let cube = switchyard_core::Backend::with_dtype(cube, dtype).expect("a listed dtype");
+            let what = format!("{dtype} {mode:?} width {width} normalised {normalize}");
+            let graph = pooling(width, mode, normalize);
+            check_within(cube, &graph, &[1, 64, 70, 300], &what, tolerance(dtype));
+            let pool = 1 + usize::from(normalize);
+            assert_eq!(kernels.launched(), Launched { pool, ..Launched::default() }, "{what}");
+        }
+    }
+}
+
 #[test]
 fn fused_linear_matches_the_reference_for_every_epilogue() {
     for (i, act) in ACTS.into_iter().enumerate() {
@@ -447,6 +487,7 @@ fn with_no_kernels_every_op_runs_the_generic_lowering() {
         (attention(2, 8, Some(5)), &LENS[..], "attention"),
         (linear(17, 65, Act::Gelu, true, true), &[3, 9][..], "linear"),
         (layer_norm(384, true), &[3, 9][..], "layer norm"),
+        (pooling(384, PoolMode::Mean, true), &[3, 9][..], "pooling"),
     ];
     for (graph, lens, what) in cases {
         let cube = device(KernelSet::NONE);

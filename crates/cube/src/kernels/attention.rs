@@ -256,15 +256,8 @@ pub(crate) struct Tables {
 impl Tables {
     /// The launch's cube count and its three tables as kernel arguments.
     pub(crate) fn args(&self) -> (u32, BufferArg, BufferArg, BufferArg) {
-        // SAFETY: each handle is a live device buffer of at least the stated number of u32s.
-        unsafe {
-            (
-                self.cubes,
-                BufferArg::from_raw_parts(self.cu.0.clone(), self.cu.1),
-                BufferArg::from_raw_parts(self.block_seq.0.clone(), self.block_seq.1),
-                BufferArg::from_raw_parts(self.block_first.0.clone(), self.block_first.1),
-            )
-        }
+        let arg = super::u32s_arg;
+        (self.cubes, arg(&self.cu), arg(&self.block_seq), arg(&self.block_first))
     }
 }
 
@@ -285,7 +278,7 @@ pub(crate) fn tables(
         let (block_seq, block_first) = blocks(cx.batch, per_seq, block);
         Tables {
             cubes: block_seq.len() as u32,
-            cu: super::u32s(client, cx.batch.cu),
+            cu: super::offsets(cx, client),
             block_seq: super::u32s(client, &block_seq),
             block_first: super::u32s(client, &block_first),
         }

@@ -4,7 +4,10 @@
 //!   generic path makes one Burn attention call (and, with a window, one mask) per sequence;
 //! - [`gemm`]: a linear layer with its bias, activation and residual applied in the GEMM's
 //!   epilogue, where the generic path makes a pass over the output for each;
-//! - [`norm`]: LayerNorm in one launch with f32 statistics, where the generic path makes nine;
+//! - [`norm`]: LayerNorm in one launch with f32 statistics, where the generic path makes nine,
+//!   and L2 normalisation in one, where it makes five;
+//! - [`pool`]: each sequence's mean, max, first or last row in one launch, where the generic
+//!   path makes four for a mean and one per sequence for a max;
 //! - [`epilogue`]: where the fused GEMM does not run, Burn's matmul followed by one launch for
 //!   the bias, activation and residual, where the generic path makes one for each;
 //! - [`tiles`] (opt-in, [`CubeKernels::with_tiled_attention`]): half-precision ragged attention
@@ -12,8 +15,8 @@
 //! - [`matmul`]: the product under the epilogue by Burn's choice, a named routine of cubek's, or
 //!   the fastest of them as measured on the device ([`Matmul::Tuned`]).
 //!
-//! They run on tensors of the unfused backend: attention, LayerNorm and the epilogue in f32, f16
-//! and bf16 (f32 arithmetic in each), the GEMM in f32 only (in half precision Burn's matmul runs
+//! They run on tensors of the unfused backend: attention, the norms, pooling and the epilogue in
+//! f32, f16 and bf16 (f32 arithmetic in each), the GEMM in f32 only (in half precision Burn's matmul runs
 //! on tensor cores, which a scalar GEMM cannot match). Anything else (another dtype, a head
 //! wider than [`attention::MAX_HEAD_DIM`], a batch or output needing more cubes than a launch
 //! holds, a `fusion` build, whose tensors are fusion handles) goes to the generic lowering, and
@@ -34,6 +37,8 @@ mod gemm;
 mod matmul;
 #[cfg(not(feature = "fusion"))]
 mod norm;
+#[cfg(not(feature = "fusion"))]
+mod pool;
 #[cfg(not(feature = "fusion"))]
 mod tiles;
 
@@ -63,22 +68,24 @@ pub struct KernelSet {
     /// Where the fused GEMM does not run, a linear layer's bias, activation and residual in one
     /// launch after Burn's matmul.
     pub epilogue: bool,
+    /// Pooling, and L2 normalisation, each in one launch.
+    pub pool: bool,
 }
 
 impl KernelSet {
     /// Every kernel of this crate.
     pub const ALL: KernelSet =
-        KernelSet { attention: true, linear: true, norm: true, epilogue: true };
+        KernelSet { attention: true, linear: true, norm: true, epilogue: true, pool: true };
     /// None: Burn's generic lowering for every op.
     pub const NONE: KernelSet =
-        KernelSet { attention: false, linear: false, norm: false, epilogue: false };
+        KernelSet { attention: false, linear: false, norm: false, epilogue: false, pool: false };
     /// The kernels measured to win where Burn's ops compute f32 exactly, the default there:
-    /// ragged attention, LayerNorm and the epilogue after Burn's matmul. On llvmpipe (`cargo
-    /// xtask bench --gpu`) attention made the MiniLM-shaped encoder 1.2x faster, LayerNorm
-    /// beside it 1.1x more (median of seven runs) and the epilogue 1.05x more (of three), while
-    /// the fused GEMM made it 2x slower than Burn's tuned matmul.
-    pub const MEASURED: KernelSet =
-        KernelSet { attention: true, linear: false, norm: true, epilogue: true };
+    /// ragged attention, LayerNorm, the epilogue after Burn's matmul and pooling. On llvmpipe
+    /// (`cargo xtask bench --gpu`) attention made the MiniLM-shaped encoder 1.2x faster,
+    /// LayerNorm beside it 1.1x more (median of seven runs) and the epilogue 1.05x more (of
+    /// three), pooling alone ran 1.5x to 1.8x faster (a mean and L2) and 1.2x to 1.7x (SPLADE's
+    /// max), while the fused GEMM made the encoder 2x slower than Burn's tuned matmul.
+    pub const MEASURED: KernelSet = KernelSet { linear: false, ..KernelSet::ALL };
 
     /// The default on a device: [`KernelSet::ALL`] where Burn's ops would compute f32 products
     /// in TF32 (`tf32`), else [`KernelSet::MEASURED`].
@@ -106,6 +113,8 @@ pub struct Launched {
     pub norm: usize,
     /// Linear ops run as Burn's matmul and the one-launch epilogue.
     pub epilogue: usize,
+    /// Pooling and L2 normalisation ops run by the one-launch kernels.
+    pub pool: usize,
 }
 
 /// The cube backend's kernels: the chosen [`KernelSet`], the routine of the products under the
@@ -126,6 +135,7 @@ pub struct CubeKernels {
     linear: Arc<AtomicUsize>,
     norm: Arc<AtomicUsize>,
     epilogue: Arc<AtomicUsize>,
+    pool: Arc<AtomicUsize>,
 }
 
 impl CubeKernels {
@@ -218,6 +228,7 @@ impl CubeKernels {
             linear: self.linear.load(Ordering::Relaxed),
             norm: self.norm.load(Ordering::Relaxed),
             epilogue: self.epilogue.load(Ordering::Relaxed),
+            pool: self.pool.load(Ordering::Relaxed),
         }
     }
 }
@@ -333,6 +344,21 @@ impl Kernels<burn_cubecl::CubeBackend> for CubeKernels {
                 self.norm.fetch_add(1, Ordering::Relaxed);
                 Outcome::Done(norm::run(x, gamma, beta.as_ref(), eps))
             }
+            (&Op::Pool { mode, .. }, [Some(x), None, None], _)
+                if self.set.pool
+                    && dims(&x)[0] == cx.batch.tokens()
+                    && pool::launchable(cx.batch, dims(&x)[1])
+                    && all_float(&[&x]) =>
+            {
+                self.pool.fetch_add(1, Ordering::Relaxed);
+                Outcome::Done(pool::run(x, mode, cx))
+            }
+            (&Op::L2Norm { eps, .. }, [Some(x), None, None], _)
+                if self.set.pool && norm::launchable(dims(&x)[0]) && all_float(&[&x]) =>
+            {
+                self.pool.fetch_add(1, Ordering::Relaxed);
+                Outcome::Done(norm::l2(x, eps))
+            }
             (_, ins, _) => Outcome::Declined(ins),
         }
     }
@@ -392,6 +418,23 @@ fn empty_like(like: &CubeTensor) -> CubeTensor {
 #[cfg(not(feature = "fusion"))]
 fn u32s(client: &cubecl::client::Client, values: &[u32]) -> (cubecl::server::Handle, usize) {
     (client.create_from_slice(<u32 as cubecl::CubeElement>::as_bytes(values)), values.len())
+}
+
+/// The run's sequence offsets (`cu`) on the device, and their count: uploaded by the run's first
+/// kernel that reads them, shared by the rest.
+#[cfg(not(feature = "fusion"))]
+fn offsets(
+    cx: &RunCx<'_, burn_cubecl::CubeBackend>,
+    client: &cubecl::client::Client,
+) -> (cubecl::server::Handle, usize) {
+    cx.memo("cube: sequence offsets", || u32s(client, cx.batch.cu))
+}
+
+/// A buffer of [`u32s`] as a kernel argument.
+#[cfg(not(feature = "fusion"))]
+fn u32s_arg((handle, len): &(cubecl::server::Handle, usize)) -> cubecl::prelude::BufferArg {
+    // SAFETY: `u32s` made the handle a live device buffer of `len` u32s.
+    unsafe { cubecl::prelude::BufferArg::from_raw_parts(handle.clone(), *len) }
 }
 
 #[cfg(all(test, not(feature = "fusion")))]

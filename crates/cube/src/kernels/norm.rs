@@ -1,6 +1,7 @@
 //! LayerNorm in one kernel: `(x - mean) / sqrt(var + eps) * gamma + beta` for each row, where
 //! Burn's generic `layer_norm` makes nine passes (two means, a subtraction, a product, a square
-//! root, a division, a scale, a shift and a scalar add), each a launch.
+//! root, a division, a scale, a shift and a scalar add), each a launch; and L2 normalisation,
+//! `x / max(||x||, eps)`, in one kernel where the generic path makes five.
 //!
 //! A cube of [`UNITS`] units takes one row: each unit sums a strided share of it, the cube adds
 //! the shares in shared memory, and the variance is a second pass over the centred values (two
@@ -92,6 +93,42 @@ fn layer_norm_kernel<F: Float>(
     }
 }
 
+/// `out[r] = x[r] / max(||x[r]||, eps)` for each row `r` of `width`.
+#[cube(launch)]
+fn l2_norm_kernel<F: Float>(
+    x: &[F],
+    out: &mut [F],
+    rows: u32,
+    width: u32,
+    eps: f32,
+    #[define(F)] _dtype: ElemType,
+) {
+    // As in `layer_norm_kernel`: the whole cube leaves together.
+    let row = (CUBE_POS_Y * CUBE_COUNT_X + CUBE_POS_X) as usize;
+    if row >= rows as usize {
+        terminate!();
+    }
+    let w = width as usize;
+    let base = row * w;
+    let mut partial = Shared::<[f32]>::new_slice(UNITS);
+
+    let mut squares = 0.0f32;
+    let mut i = UNIT_POS as usize;
+    while i < w {
+        let v = f32::cast_from(x[base + i]);
+        squares += v * v;
+        i += UNITS;
+    }
+    let total = cube_sum(&mut partial, squares);
+    let inv = 1.0f32 / f32::max(f32::sqrt(total), eps);
+
+    i = UNIT_POS as usize;
+    while i < w {
+        out[base + i] = F::cast_from(f32::cast_from(x[base + i]) * inv);
+        i += UNITS;
+    }
+}
+
 /// The grid for `rows` rows, one cube each, folded into a second dimension past the 65535
 /// cubes a dimension holds: `None` past 65535 x 65535 rows.
 fn grid(rows: usize) -> Option<(u32, u32)> {
@@ -134,6 +171,29 @@ pub(crate) fn run(
         width as u32,
         eps,
         beta.is_some(),
+        dtype,
+    );
+    out
+}
+
+/// Each row of `x: [rows, width]` (f32, f16 or bf16) divided by its L2 norm, or by `eps` where
+/// the norm is smaller.
+pub(crate) fn l2(x: CubeTensor, eps: f32) -> CubeTensor {
+    let x = super::contiguous(x);
+    let [rows, width] = super::dims(&x);
+    let out = super::empty_like(&x);
+    let client = x.client.clone();
+    let dtype = burn_backend::cubecl::dtype_to_storage_type(x.dtype);
+    let (gx, gy) = grid(rows).expect("checked by launchable");
+    l2_norm_kernel::launch(
+        &client,
+        CubeCount::Static(gx, gy, 1),
+        CubeDim::new_1d(UNITS as u32),
+        x.into_buffer_arg(),
+        out.clone().into_buffer_arg(),
+        rows as u32,
+        width as u32,
+        eps,
         dtype,
     );
     out
