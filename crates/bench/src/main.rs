@@ -490,6 +490,75 @@ fn linear_graph(vocab: usize, k: usize, n: usize) -> Graph {
     g.finish().expect("valid")
 }
 
+/// Token rows `width` wide from a table of `vocab` rows, pooled by `mode` and L2-normalised
+/// where `normalize`: the end of an embedder (mean, normalised) or of SPLADE (max over the
+/// vocabulary), to time alone.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+fn pooling_graph(
+    vocab: usize,
+    width: usize,
+    mode: switchyard_core::PoolMode,
+    normalize: bool,
+) -> Graph {
+    let mut g = GraphBuilder::new();
+    let table = g.weight("emb", &[vocab, width]);
+    let x = g.op(Shape::tokens(width), |out| Op::Embed { table, out });
+    let mut y = g.op(Shape::seqs(width), |out| Op::Pool { x, mode, out });
+    if normalize {
+        y = g.op(Shape::seqs(width), |out| Op::L2Norm { x: y, eps: 1e-12, out });
+    }
+    g.output("y", y);
+    g.finish().expect("valid")
+}
+
+/// Our pooling kernels beside Burn's ops on `cube`, over sequences of the lengths of `batch`:
+/// an embedder's mean and L2 normalisation `width` wide, and SPLADE's max over a 30522-wide
+/// vocabulary, each with the gather of its token rows, in each float dtype the device has.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+fn bench_pooling(name: &str, cube: &Dispatch, width: usize, batch: &BatchBuf, reps: usize) {
+    use switchyard_core::PoolMode;
+    use switchyard_dispatch::cube::KernelSet;
+    let caps = cube.caps();
+    let ours = match cube {
+        Dispatch::Cube { backend, .. } => backend.kernels().set(),
+        other => panic!("{} is not a cube device", other.device()),
+    };
+    // The same lengths over a table of 8 rows, which a 30522-wide one keeps small.
+    let mut lens = BatchBuf::new();
+    let mut r = Rng::new(7);
+    let b = batch.batch();
+    for s in 0..b.seqs() {
+        testkit::push_random_seq(&mut lens, &mut r, b.seq(s).len(), 8, false);
+    }
+    let cases = [
+        (format!("mean and L2, {width} wide"), pooling_graph(8, width, PoolMode::Mean, true)),
+        ("max over 30522 columns".to_owned(), pooling_graph(8, 30522, PoolMode::Max, false)),
+    ];
+    println!("  pooling alone, from the token rows' gather (ratio: Burn's ops' time over ours)");
+    let floats = [DType::F32, DType::F16, DType::Bf16];
+    for dtype in floats.into_iter().filter(|d| caps.dtypes.contains(d)) {
+        for (what, g) in &cases {
+            let who = format!("{name}, {what}, {dtype}");
+            let time = |set| {
+                let be = with_kernels(cube, set).with_dtype(dtype).expect("a listed dtype");
+                time_plan(be, g, &lens, reps)
+            };
+            let Some((mine, burns)) = survived(&who, || {
+                (time(KernelSet { pool: true, ..ours }), time(KernelSet { pool: false, ..ours }))
+            }) else {
+                continue;
+            };
+            println!(
+                "  {:<46} {:>7.2}ms ours, {:>7.2}ms Burn's {:>8.2}",
+                who,
+                ms(mine),
+                ms(burns),
+                burns.as_secs_f64() / mine.as_secs_f64()
+            );
+        }
+    }
+}
+
 /// The rows of the token table the matmul routines' layers read.
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 const SMALL_VOCAB: usize = 512;
@@ -838,6 +907,7 @@ fn bench_gpus(reps: usize, quick: bool) {
                     ms(t)
                 );
             }
+            bench_pooling(&name, &cube, spec.width, &batch, reps);
         }
         println!(
             "  (ratio: speed relative to {}; above 1 is faster. Our kernels: ragged attention, \
