@@ -258,7 +258,8 @@ pub struct TunedChoice {
     pub shape: String,
     /// The routine measured fastest.
     pub matmul: Matmul,
-    /// The time the tuning took: every candidate compiled, launched and timed.
+    /// The time the tuning took: every candidate compiled, launched and timed, and the
+    /// fastest's product checked against Burn's.
     pub took: std::time::Duration,
 }
 
@@ -271,7 +272,9 @@ pub fn tuned_choices() -> Vec<TunedChoice> {
 }
 
 /// [`Matmul::Tuned`]: CubeCL's tuner over Burn's choice and every routine, once per device and
-/// shape; later products of the shape run the choice directly.
+/// shape; later products of the shape run the choice directly. A choice other than Burn's is
+/// kept only if its product on the tuning operands agrees with Burn's: the tuner measures speed,
+/// not results, and a routine that writes wrong values fast would otherwise win.
 #[cfg(not(feature = "fusion"))]
 mod tune {
     use std::sync::{Arc, Mutex, PoisonError};
@@ -309,6 +312,49 @@ mod tune {
         Routine::ALL.into_iter().fold(set, |set, r| set.with(one(Matmul::Routine(r))))
     }
 
+    /// The largest difference from Burn's product a routine's may show, as a share of the
+    /// largest magnitude in Burn's: rounding apart (TF32 or half-precision products, another
+    /// order of sums: about 1e-3 of it), a product with tiles missing or misplaced is off by
+    /// the order of the values themselves.
+    pub(super) const AGREE: f32 = 2e-2;
+
+    /// Whether `got` is `want` within [`AGREE`] of `want`'s largest magnitude.
+    pub(super) fn agree(got: &[f32], want: &[f32]) -> bool {
+        let scale = want.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        got.len() == want.len() && got.iter().zip(want).all(|(a, b)| (a - b).abs() <= AGREE * scale)
+    }
+
+    /// `fastest` where its product of `ops` by `run` agrees with Burn's (see [`agree`]), else
+    /// Burn's choice, with a warning.
+    pub(super) fn checked(
+        fastest: Matmul,
+        ops: &Operands,
+        run: impl Fn(Matmul, &Operands) -> Result<(), String>,
+    ) -> Matmul {
+        if fastest == Matmul::Burn {
+            return fastest;
+        }
+        let product = |how: Matmul| -> Result<Vec<f32>, String> {
+            let (x, wt, out) = ops;
+            let out = super::super::empty_like(out);
+            run(how, &(x.clone(), wt.clone(), out.clone()))?;
+            switchyard_burn::read_f32::<burn_cubecl::CubeBackend>(out).map_err(|e| e.to_string())
+        };
+        let shape = shape(ops);
+        match (product(fastest), product(Matmul::Burn)) {
+            (Ok(got), Ok(want)) if agree(&got, &want) => fastest,
+            (got, want) => {
+                let why = match (got, want) {
+                    (Err(e), _) | (_, Err(e)) => e,
+                    _ => format!("its product is more than {AGREE} off Burn's"),
+                };
+                tracing::warn!(%shape, matmul = %fastest, %why, "the fastest routine is not \
+                    kept; Burn's choice computes this shape");
+                Matmul::Burn
+            }
+        }
+    }
+
     pub(super) fn choices() -> Vec<TunedChoice> {
         CHOICES.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
@@ -337,9 +383,14 @@ mod tune {
         let start = Instant::now();
         // Times every candidate on these operands, then writes the product by the fastest (or,
         // while another thread is tuning the shape, by the first candidate that runs).
-        TUNER.execute(&id, &client, set.clone(), ops);
-        let took = start.elapsed();
-        if let Some(matmul) = TUNER.fastest_identity(&id, &set, &shape) {
+        TUNER.execute(&id, &client, set.clone(), ops.clone());
+        if let Some(fastest) = TUNER.fastest_identity(&id, &set, &shape) {
+            let matmul = checked(fastest, &ops, launch);
+            if matmul != fastest {
+                // The product just written is the rejected routine's.
+                launch(matmul, &ops)?;
+            }
+            let took = start.elapsed();
             let mut all = CHOICES.lock().unwrap_or_else(PoisonError::into_inner);
             if !all.iter().any(|c| c.device == device && c.shape == shape) {
                 tracing::debug!(%device, %shape, %matmul, ?took, "tuned a product");
@@ -353,6 +404,51 @@ mod tune {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(not(feature = "fusion"))]
+    #[test]
+    fn a_product_agrees_within_a_share_of_its_largest_value() {
+        use tune::{AGREE, agree};
+        let want = [1.0, -2.0, 0.0];
+        assert!(agree(&want, &want));
+        assert!(agree(&[1.0 + 0.9 * AGREE * 2.0, -2.0, 0.0], &want));
+        assert!(!agree(&[1.0 + 1.1 * AGREE * 2.0, -2.0, 0.0], &want));
+        assert!(!agree(&[1.0, -2.0], &want), "a value missing");
+        assert!(agree(&[0.0; 3], &[0.0; 3]));
+        assert!(!agree(&[1e-3, 0.0, 0.0], &[0.0; 3]), "only zeros agree with zeros");
+    }
+
+    /// On llvmpipe: a fastest routine is kept only where its product is Burn's.
+    #[cfg(all(feature = "wgpu", not(feature = "fusion")))]
+    #[test]
+    fn a_fastest_routine_whose_product_is_wrong_or_fails_gives_way_to_burns_choice() {
+        use burn_cubecl::CubeBackend;
+        let cube = crate::wgpu::open(0).expect("a wgpu adapter");
+        let tensor = |values: Vec<f32>, shape: &[usize]| {
+            switchyard_burn::floats::<CubeBackend>(values, shape, cube.device())
+        };
+        let x = tensor((0..35).map(|i| (i % 7) as f32 - 3.0).collect(), &[5, 7]);
+        let other = tensor((0..35).map(|i| (i % 5) as f32).collect(), &[5, 7]);
+        let wt = tensor((0..21).map(|i| (i % 3) as f32 + 0.5).collect(), &[7, 3]);
+        let out = super::super::empty(&x, [5, 3]);
+        let ops: Operands = (x, wt, out);
+        let routine = Matmul::Routine(Routine::SimpleUnit);
+        // Every routine computing Burn's product: the fastest is kept.
+        let right = |_: Matmul, ops: &Operands| launch(Matmul::Burn, ops);
+        assert_eq!(tune::checked(routine, &ops, right), routine);
+        // The fastest multiplying other rows, or failing: Burn's choice instead.
+        let wrong = |how: Matmul, (x, wt, out): &Operands| match how {
+            Matmul::Burn => launch(how, &(x.clone(), wt.clone(), out.clone())),
+            _ => launch(Matmul::Burn, &(other.clone(), wt.clone(), out.clone())),
+        };
+        assert_eq!(tune::checked(routine, &ops, wrong), Matmul::Burn);
+        let failing = |how: Matmul, ops: &Operands| match how {
+            Matmul::Burn => launch(how, ops),
+            _ => Err("no such routine here".to_owned()),
+        };
+        assert_eq!(tune::checked(routine, &ops, failing), Matmul::Burn);
+        assert_eq!(tune::checked(Matmul::Burn, &ops, failing), Matmul::Burn);
+    }
 
     #[test]
     fn every_choice_reads_back_from_its_name_and_an_unknown_name_lists_them() {
