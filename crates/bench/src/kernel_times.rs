@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 use switchyard_core::testkit;
 use switchyard_core::{Backend, DTypeChoice, LaneId, Outputs};
 use switchyard_dispatch::cube::{
-    Matmul, kernel_times, log_kernel_times, settled_log, with_matmul, with_tiled_attention,
+    Matmul, Pools, device_memory, kernel_times, log_kernel_times, settled_log, with_matmul,
+    with_tiled_attention,
 };
 use switchyard_dispatch::{Device, Dispatch};
 
@@ -55,6 +56,8 @@ pub(crate) fn run(args: &[String]) {
     let dtype = dtype.resolve(&be.caps());
     let be = be.with_dtype(dtype).unwrap_or_else(|e| fail(e));
     let batch = ragged(seqs, min, max, spec.vocab);
+    let Dispatch::Cube { backend: probe, .. } = &be else { unreachable!("a cube device") };
+    let probe = probe.with_kernels(probe.kernels().clone());
     let mut ex = executor_for(be, &testkit::bert_like(spec), &batch);
     let mut out = Outputs::new();
     // Two warm-up runs compile and tune; then the timed ones, alone in the log.
@@ -83,6 +86,15 @@ pub(crate) fn run(args: &[String]) {
          (compare the run's time without profiling in the GPU bench: the rest of that is launches)",
         ms(wall),
         ms(device_time)
+    );
+    let memory = device_memory(&probe);
+    let mb =
+        |p: Pools| format!("{:.1} MB in {} allocations", p.bytes_reserved as f64 / 1e6, p.pages);
+    println!(
+        "  device memory after the runs: tensors {} ({:.1} MB live), the runtime's own {}",
+        mb(memory.tensors),
+        memory.tensors.bytes_in_use as f64 / 1e6,
+        mb(memory.runtime)
     );
     println!("  {:<56} {:>9} {:>9} {:>7}", "kernel", "launches", "ms", "share");
     for k in &times {

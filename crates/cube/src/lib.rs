@@ -14,6 +14,8 @@ mod adapters;
 mod caps;
 #[cfg(any(feature = "wgpu", feature = "cuda", feature = "rocm", feature = "cpu"))]
 mod kernels;
+#[cfg(any(feature = "wgpu", feature = "cuda", feature = "rocm", feature = "cpu"))]
+mod memory;
 #[cfg(any(feature = "cuda", feature = "rocm", feature = "cpu"))]
 mod native;
 #[cfg(any(feature = "wgpu", feature = "cuda", feature = "rocm", feature = "cpu"))]
@@ -25,6 +27,8 @@ pub type Cube = switchyard_burn::Burn<burn_cubecl::Cube, CubeKernels>;
 
 #[cfg(any(feature = "wgpu", feature = "cuda", feature = "rocm", feature = "cpu"))]
 pub use kernels::{CubeKernels, KernelSet, Launched, Matmul, Routine, TunedChoice, tuned_choices};
+#[cfg(any(feature = "wgpu", feature = "cuda", feature = "rocm", feature = "cpu"))]
+pub use memory::{DeviceMemory, Pools, device_memory, thread_memory};
 #[cfg(any(feature = "wgpu", feature = "cuda", feature = "rocm", feature = "cpu"))]
 pub use timing::{KernelTime, kernel_times, log_kernel_times, settled_log};
 

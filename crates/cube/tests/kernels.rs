@@ -697,3 +697,48 @@ fn a_profile_fails_where_the_run_fails() {
         }
     }
 }
+
+/// Once a run of a bucket's largest batch has warmed the device, runs of that bucket ask the
+/// driver for no memory: the same batch again leaves the device's memory as it was, and other
+/// batches reuse the tensor pools' pages, every run's tensors freed at its end (the runtime's
+/// cache of launch uniforms may grow by a new shape's; it is bounded). The thread's own stream,
+/// as the test's neighbours run on the same device.
+#[test]
+fn a_warm_run_takes_no_new_device_memory_and_keeps_nothing() {
+    use switchyard_core::testkit::{EncoderSpec, bert_like};
+    use switchyard_cube::thread_memory;
+    let spec = EncoderSpec { vocab: VOCAB, width: 64, heads: 4, ffn: 96, layers: 2, max_pos: 200 };
+    let graph = bert_like(spec);
+    let weights = random_weights(&graph, 7);
+    let tensors = weights.tensors();
+    let batch = |lens: &[usize]| {
+        let (mut r, mut batch) = (Rng::new(3), BatchBuf::new());
+        for &len in lens {
+            push_random_seq(&mut batch, &mut r, len, VOCAB, false);
+        }
+        batch
+    };
+    let largest = batch(&[200, 200, 200, 200, 200]);
+    let others = [batch(&[3, 5]), batch(&[1, 40, 150]), batch(&[7]), batch(&[150, 40, 1])];
+    let mut dtypes = vec![DType::F32];
+    dtypes.extend(half_dtypes());
+    for dtype in dtypes {
+        let cube = common::open().expect("the device under test");
+        let cube = switchyard_core::Backend::with_dtype(cube, dtype).expect("listed");
+        let probe = cube.with_kernels(cube.kernels().clone());
+        let buckets: Buckets = "default 1024 8 1024\n".parse().expect("a valid table");
+        let mut ex =
+            Executor::new(cube, &tensors, graph.clone(), "default", buckets).expect("an upload");
+        let mut out = Outputs::new();
+        let mut run = |b: &BatchBuf| ex.run(LaneId::MAIN, &b.batch(), &mut out).expect("a run");
+        run(&largest);
+        let warm = thread_memory(&probe);
+        run(&largest);
+        assert_eq!(thread_memory(&probe), warm, "{dtype}: the same batch again");
+        for (i, b) in others.iter().enumerate() {
+            run(b);
+            let now = thread_memory(&probe);
+            assert_eq!(now.tensors, warm.tensors, "{dtype}: batch {i} after the largest");
+        }
+    }
+}
