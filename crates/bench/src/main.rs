@@ -801,6 +801,19 @@ fn bench_gpus(reps: usize, quick: bool) {
                 });
                 rows.extend(t.map(|t| (who, t)));
             }
+            // Each residual block's linear epilogue in a launch of its own before the LayerNorm,
+            // where by default the norm applies it: what folding it into the norm gains.
+            for dtype in f32_and_auto(&caps) {
+                let who = format!("{name}, default kernels, add and norm apart, {dtype}");
+                let t = survived(&who, || {
+                    let be = on_cube(&cube, |c| {
+                        let set = KernelSet { norm_epilogue: false, ..c.kernels().set() };
+                        switchyard_dispatch::cube::with_kernels(c, set)
+                    });
+                    time_plan(be.with_dtype(dtype).expect("a listed dtype"), &g, &batch, reps)
+                });
+                rows.extend(t.map(|t| (who, t)));
+            }
             // Half-precision attention in 16 x 16 tiles (tensor cores where the device has them)
             // with the device's default kernels otherwise; then with the tuned matmul too, in
             // the device's own dtype.

@@ -391,6 +391,75 @@ fn layer_norm_in_one_launch_matches_the_reference_in_every_dtype() {
     }
 }
 
+/// A linear layer from `k` to `n` columns with the epilogue `act`, `bias` and a residual, and a
+/// LayerNorm of its output; the layer's output is an output of the graph too where `read`.
+fn linear_then_norm(k: usize, n: usize, act: Act, bias: bool, read: bool) -> Graph {
+    let mut g = GraphBuilder::new();
+    let table = g.weight("x", &[VOCAB, k]);
+    let x = g.op(Shape::tokens(k), |out| Op::Embed { table, out });
+    let table = g.weight("r", &[VOCAB, n]);
+    let residual = Some(g.op(Shape::tokens(n), |out| Op::Embed { table, out }));
+    let weight = g.weight("w", &[n, k]);
+    let bias = bias.then(|| g.weight("b", &[n]));
+    let y = g.op(Shape::tokens(n), |out| Op::Linear { x, weight, bias, act, residual, out });
+    let (gamma, beta) = (g.weight("g", &[n]), Some(g.weight("beta", &[n])));
+    let z = g.op(Shape::tokens(n), |out| Op::LayerNorm { x: y, gamma, beta, eps: 1e-12, out });
+    g.output("z", z);
+    if read {
+        g.output("y", y);
+    }
+    g.finish().expect("a valid graph")
+}
+
+/// A residual block's add and norm in one launch: the epilogue of a linear layer that only a
+/// LayerNorm reads is applied by that norm, for every activation, with and without a bias, in
+/// every dtype; where the graph reads the layer's output too, or the set leaves the epilogue
+/// out of the norm, the layer applies its own. The outputs are the reference's in each case.
+#[test]
+fn a_linear_layers_epilogue_runs_in_the_layer_norm_that_alone_reads_it() {
+    let mut dtypes = vec![DType::F32];
+    dtypes.extend(half_dtypes());
+    let on = KernelSet::MEASURED;
+    let off = KernelSet { norm_epilogue: false, ..on };
+    for dtype in dtypes {
+        for (i, &act) in ACTS.iter().enumerate() {
+            // Widths under, at and over the norm's 128 units a row.
+            let (k, n) = [(24, 7), (40, 128), (16, 384), (8, 1000)][i % 4];
+            for (set, bias, read) in [(on, true, false), (on, i % 2 == 0, true), (off, true, false)]
+            {
+                let cube = device(set);
+                let kernels = cube.kernels().clone();
+                let cube = switchyard_core::Backend::with_dtype(cube, dtype).expect("listed");
+                let what = format!("{dtype} {act:?} [{k}, {n}] bias {bias} read {read} {set:?}");
+                let graph = linear_then_norm(k, n, act, bias, read);
+                check_within(cube, &graph, &[1, 64, 70], &what, tolerance(dtype));
+                let folded = usize::from(set.norm_epilogue && !read);
+                let want =
+                    Launched { epilogue: 1, norm: 1, norm_epilogue: folded, ..Default::default() };
+                assert_eq!(kernels.launched(), want, "{what}");
+            }
+        }
+    }
+}
+
+/// An encoder's residual blocks each end in one launch for the add and the norm: two a layer.
+#[test]
+fn an_encoders_residual_adds_run_in_its_layer_norms() {
+    use switchyard_core::testkit::{EncoderSpec, bert_like};
+    let spec = EncoderSpec { vocab: VOCAB, width: 64, heads: 4, ffn: 96, layers: 2, max_pos: 200 };
+    let mut dtypes = vec![DType::F32];
+    dtypes.extend(half_dtypes());
+    for dtype in dtypes {
+        let cube = device(KernelSet::MEASURED);
+        let kernels = cube.kernels().clone();
+        let cube = switchyard_core::Backend::with_dtype(cube, dtype).expect("listed");
+        check_within(cube, &bert_like(spec), &[1, 40, 150], &format!("{dtype}"), tolerance(dtype));
+        // The embeddings' norm has no linear layer before it.
+        let launched = kernels.launched();
+        assert_eq!((launched.norm, launched.norm_epilogue), (2 * spec.layers + 1, 2 * spec.layers));
+    }
+}
+
 /// Token rows of `width` pooled by `mode`, then L2-normalised where `normalize`.
 fn pooling(width: usize, mode: PoolMode, normalize: bool) -> Graph {
     let mut g = GraphBuilder::new();

@@ -60,43 +60,70 @@ pub(crate) fn launchable(m: usize, n: usize) -> bool {
     m.checked_mul(n).is_some_and(|len| grid(len).is_some())
 }
 
-/// `act(x . wt + bias) + residual`: the product by `matmul`, then this epilogue in place (none
-/// where there is nothing to apply); every tensor of one float dtype. `bias: [1, n]`,
-/// `residual: [m, n]`. An error where `matmul` cannot run here.
-pub(crate) fn run(
+/// A linear layer's epilogue, `y = act(y + bias) + residual` over its product `y`: `bias`
+/// `[1, n]`, `residual` shaped like `y`, each in `y`'s dtype.
+#[derive(Clone, Debug)]
+pub(crate) struct Epilogue {
+    /// The bias, if any.
+    pub(crate) bias: Option<CubeTensor>,
+    /// The activation, after the bias.
+    pub(crate) act: Act,
+    /// The residual, added after the activation, if any.
+    pub(crate) residual: Option<CubeTensor>,
+}
+
+impl Default for Epilogue {
+    /// Nothing to apply.
+    fn default() -> Self {
+        Epilogue { bias: None, act: Act::Identity, residual: None }
+    }
+}
+
+impl Epilogue {
+    /// Whether it changes nothing.
+    pub(crate) fn is_nothing(&self) -> bool {
+        self.bias.is_none() && self.residual.is_none() && self.act == Act::Identity
+    }
+
+    /// Applied to `y` (plain rows, `[m, n]`) in place, in one launch (none where it changes
+    /// nothing).
+    pub(crate) fn apply(self, y: CubeTensor) -> CubeTensor {
+        if self.is_nothing() {
+            return y;
+        }
+        let [m, n] = super::dims(&y);
+        let Epilogue { bias, act, residual } = self;
+        let (has_bias, has_residual) = (bias.is_some(), residual.is_some());
+        // An absent operand is bound as `y`, which the kernel never reads in its place.
+        let bias = bias.map_or_else(|| y.clone(), super::contiguous);
+        let residual = residual.map_or_else(|| y.clone(), super::contiguous);
+        let (gx, gy) = grid(m * n).expect("checked by launchable");
+        let dtype = burn_backend::cubecl::dtype_to_storage_type(y.dtype);
+        epilogue_kernel::launch(
+            &y.client.clone(),
+            CubeCount::Static(gx, gy, 1),
+            CubeDim::new_1d(UNITS as u32),
+            y.clone().into_buffer_arg(),
+            bias.into_buffer_arg(),
+            residual.into_buffer_arg(),
+            (m * n) as u32,
+            n as u32,
+            code(act),
+            has_bias,
+            has_residual,
+            dtype,
+        );
+        y
+    }
+}
+
+/// `x . wt` by `matmul`, as plain rows: an error where `matmul` cannot run here.
+pub(crate) fn product(
     x: CubeTensor,
     wt: &CubeTensor,
-    bias: Option<&CubeTensor>,
-    act: Act,
-    residual: Option<CubeTensor>,
     matmul: Matmul,
 ) -> Result<CubeTensor, String> {
-    let y = super::contiguous(super::matmul::product(x, wt, matmul)?);
-    let [m, n] = super::dims(&y);
-    let (has_bias, has_residual) = (bias.is_some(), residual.is_some());
-    if !has_bias && !has_residual && act == Act::Identity {
-        return Ok(y);
-    }
-    // An absent operand is bound as `y`, which the kernel never reads in its place.
-    let bias = bias.map_or_else(|| y.clone(), |b| super::contiguous(b.clone()));
-    let residual = residual.map_or_else(|| y.clone(), super::contiguous);
-    let (gx, gy) = grid(m * n).expect("checked by launchable");
-    let dtype = burn_backend::cubecl::dtype_to_storage_type(y.dtype);
-    epilogue_kernel::launch(
-        &y.client.clone(),
-        CubeCount::Static(gx, gy, 1),
-        CubeDim::new_1d(UNITS as u32),
-        y.clone().into_buffer_arg(),
-        bias.into_buffer_arg(),
-        residual.into_buffer_arg(),
-        (m * n) as u32,
-        n as u32,
-        code(act),
-        has_bias,
-        has_residual,
-        dtype,
-    );
-    Ok(y)
+    Ok(super::contiguous(super::matmul::product(x, wt, matmul)?))
 }
 
 #[cfg(test)]

@@ -5,7 +5,9 @@
 //! - [`gemm`]: a linear layer with its bias, activation and residual applied in the GEMM's
 //!   epilogue, where the generic path makes a pass over the output for each;
 //! - [`norm`]: LayerNorm in one launch with f32 statistics, where the generic path makes nine,
-//!   and L2 normalisation in one, where it makes five;
+//!   and L2 normalisation in one, where it makes five; where a linear layer's output is read
+//!   only by a LayerNorm (a residual block's end), the norm applies the layer's bias and
+//!   residual too, so the layer is its product and the add and norm one launch;
 //! - [`pool`]: each sequence's mean, max, first or last row in one launch, where the generic
 //!   path makes four for a mean and one per sequence for a max;
 //! - [`epilogue`]: where the fused GEMM does not run, Burn's matmul followed by one launch for
@@ -70,21 +72,39 @@ pub struct KernelSet {
     pub epilogue: bool,
     /// Pooling, and L2 normalisation, each in one launch.
     pub pool: bool,
+    /// A linear layer's epilogue applied by the one-launch LayerNorm that alone reads its
+    /// output (a residual block's add and norm), where the epilogue kernel would take the layer:
+    /// its product, then one launch, where apart they make two and a pass over the output.
+    pub norm_epilogue: bool,
 }
 
 impl KernelSet {
     /// Every kernel of this crate.
-    pub const ALL: KernelSet =
-        KernelSet { attention: true, linear: true, norm: true, epilogue: true, pool: true };
+    pub const ALL: KernelSet = KernelSet {
+        attention: true,
+        linear: true,
+        norm: true,
+        epilogue: true,
+        pool: true,
+        norm_epilogue: true,
+    };
     /// None: Burn's generic lowering for every op.
-    pub const NONE: KernelSet =
-        KernelSet { attention: false, linear: false, norm: false, epilogue: false, pool: false };
+    pub const NONE: KernelSet = KernelSet {
+        attention: false,
+        linear: false,
+        norm: false,
+        epilogue: false,
+        pool: false,
+        norm_epilogue: false,
+    };
     /// The kernels measured to win where Burn's ops compute f32 exactly, the default there:
     /// ragged attention, LayerNorm, the epilogue after Burn's matmul and pooling. On llvmpipe
     /// (`cargo xtask bench --gpu`) attention made the MiniLM-shaped encoder 1.2x faster,
     /// LayerNorm beside it 1.1x more (median of seven runs) and the epilogue 1.05x more (of
     /// three), pooling alone ran 1.5x to 1.8x faster (a mean and L2) and 1.2x to 1.7x (SPLADE's
-    /// max), while the fused GEMM made the encoder 2x slower than Burn's tuned matmul.
+    /// max), while the fused GEMM made the encoder 2x slower than Burn's tuned matmul. The
+    /// epilogue in the LayerNorm after it made no measurable difference there (0.98x to 1.09x)
+    /// but saves a launch and a pass over the output a residual block, so it is on.
     pub const MEASURED: KernelSet = KernelSet { linear: false, ..KernelSet::ALL };
 
     /// The default on a device: [`KernelSet::ALL`] where Burn's ops would compute f32 products
@@ -115,6 +135,9 @@ pub struct Launched {
     pub epilogue: usize,
     /// Pooling and L2 normalisation ops run by the one-launch kernels.
     pub pool: usize,
+    /// LayerNorm ops that applied the epilogue of the linear layer before them (that layer
+    /// counted in `epilogue`).
+    pub norm_epilogue: usize,
 }
 
 /// The cube backend's kernels: the chosen [`KernelSet`], the routine of the products under the
@@ -136,6 +159,7 @@ pub struct CubeKernels {
     norm: Arc<AtomicUsize>,
     epilogue: Arc<AtomicUsize>,
     pool: Arc<AtomicUsize>,
+    norm_epilogue: Arc<AtomicUsize>,
 }
 
 impl CubeKernels {
@@ -229,6 +253,7 @@ impl CubeKernels {
             norm: self.norm.load(Ordering::Relaxed),
             epilogue: self.epilogue.load(Ordering::Relaxed),
             pool: self.pool.load(Ordering::Relaxed),
+            norm_epilogue: self.norm_epilogue.load(Ordering::Relaxed),
         }
     }
 }
@@ -319,30 +344,66 @@ impl Kernels<burn_cubecl::CubeBackend> for CubeKernels {
                 self.linear.fetch_add(1, Ordering::Relaxed);
                 Outcome::Done(gemm::run(x, wt, bias.as_ref(), act, residual))
             }
-            (&Op::Linear { act, .. }, [Some(x), residual, None], Bound::Linear { wt, bias })
-                if self.set.epilogue
-                    && (bias.is_some()
-                        || residual.is_some()
-                        || act != Act::Identity
-                        || self.matmul != Matmul::Burn)
-                    && epilogue::launchable(dims(&x)[0], dims(wt)[1])
-                    && all_float(&[&x, wt])
-                    && bias.iter().chain(&residual).all(|t| t.dtype == x.dtype) =>
+            (
+                &Op::Linear { act, out, .. },
+                [Some(x), residual, None],
+                Bound::Linear { wt, bias },
+            ) if self.set.epilogue
+                && (bias.is_some()
+                    || residual.is_some()
+                    || act != Act::Identity
+                    || self.matmul != Matmul::Burn)
+                && epilogue::launchable(dims(&x)[0], dims(wt)[1])
+                && all_float(&[&x, wt])
+                && bias.iter().chain(&residual).all(|t| t.dtype == x.dtype) =>
             {
                 self.epilogue.fetch_add(1, Ordering::Relaxed);
-                match epilogue::run(x, wt, bias.as_ref(), act, residual, self.matmul) {
-                    Ok(y) => Outcome::Done(y),
-                    Err(e) => Outcome::Failed(Error::Unsupported(e)),
+                let then = Epilogue { bias: bias.clone(), act, residual };
+                // A product wider than the layer's output is its share of a joined product,
+                // which other layers read too.
+                let own = dims(wt)[1] == cx.graph.shape(out).width;
+                let left =
+                    own && self.set.norm_epilogue && self.set.norm && norm_reads_alone(out, cx);
+                let y = match epilogue::product(x, wt, self.matmul) {
+                    Ok(y) => y,
+                    Err(e) => return Outcome::Failed(Error::Unsupported(e)),
+                };
+                if left {
+                    left_to_norm(cx).lock().expect("not poisoned").push((out, then));
+                    Outcome::Done(y)
+                } else {
+                    Outcome::Done(then.apply(y))
                 }
             }
-            (&Op::LayerNorm { eps, .. }, [Some(x), None, None], Bound::Norm { gamma, beta })
+            (
+                &Op::LayerNorm { x: xv, eps, .. },
+                [Some(x), None, None],
+                Bound::Norm { gamma, beta },
+            ) => {
+                // An epilogue left to this norm is applied whichever path takes it.
+                let before = {
+                    let left = left_to_norm(cx);
+                    let mut left = left.lock().expect("not poisoned");
+                    let at = left.iter().position(|(v, _)| *v == xv);
+                    at.map(|i| left.swap_remove(i).1)
+                };
                 if self.set.norm
                     && norm::launchable(dims(&x)[0])
                     && all_float(&[&x, gamma])
-                    && beta.iter().all(|b| b.dtype == x.dtype) =>
-            {
-                self.norm.fetch_add(1, Ordering::Relaxed);
-                Outcome::Done(norm::run(x, gamma, beta.as_ref(), eps))
+                    && beta.iter().all(|b| b.dtype == x.dtype)
+                {
+                    self.norm.fetch_add(1, Ordering::Relaxed);
+                    if before.is_some() {
+                        self.norm_epilogue.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Outcome::Done(norm::run(x, gamma, beta.as_ref(), eps, before))
+                } else {
+                    let x = match before {
+                        Some(epilogue) => epilogue.apply(x),
+                        None => x,
+                    };
+                    Outcome::Declined([Some(x), None, None])
+                }
             }
             (&Op::Pool { mode, .. }, [Some(x), None, None], _)
                 if self.set.pool
@@ -366,6 +427,8 @@ impl Kernels<burn_cubecl::CubeBackend> for CubeKernels {
 
 #[cfg(not(feature = "fusion"))]
 use burn_cubecl::tensor::CubeTensor;
+#[cfg(not(feature = "fusion"))]
+use epilogue::Epilogue;
 
 /// Cubes per grid dimension that every runtime launches (wgpu's limit).
 #[cfg(not(feature = "fusion"))]
@@ -418,6 +481,33 @@ fn empty_like(like: &CubeTensor) -> CubeTensor {
 #[cfg(not(feature = "fusion"))]
 fn u32s(client: &cubecl::client::Client, values: &[u32]) -> (cubecl::server::Handle, usize) {
     (client.create_from_slice(<u32 as cubecl::CubeElement>::as_bytes(values)), values.len())
+}
+
+/// The epilogues of linear layers left to the LayerNorm that reads each layer's output, by
+/// that output, this run.
+#[cfg(not(feature = "fusion"))]
+type LeftToNorm = Arc<std::sync::Mutex<Vec<(switchyard_core::Val, Epilogue)>>>;
+
+/// This run's [`LeftToNorm`].
+#[cfg(not(feature = "fusion"))]
+fn left_to_norm(cx: &RunCx<'_, burn_cubecl::CubeBackend>) -> LeftToNorm {
+    cx.memo("cube: epilogues left to LayerNorm", LeftToNorm::default)
+}
+
+/// Whether a LayerNorm is the one reader of `v`, which is not an output, with no dropout at
+/// the norm's output (training runs such a norm the generic way): then the norm's arm in
+/// `run_op` is sure to see `v` and apply an epilogue left to it.
+#[cfg(not(feature = "fusion"))]
+fn norm_reads_alone(v: switchyard_core::Val, cx: &RunCx<'_, burn_cubecl::CubeBackend>) -> bool {
+    let graph = cx.graph;
+    if graph.outputs.iter().any(|o| o.val == v) {
+        return false;
+    }
+    let mut readers = graph.ops.iter().filter(|op| op.inputs().contains(&Some(v)));
+    match (readers.next(), readers.next()) {
+        (Some(&Op::LayerNorm { x, out, .. }), None) => x == v && graph.dropout_at(out) == 0.0,
+        _ => false,
+    }
 }
 
 /// The run's sequence offsets (`cu`) on the device, and their count: uploaded by the run's first

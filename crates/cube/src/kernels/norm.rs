@@ -12,6 +12,9 @@
 use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 
+use super::epilogue::Epilogue;
+use super::gemm::{activate, code};
+
 /// Units per cube (per row).
 const UNITS: usize = 128;
 
@@ -37,12 +40,45 @@ fn cube_sum(partial: &mut Shared<[f32]>, v: f32) -> f32 {
     total
 }
 
+/// Element `i` of the row LayerNorm reads: `x[i]`, or where a linear layer's epilogue is left to
+/// it (`act(x + bias) + residual`, `x` the layer's product), that applied in f32 and rounded to
+/// `F`, as the epilogue's own store would round it.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn input<F: Float>(
+    x: &[F],
+    bias: &[F],
+    residual: &[F],
+    base: usize,
+    i: usize,
+    #[comptime] act: u32,
+    #[comptime] has_bias: bool,
+    #[comptime] has_residual: bool,
+) -> f32 {
+    let mut v = f32::cast_from(x[base + i]);
+    if has_bias {
+        v += f32::cast_from(bias[i]);
+    }
+    v = activate(v, act);
+    if has_residual {
+        v += f32::cast_from(residual[base + i]);
+    }
+    if comptime![has_bias || has_residual || act != 0] {
+        v = f32::cast_from(F::cast_from(v));
+    }
+    v
+}
+
 /// `out[r] = (x[r] - mean) / sqrt(var + eps) * gamma + beta` for each row `r` of `width`;
-/// `beta` is read only when `has_beta`.
+/// `beta` is read only when `has_beta`. Where a linear layer's epilogue is left to it, `x[r]` is
+/// the layer's product and the row normalised is `act(x[r] + bias) + residual[r]`; `bias` and
+/// `residual` are read only when their flags say so.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 fn layer_norm_kernel<F: Float>(
     x: &[F],
+    bias: &[F],
+    residual: &[F],
     gamma: &[F],
     beta: &[F],
     out: &mut [F],
@@ -50,6 +86,9 @@ fn layer_norm_kernel<F: Float>(
     width: u32,
     eps: f32,
     #[comptime] has_beta: bool,
+    #[comptime] act: u32,
+    #[comptime] has_bias: bool,
+    #[comptime] has_residual: bool,
     #[define(F)] _dtype: ElemType,
 ) {
     // The whole cube leaves together (the grid's last column may overhang the rows), so no
@@ -65,7 +104,7 @@ fn layer_norm_kernel<F: Float>(
     let mut sum = 0.0f32;
     let mut i = UNIT_POS as usize;
     while i < w {
-        sum += f32::cast_from(x[base + i]);
+        sum += input(x, bias, residual, base, i, act, has_bias, has_residual);
         i += UNITS;
     }
     let total = cube_sum(&mut partial, sum);
@@ -74,7 +113,8 @@ fn layer_norm_kernel<F: Float>(
     let mut squares = 0.0f32;
     i = UNIT_POS as usize;
     while i < w {
-        let d = f32::cast_from(x[base + i]) - mean;
+        let v = input(x, bias, residual, base, i, act, has_bias, has_residual);
+        let d = v - mean;
         squares += d * d;
         i += UNITS;
     }
@@ -84,7 +124,8 @@ fn layer_norm_kernel<F: Float>(
 
     i = UNIT_POS as usize;
     while i < w {
-        let mut y = (f32::cast_from(x[base + i]) - mean) * rstd * f32::cast_from(gamma[i]);
+        let v = input(x, bias, residual, base, i, act, has_bias, has_residual);
+        let mut y = (v - mean) * rstd * f32::cast_from(gamma[i]);
         if has_beta {
             y += f32::cast_from(beta[i]);
         }
@@ -143,12 +184,14 @@ pub(crate) fn launchable(rows: usize) -> bool {
 }
 
 /// LayerNorm of each row of `x: [rows, width]` with `gamma` and `beta` (`[width]`), all of one
-/// float dtype (the output's).
+/// float dtype (the output's); where `before` is given, `x` is a linear layer's product and the
+/// rows normalised are its epilogue's (`bias: [1, width]`, `residual` shaped like `x`).
 pub(crate) fn run(
     x: CubeTensor,
     gamma: &CubeTensor,
     beta: Option<&CubeTensor>,
     eps: f32,
+    before: Option<Epilogue>,
 ) -> CubeTensor {
     let x = super::contiguous(x);
     let [rows, width] = super::dims(&x);
@@ -157,13 +200,19 @@ pub(crate) fn run(
     let dtype = burn_backend::cubecl::dtype_to_storage_type(x.dtype);
     let (gx, gy) = grid(rows).expect("checked by launchable");
     let gamma = super::contiguous(gamma.clone());
-    // Without a shift, gamma stands in for it, unread.
+    // An absent operand is bound as another, unread.
     let beta_arg = super::contiguous(beta.unwrap_or(&gamma).clone());
+    let Epilogue { bias, act, residual } = before.unwrap_or_default();
+    let (has_bias, has_residual) = (bias.is_some(), residual.is_some());
+    let bias = super::contiguous(bias.unwrap_or_else(|| gamma.clone()));
+    let residual = super::contiguous(residual.unwrap_or_else(|| x.clone()));
     layer_norm_kernel::launch(
         &client,
         CubeCount::Static(gx, gy, 1),
         CubeDim::new_1d(UNITS as u32),
         x.into_buffer_arg(),
+        bias.into_buffer_arg(),
+        residual.into_buffer_arg(),
         gamma.into_buffer_arg(),
         beta_arg.into_buffer_arg(),
         out.clone().into_buffer_arg(),
@@ -171,6 +220,9 @@ pub(crate) fn run(
         width as u32,
         eps,
         beta.is_some(),
+        code(act),
+        has_bias,
+        has_residual,
         dtype,
     );
     out
