@@ -18,6 +18,11 @@ vectors back on the host, median of REPS after two warm-up calls:
 It prints a line per engine with its time and the ratio of its time to Switchyard's best for
 the batch (above 1: Switchyard is faster). fp16 on a CPU is skipped (PyTorch's CPU fp16
 matmul is not what anyone runs).
+
+Then, for each batch, PyTorch's own product (`F.linear`: cuBLAS on a GPU) on the encoder's four
+linear layer shapes at the batch's token count, each alone with the device synchronised around
+it, in fp16 and bf16 (fp32 on a CPU): the figures `switchyard-bench --matmuls` prints for
+cubek's routines, set beside them, say how far the best of those is from the vendor's library.
 """
 
 import argparse
@@ -106,6 +111,34 @@ def timed(f, reps, device):
     return statistics.median(once() for _ in range(reps))
 
 
+def linears(shape, m, device, reps):
+    """`F.linear` on each linear layer shape of `shape`'s encoder (the query, key and value
+    projections joined; the output projection; the FFN's two) at `m` rows, with a bias, each
+    alone with the device synchronised around it: a line per dtype, ms (TFLOP/s) a shape and
+    the layer's sum, as `switchyard-bench --matmuls` prints cubek's routines."""
+    config = SHAPES[shape]
+    d, ffn = config["hidden_size"], config["intermediate_size"]
+    shapes = [(d, 3 * d), (d, d), (d, ffn), (ffn, d)]
+    header = "".join(f" {f'{k}->{n}':>16}" for k, n in shapes)
+    print(f"  PyTorch's product alone (F.linear), {m} rows, ms (TFLOP/s):")
+    print(f"    {'dtype':<26}{header} {'a layer':>9}")
+    dtypes = (torch.float32,) if device == "cpu" else (torch.float16, torch.bfloat16)
+    for dtype in dtypes:
+        torch.manual_seed(0)
+        cells, layer = "", 0.0
+        for k, n in shapes:
+            x = torch.randn(m, k, device=device, dtype=dtype)
+            w = torch.randn(n, k, device=device, dtype=dtype)
+            b = torch.randn(n, device=device, dtype=dtype)
+            with torch.inference_mode():
+                t = timed(lambda: torch.nn.functional.linear(x, w, b), reps, device)
+            layer += t
+            cell = f"{t * 1e3:.3f} ({2 * m * k * n / t / 1e12:.0f})"
+            cells += f" {cell:>16}"
+        name = str(dtype).replace("torch.", "")
+        print(f"    {name:<26}{cells} {layer * 1e3:>7.3f}ms")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ours", required=True)
@@ -148,6 +181,7 @@ def main():
                 t = timed(lambda: f(model, batch, a.device), a.reps, a.device) * 1e3
                 print(f"  {'PyTorch ' + name + ', ' + way:<44} {t:>7.2f}ms {t / best:>8.2f}")
             del model
+        linears(shape, tokens, a.device, a.reps)
     print("\n(x ours: the engine's time over Switchyard's best for the batch; above 1, Switchyard is faster)")
 
 
