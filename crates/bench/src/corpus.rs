@@ -181,9 +181,18 @@ fn engines(
         Dispatch::new(device).expect("the device opens")
     };
     let dtype = dtype.resolve(&backend.caps());
+    // Kernel choices the environment made on a cube device (`SWITCHYARD_CUBE_MATMUL`, ...).
+    #[cfg(any(feature = "wgpu", feature = "cuda"))]
+    let chosen = match &backend {
+        Dispatch::Cube { backend, .. } => backend.kernels().overrides(),
+        _ => None,
+    };
+    #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+    let chosen: Option<String> = None;
+    let chosen = chosen.map(|c| format!(" ({c})")).unwrap_or_default();
     let name = |kernel: &str| match dtype {
-        DType::F32 => format!("switchyard {device}{kernel}"),
-        d => format!("switchyard {device} {d}{kernel}"),
+        DType::F32 => format!("switchyard {device}{kernel}{chosen}"),
+        d => format!("switchyard {device} {d}{kernel}{chosen}"),
     };
     let amx = match &backend {
         Dispatch::Flex { backend, .. } => match dtype {

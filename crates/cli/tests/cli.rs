@@ -17,6 +17,8 @@ fn switchyard_with(args: &[&str], env: &[(&str, &str)]) -> Output {
         .args(args)
         .env_remove("SWITCHYARD_DEVICE")
         .env_remove("HF_HUB_OFFLINE")
+        .env_remove("SWITCHYARD_CUBE_MATMUL")
+        .env_remove("SWITCHYARD_CUBE_ATTENTION")
         .envs(env.iter().copied())
         .stdin(Stdio::null())
         .output()
@@ -151,6 +153,32 @@ fn devices_lists_what_this_build_has() {
     }
     // A remote device is not probed: it needs a server's address.
     assert!(out.contains("in this build: name a server as remote:HOST:PORT"), "{out}");
+}
+
+/// The cube backend's kernel choices from the environment: a cube device's line names them, and
+/// a value they do not take makes the device unusable, saying why. Where this build has wgpu
+/// and this machine an adapter (CI: Mesa's llvmpipe).
+#[test]
+fn devices_name_the_cube_kernels_the_environment_chose() {
+    let wgpu0 = |o: &Output| {
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        text(&o.stdout).lines().find(|l| l.starts_with("wgpu:0")).map(str::to_owned)
+    };
+    let Some(plain) = wgpu0(&switchyard(&["devices"])) else { return };
+    if !plain.contains("available (") {
+        return;
+    }
+    assert!(!plain.contains("matmul"), "{plain}");
+    let chosen = [("SWITCHYARD_CUBE_MATMUL", "tuned"), ("SWITCHYARD_CUBE_ATTENTION", "tiles")];
+    let line = wgpu0(&switchyard_with(&["devices"], &chosen)).expect("listed as before");
+    assert!(
+        line.contains("available (") && line.contains("(matmul tuned, attention in tiles)"),
+        "{line}"
+    );
+    let line = wgpu0(&switchyard_with(&["devices"], &[("SWITCHYARD_CUBE_MATMUL", "fast")]))
+        .expect("listed as before");
+    let why = "SWITCHYARD_CUBE_MATMUL: no matmul routine `fast`: expected one of burn,";
+    assert!(line.contains("not usable here: ") && line.contains(why), "{line}");
 }
 
 #[test]

@@ -6,7 +6,6 @@ use std::sync::Mutex;
 use burn_wgpu::wgpu as raw;
 use burn_wgpu::{RuntimeOptions, WgpuDevice, graphics};
 use cubecl::device::WgpuDeviceKind;
-use switchyard_burn::Burn;
 use switchyard_core::{Caps, DeviceKind, Error, Result};
 
 use crate::Cube;
@@ -168,8 +167,7 @@ fn start<G: graphics::GraphicsApi>(label: &str, adapter: &Adapter) -> Result<Cub
     // A panic elsewhere while this was held leaves the list itself intact.
     let mut started = STARTED.lock().unwrap_or_else(|e| e.into_inner());
     if let Some((_, device, caps)) = started.iter().find(|(l, ..)| l == label) {
-        let kernels = crate::CubeKernels::for_device(device);
-        return Ok(Burn::new(device.clone(), kernels, caps.clone()));
+        return crate::backend_on(device.clone(), caps.clone());
     }
     let fail =
         |e: &dyn std::fmt::Display| Error::Device(format!("{label} ({}): {e}", adapter.name));
@@ -182,8 +180,7 @@ fn start<G: graphics::GraphicsApi>(label: &str, adapter: &Adapter) -> Result<Cub
     let device = cubecl::Device::from(device);
     let caps = crate::caps::caps(label, &device, kind);
     started.push((label.to_owned(), device.clone(), caps.clone()));
-    let kernels = crate::CubeKernels::for_device(&device);
-    Ok(Burn::new(device, kernels, caps))
+    crate::backend_on(device, caps)
 }
 
 /// With the `vulkan` feature, wgpu compiles kernels to SPIR-V on Vulkan adapters, and Mesa's

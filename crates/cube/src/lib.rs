@@ -13,6 +13,8 @@ mod adapters;
 #[cfg(any(feature = "wgpu", feature = "cuda", feature = "rocm", feature = "cpu"))]
 mod caps;
 #[cfg(any(feature = "wgpu", feature = "cuda", feature = "rocm", feature = "cpu"))]
+mod env;
+#[cfg(any(feature = "wgpu", feature = "cuda", feature = "rocm", feature = "cpu"))]
 mod kernels;
 #[cfg(any(feature = "wgpu", feature = "cuda", feature = "rocm", feature = "cpu"))]
 mod memory;
@@ -26,11 +28,30 @@ mod timing;
 pub type Cube = switchyard_burn::Burn<burn_cubecl::Cube, CubeKernels>;
 
 #[cfg(any(feature = "wgpu", feature = "cuda", feature = "rocm", feature = "cpu"))]
+pub use env::{ATTENTION_ENV, MATMUL_ENV};
+#[cfg(any(feature = "wgpu", feature = "cuda", feature = "rocm", feature = "cpu"))]
 pub use kernels::{CubeKernels, KernelSet, Launched, Matmul, Routine, TunedChoice, tuned_choices};
 #[cfg(any(feature = "wgpu", feature = "cuda", feature = "rocm", feature = "cpu"))]
 pub use memory::{DeviceMemory, Pools, device_memory, thread_memory};
 #[cfg(any(feature = "wgpu", feature = "cuda", feature = "rocm", feature = "cpu"))]
 pub use timing::{KernelTime, kernel_times, log_kernel_times, settled_log};
+
+/// The backend on `device` described by `caps`, with the device's default kernels and the
+/// choices of the process's environment ([`MATMUL_ENV`], [`ATTENTION_ENV`]), which `caps`'s
+/// device then names: an error where the environment asks for what is not there.
+#[cfg(any(feature = "wgpu", feature = "cuda", feature = "rocm", feature = "cpu"))]
+fn backend_on(
+    device: cubecl::Device,
+    caps: switchyard_core::Caps,
+) -> switchyard_core::Result<Cube> {
+    let kernels = CubeKernels::for_device(&device)?;
+    let device_words = match kernels.overrides() {
+        Some(what) => format!("{} ({what})", caps.device),
+        None => caps.device.clone(),
+    };
+    let caps = switchyard_core::Caps { device: device_words, ..caps };
+    Ok(switchyard_burn::Burn::new(device, kernels, caps))
+}
 
 /// `cube` on the same device and in the same dtype, using the kernels of `set` (with fresh
 /// launch counts).

@@ -57,6 +57,5 @@ fn open(
 ) -> Result<Cube> {
     let device = device.map_err(|e| Error::Device(format!("{label}: {e} ({needs})")))?;
     let caps = crate::caps::caps(label, &device, kind);
-    let kernels = crate::CubeKernels::for_device(&device);
-    Ok(Burn::new(device, kernels, caps))
+    crate::backend_on(device, caps)
 }

@@ -51,8 +51,9 @@ pub use matmul::{Matmul, Routine, TunedChoice, tuned_choices};
 use switchyard_burn::Kernels;
 #[cfg(not(feature = "fusion"))]
 use switchyard_burn::{Bound, Inputs, Outcome, RunCx};
+use switchyard_core::Result;
 #[cfg(not(feature = "fusion"))]
-use switchyard_core::{Act, Bucket, DType, Error, Graph, Op, Result};
+use switchyard_core::{Act, Bucket, DType, Error, Graph, Op};
 
 /// The most keys the attention kernel takes in one online-softmax step: one a unit of its
 /// 32-unit cubes (its unrolled group loops grow with it).
@@ -168,11 +169,36 @@ impl CubeKernels {
         CubeKernels { set, ..CubeKernels::default() }
     }
 
-    /// The default kernels for `device`, knowing whether its Burn ops would use TF32.
-    pub(crate) fn for_device(device: &cubecl::Device) -> Self {
+    /// The default kernels for `device`, knowing whether its Burn ops would use TF32, with the
+    /// choices of the process's environment ([`crate::MATMUL_ENV`], [`crate::ATTENTION_ENV`]):
+    /// an error where those are not values they take.
+    pub(crate) fn for_device(device: &cubecl::Device) -> Result<Self> {
         use cubecl::prelude::Scalar;
         let tf32 = device.client().properties().supports_type(cubecl::tf32::elem_type_native());
-        CubeKernels { set: KernelSet::default_for(tf32), tf32, ..CubeKernels::default() }
+        let chosen = crate::env::choices()?;
+        Ok(CubeKernels {
+            set: KernelSet::default_for(tf32),
+            tf32,
+            matmul: chosen.matmul,
+            tiles: chosen.tiles,
+            ..CubeKernels::default()
+        })
+    }
+
+    /// What these kernels do other than by default, as `matmul tuned, attention in tiles`:
+    /// `None` where nothing (the kernel set aside).
+    pub fn overrides(&self) -> Option<String> {
+        let mut what = Vec::new();
+        if self.matmul != Matmul::default() {
+            what.push(format!("matmul {}", self.matmul));
+        }
+        if self.tiles {
+            what.push("attention in tiles".to_owned());
+        }
+        if self.key_group() > 1 {
+            what.push(format!("{}-key attention steps", self.key_group()));
+        }
+        (!what.is_empty()).then(|| what.join(", "))
     }
 
     /// The same device's kernels using `set` instead, with fresh counts.
