@@ -475,42 +475,6 @@ fn gpu_batch_id(what: &str, (seqs, min, max): (usize, usize, usize), batch: &Bat
     format!("{what}\t{seqs}\t{min}\t{max}\t{}", batch.tokens())
 }
 
-/// A linear layer `[k -> n]` with a bias over the rows of a token table of `vocab` rows: one
-/// layer of an encoder, to time alone.
-#[cfg(any(feature = "wgpu", feature = "cuda"))]
-fn linear_graph(vocab: usize, k: usize, n: usize) -> Graph {
-    let mut g = GraphBuilder::new();
-    let table = g.weight("emb", &[vocab, k]);
-    let weight = g.weight("w", &[n, k]);
-    let bias = Some(g.weight("b", &[n]));
-    let x = g.op(Shape::tokens(k), |out| Op::Embed { table, out });
-    let (act, residual) = (Act::Identity, None);
-    let y = g.op(Shape::tokens(n), |out| Op::Linear { x, weight, bias, act, residual, out });
-    g.output("y", y);
-    g.finish().expect("valid")
-}
-
-/// Token rows `width` wide from a table of `vocab` rows, pooled by `mode` and L2-normalised
-/// where `normalize`: the end of an embedder (mean, normalised) or of SPLADE (max over the
-/// vocabulary), to time alone.
-#[cfg(any(feature = "wgpu", feature = "cuda"))]
-fn pooling_graph(
-    vocab: usize,
-    width: usize,
-    mode: switchyard_core::PoolMode,
-    normalize: bool,
-) -> Graph {
-    let mut g = GraphBuilder::new();
-    let table = g.weight("emb", &[vocab, width]);
-    let x = g.op(Shape::tokens(width), |out| Op::Embed { table, out });
-    let mut y = g.op(Shape::seqs(width), |out| Op::Pool { x, mode, out });
-    if normalize {
-        y = g.op(Shape::seqs(width), |out| Op::L2Norm { x: y, eps: 1e-12, out });
-    }
-    g.output("y", y);
-    g.finish().expect("valid")
-}
-
 /// Our pooling kernels beside Burn's ops on `cube`, over sequences of the lengths of `batch`:
 /// an embedder's mean and L2 normalisation `width` wide, and SPLADE's max over a 30522-wide
 /// vocabulary, each with the gather of its token rows, in each float dtype the device has.
@@ -531,8 +495,8 @@ fn bench_pooling(name: &str, cube: &Dispatch, width: usize, batch: &BatchBuf, re
         testkit::push_random_seq(&mut lens, &mut r, b.seq(s).len(), 8, false);
     }
     let cases = [
-        (format!("mean and L2, {width} wide"), pooling_graph(8, width, PoolMode::Mean, true)),
-        ("max over 30522 columns".to_owned(), pooling_graph(8, 30522, PoolMode::Max, false)),
+        (format!("mean and L2, {width} wide"), testkit::pooled(8, width, PoolMode::Mean, true)),
+        ("max over 30522 columns".to_owned(), testkit::pooled(8, 30522, PoolMode::Max, false)),
     ];
     println!("  pooling alone, from the token rows' gather (ratio: Burn's ops' time over ours)");
     let floats = [DType::F32, DType::F16, DType::Bf16];
@@ -596,8 +560,10 @@ fn bench_matmuls(reps: usize) {
             // projection, the FFN's two.
             let (d, ffn) = (spec.width, spec.ffn);
             let shapes = [(d, 3 * d), (d, d), (d, ffn), (ffn, d)];
-            let graphs: Vec<Graph> =
-                shapes.iter().map(|&(k, n)| linear_graph(SMALL_VOCAB, k, n)).collect();
+            let graphs: Vec<Graph> = shapes
+                .iter()
+                .map(|&(k, n)| testkit::linear_layer(SMALL_VOCAB, k, n, Act::Identity, true, false))
+                .collect();
             println!(
                 "  {what}, {} seqs, {m} tokens: each linear layer alone, ms (TFLOP/s)",
                 batch.seqs()

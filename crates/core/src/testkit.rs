@@ -73,6 +73,46 @@ pub fn bert_like(s: EncoderSpec) -> Graph {
     g.finish().expect("the test encoder is well formed")
 }
 
+/// Token rows `width` wide gathered from a `[vocab, width]` table, pooled per sequence by
+/// `mode` and L2-normalised where `normalize`: an embedder's end (a mean, normalised) or
+/// SPLADE's (a max over the vocabulary), alone. One output, `y`.
+pub fn pooled(vocab: usize, width: usize, mode: PoolMode, normalize: bool) -> Graph {
+    let mut g = GraphBuilder::new();
+    let table = g.weight("x", &[vocab, width]);
+    let x = g.op(Shape::tokens(width), |out| Op::Embed { table, out });
+    let mut y = g.op(Shape::seqs(width), |out| Op::Pool { x, mode, out });
+    if normalize {
+        y = g.op(Shape::seqs(width), |out| Op::L2Norm { x: y, eps: 1e-12, out });
+    }
+    g.output("y", y);
+    g.finish().expect("a valid graph")
+}
+
+/// One linear layer from `k` to `n` columns over token rows gathered from a `[vocab, k]` table,
+/// with the activation `act`, a bias where `bias`, and where `residual` a residual gathered from
+/// a `[vocab, n]` table. One output, `y`.
+pub fn linear_layer(
+    vocab: usize,
+    k: usize,
+    n: usize,
+    act: Act,
+    bias: bool,
+    residual: bool,
+) -> Graph {
+    let mut g = GraphBuilder::new();
+    let table = g.weight("x", &[vocab, k]);
+    let x = g.op(Shape::tokens(k), |out| Op::Embed { table, out });
+    let weight = g.weight("w", &[n, k]);
+    let bias = bias.then(|| g.weight("b", &[n]));
+    let residual = residual.then(|| {
+        let table = g.weight("r", &[vocab, n]);
+        g.op(Shape::tokens(n), |out| Op::Embed { table, out })
+    });
+    let y = g.op(Shape::tokens(n), |out| Op::Linear { x, weight, bias, act, residual, out });
+    g.output("y", y);
+    g.finish().expect("a valid graph")
+}
+
 /// A post-norm BERT-like cross-encoder whose one output, `logits` (3 per sequence), reads only
 /// the first token's final row; with `cls_only` its last layer runs on that row alone
 /// (attention with one query per sequence), as Switchyard builds such a model.

@@ -124,18 +124,7 @@ fn attention_over(heads: usize, head_dim: usize, window: Option<usize>, per_seq:
 
 /// A linear layer `[k -> n]` over a random token table, with an optional bias and residual.
 fn linear(k: usize, n: usize, act: Act, bias: bool, residual: bool) -> Graph {
-    let mut g = GraphBuilder::new();
-    let table = g.weight("x", &[VOCAB, k]);
-    let x = g.op(Shape::tokens(k), |out| Op::Embed { table, out });
-    let weight = g.weight("w", &[n, k]);
-    let bias = bias.then(|| g.weight("b", &[n]));
-    let residual = residual.then(|| {
-        let table = g.weight("r", &[VOCAB, n]);
-        g.op(Shape::tokens(n), |out| Op::Embed { table, out })
-    });
-    let y = g.op(Shape::tokens(n), |out| Op::Linear { x, weight, bias, act, residual, out });
-    g.output("y", y);
-    g.finish().expect("a valid graph")
+    switchyard_core::testkit::linear_layer(VOCAB, k, n, act, bias, residual)
 }
 
 /// LayerNorm over a random token table `width` wide, with or without a shift.
@@ -462,15 +451,7 @@ fn an_encoders_residual_adds_run_in_its_layer_norms() {
 
 /// Token rows of `width` pooled by `mode`, then L2-normalised where `normalize`.
 fn pooling(width: usize, mode: PoolMode, normalize: bool) -> Graph {
-    let mut g = GraphBuilder::new();
-    let table = g.weight("x", &[VOCAB, width]);
-    let x = g.op(Shape::tokens(width), |out| Op::Embed { table, out });
-    let mut y = g.op(Shape::seqs(width), |out| Op::Pool { x, mode, out });
-    if normalize {
-        y = g.op(Shape::seqs(width), |out| Op::L2Norm { x: y, eps: 1e-12, out });
-    }
-    g.output("y", y);
-    g.finish().expect("a valid graph")
+    switchyard_core::testkit::pooled(VOCAB, width, mode, normalize)
 }
 
 #[test]
