@@ -4,7 +4,9 @@
 //! This is how a linear layer runs where our fused GEMM does not: in f16 and bf16, where Burn's
 //! matmul runs on tensor cores, and in f32 where Burn's matmul is exact and measured faster than
 //! ours. Each unit takes one value; the arithmetic is f32 in every dtype, so in half precision
-//! the bias, the activation and the residual add round once, at the store.
+//! the bias, the activation and the residual add round once, at the store. Where a LayerNorm
+//! alone reads the layer's output, the layer is its product and the norm applies the
+//! [`Epilogue`] (`norm`'s kernel).
 
 use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;

@@ -8,6 +8,10 @@
 //! passes, not `E[x^2] - mean^2`, which cancels badly when the mean is large). Rows may be f32,
 //! f16 or bf16; the statistics and the arithmetic are f32 in every dtype, so half precision
 //! rounds only the inputs and the output, where Burn's ops would also reduce in it.
+//!
+//! Where a linear layer's output is read by a LayerNorm alone, the layer leaves its epilogue
+//! ([`Epilogue`]: bias, activation, residual) to the norm, which applies it to each value as it
+//! reads it: a residual block's add and norm in one launch, the sum never written out.
 
 use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
