@@ -87,6 +87,23 @@ pub(crate) fn run(args: &[String]) {
         ms(wall),
         ms(device_time)
     );
+    // The kernels' counts are shared by the probe's clone, over every run, warm-ups included.
+    let all = (runs + 2) as f64;
+    let took = probe.kernels().launched();
+    let per = |n: usize| n as f64 / all;
+    println!(
+        "  ops our kernels took, a run: attention {} ({} in tiles), LayerNorm {} ({} with the \
+         epilogue before it), linear epilogues {}, our GEMM {}, pooling and L2 {}; {} kernels \
+         launched in all",
+        per(took.attention),
+        per(took.tiled),
+        per(took.norm),
+        per(took.norm_epilogue),
+        per(took.epilogue),
+        per(took.linear),
+        per(took.pool),
+        times.iter().map(|k| k.launches).sum::<usize>() as f64 / runs as f64,
+    );
     let memory = device_memory(&probe);
     let mb =
         |p: Pools| format!("{:.1} MB in {} allocations", p.bytes_reserved as f64 / 1e6, p.pages);
