@@ -19,6 +19,9 @@ use crate::{executor_for, gpu_batches, ms, ragged};
 const USAGE: &str = "kernel-times --device D [--shape minilm|bge-base] [--seqs N] \
                      [--dtype auto|f32|f16|bf16] [--runs N] [--tiles] [--matmul NAME]";
 
+/// Untimed runs before the timed ones.
+const WARM_UPS: usize = 2;
+
 /// Times each kernel of `--runs` runs (default 3) of the bench's ragged batch of `--seqs`
 /// sequences (default 256) of the `--shape` encoder (default bge-base) on the cube device
 /// `--device`, in `--dtype` (default the device's own), with the device's default kernels, or
@@ -60,8 +63,8 @@ pub(crate) fn run(args: &[String]) {
     let probe = probe.with_kernels(probe.kernels().clone());
     let mut ex = executor_for(be, &testkit::bert_like(spec), &batch);
     let mut out = Outputs::new();
-    // Two warm-up runs compile and tune; then the timed ones, alone in the log.
-    for _ in 0..2 {
+    // Warm-up runs compile and tune; then the timed ones, alone in the log.
+    for _ in 0..WARM_UPS {
         ex.run(LaneId::MAIN, &batch.batch(), &mut out).expect("the batch runs");
     }
     let from = settled_log(&log, 0).map(|l| l.len() as u64).unwrap_or_else(|e| fail(e));
@@ -88,7 +91,7 @@ pub(crate) fn run(args: &[String]) {
         ms(device_time)
     );
     // The kernels' counts are shared by the probe's clone, over every run, warm-ups included.
-    let all = (runs + 2) as f64;
+    let all = (runs + WARM_UPS) as f64;
     let took = probe.kernels().launched();
     let per = |n: usize| n as f64 / all;
     println!(

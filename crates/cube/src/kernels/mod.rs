@@ -531,7 +531,7 @@ fn norm_reads_alone(v: switchyard_core::Val, cx: &RunCx<'_, burn_cubecl::CubeBac
     }
     let mut readers = graph.ops.iter().filter(|op| op.inputs().contains(&Some(v)));
     match (readers.next(), readers.next()) {
-        (Some(&Op::LayerNorm { x, out, .. }), None) => x == v && graph.dropout_at(out) == 0.0,
+        (Some(&Op::LayerNorm { out, .. }), None) => graph.dropout_at(out) == 0.0,
         _ => false,
     }
 }
