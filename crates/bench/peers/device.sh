@@ -12,7 +12,7 @@
 #      with attention in tiles and the tuned matmul (`kernel-times`, into gpu-kernels.txt);
 #      `switchyard-bench --gpus-only` (into gpu-ours.txt); PyTorch on the same batches beside
 #      it (gpu_peer.py, into gpu-peer.txt); cubek's matmul routines and the tuned matmul
-#      (`--matmuls`, into gpu-matmuls.txt); then the mixed corpus on cuda:0 in f32 and the
+#      (`--matmuls`, into gpu-matmuls.txt; cuBLAS's products too, where libcublas loads); then the mixed corpus on cuda:0 in f32 and the
 #      device's own dtype, again with attention in tiles and the tuned matmul
 #      (SWITCHYARD_CUBE_ATTENTION, SWITCHYARD_CUBE_MATMUL: their cosines to f32 check them on a
 #      real model), beside sentence-transformers on the GPU in fp32 and fp16
@@ -101,6 +101,18 @@ if [[ $what != gpu ]]; then
 fi
 
 if [[ $what != cpu ]]; then
+    # libcublas for the `cublas` matmul rows: the CUDA toolkit's, else the one PyTorch's wheels
+    # bring, where the loader's own path has none.
+    if ! ldconfig -p 2>/dev/null | grep -q 'libcublas\.so'; then
+        cublas=$(python3 -c 'import glob, os, site
+dirs = {os.path.dirname(p) for d in site.getsitepackages()
+        for p in glob.glob(d + "/nvidia/**/libcublas.so*", recursive=True)}
+print(":".join(sorted(dirs)))' 2>/dev/null || true)
+        for d in "${CUDA_PATH:-/usr/local/cuda}/lib64" $cublas; do
+            [[ -d $d ]] && export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+        done
+    fi
+    echo "cuBLAS: LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}; $(ldconfig -p 2>/dev/null | grep -c 'libcublas\.so') in the loader's cache" >>"$out/machine.txt"
     # First what says most in the least time, should the lease end early.
     say "each kernel's time on the device"
     : >"$out/gpu-kernels.txt"

@@ -804,17 +804,29 @@ fn bench_gpus(reps: usize, quick: bool) {
                     );
                 }
             }
+            // In the device's own dtype: tiles with the tuned matmul; on a CUDA device, cuBLAS's
+            // products beside cubek's (with the device waited on around each), alone and with
+            // tiles.
             if caps.auto != DType::F32 {
+                use switchyard_dispatch::cube::{Matmul, with_matmul, with_tiled_attention};
                 let dtype = caps.auto;
-                let who = format!("{name}, attention in tiles, matmul tuned, {dtype}");
-                let t = survived(&who, || {
-                    use switchyard_dispatch::cube::{Matmul, with_matmul, with_tiled_attention};
-                    let be = on_cube(&cube, |c| {
-                        with_tiled_attention(&with_matmul(c, Matmul::Tuned), true)
+                let mut runs = vec![(Matmul::Tuned, true)];
+                if name.starts_with("cuda:") {
+                    runs.extend([(Matmul::Cublas, false), (Matmul::Cublas, true)]);
+                }
+                for (matmul, tiles) in runs {
+                    let who = match tiles {
+                        true => format!("{name}, attention in tiles, matmul {matmul}, {dtype}"),
+                        false => format!("{name}, default kernels, matmul {matmul}, {dtype}"),
+                    };
+                    let t = survived(&who, || {
+                        let be = on_cube(&cube, |c| {
+                            with_tiled_attention(&with_matmul(c, matmul), tiles)
+                        });
+                        time_plan(be.with_dtype(dtype).expect("its own dtype"), &g, &batch, reps)
                     });
-                    time_plan(be.with_dtype(dtype).expect("its own dtype"), &g, &batch, reps)
-                });
-                rows.extend(t.map(|t| (who, t)));
+                    rows.extend(t.map(|t| (who, t)));
+                }
             }
             // The `gpu` lines for `peers/gpu_peer.py`, which runs PyTorch on the same batches.
             let mut machine = Vec::new();

@@ -179,6 +179,11 @@ fn devices_name_the_cube_kernels_the_environment_chose() {
         .expect("listed as before");
     let why = "SWITCHYARD_CUBE_MATMUL: no matmul routine `fast`: expected one of burn,";
     assert!(line.contains("not usable here: ") && line.contains(why), "{line}");
+    // A routine known but not for this device: refused when the device opens, not at a run.
+    let line = wgpu0(&switchyard_with(&["devices"], &[("SWITCHYARD_CUBE_MATMUL", "cublas")]))
+        .expect("listed as before");
+    let why = "SWITCHYARD_CUBE_MATMUL=cublas: cuBLAS computes products on CUDA devices";
+    assert!(line.contains("not usable here: ") && line.contains(why), "{line}");
 }
 
 #[test]

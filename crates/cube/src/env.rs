@@ -7,7 +7,8 @@ use switchyard_core::{Error, Result};
 use crate::Matmul;
 
 /// The environment variable naming the routine of the products under the epilogue: a
-/// [`Matmul`] by name (`burn`, the default; `tuned`; one of cubek's routines).
+/// [`Matmul`] by name (`burn`, the default; `tuned`; one of cubek's routines; `cublas` on CUDA
+/// devices).
 pub const MATMUL_ENV: &str = "SWITCHYARD_CUBE_MATMUL";
 
 /// The environment variable choosing how half-precision attention runs: `rows` (the default:
@@ -33,6 +34,15 @@ pub(crate) fn choices() -> Result<Choices> {
 /// A variable's value, trimmed: `None` where unset or blank.
 fn set(value: Option<&str>) -> Option<&str> {
     value.map(str::trim).filter(|v| !v.is_empty())
+}
+
+/// [`choices`] for `device`: also an error where the matmul chosen cannot run there at all.
+pub(crate) fn choices_on(device: &cubecl::Device) -> Result<Choices> {
+    let chosen = choices()?;
+    match chosen.matmul.unavailable_on(device) {
+        Some(why) => Err(Error::Device(format!("{MATMUL_ENV}={}: {why}", chosen.matmul))),
+        None => Ok(chosen),
+    }
 }
 
 fn parse(matmul: Option<&str>, attention: Option<&str>) -> Result<Choices> {

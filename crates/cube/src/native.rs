@@ -1,7 +1,6 @@
 //! The CubeCL runtimes that drive a device themselves rather than through wgpu: CUDA (NVIDIA
 //! GPUs by index), HIP (`rocm`: AMD GPUs by index) and the CPU runtime.
 
-use switchyard_burn::Burn;
 use switchyard_core::{DeviceKind, Error, Result};
 
 use crate::Cube;

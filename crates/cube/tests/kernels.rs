@@ -683,6 +683,42 @@ fn a_tensor_core_routine_runs_where_the_device_has_them_and_is_a_clear_error_whe
     }
 }
 
+/// On a CUDA device (`SWITCHYARD_CUBE_DEVICE=cuda:N`), cuBLAS computes every linear layer the
+/// epilogue takes, alone and in an encoder whose joined projections attention reads in place, in
+/// each dtype within its bound (f32 exactly: cuBLAS's f32 sums, no TF32); elsewhere a run with it
+/// is a clear error, not a silent fall back to Burn's matmul.
+#[test]
+fn cublas_computes_the_linear_layers_on_cuda_and_is_a_clear_error_elsewhere() {
+    use switchyard_core::testkit::{EncoderSpec, bert_like};
+    let spec = EncoderSpec { vocab: VOCAB, width: 64, heads: 4, ffn: 96, layers: 2, max_pos: 200 };
+    let graphs = [
+        ("a layer", linear(100, 63, Act::Gelu, true, true), 1),
+        ("an encoder", bert_like(spec), spec.layers * 4 + 1),
+    ];
+    let on_cuda = common::name().starts_with("cuda:");
+    let mut dtypes = vec![DType::F32];
+    dtypes.extend(half_dtypes());
+    for dtype in dtypes {
+        for (what, graph, products) in &graphs {
+            let cube = with_matmul(&device(KernelSet::MEASURED), Matmul::Cublas);
+            let kernels = cube.kernels().clone();
+            let cube = switchyard_core::Backend::with_dtype(cube, dtype).expect("listed");
+            let what = format!("cublas, {what}, {dtype}");
+            if on_cuda {
+                check_within(cube, graph, &[1, 64, 70], &what, tolerance(dtype));
+                assert_eq!(kernels.launched().epilogue, *products, "{what}");
+                continue;
+            }
+            match run_both(cube, graph, &[1, 64, 70]) {
+                Err(Error::Unsupported(e)) => {
+                    assert!(e.contains("cuBLAS") && e.contains("CUDA devices"), "{what}: {e}");
+                }
+                other => panic!("{what}: expected Unsupported, got {:?}", other.map(|_| "outputs")),
+            }
+        }
+    }
+}
+
 #[test]
 fn a_layers_projections_run_as_one_product_whose_shares_attention_reads() {
     use switchyard_core::testkit::{EncoderSpec, bert_like};

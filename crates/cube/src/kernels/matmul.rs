@@ -35,6 +35,9 @@ pub enum Matmul {
     /// with CubeCL's tuner the first time a shape comes (its rows rounded up to a power of two,
     /// its width, depth and dtype), then kept for the process ([`tuned_choices`]).
     Tuned,
+    /// NVIDIA's cuBLAS, on CUDA devices only: the vendor's product beside cubek's, with the
+    /// device waited on around each product (cuBLAS cannot join CubeCL's stream).
+    Cublas,
 }
 
 /// cubek's matmul routines: how the operands are staged through shared memory (one stage,
@@ -169,11 +172,21 @@ impl Routine {
 }
 
 impl Matmul {
-    /// Every choice: Burn's, each routine, then the tuned one.
+    /// Every choice: Burn's, each routine, the tuned one, then cuBLAS.
     pub fn all() -> impl Iterator<Item = Matmul> {
         std::iter::once(Matmul::Burn)
             .chain(Routine::ALL.into_iter().map(Matmul::Routine))
-            .chain(std::iter::once(Matmul::Tuned))
+            .chain([Matmul::Tuned, Matmul::Cublas])
+    }
+
+    /// Why this choice cannot compute products on `device`, if it cannot be known before a
+    /// product: cuBLAS off a CUDA device or without its library. Whether one of cubek's
+    /// routines runs depends on the dtype and shape too, so their errors come with a product.
+    pub(crate) fn unavailable_on(self, device: &cubecl::Device) -> Option<String> {
+        match self {
+            Matmul::Cublas => super::cublas::unavailable(device),
+            _ => None,
+        }
     }
 }
 
@@ -183,6 +196,7 @@ impl fmt::Display for Matmul {
             Matmul::Burn => f.write_str("burn"),
             Matmul::Routine(r) => f.write_str(r.name()),
             Matmul::Tuned => f.write_str("tuned"),
+            Matmul::Cublas => f.write_str("cublas"),
         }
     }
 }
@@ -214,6 +228,7 @@ pub(crate) fn product(x: CubeTensor, wt: &CubeTensor, how: Matmul) -> Result<Cub
     match how {
         Matmul::Routine(routine) => launch(how, &(x, wt, out.clone()))
             .map_err(|e| format!("cubek's {} matmul: {e}", routine.name()))?,
+        Matmul::Cublas => super::cublas::product(&x, &wt, &out)?,
         _ => tune::run((x, wt, out.clone()))?,
     }
     Ok(out)
@@ -453,7 +468,7 @@ mod tests {
     #[test]
     fn every_choice_reads_back_from_its_name_and_an_unknown_name_lists_them() {
         let all: Vec<Matmul> = Matmul::all().collect();
-        assert_eq!(all.len(), 20);
+        assert_eq!(all.len(), 21);
         for m in &all {
             assert_eq!(m.to_string().parse::<Matmul>(), Ok(*m));
         }

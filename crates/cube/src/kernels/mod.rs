@@ -32,6 +32,7 @@
 
 #[cfg(not(feature = "fusion"))]
 mod attention;
+mod cublas;
 #[cfg(not(feature = "fusion"))]
 mod epilogue;
 #[cfg(not(feature = "fusion"))]
@@ -175,7 +176,7 @@ impl CubeKernels {
     pub(crate) fn for_device(device: &cubecl::Device) -> Result<Self> {
         use cubecl::prelude::Scalar;
         let tf32 = device.client().properties().supports_type(cubecl::tf32::elem_type_native());
-        let chosen = crate::env::choices()?;
+        let chosen = crate::env::choices_on(device)?;
         Ok(CubeKernels {
             set: KernelSet::default_for(tf32),
             tf32,
