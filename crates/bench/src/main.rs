@@ -814,18 +814,32 @@ fn bench_gpus(reps: usize, quick: bool) {
                 if name.starts_with("cuda:") {
                     runs.extend([(Matmul::Cublas, false), (Matmul::Cublas, true)]);
                 }
+                let with = |matmul, tiles| {
+                    let be =
+                        on_cube(&cube, |c| with_tiled_attention(&with_matmul(c, matmul), tiles));
+                    be.with_dtype(dtype).expect("its own dtype")
+                };
                 for (matmul, tiles) in runs {
                     let who = match tiles {
                         true => format!("{name}, attention in tiles, matmul {matmul}, {dtype}"),
                         false => format!("{name}, default kernels, matmul {matmul}, {dtype}"),
                     };
-                    let t = survived(&who, || {
-                        let be = on_cube(&cube, |c| {
-                            with_tiled_attention(&with_matmul(c, matmul), tiles)
-                        });
-                        time_plan(be.with_dtype(dtype).expect("its own dtype"), &g, &batch, reps)
+                    let t = survived(&who, || time_plan(with(matmul, tiles), &g, &batch, reps));
+                    rows.extend(t.map(|t| (who.clone(), t)));
+                    // A fast product is only a win if it is the product: against the defaults.
+                    let d = survived(&who, || {
+                        largest_difference(
+                            with(matmul, tiles),
+                            with(Matmul::Burn, false),
+                            &g,
+                            &batch,
+                        )
                     });
-                    rows.extend(t.map(|t| (who, t)));
+                    if let Some(d) = d {
+                        println!(
+                            "  {who}: outputs within {d:.1e} of the defaults' (of their largest)"
+                        );
+                    }
                 }
             }
             // The `gpu` lines for `peers/gpu_peer.py`, which runs PyTorch on the same batches.
