@@ -97,6 +97,49 @@ pub fn build_cuda(args: &[String]) -> ExitCode {
 }
 
 pub(crate) fn build(tests: bool) -> Result<Vec<PathBuf>, String> {
+    let features = "switchyard/cuda-nvrtc,switchyard-bench/cuda-nvrtc";
+    cargo_linked(&["build", "--release", "-p", "switchyard", "-p", "switchyard-bench"], features)?;
+    if tests {
+        let packages = ["switchyard-cube", "switchyard-dispatch", "switchyard-models"];
+        let mut args = vec!["test", "--release", "--no-run"];
+        packages.iter().chain(&["switchyard-train"]).for_each(|p| args.extend(["-p", p]));
+        let stderr = cargo_linked(&args, features)?;
+        // `cargo test --no-run` names each test binary it built.
+        stderr.lines().filter(|l| l.contains("Executable")).for_each(|l| eprintln!("{l}"));
+    }
+    let release = crate::target_dir().join("cuda-offline/release");
+    Ok(vec![release.join("switchyard"), release.join("switchyard-bench")])
+}
+
+/// The release test binaries of `package` with `cuda-nvrtc`, each with its source as cargo
+/// names it (`tests/kernels.rs`, `src/lib.rs`).
+pub(crate) fn build_tests(package: &str) -> Result<Vec<(String, PathBuf)>, String> {
+    let features = format!("{package}/cuda-nvrtc");
+    let stderr = cargo_linked(&["test", "--release", "--no-run", "-p", package], &features)?;
+    let built = test_binaries(&stderr);
+    if built.is_empty() {
+        return Err(format!("cargo named no test binary of {package}:\n{stderr}"));
+    }
+    Ok(built)
+}
+
+/// The test binaries `cargo test --no-run` names in its output: lines such as
+/// `Executable tests/kernels.rs (/target/release/deps/kernels-0123abcd)`.
+pub(crate) fn test_binaries(cargo_output: &str) -> Vec<(String, PathBuf)> {
+    cargo_output
+        .lines()
+        .filter_map(|l| {
+            let rest = l.trim().strip_prefix("Executable ")?;
+            let (source, path) = rest.rsplit_once(" (")?;
+            let source = source.strip_prefix("unittests ").unwrap_or(source);
+            Some((source.to_owned(), PathBuf::from(path.strip_suffix(')')?)))
+        })
+        .collect()
+}
+
+/// Runs cargo with `args` and `features` in the offline CUDA build's target dir, linking the
+/// stand-ins for cubecl-llvm's symbols: cargo's output on success.
+fn cargo_linked(args: &[&str], features: &str) -> Result<String, String> {
     let target = crate::target_dir().join("cuda-offline");
     let archive = std::path::absolute(target.join("llvm-stubs/libswitchyard_llvm_stubs.a"))
         .map_err(|e| format!("the stand-ins' path: {e}"))?;
@@ -106,62 +149,40 @@ pub(crate) fn build(tests: bool) -> Result<Vec<PathBuf>, String> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     // Every undefined symbol in one link, not lld's first 20.
     let rustflags = format!("-C link-arg={} -C link-arg=-Wl,--error-limit=0", archive.display());
-    let features = "switchyard/cuda-nvrtc,switchyard-bench/cuda-nvrtc";
-    let mut attempts =
-        vec![vec!["build", "--release", "-p", "switchyard", "-p", "switchyard-bench"]];
-    if tests {
-        attempts.push(vec![
-            "test",
-            "--release",
-            "--no-run",
-            "-p",
-            "switchyard-cube",
-            "-p",
-            "switchyard-dispatch",
-            "-p",
-            "switchyard-models",
-            "-p",
-            "switchyard-train",
-        ]);
-    }
-    for args in attempts {
-        // A first link may miss LLVM symbols the stand-ins do not cover yet: add them, link again.
-        for round in 0..3 {
-            eprintln!("xtask build-cuda: cargo {} (round {})", args.join(" "), round + 1);
-            let out = Command::new(&cargo)
-                .args(&args)
-                .args(["--features", features])
-                .env("CARGO_TARGET_DIR", &target)
-                .env("DOCS_RS", "1")
-                .env("CUDARC_CUDA_VERSION", CUDA_VERSION)
-                .env("RUSTFLAGS", &rustflags)
-                .output()
-                .map_err(|e| format!("could not start cargo: {e}"))?;
-            let stderr = String::from_utf8_lossy(&out.stderr);
-            if out.status.success() {
-                // `cargo test --no-run` names each test binary it built.
-                stderr.lines().filter(|l| l.contains("Executable")).for_each(|l| eprintln!("{l}"));
-                break;
-            }
-            let missing = undefined_symbols(&stderr);
-            if missing.is_empty() || round == 2 {
-                return Err(format!("the build failed:\n{stderr}"));
-            }
-            let mut names = missing;
-            let known = target.join("llvm-stubs/symbols.txt");
-            if let Ok(old) = std::fs::read_to_string(&known) {
-                names.extend(old.lines().map(str::to_owned));
-            }
-            names.sort();
-            names.dedup();
-            eprintln!("xtask build-cuda: {} LLVM symbols to stand in for", names.len());
-            std::fs::write(&known, names.join("\n"))
-                .map_err(|e| format!("{}: {e}", known.display()))?;
-            write_stubs(&names, &archive)?;
+    // A first link may miss LLVM symbols the stand-ins do not cover yet: add them, link again.
+    let mut round = 0;
+    loop {
+        eprintln!("xtask build-cuda: cargo {} (round {})", args.join(" "), round + 1);
+        let out = Command::new(&cargo)
+            .args(args)
+            .args(["--features", features])
+            .env("CARGO_TARGET_DIR", &target)
+            .env("DOCS_RS", "1")
+            .env("CUDARC_CUDA_VERSION", CUDA_VERSION)
+            .env("RUSTFLAGS", &rustflags)
+            .output()
+            .map_err(|e| format!("could not start cargo: {e}"))?;
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        if out.status.success() {
+            return Ok(stderr);
         }
+        let missing = undefined_symbols(&stderr);
+        if missing.is_empty() || round == 2 {
+            return Err(format!("the build failed:\n{stderr}"));
+        }
+        let mut names = missing;
+        let known = target.join("llvm-stubs/symbols.txt");
+        if let Ok(old) = std::fs::read_to_string(&known) {
+            names.extend(old.lines().map(str::to_owned));
+        }
+        names.sort();
+        names.dedup();
+        eprintln!("xtask build-cuda: {} LLVM symbols to stand in for", names.len());
+        std::fs::write(&known, names.join("\n"))
+            .map_err(|e| format!("{}: {e}", known.display()))?;
+        write_stubs(&names, &archive)?;
+        round += 1;
     }
-    let release = target.join("release");
-    Ok(vec![release.join("switchyard"), release.join("switchyard-bench")])
 }
 
 #[cfg(test)]
@@ -184,5 +205,19 @@ mod tests {
             c.contains("void LLVMContextCreate(void) { called(\"LLVMContextCreate\"); }"),
             "{c}"
         );
+    }
+
+    #[test]
+    fn test_binaries_are_read_from_cargos_executable_lines() {
+        let out = "   Compiling switchyard-cube v0.1.0\n\
+                   \x20   Finished `release` profile [optimized] target(s) in 1m\n\
+                   \x20 Executable unittests src/lib.rs (/t/release/deps/switchyard_cube-0a1b)\n\
+                   \x20 Executable tests/kernels.rs (/t/release/deps/kernels-2c3d)\n";
+        let want = [
+            ("src/lib.rs".to_owned(), PathBuf::from("/t/release/deps/switchyard_cube-0a1b")),
+            ("tests/kernels.rs".to_owned(), PathBuf::from("/t/release/deps/kernels-2c3d")),
+        ];
+        assert_eq!(test_binaries(out), want);
+        assert!(test_binaries("error: could not compile").is_empty());
     }
 }

@@ -5,6 +5,10 @@
 //! (restored to f32 there, so every engine loads the same weights), and both corpora.
 //! `crates/bench/peers/device.sh` runs them there; `cargo xtask bench --report DIR` reads what
 //! it wrote.
+//!
+//! `--tests` writes `.cache/device-tests/` instead: the cube crate's test binaries built with
+//! cuda-nvrtc, stripped and in xz, which `crates/bench/peers/device-tests.sh` runs on `cuda:0`
+//! there (its kernels in every dtype, the conformance suite), carried in a call of their own.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -17,6 +21,23 @@ const BUDGET: u64 = 58 << 20;
 
 /// The task.
 pub fn bundle(args: &[String]) -> ExitCode {
+    if args.iter().any(|a| a == "--tests") {
+        return match tests() {
+            Ok((dir, bytes)) => {
+                println!(
+                    "xtask device-bundle: {} ({:.1} MiB); there, from the repository's root:\n  \
+                     crates/bench/peers/device-tests.sh OUT_DIR\n(carry .cache/device-tests)",
+                    dir.display(),
+                    mib(bytes)
+                );
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("xtask device-bundle: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let cuda = args.iter().any(|a| a == "--cuda");
     match make(cuda) {
         Ok((dir, bytes)) => {
@@ -25,7 +46,7 @@ pub fn bundle(args: &[String]) -> ExitCode {
                  crates/bench/peers/device.sh {} OUT_DIR [THREADS]\n\
                  (carry .cache/device), then here: cargo xtask bench --report OUT_DIR",
                 dir.display(),
-                bytes as f64 / f64::from(1 << 20),
+                mib(bytes),
                 if cuda { "cpu|gpu|all" } else { "cpu" },
             );
             ExitCode::SUCCESS
@@ -51,11 +72,7 @@ fn make(cuda: bool) -> Result<(PathBuf, u64), String> {
     } else {
         plain.clone()
     };
-    let dir = root.join(".cache/device");
-    if dir.exists() {
-        std::fs::remove_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    }
-    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let dir = fresh(root.join(".cache/device"))?;
     // Without its symbols (51 MB to 41 for the plain build, 123 to 92 for the CUDA one), then
     // xz: 7 MB and 14 MB.
     let bin = dir.join("switchyard-bench");
@@ -81,16 +98,53 @@ fn make(cuda: bool) -> Result<(PathBuf, u64), String> {
         let name = c.file_name().expect("a corpus file");
         std::fs::copy(c, dir.join(name)).map_err(|e| format!("{}: {e}", c.display()))?;
     }
+    within_budget(dir)
+}
+
+/// `.cache/device-tests/`: each test binary of the cube crate's cuda-nvrtc build, stripped and
+/// in xz, named for its source (`kernels.xz` for `tests/kernels.rs`, `lib.xz` for the unit
+/// tests).
+fn tests() -> Result<(PathBuf, u64), String> {
+    let built = crate::cuda::build_tests("switchyard-cube")?;
+    let dir = fresh(crate::workspace().join(".cache/device-tests"))?;
+    for (source, binary) in built {
+        let stem = Path::new(&source).file_stem().and_then(|s| s.to_str()).unwrap_or("test");
+        let bin = dir.join(stem);
+        step(
+            &format!("stripping {}", binary.display()),
+            Command::new("strip").arg("-o").arg(&bin).arg(&binary),
+        )?;
+        step("compressing it with xz", Command::new("xz").args(["-9", "-T2"]).arg(&bin))?;
+    }
+    within_budget(dir)
+}
+
+/// `dir`, emptied.
+fn fresh(dir: PathBuf) -> Result<PathBuf, String> {
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    Ok(dir)
+}
+
+/// `dir` and its size, or an error where the device tool could not carry it.
+fn within_budget(dir: PathBuf) -> Result<(PathBuf, u64), String> {
     let bytes = size(&dir)?;
     if bytes > BUDGET {
         return Err(format!(
             "{} holds {:.1} MiB, more than the {} MiB the device tool can carry beside the tree",
             dir.display(),
-            bytes as f64 / f64::from(1 << 20),
+            mib(bytes),
             BUDGET >> 20
         ));
     }
     Ok((dir, bytes))
+}
+
+/// Bytes in MiB.
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / f64::from(1 << 20)
 }
 
 /// The bytes of every file under `dir`.

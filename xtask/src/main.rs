@@ -48,11 +48,13 @@ tasks:
                download LLVM: DOCS_RS=1 and stand-ins for the LLVM symbols cubecl-llvm references
                (NVRTC compiles every kernel); in TARGET/cuda-offline, for a machine with NVIDIA's
                driver and the CUDA toolkit's NVRTC (docs/backends.md, CUDA offline)
-  device-bundle [--cuda]
+  device-bundle [--cuda | --tests]
                what the benchmarks need on a machine with no Rust toolchain and no network (the
                release switchyard-bench stripped and in xz, with --cuda the build-cuda one;
                all-MiniLM-L6-v2 in f16, in xz; both corpora), in .cache/device/, for
-               crates/bench/peers/device.sh to run there (docs/benchmarks.md)
+               crates/bench/peers/device.sh to run there (docs/benchmarks.md); with --tests the
+               cube crate's cuda-nvrtc test binaries instead, in .cache/device-tests/, for
+               crates/bench/peers/device-tests.sh
   lint         cargo fmt --check, clippy with warnings denied, and rustdoc with warnings denied;
                clippy on flex for aarch64 too where Rust's standard library for it is installed
   fuzz [--cases N] [--seed S]

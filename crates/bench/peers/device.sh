@@ -101,18 +101,8 @@ if [[ $what != gpu ]]; then
 fi
 
 if [[ $what != cpu ]]; then
-    # libcublas for the `cublas` matmul rows: the CUDA toolkit's, else the one PyTorch's wheels
-    # bring, where the loader's own path has none.
-    if ! ldconfig -p 2>/dev/null | grep -q 'libcublas\.so'; then
-        cublas=$(python3 -c 'import glob, os, site
-dirs = {os.path.dirname(p) for d in site.getsitepackages()
-        for p in glob.glob(d + "/nvidia/**/libcublas.so*", recursive=True)}
-print(":".join(sorted(dirs)))' 2>/dev/null || true)
-        for d in "${CUDA_PATH:-/usr/local/cuda}/lib64" $cublas; do
-            [[ -d $d ]] && export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-        done
-    fi
-    echo "cuBLAS: LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}; $(ldconfig -p 2>/dev/null | grep -c 'libcublas\.so') in the loader's cache" >>"$out/machine.txt"
+    # libcublas for the `cublas` matmul rows.
+    source "$here/cuda-libs.sh" >>"$out/machine.txt"
     # First what says most in the least time, should the lease end early.
     say "each kernel's time on the device"
     : >"$out/gpu-kernels.txt"
