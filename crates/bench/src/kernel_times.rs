@@ -26,7 +26,7 @@ const WARM_UPS: usize = 2;
 /// sequences (default 256) of the `--shape` encoder (default bge-base) on the cube device
 /// `--device`, in `--dtype` (default the device's own), with the device's default kernels, or
 /// half-precision attention in tiles (`--tiles`) and the products by `--matmul` (a routine's
-/// name, `tuned` or `burn`, the default).
+/// name, `tuned` or `burn`, the default; not `cublas`, whose kernels CubeCL does not see).
 pub(crate) fn run(args: &[String]) {
     let args = Args::new(args, USAGE);
     let device: Device = args.need_parsed("--device");
@@ -44,6 +44,12 @@ pub(crate) fn run(args: &[String]) {
     };
     if device.family().backend != "cube" {
         args.fail(format!("{device} is not a cube device: CubeCL times only its own kernels"))
+    }
+    if matmul == Matmul::Cublas {
+        args.fail(
+            "--matmul cublas: cuBLAS's products are not CubeCL kernels, which are all this \
+             times; `--gpus-only` and `--matmuls` time them",
+        )
     }
     let log = std::env::temp_dir().join(format!("switchyard-kernels-{}.log", std::process::id()));
     // Before the device opens: CubeCL reads its configuration once.

@@ -42,3 +42,21 @@ fn missing_and_malformed_arguments_are_errors_with_the_usage() {
         assert!(!stderr.contains("panicked"), "{stderr}");
     }
 }
+
+/// `kernel-times` refuses, before opening a device, what CubeCL's profiling cannot time.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+#[test]
+fn kernel_times_refuses_what_cubecl_cannot_time() {
+    let cases: [(&[&str], &str); 2] = [
+        (&["kernel-times", "--device", "flex"], "flex is not a cube device"),
+        (
+            &["kernel-times", "--device", "wgpu:0", "--matmul", "cublas"],
+            "--matmul cublas: cuBLAS's products are not CubeCL kernels",
+        ),
+    ];
+    for (args, says) in cases {
+        let (code, stderr) = bench(args);
+        assert_eq!(code, Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(says) && stderr.contains("usage: switchyard-bench"), "{stderr}");
+    }
+}
