@@ -301,7 +301,7 @@ mod tune {
     use super::{Matmul, Operands, Routine, TunedChoice, launch};
 
     /// The candidates, identified by their choice; Burn's first, as the tuner's fallback.
-    type Set = TunableSet<String, Operands, (), Matmul>;
+    pub(super) type Set = TunableSet<String, Operands, (), Matmul>;
 
     static TUNER: LocalTuner<String, CubeTuneId> = local_tuner!("switchyard-product");
 
@@ -377,6 +377,17 @@ mod tune {
     /// Writes the product into the operands' `out` by the choice for its shape, tuning first
     /// where there is none yet.
     pub(super) fn run(ops: Operands) -> Result<(), String> {
+        run_with(&TUNER, candidates, launch, ops)
+    }
+
+    /// [`run`] by `tuner` over `candidates`, each choice launched by `launch`: what a test
+    /// swaps to make the fastest candidate a wrong one.
+    pub(super) fn run_with(
+        tuner: &LocalTuner<String, CubeTuneId>,
+        candidates: impl Fn() -> Set + Send + Sync + 'static,
+        launch: impl Fn(Matmul, &Operands) -> Result<(), String>,
+        ops: Operands,
+    ) -> Result<(), String> {
         let client = ops.0.client.clone();
         let id = CubeTuneId::new(&client, &ops.0.device);
         let (device, shape) = (id.to_string(), shape(&ops));
@@ -394,13 +405,13 @@ mod tune {
                 launch(Matmul::Burn, &ops)
             });
         }
-        let set: Arc<Set> = TUNER.init(&id, candidates);
+        let set: Arc<Set> = tuner.init(&id, candidates);
         let start = Instant::now();
         // Times every candidate on these operands, then writes the product by the fastest (or,
         // while another thread is tuning the shape, by the first candidate that runs).
-        TUNER.execute(&id, &client, set.clone(), ops.clone());
-        if let Some(fastest) = TUNER.fastest_identity(&id, &set, &shape) {
-            let matmul = checked(fastest, &ops, launch);
+        tuner.execute(&id, &client, set.clone(), ops.clone());
+        if let Some(fastest) = tuner.fastest_identity(&id, &set, &shape) {
+            let matmul = checked(fastest, &ops, &launch);
             if matmul != fastest {
                 // The product just written is the rejected routine's.
                 launch(matmul, &ops)?;
@@ -463,6 +474,64 @@ mod tests {
         };
         assert_eq!(tune::checked(routine, &ops, failing), Matmul::Burn);
         assert_eq!(tune::checked(Matmul::Burn, &ops, failing), Matmul::Burn);
+    }
+
+    /// On llvmpipe, through the tuner itself: a candidate that is fastest because it writes the
+    /// wrong product is timed, chosen, refused, and Burn's product is what the run leaves and
+    /// what later runs of the shape use.
+    #[cfg(all(feature = "wgpu", not(feature = "fusion")))]
+    #[test]
+    fn a_tuned_shape_whose_fastest_candidate_is_wrong_runs_burns_choice() {
+        use burn_cubecl::{CubeBackend, CubeTuneId};
+        use cubecl::tune::{LocalTuner, Tunable, TunableSet, local_tuner};
+        static TUNER: LocalTuner<String, CubeTuneId> = local_tuner!("switchyard-product-test");
+        let cube = crate::wgpu::open(0).expect("a wgpu adapter");
+        let tensor = |values: Vec<f32>, shape: &[usize]| {
+            switchyard_burn::floats::<CubeBackend>(values, shape, cube.device())
+        };
+        // A shape no other test tunes: 6 rows (8 when rounded), 11 deep, 5 wide.
+        let x = tensor((0..66).map(|i| (i % 7) as f32 - 3.0).collect(), &[6, 11]);
+        let other = tensor((0..66).map(|i| (i % 5) as f32).collect(), &[6, 11]);
+        let wt = tensor((0..55).map(|i| (i % 3) as f32 + 0.5).collect(), &[11, 5]);
+        let read = |t: CubeTensor| switchyard_burn::read_f32::<CubeBackend>(t).expect("read");
+        let want = {
+            let out = super::super::empty(&x, [6, 5]);
+            launch(Matmul::Burn, &(x.clone(), wt.clone(), out.clone())).expect("Burn's product");
+            read(out)
+        };
+        let wrong = Matmul::Routine(Routine::SimpleUnit);
+        // The wrong candidate: `other`'s product, once. Burn's: its product twenty times over,
+        // so that the wrong one is the fastest by far.
+        let wrongly = move |(_, wt, out): &Operands| {
+            launch(Matmul::Burn, &(other.clone(), wt.clone(), out.clone()))
+        };
+        let run_as = {
+            let wrongly = wrongly.clone();
+            move |how: Matmul, ops: &Operands| match how {
+                Matmul::Burn => launch(how, ops),
+                _ => wrongly(ops),
+            }
+        };
+        let candidates = move || -> tune::Set {
+            let wrongly = wrongly.clone();
+            TunableSet::new(tune::shape, |_: &String, ops: &Operands| ops.clone())
+                .with(Tunable::identified(Matmul::Burn, |ops: Operands| {
+                    (0..20).try_for_each(|_| launch(Matmul::Burn, &ops))
+                }))
+                .with(Tunable::identified(wrong, move |ops: Operands| wrongly(&ops)))
+        };
+        let out = super::super::empty(&x, [6, 5]);
+        let ops: Operands = (x.clone(), wt.clone(), out.clone());
+        tune::run_with(&TUNER, candidates.clone(), &run_as, ops).expect("a product");
+        assert_eq!(read(out), want, "the run's product is Burn's");
+        let shape = "[8, 11] x [11, 5] F32";
+        let chosen: Vec<Matmul> =
+            tuned_choices().into_iter().filter(|c| c.shape == shape).map(|c| c.matmul).collect();
+        assert_eq!(chosen, [Matmul::Burn], "{:?}", tuned_choices());
+        // The shape again: no tuning, Burn's choice.
+        let out = super::super::empty(&x, [6, 5]);
+        tune::run_with(&TUNER, candidates, &run_as, (x, wt, out.clone())).expect("a product");
+        assert_eq!(read(out), want);
     }
 
     #[test]
