@@ -527,10 +527,11 @@ fn bench_pooling(name: &str, cube: &Dispatch, width: usize, batch: &BatchBuf, re
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 const SMALL_VOCAB: usize = 512;
 
-/// cubek's matmul routines on each GPU, in the device's own dtype: for each batch of
-/// [`gpu_batches`], the encoder's four linear layer shapes timed alone under each routine (the
-/// layer's op alone, the device synchronised around it), then the whole encoder with the routine
-/// that made a layer's linears fastest, beside Burn's choice, as `gpu` lines for the PyTorch peer.
+/// cubek's matmul routines (and the tuned choice and cuBLAS) on each GPU, in the device's own
+/// dtype: for each batch of [`gpu_batches`], the encoder's four linear layer shapes timed alone
+/// under each (the layer's op alone, the device synchronised around it), then the whole encoder
+/// with the choice that made a layer's linears fastest, beside Burn's choice and the tuned one,
+/// as `gpu` lines for the PyTorch peer.
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 fn bench_matmuls(reps: usize) {
     use switchyard_dispatch::cube::{Matmul, with_matmul};
