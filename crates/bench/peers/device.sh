@@ -13,9 +13,9 @@
 #      `switchyard-bench --gpus-only` (into gpu-ours.txt); PyTorch on the same batches beside
 #      it (gpu_peer.py, into gpu-peer.txt); cubek's matmul routines and the tuned matmul
 #      (`--matmuls`, into gpu-matmuls.txt; cuBLAS's products too, where libcublas loads); then the mixed corpus on cuda:0 in f32 and the
-#      device's own dtype, again with attention in tiles and the tuned matmul
-#      (SWITCHYARD_CUBE_ATTENTION, SWITCHYARD_CUBE_MATMUL: their cosines to f32 check them on a
-#      real model), beside sentence-transformers on the GPU in fp32 and fp16
+#      device's own dtype, again with attention in tiles and the tuned matmul, and with tiles
+#      and cuBLAS (SWITCHYARD_CUBE_ATTENTION, SWITCHYARD_CUBE_MATMUL: their cosines to f32
+#      check them on a real model), beside sentence-transformers on the GPU in fp32 and fp16
 #      (runs-gpu-corpus.tsv); needs a bundle made with --cuda;
 # all: both.
 # A step that fails says so and the rest still run. It also writes machine.txt (CPU, memory, load, GPU, the peers' versions). Back on the
@@ -132,6 +132,10 @@ if [[ $what != cpu ]]; then
     SWITCHYARD_CUBE_ATTENTION=tiles SWITCHYARD_CUBE_MATMUL=tuned "$bin" corpus --model "$model" \
         --corpus "$texts" --threads "$(nproc)" --max-len 256 --device cuda:0 --dtypes f32,auto \
         --orders sorted | tee -a "$runs" || say "Switchyard on cuda:0 with tiles and tuned failed"
+    say "the same with attention in tiles and cuBLAS's products (f32 first: the cosines' reference)"
+    SWITCHYARD_CUBE_ATTENTION=tiles SWITCHYARD_CUBE_MATMUL=cublas "$bin" corpus --model "$model" \
+        --corpus "$texts" --threads "$(nproc)" --max-len 256 --device cuda:0 --dtypes f32,auto \
+        --orders sorted | tee -a "$runs" || say "Switchyard on cuda:0 with tiles and cublas failed"
     python3 "$here/peers.py" --model "$model" --corpus "$texts" --threads "$(nproc)" --max-len 256 \
         --engines st-cuda,st-cuda-fp16 | tee -a "$runs" || say "sentence-transformers failed"
 fi
