@@ -27,7 +27,11 @@ log=$out/gpu-tests.txt
 } >"$log" 2>&1
 status=0
 summary=()
-for packed in "$tests"/*.xz; do
+# The kernel tests first (what llvmpipe cannot check), should the call run out of time.
+order=()
+for name in kernels conformance lib kernel_times; do [[ -e $tests/$name.xz ]] && order+=("$tests/$name.xz"); done
+for packed in "$tests"/*.xz; do [[ " ${order[*]} " == *" $packed "* ]] || order+=("$packed"); done
+for packed in "${order[@]}"; do
     name=$(basename "$packed" .xz)
     bin=$work/$name
     if command -v xz >/dev/null; then
