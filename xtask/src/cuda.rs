@@ -100,9 +100,10 @@ pub(crate) fn build(tests: bool) -> Result<Vec<PathBuf>, String> {
     let features = "switchyard/cuda-nvrtc,switchyard-bench/cuda-nvrtc";
     cargo_linked(&["build", "--release", "-p", "switchyard", "-p", "switchyard-bench"], features)?;
     if tests {
-        let packages = ["switchyard-cube", "switchyard-dispatch", "switchyard-models"];
+        let packages =
+            ["switchyard-cube", "switchyard-dispatch", "switchyard-models", "switchyard-train"];
         let mut args = vec!["test", "--release", "--no-run"];
-        packages.iter().chain(&["switchyard-train"]).for_each(|p| args.extend(["-p", p]));
+        packages.iter().for_each(|p| args.extend(["-p", p]));
         let stderr = cargo_linked(&args, features)?;
         // `cargo test --no-run` names each test binary it built.
         stderr.lines().filter(|l| l.contains("Executable")).for_each(|l| eprintln!("{l}"));
