@@ -30,7 +30,9 @@ pub type Cube = switchyard_burn::Burn<burn_cubecl::Cube, CubeKernels>;
 #[cfg(any(feature = "wgpu", feature = "cuda", feature = "rocm", feature = "cpu"))]
 pub use env::{ATTENTION_ENV, MATMUL_ENV};
 #[cfg(any(feature = "wgpu", feature = "cuda", feature = "rocm", feature = "cpu"))]
-pub use kernels::{CubeKernels, KernelSet, Launched, Matmul, Routine, TunedChoice, tuned_choices};
+pub use kernels::{
+    CubeKernels, KernelSet, Launched, Matmul, ROW_GRANULE, Routine, TunedChoice, tuned_choices,
+};
 #[cfg(any(feature = "wgpu", feature = "cuda", feature = "rocm", feature = "cpu"))]
 pub use memory::{DeviceMemory, Pools, device_memory, thread_memory};
 #[cfg(any(feature = "wgpu", feature = "cuda", feature = "rocm", feature = "cpu"))]

@@ -598,8 +598,9 @@ fn llvmpipe_through_vulkan_has_f16_so_the_half_precision_tests_run() {
 fn a_named_routine_computes_every_linear_layer_the_epilogue_takes() {
     let mut dtypes = vec![DType::F32];
     dtypes.extend(half_dtypes());
-    // The routines without tensor cores run on every device, in f32 exactly.
-    for routine in [Routine::SimpleUnit, Routine::DoubleUnit] {
+    // The routines without tensor cores run on every device, in f32 exactly; the tile-DSL one
+    // on rows padded to a granule (135 rows here).
+    for routine in [Routine::SimpleUnit, Routine::DoubleUnit, Routine::TiledCpuGemm] {
         for dtype in &dtypes {
             for (act, bias, residual) in [(Act::Gelu, true, false), (Act::Identity, false, false)] {
                 let cube = with_matmul(&device(KernelSet::MEASURED), Matmul::Routine(routine));
@@ -662,24 +663,29 @@ fn the_tuned_matmul_times_the_routines_once_a_shape_and_runs_the_fastest() {
     }
 }
 
+/// A tensor-core routine of each family: cubek's multi-level one, and its tile-DSL one (on rows
+/// padded to a granule, in a layer whose widths its stages divide).
 #[test]
 fn a_tensor_core_routine_runs_where_the_device_has_them_and_is_a_clear_error_where_not() {
-    let cube = common::open().expect("the device under test");
-    // `auto` is f32 exactly where the device has no cooperative matrix products in f16.
-    let dtype = switchyard_core::Backend::caps(&cube).auto;
-    let cube = with_matmul(&cube, Matmul::Routine(Routine::SimpleCmma));
-    let cube = switchyard_core::Backend::with_dtype(cube, dtype).expect("its own dtype");
-    let graph = linear(100, 63, Act::Identity, true, true);
-    if dtype != DType::F32 {
-        check_within(cube, &graph, &[1, 64, 70], "simple-cmma", tolerance(dtype));
-        return;
-    }
-    match run_both(cube, &graph, &[1, 64, 70]) {
-        Err(Error::Unsupported(e)) => {
-            assert!(e.contains("simple-cmma") && e.contains("unavailable"), "{e}");
-            assert_eq!(e, e.trim_end(), "no trailing blank lines");
+    for (routine, k, n) in [(Routine::SimpleCmma, 100, 63), (Routine::TiledCmma, 128, 64)] {
+        let cube = common::open().expect("the device under test");
+        // `auto` is f32 exactly where the device has no cooperative matrix products in f16.
+        let dtype = switchyard_core::Backend::caps(&cube).auto;
+        let cube = with_matmul(&cube, Matmul::Routine(routine));
+        let cube = switchyard_core::Backend::with_dtype(cube, dtype).expect("its own dtype");
+        let graph = linear(k, n, Act::Identity, true, true);
+        let name = routine.name();
+        if dtype != DType::F32 {
+            check_within(cube, &graph, &[1, 64, 70], name, tolerance(dtype));
+            continue;
         }
-        other => panic!("expected Unsupported, got {:?}", other.map(|_| "outputs")),
+        match run_both(cube, &graph, &[1, 64, 70]) {
+            Err(Error::Unsupported(e)) => {
+                assert!(e.contains(name) && e.to_lowercase().contains("unavailable"), "{e}");
+                assert_eq!(e, e.trim_end(), "no trailing blank lines");
+            }
+            other => panic!("{name}: expected Unsupported, got {:?}", other.map(|_| "outputs")),
+        }
     }
 }
 

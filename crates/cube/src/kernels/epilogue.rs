@@ -16,7 +16,7 @@ use super::gemm::{activate, code};
 use super::matmul::Matmul;
 
 /// Units per cube.
-const UNITS: usize = 256;
+pub(crate) const UNITS: usize = 256;
 
 /// `y[i] = act(y[i] + bias[i % n]) + residual[i]` for the `len` values of `y`, rows `n` wide;
 /// `bias` and `residual` are read only when their flags say so.
@@ -50,7 +50,7 @@ fn epilogue_kernel<F: Float>(
 
 /// The grid for `len` values, [`UNITS`] a cube, folded into a second dimension past the 65535
 /// cubes a dimension holds: `None` past what one launch holds (or past `u32` values).
-fn grid(len: usize) -> Option<(u32, u32)> {
+pub(crate) fn grid(len: usize) -> Option<(u32, u32)> {
     let cubes = len.div_ceil(UNITS);
     let x = cubes.clamp(1, super::MAX_CUBES);
     let y = cubes.div_ceil(x).max(1);

@@ -21,6 +21,8 @@ use cubek::matmul::routine::BlueprintStrategy;
 
 #[cfg(not(feature = "fusion"))]
 use burn_cubecl::tensor::CubeTensor;
+#[cfg(not(feature = "fusion"))]
+use cubecl::prelude::*;
 
 /// Which routine computes a linear layer's product under the crate's epilogue kernel.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -43,10 +45,16 @@ pub enum Matmul {
 /// cubek's matmul routines: how the operands are staged through shared memory (one stage,
 /// double-buffered, with producer warps, or through Hopper's TMA unit) and which product
 /// instruction the tiles use (`Cmma`: cooperative matrix fragments; `Mma`: explicit register
-/// fragments; `Unit`: each unit a tile of scalars, no tensor cores).
+/// fragments; `Unit`: each unit a tile of scalars, no tensor cores). The `Tiled` ones are
+/// cubek's routines on its tile DSL, which size their stages to fill the device's
+/// multiprocessors and take only shapes their stages divide: their products run on rows padded
+/// to [`ROW_GRANULE`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[allow(missing_docs)]
 pub enum Routine {
+    TiledCmma,
+    TiledCmmaAsync,
+    TiledCmmaTma,
     SimpleCmma,
     SimpleMma,
     SimpleMultiRowsCmma,
@@ -65,11 +73,20 @@ pub enum Routine {
     SpecializedTmaMma,
     SimpleUnit,
     DoubleUnit,
+    TiledCpuGemm,
 }
 
+/// The rows a padding choice's products run on are a multiple of this
+/// ([`Matmul::pads_rows`]): tile-DSL routines take only shapes their stages divide, and a
+/// ragged batch has a new row count nearly every time.
+pub const ROW_GRANULE: usize = 128;
+
 impl Routine {
-    /// Every routine, tensor-core ones first.
-    pub const ALL: [Routine; 18] = [
+    /// Every routine, tensor-core ones first, the tile-DSL ones (newest) before the rest.
+    pub const ALL: [Routine; 22] = [
+        Routine::TiledCmma,
+        Routine::TiledCmmaAsync,
+        Routine::TiledCmmaTma,
         Routine::SimpleCmma,
         Routine::SimpleMma,
         Routine::SimpleMultiRowsCmma,
@@ -88,6 +105,7 @@ impl Routine {
         Routine::SpecializedTmaMma,
         Routine::SimpleUnit,
         Routine::DoubleUnit,
+        Routine::TiledCpuGemm,
     ];
 
     /// The routine's name, as [`Matmul::from_str`] reads it.
@@ -111,62 +129,78 @@ impl Routine {
             Routine::SpecializedTmaMma => "specialized-tma-mma",
             Routine::SimpleUnit => "simple-unit",
             Routine::DoubleUnit => "double-unit",
+            Routine::TiledCmma => "tiled-cmma",
+            Routine::TiledCmmaAsync => "tiled-cmma-async",
+            Routine::TiledCmmaTma => "tiled-cmma-tma",
+            Routine::TiledCpuGemm => "tiled-cpu-gemm",
         }
     }
 
     /// Whether the routine's products run on tensor cores (cooperative matrix instructions).
     pub fn tensor_cores(self) -> bool {
-        !matches!(self, Routine::SimpleUnit | Routine::DoubleUnit)
+        !matches!(self, Routine::SimpleUnit | Routine::DoubleUnit | Routine::TiledCpuGemm)
+    }
+
+    /// Whether the routine is one of cubek's on its tile DSL, which runs on padded rows.
+    pub fn tiled(self) -> bool {
+        matches!(
+            self,
+            Routine::TiledCmma
+                | Routine::TiledCmmaAsync
+                | Routine::TiledCmmaTma
+                | Routine::TiledCpuGemm
+        )
     }
 
     /// cubek's strategy for the routine, its tile sizes left for cubek to choose per problem.
     #[cfg_attr(feature = "fusion", allow(dead_code))]
-    fn strategy(self) -> Strategy {
+    fn strategy(self) -> cubek::matmul::strategy::Strategy {
+        use BlueprintStrategy::Inferred;
         use Routine as R;
+        use Strategy as Multi;
         use TileMatmulKind::{Cmma, Mma};
+        use cubek::matmul::tiled::{Strategy as Tiled, cmma::CmmaStrategy};
         let kind = if self.name().ends_with("-mma") { Mma } else { Cmma };
-        let simple =
-            |multi_rows| BlueprintStrategy::Inferred(SimpleArgs { tile_matmul: kind, multi_rows });
-        let double = |specialized| {
-            BlueprintStrategy::Inferred(DoubleBufferingArgs { tile_matmul: kind, specialized })
-        };
-        let tma = BlueprintStrategy::Inferred(SimpleArgs { tile_matmul: kind, multi_rows: false });
+        let simple = |multi_rows| Inferred(SimpleArgs { tile_matmul: kind, multi_rows });
+        let double = |specialized| Inferred(DoubleBufferingArgs { tile_matmul: kind, specialized });
+        let tma = Inferred(SimpleArgs { tile_matmul: kind, multi_rows: false });
         // The ordered routine's selection as Burn's autotuning tries it first.
-        let ordered = BlueprintStrategy::Inferred(OrderedSelectionArgs {
+        let ordered = Inferred(OrderedSelectionArgs {
             tile_matmul: kind,
             partition_k: Some(2),
             row_count: Some(4),
             rows_per_plane: Some(2),
         });
+        let cmma = |s: CmmaStrategy| Tiled::Cmma(Inferred(s)).into();
         match self {
             R::SimpleCmma | R::SimpleMultiRowsCmma => {
-                Strategy::SimpleCyclicCmma(simple(self == R::SimpleMultiRowsCmma))
+                Multi::SimpleCyclicCmma(simple(self == R::SimpleMultiRowsCmma)).into()
             }
             R::SimpleMma | R::SimpleMultiRowsMma => {
-                Strategy::SimpleCyclicMma(simple(self == R::SimpleMultiRowsMma))
+                Multi::SimpleCyclicMma(simple(self == R::SimpleMultiRowsMma)).into()
             }
-            R::OrderedCmma => Strategy::OrderedDoubleCmma(ordered),
-            R::OrderedMma => Strategy::OrderedDoubleMma(ordered),
-            R::DoubleCyclicCmma => Strategy::DoubleCyclicCmma(double(false)),
-            R::DoubleCyclicMma => Strategy::DoubleCyclicMma(double(false)),
-            R::DoubleSpecializedCmma => Strategy::DoubleCyclicCmma(double(true)),
-            R::DoubleSpecializedMma => Strategy::DoubleCyclicMma(double(true)),
+            R::OrderedCmma => Multi::OrderedDoubleCmma(ordered).into(),
+            R::OrderedMma => Multi::OrderedDoubleMma(ordered).into(),
+            R::DoubleCyclicCmma => Multi::DoubleCyclicCmma(double(false)).into(),
+            R::DoubleCyclicMma => Multi::DoubleCyclicMma(double(false)).into(),
+            R::DoubleSpecializedCmma => Multi::DoubleCyclicCmma(double(true)).into(),
+            R::DoubleSpecializedMma => Multi::DoubleCyclicMma(double(true)).into(),
             R::SpecializedCyclicCmma => {
-                Strategy::SpecializedCyclicCmma(BlueprintStrategy::Inferred(Default::default()))
+                Multi::SpecializedCyclicCmma(Inferred(Default::default())).into()
             }
             R::SpecializedCyclicMma => {
-                Strategy::SpecializedCyclicMma(BlueprintStrategy::Inferred(Default::default()))
+                Multi::SpecializedCyclicMma(Inferred(Default::default())).into()
             }
-            R::SimpleTmaCmma => Strategy::SimpleTmaCmma(tma),
-            R::SimpleTmaMma => Strategy::SimpleTmaMma(tma),
-            R::SpecializedTmaCmma => {
-                Strategy::SpecializedTmaCmma(BlueprintStrategy::Inferred(Default::default()))
-            }
-            R::SpecializedTmaMma => {
-                Strategy::SpecializedTmaMma(BlueprintStrategy::Inferred(Default::default()))
-            }
-            R::SimpleUnit => Strategy::SimpleUnit(BlueprintStrategy::Inferred(Default::default())),
-            R::DoubleUnit => Strategy::DoubleUnit(BlueprintStrategy::Inferred(Default::default())),
+            R::SimpleTmaCmma => Multi::SimpleTmaCmma(tma).into(),
+            R::SimpleTmaMma => Multi::SimpleTmaMma(tma).into(),
+            R::SpecializedTmaCmma => Multi::SpecializedTmaCmma(Inferred(Default::default())).into(),
+            R::SpecializedTmaMma => Multi::SpecializedTmaMma(Inferred(Default::default())).into(),
+            R::SimpleUnit => Multi::SimpleUnit(Inferred(Default::default())).into(),
+            R::DoubleUnit => Multi::DoubleUnit(Inferred(Default::default())).into(),
+            R::TiledCmma => cmma(CmmaStrategy::default()),
+            R::TiledCmmaAsync => cmma(CmmaStrategy::async_copy()),
+            R::TiledCmmaTma => cmma(CmmaStrategy::tma()),
+            R::TiledCpuGemm => Tiled::CpuGemm(Inferred(Default::default())).into(),
         }
     }
 }
@@ -177,6 +211,17 @@ impl Matmul {
         std::iter::once(Matmul::Burn)
             .chain(Routine::ALL.into_iter().map(Matmul::Routine))
             .chain([Matmul::Tuned, Matmul::Cublas])
+    }
+
+    /// Whether this choice's products run on rows padded to a multiple of [`ROW_GRANULE`]: the
+    /// tile-DSL routines, which take no other row counts, and the tuned choice, which times
+    /// them among the rest.
+    pub fn pads_rows(self) -> bool {
+        match self {
+            Matmul::Routine(r) => r.tiled(),
+            Matmul::Tuned => true,
+            Matmul::Burn | Matmul::Cublas => false,
+        }
     }
 
     /// Why this choice cannot compute products on `device`, if it cannot be known before a
@@ -213,7 +258,9 @@ impl FromStr for Matmul {
 }
 
 /// `x . wt` for `x: [m, k]` and `wt: [k, n]` of one float dtype, by `how`: an error where the
-/// routine cannot run on this device, in this dtype or at these sizes.
+/// routine cannot run on this device, in this dtype or at these sizes. A choice that
+/// [pads rows](Matmul::pads_rows) multiplies `x` with zero rows below it and returns the first
+/// `m` rows of its product.
 #[cfg(not(feature = "fusion"))]
 pub(crate) fn product(x: CubeTensor, wt: &CubeTensor, how: Matmul) -> Result<CubeTensor, String> {
     use burn_backend::ops::FloatTensorOps;
@@ -224,14 +271,71 @@ pub(crate) fn product(x: CubeTensor, wt: &CubeTensor, how: Matmul) -> Result<Cub
     let wt = super::contiguous(wt.clone());
     let [m, _] = super::dims(&x);
     let [_, n] = super::dims(&wt);
-    let out = super::empty(&x, [m, n]);
+    let rows = if how.pads_rows() { m.next_multiple_of(ROW_GRANULE) } else { m };
+    let x = if rows > m { pad_rows(x, rows)? } else { x };
+    let out = super::empty(&x, [rows, n]);
     match how {
         Matmul::Routine(routine) => launch(how, &(x, wt, out.clone()))
             .map_err(|e| format!("cubek's {} matmul: {e}", routine.name()))?,
         Matmul::Cublas => super::cublas::product(&x, &wt, &out)?,
         _ => tune::run((x, wt, out.clone()))?,
     }
+    Ok(if rows > m { burn_cubecl::kernel::slice(out, &[0..m, 0..n]) } else { out })
+}
+
+/// Units per cube of [`pad_kernel`], whose grid is the epilogue's.
+#[cfg(not(feature = "fusion"))]
+const PAD_UNITS: usize = super::epilogue::UNITS;
+
+/// `dst` is `src`'s `len` values, then zeros to its `total`.
+#[cfg(not(feature = "fusion"))]
+#[cube(launch)]
+fn pad_kernel<F: Float>(
+    src: &[F],
+    dst: &mut [F],
+    len: u32,
+    total: u32,
+    #[define(F)] _dtype: ElemType,
+) {
+    let cube = (CUBE_POS_Y * CUBE_COUNT_X + CUBE_POS_X) as usize;
+    let i = cube * PAD_UNITS + UNIT_POS as usize;
+    if i < len as usize {
+        dst[i] = src[i];
+    } else if i < total as usize {
+        dst[i] = F::cast_from(0.0f32);
+    }
+}
+
+/// `x` (plain rows, `[m, k]`) with zero rows below it to `rows` in all, in a new tensor.
+#[cfg(not(feature = "fusion"))]
+fn pad_rows(x: CubeTensor, rows: usize) -> Result<CubeTensor, String> {
+    let k = super::dims(&x)[1];
+    let out = super::empty(&x, [rows, k]);
+    pad_into(x, &out)?;
     Ok(out)
+}
+
+/// Writes `x` (plain rows, `[m, k]`) into the first rows of `out` (`[rows, k]`, `rows >= m`),
+/// and zeros into the rest.
+#[cfg(not(feature = "fusion"))]
+fn pad_into(x: CubeTensor, out: &CubeTensor) -> Result<(), String> {
+    let [m, k] = super::dims(&x);
+    let rows = super::dims(out)[0];
+    let (len, total) = (m * k, rows * k);
+    let (gx, gy) = super::epilogue::grid(total)
+        .ok_or_else(|| format!("padding [{m}, {k}] to {rows} rows: more than one launch holds"))?;
+    let dtype = burn_backend::cubecl::dtype_to_storage_type(x.dtype);
+    pad_kernel::launch(
+        &x.client.clone(),
+        CubeCount::Static(gx, gy, 1),
+        CubeDim::new_1d(PAD_UNITS as u32),
+        x.into_buffer_arg(),
+        out.clone().into_buffer_arg(),
+        len as u32,
+        total as u32,
+        dtype,
+    );
+    Ok(())
 }
 
 /// A product's operands: `x: [m, k]`, `wt: [k, n]` and the `out: [m, n]` it is written to,
@@ -246,7 +350,7 @@ fn launch(how: Matmul, (x, wt, out): &Operands) -> Result<(), String> {
     use cubek::matmul::definition::{MatmulElems, MatmulGlobalElems};
     use cubek::std::InputBinding;
     let strategy: cubek::matmul::strategy::Strategy = match how {
-        Matmul::Routine(routine) => routine.strategy().into(),
+        Matmul::Routine(routine) => routine.strategy(),
         // What Burn's matmul launches for plain rows when built without `autotune`.
         _ => Default::default(),
     };
@@ -534,25 +638,54 @@ mod tests {
         assert_eq!(read(out), want);
     }
 
+    /// On llvmpipe: padding keeps every value of the rows and zeros the rows below them, over
+    /// whatever the buffer held (a routine timed by the tuner is checked on the whole padded
+    /// product, where a stray value would fail it), in f32 and f16.
+    #[cfg(all(feature = "wgpu", not(feature = "fusion")))]
+    #[test]
+    fn padded_rows_keep_the_values_and_are_zeros_below() {
+        use burn_backend::ops::FloatTensorOps;
+        use burn_cubecl::CubeBackend;
+        let cube = crate::wgpu::open(0).expect("a wgpu adapter");
+        let floats = |values: Vec<f32>, shape: &[usize], dtype: burn_backend::DType| {
+            let t = switchyard_burn::floats::<CubeBackend>(values, shape, cube.device());
+            CubeBackend::float_cast(t, dtype.into())
+        };
+        let values: Vec<f32> = (1..=15).map(|i| i as f32).collect();
+        for dtype in [burn_backend::DType::F32, burn_backend::DType::F16] {
+            let x = floats(values.clone(), &[3, 5], dtype);
+            let out = floats(vec![7.0; 40], &[8, 5], dtype);
+            pad_into(x.clone(), &out).expect("padded");
+            let got = switchyard_burn::read_f32::<CubeBackend>(out).expect("read");
+            assert_eq!(got[..15], values[..], "{dtype:?}");
+            assert!(got[15..].iter().all(|v| *v == 0.0), "{dtype:?}: {:?}", &got[15..]);
+            let padded = pad_rows(x, ROW_GRANULE).expect("padded");
+            assert_eq!(super::super::dims(&padded), [ROW_GRANULE, 5]);
+        }
+    }
+
     #[test]
     fn every_choice_reads_back_from_its_name_and_an_unknown_name_lists_them() {
         let all: Vec<Matmul> = Matmul::all().collect();
-        assert_eq!(all.len(), 21);
+        assert_eq!(all.len(), 25);
         for m in &all {
             assert_eq!(m.to_string().parse::<Matmul>(), Ok(*m));
         }
         let names: std::collections::HashSet<String> = all.iter().map(|m| m.to_string()).collect();
         assert_eq!(names.len(), all.len(), "names are distinct");
         let e = "fast".parse::<Matmul>().unwrap_err();
-        assert!(e.contains("`fast`") && e.contains("burn, simple-cmma"), "{e}");
+        assert!(e.contains("`fast`") && e.contains("burn, tiled-cmma, tiled-cmma-async"), "{e}");
         assert!(!Routine::SimpleUnit.tensor_cores() && Routine::SpecializedTmaMma.tensor_cores());
+        assert!(!Routine::TiledCpuGemm.tensor_cores() && Routine::TiledCmmaTma.tensor_cores());
+        let padding: Vec<Matmul> = all.into_iter().filter(|m| m.pads_rows()).collect();
+        assert_eq!(padding.len(), 5, "the four tile-DSL routines and the tuned choice");
     }
 
     #[test]
     fn each_routine_asks_cubek_for_its_own_strategy_and_product_instruction() {
         for r in Routine::ALL {
             let s = r.strategy().to_string();
-            let kind = if r.name().ends_with("-mma") { "_mma" } else { "_cmma" };
+            let kind = if r.name().ends_with("-mma") { "_mma" } else { "cmma" };
             if r.tensor_cores() {
                 assert!(s.contains(kind), "{}: {s}", r.name());
             }

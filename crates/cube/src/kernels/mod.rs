@@ -48,7 +48,7 @@ mod tiles;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-pub use matmul::{Matmul, Routine, TunedChoice, tuned_choices};
+pub use matmul::{Matmul, ROW_GRANULE, Routine, TunedChoice, tuned_choices};
 use switchyard_burn::Kernels;
 #[cfg(not(feature = "fusion"))]
 use switchyard_burn::{Bound, Inputs, Outcome, RunCx};
