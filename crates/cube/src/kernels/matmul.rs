@@ -33,7 +33,8 @@ pub enum Matmul {
     Burn,
     /// A named routine of cubek's.
     Routine(Routine),
-    /// The fastest of Burn's choice and cubek's routines that run on the device, measured there
+    /// The fastest of Burn's choice and cubek's routines that run on the device (all but
+    /// `tiled-cpu-gemm`), measured there
     /// with CubeCL's tuner the first time a shape comes (its rows rounded up to a power of two,
     /// its width, depth and dtype), then kept for the process ([`tuned_choices`]).
     Tuned,
@@ -46,9 +47,10 @@ pub enum Matmul {
 /// double-buffered, with producer warps, or through Hopper's TMA unit) and which product
 /// instruction the tiles use (`Cmma`: cooperative matrix fragments; `Mma`: explicit register
 /// fragments; `Unit`: each unit a tile of scalars, no tensor cores). The `Tiled` ones are
-/// cubek's routines on its tile DSL, which size their stages to fill the device's
-/// multiprocessors and take only shapes their stages divide: their products run on rows padded
-/// to [`ROW_GRANULE`].
+/// cubek's routines on its tile DSL: the `cmma` ones size their stages to fill the device's
+/// multiprocessors and take only shapes their stages divide, so their products run on rows
+/// padded to [`ROW_GRANULE`]; `TiledCpuGemm` masks ragged edges, and pads too, so that a
+/// device without tensor cores runs the padding.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[allow(missing_docs)]
 pub enum Routine {
@@ -76,10 +78,16 @@ pub enum Routine {
     TiledCpuGemm,
 }
 
-/// The rows a padding choice's products run on are a multiple of this
-/// ([`Matmul::pads_rows`]): tile-DSL routines take only shapes their stages divide, and a
-/// ragged batch has a new row count nearly every time.
+/// The rows a padding choice's products run on are a multiple of this ([`Matmul::rows_for`]):
+/// the tile-DSL `cmma` routines take only shapes their stages divide, and a ragged batch has a
+/// new row count nearly every time.
 pub const ROW_GRANULE: usize = 128;
+
+/// The tuned choice pads only products of more rows than this, where padding adds at most an
+/// eighth: on fewer, the padded rows would cost more than any routine gains (on llvmpipe, 59
+/// rows padded to 128 made a layer's products 2.3x slower). Rows rounded up to a power of two
+/// name a tuned shape, so every product of one shape is padded, or none is.
+const TUNED_PADS_PAST: usize = 8 * ROW_GRANULE;
 
 impl Routine {
     /// Every routine, tensor-core ones first, the tile-DSL ones (newest) before the rest.
@@ -213,15 +221,16 @@ impl Matmul {
             .chain([Matmul::Tuned, Matmul::Cublas])
     }
 
-    /// Whether this choice's products run on rows padded to a multiple of [`ROW_GRANULE`]: the
-    /// tile-DSL routines, which take no other row counts, and the tuned choice, which times
-    /// them among the rest.
-    pub fn pads_rows(self) -> bool {
-        match self {
+    /// The rows this choice multiplies for a product of `m` rows: `m` rounded up to a multiple
+    /// of [`ROW_GRANULE`] for the tile-DSL routines, and for the tuned choice (which times the
+    /// `cmma` ones among the rest) past a thousand rows; `m` itself for the others.
+    pub fn rows_for(self, m: usize) -> usize {
+        let pads = match self {
             Matmul::Routine(r) => r.tiled(),
-            Matmul::Tuned => true,
+            Matmul::Tuned => m > TUNED_PADS_PAST,
             Matmul::Burn | Matmul::Cublas => false,
-        }
+        };
+        if pads { m.next_multiple_of(ROW_GRANULE) } else { m }
     }
 
     /// Why this choice cannot compute products on `device`, if it cannot be known before a
@@ -258,9 +267,9 @@ impl FromStr for Matmul {
 }
 
 /// `x . wt` for `x: [m, k]` and `wt: [k, n]` of one float dtype, by `how`: an error where the
-/// routine cannot run on this device, in this dtype or at these sizes. A choice that
-/// [pads rows](Matmul::pads_rows) multiplies `x` with zero rows below it and returns the first
-/// `m` rows of its product.
+/// routine cannot run on this device, in this dtype or at these sizes. A choice that pads rows
+/// ([`Matmul::rows_for`]) multiplies `x` with zero rows below it and returns the first `m` rows
+/// of its product.
 #[cfg(not(feature = "fusion"))]
 pub(crate) fn product(x: CubeTensor, wt: &CubeTensor, how: Matmul) -> Result<CubeTensor, String> {
     use burn_backend::ops::FloatTensorOps;
@@ -271,7 +280,7 @@ pub(crate) fn product(x: CubeTensor, wt: &CubeTensor, how: Matmul) -> Result<Cub
     let wt = super::contiguous(wt.clone());
     let [m, _] = super::dims(&x);
     let [_, n] = super::dims(&wt);
-    let rows = if how.pads_rows() { m.next_multiple_of(ROW_GRANULE) } else { m };
+    let rows = how.rows_for(m);
     let x = if rows > m { pad_rows(x, rows)? } else { x };
     let out = super::empty(&x, [rows, n]);
     match how {
@@ -428,7 +437,10 @@ mod tune {
         };
         let set = TunableSet::new(shape, |_: &String, ops: &Operands| ops.clone());
         let set = set.with(one(Matmul::Burn));
-        Routine::ALL.into_iter().fold(set, |set, r| set.with(one(Matmul::Routine(r))))
+        // Not the tile DSL's routine without tensor cores: tuned for CPUs, it was 17x to 150x
+        // slower than Burn's choice on llvmpipe, and timing it would slow every tuning.
+        let routines = Routine::ALL.into_iter().filter(|&r| r != Routine::TiledCpuGemm);
+        routines.fold(set, |set, r| set.with(one(Matmul::Routine(r))))
     }
 
     /// The largest difference from Burn's product a routine's may show, as a share of the
@@ -677,8 +689,12 @@ mod tests {
         assert!(e.contains("`fast`") && e.contains("burn, tiled-cmma, tiled-cmma-async"), "{e}");
         assert!(!Routine::SimpleUnit.tensor_cores() && Routine::SpecializedTmaMma.tensor_cores());
         assert!(!Routine::TiledCpuGemm.tensor_cores() && Routine::TiledCmmaTma.tensor_cores());
-        let padding: Vec<Matmul> = all.into_iter().filter(|m| m.pads_rows()).collect();
-        assert_eq!(padding.len(), 5, "the four tile-DSL routines and the tuned choice");
+        // The four tile-DSL routines pad any rows; the tuned choice past 1024 rows.
+        let padding = |m: usize| all.iter().filter(|c| c.rows_for(m) != m).count();
+        assert_eq!((padding(59), padding(1024), padding(1025), padding(2190)), (4, 0, 5, 5));
+        assert_eq!(Matmul::Tuned.rows_for(2190), 2304);
+        assert_eq!(Matmul::Routine(Routine::TiledCpuGemm).rows_for(59), 128);
+        assert_eq!(Matmul::Burn.rows_for(2190), 2190);
     }
 
     #[test]
