@@ -16,9 +16,13 @@
 #      device's own dtype, again with attention in tiles and the tuned matmul, and with tiles
 #      and cuBLAS (SWITCHYARD_CUBE_ATTENTION, SWITCHYARD_CUBE_MATMUL: their cosines to f32
 #      check them on a real model), beside sentence-transformers on the GPU in fp32 and fp16
-#      (runs-gpu-corpus.tsv); needs a bundle made with --cuda;
+#      (runs-gpu-corpus.tsv); last, cuBLAS handed over on the device (`cublas-queued`, new
+#      and not yet run on a GPU): the corpus again, and each kernel's time on bge-base 256;
+#      needs a bundle made with --cuda;
 # all: both.
-# A step that fails says so and the rest still run. It also writes machine.txt (CPU, memory, load, GPU, the peers' versions). Back on the
+# A step that fails says so and the rest still run; each GPU step has a time limit of its own
+# (STEP seconds, default 240), so one that hangs leaves time for the rest.
+# It also writes machine.txt (CPU, memory, load, GPU, the peers' versions). Back on the
 # machine with the toolchain, `cargo xtask bench --report OUT_DIR` prints the tables.
 #
 # Needs python3 with onnxruntime, onnx, torch, transformers and sentence-transformers (and
@@ -101,6 +105,7 @@ if [[ $what != gpu ]]; then
 fi
 
 if [[ $what != cpu ]]; then
+    step() { timeout "${STEP:-240}" "$@"; }
     # libcublas for the `cublas` matmul rows.
     source "$here/cuda-libs.sh" >>"$out/machine.txt"
     # First what says most in the least time, should the lease end early.
@@ -108,11 +113,11 @@ if [[ $what != cpu ]]; then
     : >"$out/gpu-kernels.txt"
     for batch in "bge-base 256" "bge-base 256 --tiles --matmul tuned" "bge-base 32" "minilm 256"; do
         set -- $batch
-        "$bin" kernel-times --device cuda:0 --shape "$1" --seqs "$2" "${@:3}" \
+        step "$bin" kernel-times --device cuda:0 --shape "$1" --seqs "$2" "${@:3}" \
             | tee -a "$out/gpu-kernels.txt" || say "kernel times of $batch failed"
     done
     say "the GPU benchmarks"
-    "$bin" 15 --gpus-only ${QUICK:+--quick} | tee "$out/gpu-ours.txt" || say "the GPU bench failed"
+    step "$bin" 15 --gpus-only ${QUICK:+--quick} | tee "$out/gpu-ours.txt" || say "the GPU bench failed"
     if ! grep -q '^gpu	' "$out/gpu-ours.txt"; then
         say "no GPU rows: no GPU there, or a bundle made without --cuda (the bench said why above)"
         exit 1
@@ -120,23 +125,31 @@ if [[ $what != cpu ]]; then
     # PyTorch before the matmul routines: they and the tuned matmul compile many kernels, and
     # the ratios to PyTorch matter more, should the lease end early.
     say "PyTorch on the same batches"
-    python3 "$here/gpu_peer.py" --ours "$out/gpu-ours.txt" | tee "$out/gpu-peer.txt" || say "gpu_peer.py failed"
+    step python3 "$here/gpu_peer.py" --ours "$out/gpu-ours.txt" | tee "$out/gpu-peer.txt" || say "gpu_peer.py failed"
     say "cubek's matmul routines"
-    "$bin" 15 --matmuls | tee "$out/gpu-matmuls.txt" || say "the matmul routines failed"
+    step "$bin" 15 --matmuls | tee "$out/gpu-matmuls.txt" || say "the matmul routines failed"
     texts=$(corpus corpus.jsonl)
     runs=$out/runs-gpu-corpus.tsv
     say "Switchyard on cuda:0 and sentence-transformers on the GPU, mixed corpus"
-    "$bin" corpus --model "$model" --corpus "$texts" --threads "$(nproc)" --max-len 256 \
+    step "$bin" corpus --model "$model" --corpus "$texts" --threads "$(nproc)" --max-len 256 \
         --device cuda:0 --dtypes f32,auto | tee "$runs" || say "Switchyard on cuda:0 failed"
     say "the same with attention in tiles and the tuned matmul"
-    SWITCHYARD_CUBE_ATTENTION=tiles SWITCHYARD_CUBE_MATMUL=tuned "$bin" corpus --model "$model" \
+    SWITCHYARD_CUBE_ATTENTION=tiles SWITCHYARD_CUBE_MATMUL=tuned step "$bin" corpus --model "$model" \
         --corpus "$texts" --threads "$(nproc)" --max-len 256 --device cuda:0 --dtypes f32,auto \
         --orders sorted | tee -a "$runs" || say "Switchyard on cuda:0 with tiles and tuned failed"
     say "the same with attention in tiles and cuBLAS's products (f32 first: the cosines' reference)"
-    SWITCHYARD_CUBE_ATTENTION=tiles SWITCHYARD_CUBE_MATMUL=cublas "$bin" corpus --model "$model" \
+    SWITCHYARD_CUBE_ATTENTION=tiles SWITCHYARD_CUBE_MATMUL=cublas step "$bin" corpus --model "$model" \
         --corpus "$texts" --threads "$(nproc)" --max-len 256 --device cuda:0 --dtypes f32,auto \
         --orders sorted | tee -a "$runs" || say "Switchyard on cuda:0 with tiles and cublas failed"
-    python3 "$here/peers.py" --model "$model" --corpus "$texts" --threads "$(nproc)" --max-len 256 \
+    step python3 "$here/peers.py" --model "$model" --corpus "$texts" --threads "$(nproc)" --max-len 256 \
         --engines st-cuda,st-cuda-fp16 | tee -a "$runs" || say "sentence-transformers failed"
+    say "the same with attention in tiles and cuBLAS handed over on the device"
+    SWITCHYARD_CUBE_ATTENTION=tiles SWITCHYARD_CUBE_MATMUL=cublas-queued step "$bin" corpus \
+        --model "$model" --corpus "$texts" --threads "$(nproc)" --max-len 256 --device cuda:0 \
+        --dtypes f32,auto --orders sorted | tee -a "$runs" \
+        || say "Switchyard on cuda:0 with tiles and cublas-queued failed"
+    step "$bin" kernel-times --device cuda:0 --shape bge-base --seqs 256 --tiles \
+        --matmul cublas-queued | tee -a "$out/gpu-kernels.txt" \
+        || say "kernel times with cublas-queued failed"
 fi
 say "done: $out"

@@ -26,7 +26,8 @@ const WARM_UPS: usize = 2;
 /// sequences (default 256) of the `--shape` encoder (default bge-base) on the cube device
 /// `--device`, in `--dtype` (default the device's own), with the device's default kernels, or
 /// half-precision attention in tiles (`--tiles`) and the products by `--matmul` (a routine's
-/// name, `tuned` or `burn`, the default; not `cublas`, whose kernels CubeCL does not see).
+/// name, `tuned` or `burn`, the default; `cublas-queued`, whose products CubeCL sees as the time
+/// its kernel waits for each; not `cublas`, whose products CubeCL does not see at all).
 pub(crate) fn run(args: &[String]) {
     let args = Args::new(args, USAGE);
     let device: Device = args.need_parsed("--device");
@@ -48,7 +49,8 @@ pub(crate) fn run(args: &[String]) {
     if matmul == Matmul::Cublas {
         args.fail(
             "--matmul cublas: cuBLAS's products are not CubeCL kernels, which are all this \
-             times; `--gpus-only` and `--matmuls` time them",
+             times; `--gpus-only` and `--matmuls` time them, and here `--matmul cublas-queued` \
+             shows each as the time a kernel waits for it",
         )
     }
     let log = std::env::temp_dir().join(format!("switchyard-kernels-{}.log", std::process::id()));

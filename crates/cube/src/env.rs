@@ -7,8 +7,8 @@ use switchyard_core::{Error, Result};
 use crate::Matmul;
 
 /// The environment variable naming the routine of the products under the epilogue: a
-/// [`Matmul`] by name (`burn`, the default; `tuned`; one of cubek's routines; `cublas` on CUDA
-/// devices).
+/// [`Matmul`] by name (`burn`, the default; `tuned`; one of cubek's routines; `cublas` or
+/// `cublas-queued` on CUDA devices).
 pub const MATMUL_ENV: &str = "SWITCHYARD_CUBE_MATMUL";
 
 /// The environment variable choosing how half-precision attention runs: `rows` (the default:

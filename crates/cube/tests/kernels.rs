@@ -689,10 +689,14 @@ fn a_tensor_core_routine_runs_where_the_device_has_them_and_is_a_clear_error_whe
     }
 }
 
+/// cuBLAS's two choices: the host waiting around each product, and the handover on the device.
+const CUBLAS: [Matmul; 2] = [Matmul::Cublas, Matmul::CublasQueued];
+
 /// On a CUDA device (`SWITCHYARD_CUBE_DEVICE=cuda:N`), cuBLAS computes every linear layer the
 /// epilogue takes, alone and in an encoder whose joined projections attention reads in place, in
-/// each dtype within its bound (f32 exactly: cuBLAS's f32 sums, no TF32); elsewhere a run with it
-/// is a clear error, not a silent fall back to Burn's matmul.
+/// each dtype within its bound (f32 exactly: cuBLAS's f32 sums, no TF32), ordered against
+/// CubeCL's kernels either way; elsewhere a run with it is a clear error, not a silent fall back
+/// to Burn's matmul.
 #[test]
 fn cublas_computes_the_linear_layers_on_cuda_and_is_a_clear_error_elsewhere() {
     use switchyard_core::testkit::{EncoderSpec, bert_like};
@@ -704,15 +708,26 @@ fn cublas_computes_the_linear_layers_on_cuda_and_is_a_clear_error_elsewhere() {
     let on_cuda = common::name().starts_with("cuda:");
     let mut dtypes = vec![DType::F32];
     dtypes.extend(half_dtypes());
-    for dtype in dtypes {
+    for (dtype, matmul) in dtypes.into_iter().flat_map(|d| CUBLAS.map(|m| (d, m))) {
         for (what, graph, products) in &graphs {
-            let cube = with_matmul(&device(KernelSet::MEASURED), Matmul::Cublas);
+            let make = || with_matmul(&device(KernelSet::MEASURED), matmul);
+            let cube = make();
             let kernels = cube.kernels().clone();
-            let cube = switchyard_core::Backend::with_dtype(cube, dtype).expect("listed");
-            let what = format!("cublas, {what}, {dtype}");
+            let in_dtype =
+                |cube| switchyard_core::Backend::with_dtype(cube, dtype).expect("listed");
+            let cube = in_dtype(cube);
+            let what = format!("{matmul}, {what}, {dtype}");
             if on_cuda {
                 check_within(cube, graph, &[1, 64, 70], &what, tolerance(dtype));
                 assert_eq!(kernels.launched().epilogue, *products, "{what}");
+                // Two host threads (two CubeCL streams) queueing products on the device at
+                // once, their flags taken in turn from the one handle.
+                std::thread::scope(|s| {
+                    for lens in [[3, 90, 41], [77, 2, 120]] {
+                        let (cube, what) = (in_dtype(make()), format!("{what}, two threads"));
+                        s.spawn(move || check_within(cube, graph, &lens, &what, tolerance(dtype)));
+                    }
+                });
                 continue;
             }
             match run_both(cube, graph, &[1, 64, 70]) {

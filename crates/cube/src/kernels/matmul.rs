@@ -41,6 +41,9 @@ pub enum Matmul {
     /// NVIDIA's cuBLAS, on CUDA devices only: the vendor's product beside cubek's, with the
     /// device waited on around each product (cuBLAS cannot join CubeCL's stream).
     Cublas,
+    /// cuBLAS as [`Matmul::Cublas`], ordered against CubeCL's kernels on the device (a flag
+    /// each way between the two streams) instead of by the host waiting.
+    CublasQueued,
 }
 
 /// cubek's matmul routines: how the operands are staged through shared memory (one stage,
@@ -214,11 +217,13 @@ impl Routine {
 }
 
 impl Matmul {
-    /// Every choice: Burn's, each routine, the tuned one, then cuBLAS.
+    /// Every choice: Burn's, each routine, the tuned one, then cuBLAS's two.
     pub fn all() -> impl Iterator<Item = Matmul> {
-        std::iter::once(Matmul::Burn)
-            .chain(Routine::ALL.into_iter().map(Matmul::Routine))
-            .chain([Matmul::Tuned, Matmul::Cublas])
+        std::iter::once(Matmul::Burn).chain(Routine::ALL.into_iter().map(Matmul::Routine)).chain([
+            Matmul::Tuned,
+            Matmul::Cublas,
+            Matmul::CublasQueued,
+        ])
     }
 
     /// The rows this choice multiplies for a product of `m` rows: `m` rounded up to a multiple
@@ -228,7 +233,7 @@ impl Matmul {
         let pads = match self {
             Matmul::Routine(r) => r.tiled(),
             Matmul::Tuned => m > TUNED_PADS_PAST,
-            Matmul::Burn | Matmul::Cublas => false,
+            Matmul::Burn | Matmul::Cublas | Matmul::CublasQueued => false,
         };
         if pads { m.next_multiple_of(ROW_GRANULE) } else { m }
     }
@@ -238,7 +243,7 @@ impl Matmul {
     /// routines runs depends on the dtype and shape too, so their errors come with a product.
     pub(crate) fn unavailable_on(self, device: &cubecl::Device) -> Option<String> {
         match self {
-            Matmul::Cublas => super::cublas::unavailable(device),
+            Matmul::Cublas | Matmul::CublasQueued => super::cublas::unavailable(device),
             _ => None,
         }
     }
@@ -251,6 +256,7 @@ impl fmt::Display for Matmul {
             Matmul::Routine(r) => f.write_str(r.name()),
             Matmul::Tuned => f.write_str("tuned"),
             Matmul::Cublas => f.write_str("cublas"),
+            Matmul::CublasQueued => f.write_str("cublas-queued"),
         }
     }
 }
@@ -286,7 +292,10 @@ pub(crate) fn product(x: CubeTensor, wt: &CubeTensor, how: Matmul) -> Result<Cub
     match how {
         Matmul::Routine(routine) => launch(how, &(x, wt, out.clone()))
             .map_err(|e| format!("cubek's {} matmul: {e}", routine.name()))?,
-        Matmul::Cublas => super::cublas::product(&x, &wt, &out)?,
+        Matmul::Cublas => super::cublas::product(&x, &wt, &out, super::cublas::Order::Host)?,
+        Matmul::CublasQueued => {
+            super::cublas::product(&x, &wt, &out, super::cublas::Order::Device)?
+        }
         _ => tune::run((x, wt, out.clone()))?,
     }
     Ok(if rows > m { burn_cubecl::kernel::slice(out, &[0..m, 0..n]) } else { out })
@@ -679,7 +688,7 @@ mod tests {
     #[test]
     fn every_choice_reads_back_from_its_name_and_an_unknown_name_lists_them() {
         let all: Vec<Matmul> = Matmul::all().collect();
-        assert_eq!(all.len(), 25);
+        assert_eq!(all.len(), 26);
         for m in &all {
             assert_eq!(m.to_string().parse::<Matmul>(), Ok(*m));
         }
