@@ -416,6 +416,9 @@ mod imp {
             let resource = client
                 .get_resource::<Server>(handle.clone())
                 .map_err(|e| format!("the device address of cuBLAS's flags: {e}"))?;
+            // The zeros in place before cuBLAS's stream first reads a flag: whatever the memory
+            // held before could let a product run early, or a late zero hide its `done` flag.
+            cubecl::future::block_on(client.sync()).map_err(|e| format!("CUDA device: {e}"))?;
             blas.flags = Some(Flags { handle, resource });
         }
         let (at, generation) = slot(blas.queued)
