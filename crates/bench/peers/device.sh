@@ -16,9 +16,9 @@
 #      device's own dtype, again with attention in tiles and the tuned matmul, and with tiles
 #      and cuBLAS (SWITCHYARD_CUBE_ATTENTION, SWITCHYARD_CUBE_MATMUL: their cosines to f32
 #      check them on a real model), beside sentence-transformers on the GPU in fp32 and fp16
-#      (runs-gpu-corpus.tsv); last, cuBLAS handed over on the device (`cublas-queued`, new
-#      and not yet run on a GPU): the corpus again, and each kernel's time on bge-base 256;
-#      needs a bundle made with --cuda;
+#      (runs-gpu-corpus.tsv), and last, the corpus with tiles and cuBLAS handed over on the
+#      device (`cublas-queued`, new: a short run of it comes first, and where that fails or
+#      hangs, every step leaves it out); needs a bundle made with --cuda;
 # all: both.
 # A step that fails says so and the rest still run; each GPU step has a time limit of its own
 # (STEP seconds, default 240), so one that hangs leaves time for the rest.
@@ -108,16 +108,26 @@ if [[ $what != cpu ]]; then
     step() { timeout "${STEP:-240}" "$@"; }
     # libcublas for the `cublas` matmul rows.
     source "$here/cuda-libs.sh" >>"$out/machine.txt"
+    : >"$out/gpu-kernels.txt"
+    # cuBLAS handed over on the device is new: a short run of it first (each kernel's time, a
+    # product's the time its `wait` kernel waits), and where that fails or hangs, the
+    # benchmarks leave it out, so that the rest still run.
+    say "a first run with cuBLAS handed over on the device (cublas-queued)"
+    without=()
+    if ! timeout 120 "$bin" kernel-times --device cuda:0 --shape bge-base --seqs 256 --tiles \
+        --matmul cublas-queued --runs 1 | tee -a "$out/gpu-kernels.txt"; then
+        say "cublas-queued failed or hung: left out of what follows"
+        without=(--without cublas-queued)
+    fi
     # First what says most in the least time, should the lease end early.
     say "each kernel's time on the device"
-    : >"$out/gpu-kernels.txt"
     for batch in "bge-base 256" "bge-base 256 --tiles --matmul tuned" "bge-base 32" "minilm 256"; do
         set -- $batch
         step "$bin" kernel-times --device cuda:0 --shape "$1" --seqs "$2" "${@:3}" \
             | tee -a "$out/gpu-kernels.txt" || say "kernel times of $batch failed"
     done
     say "the GPU benchmarks"
-    step "$bin" 15 --gpus-only ${QUICK:+--quick} | tee "$out/gpu-ours.txt" || say "the GPU bench failed"
+    step "$bin" 15 --gpus-only ${QUICK:+--quick} ${without[@]+"${without[@]}"} | tee "$out/gpu-ours.txt" || say "the GPU bench failed"
     if ! grep -q '^gpu	' "$out/gpu-ours.txt"; then
         say "no GPU rows: no GPU there, or a bundle made without --cuda (the bench said why above)"
         exit 1
@@ -127,7 +137,7 @@ if [[ $what != cpu ]]; then
     say "PyTorch on the same batches"
     step python3 "$here/gpu_peer.py" --ours "$out/gpu-ours.txt" | tee "$out/gpu-peer.txt" || say "gpu_peer.py failed"
     say "cubek's matmul routines"
-    step "$bin" 15 --matmuls | tee "$out/gpu-matmuls.txt" || say "the matmul routines failed"
+    step "$bin" 15 --matmuls ${without[@]+"${without[@]}"} | tee "$out/gpu-matmuls.txt" || say "the matmul routines failed"
     texts=$(corpus corpus.jsonl)
     runs=$out/runs-gpu-corpus.tsv
     say "Switchyard on cuda:0 and sentence-transformers on the GPU, mixed corpus"
@@ -143,13 +153,12 @@ if [[ $what != cpu ]]; then
         --orders sorted | tee -a "$runs" || say "Switchyard on cuda:0 with tiles and cublas failed"
     step python3 "$here/peers.py" --model "$model" --corpus "$texts" --threads "$(nproc)" --max-len 256 \
         --engines st-cuda,st-cuda-fp16 | tee -a "$runs" || say "sentence-transformers failed"
-    say "the same with attention in tiles and cuBLAS handed over on the device"
-    SWITCHYARD_CUBE_ATTENTION=tiles SWITCHYARD_CUBE_MATMUL=cublas-queued step "$bin" corpus \
-        --model "$model" --corpus "$texts" --threads "$(nproc)" --max-len 256 --device cuda:0 \
-        --dtypes f32,auto --orders sorted | tee -a "$runs" \
-        || say "Switchyard on cuda:0 with tiles and cublas-queued failed"
-    step "$bin" kernel-times --device cuda:0 --shape bge-base --seqs 256 --tiles \
-        --matmul cublas-queued | tee -a "$out/gpu-kernels.txt" \
-        || say "kernel times with cublas-queued failed"
+    if [[ ${#without[@]} == 0 ]]; then
+        say "the same with attention in tiles and cuBLAS handed over on the device"
+        SWITCHYARD_CUBE_ATTENTION=tiles SWITCHYARD_CUBE_MATMUL=cublas-queued step "$bin" corpus \
+            --model "$model" --corpus "$texts" --threads "$(nproc)" --max-len 256 \
+            --device cuda:0 --dtypes f32,auto --orders sorted | tee -a "$runs" \
+            || say "Switchyard on cuda:0 with tiles and cublas-queued failed"
+    fi
 fi
 say "done: $out"

@@ -533,7 +533,7 @@ const SMALL_VOCAB: usize = 512;
 /// with the choice that made a layer's linears fastest, beside Burn's choice and the tuned one,
 /// as `gpu` lines for the PyTorch peer.
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
-fn bench_matmuls(reps: usize) {
+fn bench_matmuls(reps: usize, without: &[switchyard_dispatch::cube::Matmul]) {
     use switchyard_dispatch::cube::{Matmul, with_matmul};
     for (device, software) in gpus() {
         let name = device.to_string();
@@ -576,7 +576,7 @@ fn bench_matmuls(reps: usize) {
             println!("    {:<26}{header} {:>9}", "routine", "a layer");
             let mut best: Option<(Matmul, Duration)> = None;
             let mut burns = None;
-            for matmul in Matmul::all() {
+            for matmul in Matmul::all().filter(|m| !without.contains(m)) {
                 let be = with(matmul);
                 let times: switchyard_core::Result<Vec<Duration>> = graphs
                     .iter()
@@ -626,7 +626,7 @@ fn bench_matmuls(reps: usize) {
                 whole.extend([Matmul::Cublas, Matmul::CublasQueued]);
             }
             let mut seen = std::collections::HashSet::new();
-            whole.retain(|m| seen.insert(*m));
+            whole.retain(|m| !without.contains(m) && seen.insert(*m));
             for matmul in whole {
                 let who = format!("{name}, our kernels, matmul {matmul}, {dtype}");
                 let Some(t) = survived(&who, || time_plan(with(matmul), &g, &batch, reps)) else {
@@ -681,7 +681,7 @@ fn with_kernels(be: &Dispatch, set: switchyard_dispatch::cube::KernelSet) -> Dis
 /// attention (without it, Burn's per-sequence attention is 8x to 24x slower on an H200), and
 /// not flex.
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
-fn bench_gpus(reps: usize, quick: bool) {
+fn bench_gpus(reps: usize, quick: bool, without: &[switchyard_dispatch::cube::Matmul]) {
     use switchyard_dispatch::cube::KernelSet;
     for (device, software) in gpus() {
         let name = device.to_string();
@@ -830,7 +830,7 @@ fn bench_gpus(reps: usize, quick: bool) {
                         on_cube(&cube, |c| with_tiled_attention(&with_matmul(c, matmul), tiles));
                     be.with_dtype(dtype).expect("its own dtype")
                 };
-                for (matmul, tiles) in runs {
+                for (matmul, tiles) in runs.into_iter().filter(|(m, _)| !without.contains(m)) {
                     let who = match tiles {
                         true => format!("{name}, attention in tiles, matmul {matmul}, {dtype}"),
                         false => format!("{name}, default kernels, matmul {matmul}, {dtype}"),
@@ -1015,8 +1015,21 @@ fn bench_remote(reps: usize) {
     println!("  ops, dropped `drops` tensors, and answered `reads` reads, each a round trip)");
 }
 
-/// `switchyard-bench [REPS] [--gpus-only] [--quick]`: every benchmark, or only the GPU devices'
-/// (`--quick`: fewer kernel sets on them, and no flex beside);
+/// The matmul choices each `--without NAME` leaves out of the GPU benchmarks (what a lease found
+/// hanging or failing, so the rest still run); exits naming the choices where a name is none.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+fn left_out(args: &[String]) -> Vec<switchyard_dispatch::cube::Matmul> {
+    const USAGE: &str = "[REPS] [--gpus-only | --matmuls] [--quick] [--without MATMUL]...";
+    let usage = args::Args::new(args, USAGE);
+    args.windows(2)
+        .filter(|w| w[0] == "--without")
+        .map(|w| w[1].parse().unwrap_or_else(|e| usage.fail(format!("--without: {e}"))))
+        .collect()
+}
+
+/// `switchyard-bench [REPS] [--gpus-only | --matmuls] [--quick] [--without MATMUL]...`: every
+/// benchmark, or only the GPU devices' (`--quick`: fewer kernel sets on them, and no flex
+/// beside; `--without`: no rows with that matmul choice);
 /// `switchyard-bench corpus ...`: see [`corpus::run`]; `serve ...` and `soak ...`: see
 /// [`serve::serve`] and [`serve::soak`]; `train ...` and `weights ...`: see [`train::run`] and
 /// [`weights::run`].
@@ -1039,16 +1052,21 @@ fn main() {
     }
     let gpus_only = args.iter().any(|a| a == "--gpus-only" || a == "--matmuls");
     let reps = args.iter().find_map(|a| a.parse().ok()).unwrap_or(15);
+    // Before any benchmark runs: a name that is no choice ends the bench at once.
+    #[cfg(any(feature = "wgpu", feature = "cuda"))]
+    let without = left_out(&args);
     if !gpus_only {
         bench_gemm(reps);
         bench_encoder(reps.div_ceil(3).max(3));
         bench_remote(reps.div_ceil(3).max(3));
     }
     #[cfg(any(feature = "wgpu", feature = "cuda"))]
-    if args.iter().any(|a| a == "--matmuls") {
-        bench_matmuls(reps.div_ceil(3).max(3));
-    } else {
-        bench_gpus(reps.div_ceil(3).max(3), args.iter().any(|a| a == "--quick"));
+    {
+        if args.iter().any(|a| a == "--matmuls") {
+            bench_matmuls(reps.div_ceil(3).max(3), &without);
+        } else {
+            bench_gpus(reps.div_ceil(3).max(3), args.iter().any(|a| a == "--quick"), &without);
+        }
     }
     #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
     if gpus_only {

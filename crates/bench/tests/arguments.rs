@@ -60,3 +60,15 @@ fn kernel_times_refuses_what_cubecl_cannot_time() {
         assert!(stderr.contains(says) && stderr.contains("usage: switchyard-bench"), "{stderr}");
     }
 }
+
+/// `--without` names a matmul choice, and one that is none ends the bench before it starts,
+/// listing the choices.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+#[test]
+fn without_takes_only_a_matmul_choice() {
+    let (code, stderr) = bench(&["3", "--without", "fast"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("--without: no matmul routine `fast`"), "{stderr}");
+    assert!(stderr.contains("cublas, cublas-queued"), "{stderr}");
+    assert!(stderr.contains("usage: switchyard-bench [REPS]"), "{stderr}");
+}
