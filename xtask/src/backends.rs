@@ -181,6 +181,11 @@ impl Build {
                 Err(_) => {}
             }
         }
+        // The bench's GPU code (its argument checks among it) sits behind its own feature of
+        // the same name; with the dispatch's wgpu built already, it costs only the bench's crate.
+        if b.features.split(',').any(|f| f == "switchyard-dispatch/wgpu") {
+            b.features.push_str(",switchyard-bench/wgpu");
+        }
         b
     }
 
