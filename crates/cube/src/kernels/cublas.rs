@@ -23,6 +23,7 @@ pub(crate) fn unavailable(device: &cubecl::Device) -> Option<String> {
 
 /// How a cuBLAS product is ordered against the kernels CubeCL queues before and after it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "fusion", allow(dead_code))]
 pub(crate) enum Order {
     /// The host waits for CubeCL's queue to drain before the product, and for the product
     /// before CubeCL queues anything more: two host waits, and the device idle while the host
@@ -54,8 +55,7 @@ pub(crate) fn product(
 /// The device-side handover of [`Order::Device`]: the flag slots and the two kernels of
 /// CubeCL's that raise and wait for them. They are plain CubeCL kernels, so any runtime runs
 /// them (the tests run them on llvmpipe); only CUDA's products use them.
-#[cfg(not(feature = "fusion"))]
-#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+#[cfg_attr(any(not(feature = "cuda"), feature = "fusion"), allow(dead_code))]
 pub(crate) mod flags {
     use cubecl::prelude::*;
 
@@ -199,7 +199,9 @@ mod imp {
     }
 }
 
+/// With `fusion`, products go through Burn's fusion and only [`unavailable`] is used.
 #[cfg(feature = "cuda")]
+#[cfg_attr(feature = "fusion", allow(dead_code, unused_imports))]
 mod imp {
     use std::collections::HashMap;
     use std::ffi::{c_int, c_void};
