@@ -7,7 +7,8 @@
 #
 # runs each binary on SWITCHYARD_CUBE_DEVICE (default cuda:0) into OUT_DIR/gpu-tests.txt and
 # ends with one line per binary; exits 1 if any failed. Arguments after OUT_DIR go to every
-# binary (a test name filter, --test-threads N).
+# binary (a test name filter, --test-threads N). Each binary has LIMIT seconds (default 120):
+# one that runs past it ends with rc 124 and the others still run.
 set -uo pipefail
 
 out=${1:?a folder for the results}
@@ -41,7 +42,9 @@ for packed in "${order[@]}"; do
     fi
     chmod +x "$bin"
     echo "== $name" | tee -a "$log"
-    "$bin" "$@" 2>&1 | tee "$work/$name.out"
+    # A limit per binary (LIMIT seconds, default 120), so one test that hangs on the device
+    # (cuBLAS handed over on the device is new) leaves time for the other binaries.
+    timeout "${LIMIT:-120}" "$bin" "$@" 2>&1 | tee "$work/$name.out"
     rc=${PIPESTATUS[0]}
     cat "$work/$name.out" >>"$log"
     [[ $rc == 0 ]] || status=1
