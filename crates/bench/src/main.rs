@@ -1021,6 +1021,9 @@ fn bench_remote(reps: usize) {
 fn left_out(args: &[String]) -> Vec<switchyard_dispatch::cube::Matmul> {
     const USAGE: &str = "[REPS] [--gpus-only | --matmuls] [--quick] [--without MATMUL]...";
     let usage = args::Args::new(args, USAGE);
+    if args.last().is_some_and(|a| a == "--without") {
+        usage.fail("--without takes a value")
+    }
     args.windows(2)
         .filter(|w| w[0] == "--without")
         .map(|w| w[1].parse().unwrap_or_else(|e| usage.fail(format!("--without: {e}"))))

@@ -71,4 +71,7 @@ fn without_takes_only_a_matmul_choice() {
     assert!(stderr.contains("--without: no matmul routine `fast`"), "{stderr}");
     assert!(stderr.contains("cublas, cublas-queued"), "{stderr}");
     assert!(stderr.contains("usage: switchyard-bench [REPS]"), "{stderr}");
+    let (code, stderr) = bench(&["3", "--gpus-only", "--without"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("--without takes a value"), "{stderr}");
 }

@@ -122,7 +122,9 @@ pub(crate) mod flags {
                 unsafe { BufferArg::from_raw_parts(handle.clone(), values.len()) }
             };
             let one = || (CubeCount::Static(1, 1, 1), CubeDim::new_1d(1));
-            for (at, generation) in [(0, 3), (1, 4), (2, 9), (0, 7)] {
+            // Each flag raised past what it holds, then offered a lower generation, which a
+            // plain store would write.
+            for (at, generation) in [(0, 7), (1, 4), (0, 3), (1, 2), (2, 1)] {
                 let (count, dim) = one();
                 raise::launch(&client, count, dim, arg(), at, generation);
             }
