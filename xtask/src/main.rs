@@ -38,7 +38,7 @@ tasks:
                $HOME/.cache/switchyard/libtorch-2.9.0 (or $SWITCHYARD_LIBTORCH); prints the
                environment the tch build and tests need
   check-gpu    type-checks the cube backend's cuda (with cuda-nvrtc, as build-cuda builds it),
-               rocm, cpu, vulkan and metal features,
+               rocm, cpu, vulkan and metal features, and its fusion feature on wgpu and cuda,
                which this machine cannot build (cubecl-cuda's, cubecl-hip's and cubecl-cpu's
                builds download LLVM) or test (llvmpipe crashes on SPIR-V; Metal is Apple's);
                DOCS_RS=1 makes the LLVM build scripts skip what a check never uses
@@ -198,22 +198,35 @@ const GPU_FEATURES: &str = "switchyard-dispatch/cuda,switchyard-dispatch/cuda-nv
 /// download and link that a real build needs, which a check never uses.
 fn check_gpu() -> ExitCode {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = Command::new(cargo)
-        .args(["check", "--workspace", "--all-targets", "--features"])
-        .arg(GPU_FEATURES)
-        .env("DOCS_RS", "1")
-        .status();
-    match status {
-        Ok(s) if s.success() => ExitCode::SUCCESS,
-        Ok(s) => {
-            eprintln!("xtask check-gpu: the GPU features do not type-check ({s})");
-            ExitCode::FAILURE
-        }
-        Err(e) => {
-            eprintln!("xtask check-gpu: could not start cargo: {e}");
-            ExitCode::FAILURE
+    // The workspace with every GPU runtime, then the cube crate with burn-fusion on wgpu and on
+    // CUDA, which no test builds.
+    let checks: [&[&str]; 3] = [
+        &["--workspace", "--features", GPU_FEATURES],
+        &["--package", "switchyard-cube", "--features", "wgpu,fusion"],
+        &["--package", "switchyard-cube", "--features", "cuda,cuda-nvrtc,fusion"],
+    ];
+    for args in checks {
+        let status = Command::new(&cargo)
+            .args(["check", "--all-targets"])
+            .args(args)
+            .env("DOCS_RS", "1")
+            .status();
+        match status {
+            Ok(s) if s.success() => {}
+            Ok(s) => {
+                eprintln!(
+                    "xtask check-gpu: `cargo check {}` does not type-check ({s})",
+                    args.join(" ")
+                );
+                return ExitCode::FAILURE;
+            }
+            Err(e) => {
+                eprintln!("xtask check-gpu: could not start cargo: {e}");
+                return ExitCode::FAILURE;
+            }
         }
     }
+    ExitCode::SUCCESS
 }
 
 /// Runs every fuzz target `--cases` times from `--seed`.

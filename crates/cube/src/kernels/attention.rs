@@ -35,7 +35,8 @@ const TILE_FLOATS: usize = 2048;
 
 /// The widest head the kernel takes: each unit keeps `head_dim` accumulators in registers, and
 /// the unrolled loops grow with it. Encoders use 32 to 128; 256 is the widest any checkpoint we
-/// know has (past 128, a GPU keeps part of them in local memory, slower but exact).
+/// know has. From 128 wide, part of a unit's query and accumulators spill to local memory on an
+/// H200 (slower but exact: `cuda_check` counts it; 64 wide takes 167 registers, none spilled).
 pub(crate) const MAX_HEAD_DIM: usize = 256;
 
 /// The score of a key a query does not see, and the running maximum before any key: finite, so
@@ -51,7 +52,8 @@ fn tile_keys(head_dim: usize) -> usize {
 /// `out[i] = softmax(q[i] . k[j] * scale over the keys j of i's sequence (within the window)) . v`,
 /// for each head. Rows are `[tokens, heads * head_dim]` of `F` (with `per_seq`, `q` and `out`
 /// are `[seqs, heads * head_dim]`, each sequence's row its first token's); arithmetic is f32.
-#[cube(launch)]
+#[cfg_attr(not(all(test, feature = "wgpu")), cube(launch))]
+#[cfg_attr(all(test, feature = "wgpu"), cube(launch, create_dummy_kernel))]
 #[allow(clippy::too_many_arguments)]
 fn varlen_attention<F: Float>(
     q: &[F],
@@ -351,6 +353,67 @@ pub(crate) fn run(
         dtype,
     );
     out
+}
+
+/// The kernel's variants as CUDA C++ for [`super::cuda_check`]: each dtype with heads 32 to 128 wide (256 in f32 and
+/// f16), and in f16 a window, a query per sequence and groups of keys; heads from 128 wide and
+/// groups from 8 keys may spill, as [`MAX_HEAD_DIM`] and `with_key_group` say.
+#[cfg(all(test, feature = "wgpu"))]
+pub(super) fn cuda_variants(sm: &super::cuda_check::Sm90) -> Vec<super::cuda_check::Variant> {
+    use super::cuda_check::Sm90;
+    use cubecl::ir::FloatKind::{BF16, F16, F32};
+    let build = |dtype, head_dim: usize, windowed, per_seq, group| {
+        let width = 2 * head_dim;
+        let kernel = varlen_attention::create_dummy_kernel(
+            sm.props(),
+            sm.target(),
+            CubeCount::Static(1, 2, 1),
+            CubeDim::new_1d(BLOCK as u32),
+            sm.buffer(64 * width),
+            sm.buffer(64 * width),
+            sm.buffer(64 * width),
+            sm.buffer(64 * width),
+            sm.buffer(2),
+            sm.buffer(1),
+            sm.buffer(1),
+            width as u32,
+            width as u32,
+            width as u32,
+            2,
+            0.125,
+            8,
+            head_dim,
+            tile_keys(head_dim),
+            windowed,
+            per_seq,
+            group,
+            ElemType::Float(dtype),
+        );
+        let name = format!(
+            "attention {dtype:?} heads {head_dim}{}{}, keys {group} a step",
+            if windowed { " windowed" } else { "" },
+            if per_seq { " a query a sequence" } else { "" },
+        );
+        let mut v = Sm90::variant(name, kernel);
+        v.may_spill = head_dim >= 128 || group >= 8;
+        v
+    };
+    let mut all = Vec::new();
+    for dtype in [F32, F16, BF16] {
+        for head_dim in [32, 64, 128] {
+            all.push(build(dtype, head_dim, false, false, 1));
+        }
+    }
+    all.push(build(F32, MAX_HEAD_DIM, false, false, 1));
+    all.push(build(F16, MAX_HEAD_DIM, false, false, 1));
+    all.push(build(F16, 64, true, false, 1));
+    all.push(build(F16, 64, false, true, 1));
+    // The groups the benchmarks time (`with_key_group`); more keys a step take longer to
+    // compile (32: 25 s) than the check is worth.
+    for group in [4, 8] {
+        all.push(build(F16, 64, false, false, group));
+    }
+    all
 }
 
 #[cfg(test)]

@@ -76,7 +76,8 @@ pub(crate) mod flags {
     /// Raises `flags[at]` to `generation`, never lowering it: products queued from two host
     /// threads (two CubeCL streams) may reach the device in another order than cuBLAS's stream
     /// waits for them.
-    #[cube(launch)]
+    #[cfg_attr(not(all(test, feature = "wgpu")), cube(launch))]
+    #[cfg_attr(all(test, feature = "wgpu"), cube(launch, create_dummy_kernel))]
     pub(crate) fn raise(flags: &mut [Atomic<u32>], at: u32, generation: u32) {
         flags[at as usize].fetch_max(generation);
     }
@@ -89,6 +90,22 @@ pub(crate) mod flags {
     #[cfg_attr(all(test, feature = "wgpu"), cube(launch, create_dummy_kernel))]
     pub(crate) fn wait(flags: &[Atomic<u32>], at: u32, generation: u32) {
         while flags[at as usize].load() < generation {}
+    }
+
+    /// `raise` and `wait` as CUDA C++ for [`crate::kernels::cuda_check`].
+    #[cfg(all(test, feature = "wgpu", not(feature = "fusion")))]
+    pub(crate) fn cuda_variants(
+        sm: &crate::kernels::cuda_check::Sm90,
+    ) -> Vec<crate::kernels::cuda_check::Variant> {
+        use crate::kernels::cuda_check::Sm90;
+        let one = || (CubeCount::Static(1, 1, 1), CubeDim::new_1d(1));
+        let (count, dim) = one();
+        let raise =
+            raise::create_dummy_kernel(sm.props(), sm.target(), count, dim, sm.buffer(8), 1, 1);
+        let (count, dim) = one();
+        let wait =
+            wait::create_dummy_kernel(sm.props(), sm.target(), count, dim, sm.buffer(8), 1, 1);
+        vec![Sm90::variant("cublas flags: raise", raise), Sm90::variant("cublas flags: wait", wait)]
     }
 
     #[cfg(test)]
@@ -138,34 +155,15 @@ pub(crate) mod flags {
 
         /// `wait` compiled to CUDA C++: the flag is read through a `volatile` pointer inside the
         /// loop, so the compiler cannot read it once and spin on a register.
-        #[cfg(feature = "wgpu")]
+        #[cfg(all(feature = "wgpu", not(feature = "fusion")))]
         #[test]
         fn the_wait_reads_its_flag_afresh_each_time_round_on_cuda() {
-            use cubecl::Compiler;
-            use cubecl_cpp::shared::{CompilationOptions, CppCompiler};
-            use cubecl_cpp::target::Cuda;
-            use std::sync::Arc;
-            let cube = crate::wgpu::open(0).expect("a wgpu adapter");
-            let client = cube.device().client();
-            let mut props = client.properties().clone();
-            cubecl_cpp::register_supported_types(&mut props);
-            let handle = client.create_from_slice(&[0u8; 8]);
-            // SAFETY: a live device buffer of two u32s.
-            let flags = unsafe { BufferArg::from_raw_parts(handle, 2) };
-            let kernel = wait::create_dummy_kernel(
-                Arc::new(props),
-                client.target_properties_shared(),
-                CubeCount::Static(1, 1, 1),
-                CubeDim::new_1d(1),
-                flags,
-                1,
-                1,
-            );
-            let options = CompilationOptions { warp_size: 32, ..Default::default() };
-            let src = CppCompiler::<Cuda>::default()
-                .compile(CubeKernel::define(&kernel), &options)
-                .expect("CUDA C++ for the wait")
-                .to_string();
+            use crate::kernels::cuda_check::Sm90;
+            let sm = Sm90::new();
+            let (count, dim) = (CubeCount::Static(1, 1, 1), CubeDim::new_1d(1));
+            let kernel =
+                wait::create_dummy_kernel(sm.props(), sm.target(), count, dim, sm.buffer(2), 1, 1);
+            let src = Sm90::source(kernel);
             let body = &src[src.find("while").or_else(|| src.find("for (")).expect("a loop")..];
             assert!(body.contains("volatile uint32_t const*"), "{src}");
         }

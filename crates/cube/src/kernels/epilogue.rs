@@ -20,7 +20,8 @@ pub(crate) const UNITS: usize = 256;
 
 /// `y[i] = act(y[i] + bias[i % n]) + residual[i]` for the `len` values of `y`, rows `n` wide;
 /// `bias` and `residual` are read only when their flags say so.
-#[cube(launch)]
+#[cfg_attr(not(all(test, feature = "wgpu")), cube(launch))]
+#[cfg_attr(all(test, feature = "wgpu"), cube(launch, create_dummy_kernel))]
 #[allow(clippy::too_many_arguments)]
 fn epilogue_kernel<F: Float>(
     y: &mut [F],
@@ -126,6 +127,44 @@ pub(crate) fn product(
     matmul: Matmul,
 ) -> Result<CubeTensor, String> {
     Ok(super::contiguous(super::matmul::product(x, wt, matmul)?))
+}
+
+/// The kernel's variants as CUDA C++ for [`super::cuda_check`]: every activation with a bias in f16, and in each dtype a bias and GELU, and a bias and residual.
+#[cfg(all(test, feature = "wgpu"))]
+pub(super) fn cuda_variants(sm: &super::cuda_check::Sm90) -> Vec<super::cuda_check::Variant> {
+    use super::cuda_check::Sm90;
+    use cubecl::ir::FloatKind::{BF16, F16, F32};
+    let build = |dtype, act: Act, residual| {
+        let kernel = epilogue_kernel::create_dummy_kernel(
+            sm.props(),
+            sm.target(),
+            CubeCount::Static(4, 1, 1),
+            CubeDim::new_1d(UNITS as u32),
+            sm.buffer(4 * UNITS),
+            sm.buffer(64),
+            sm.buffer(4 * UNITS),
+            4 * UNITS as u32,
+            64,
+            code(act),
+            true,
+            residual,
+            ElemType::Float(dtype),
+        );
+        let name =
+            format!("epilogue {dtype:?} {act:?}{}", if residual { " + residual" } else { "" });
+        Sm90::variant(name, kernel)
+    };
+    let mut all = Vec::new();
+    for act in Act::ALL {
+        all.push(build(F16, act, false));
+    }
+    for dtype in [F32, BF16] {
+        all.push(build(dtype, Act::Gelu, false));
+    }
+    for dtype in [F32, F16, BF16] {
+        all.push(build(dtype, Act::Identity, true));
+    }
+    all
 }
 
 #[cfg(test)]

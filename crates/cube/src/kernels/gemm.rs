@@ -59,7 +59,8 @@ pub(super) fn activate(y: f32, #[comptime] act: u32) -> f32 {
 
 /// `out = act(x . wt + bias) + residual` for `x: [m, k]`, `wt: [k, n]`, `bias: [n]`,
 /// `residual: [m, n]`; `bias` and `residual` are read only when their flags say so.
-#[cube(launch)]
+#[cfg_attr(not(all(test, feature = "wgpu")), cube(launch))]
+#[cfg_attr(all(test, feature = "wgpu"), cube(launch, create_dummy_kernel))]
 #[allow(clippy::too_many_arguments)]
 fn linear_kernel(
     x: &[f32],
@@ -192,4 +193,34 @@ pub(crate) fn run(
         has_residual,
     );
     out
+}
+
+/// The kernel's variants as CUDA C++ for [`super::cuda_check`]: f32 with a bias and GELU, and with a bias and residual.
+#[cfg(all(test, feature = "wgpu"))]
+pub(super) fn cuda_variants(sm: &super::cuda_check::Sm90) -> Vec<super::cuda_check::Variant> {
+    use super::cuda_check::Sm90;
+    use cubecl::ir::FloatKind::{BF16, F16, F32};
+    let build = |act: Act, residual| {
+        let kernel = linear_kernel::create_dummy_kernel(
+            sm.props(),
+            sm.target(),
+            CubeCount::Static(2, 2, 1),
+            CubeDim::new_2d(UNITS as u32, UNITS as u32),
+            sm.buffer(128 * 64),
+            sm.buffer(64 * 128),
+            sm.buffer(128),
+            sm.buffer(128 * 128),
+            sm.buffer(128 * 128),
+            128,
+            64,
+            128,
+            code(act),
+            true,
+            residual,
+        );
+        let what = if residual { "bias + residual" } else { "bias" };
+        Sm90::variant(format!("fused GEMM F32 {act:?} {what}"), kernel)
+    };
+    let _ = (F16, BF16, F32);
+    vec![build(Act::Gelu, false), build(Act::Identity, true)]
 }

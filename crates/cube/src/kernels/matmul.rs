@@ -307,7 +307,8 @@ const PAD_UNITS: usize = super::epilogue::UNITS;
 
 /// `dst` is `src`'s `len` values, then zeros to its `total`.
 #[cfg(not(feature = "fusion"))]
-#[cube(launch)]
+#[cfg_attr(not(all(test, feature = "wgpu")), cube(launch))]
+#[cfg_attr(all(test, feature = "wgpu"), cube(launch, create_dummy_kernel))]
 fn pad_kernel<F: Float>(
     src: &[F],
     dst: &mut [F],
@@ -550,6 +551,28 @@ mod tune {
         }
         Ok(())
     }
+}
+
+/// The kernel's variants as CUDA C++ for [`super::cuda_check`]: the rows' padding in each dtype.
+#[cfg(all(test, feature = "wgpu", not(feature = "fusion")))]
+pub(super) fn cuda_variants(sm: &super::cuda_check::Sm90) -> Vec<super::cuda_check::Variant> {
+    use super::cuda_check::Sm90;
+    use cubecl::ir::FloatKind::{BF16, F16, F32};
+    let build = |dtype| {
+        let kernel = pad_kernel::create_dummy_kernel(
+            sm.props(),
+            sm.target(),
+            CubeCount::Static(2, 1, 1),
+            CubeDim::new_1d(PAD_UNITS as u32),
+            sm.buffer(PAD_UNITS),
+            sm.buffer(2 * PAD_UNITS),
+            PAD_UNITS as u32,
+            2 * PAD_UNITS as u32,
+            ElemType::Float(dtype),
+        );
+        Sm90::variant(format!("row padding {dtype:?}"), kernel)
+    };
+    [F32, F16, BF16].into_iter().map(build).collect()
 }
 
 #[cfg(test)]

@@ -33,6 +33,8 @@
 #[cfg(not(feature = "fusion"))]
 mod attention;
 mod cublas;
+#[cfg(all(test, feature = "wgpu", not(feature = "fusion")))]
+mod cuda_check;
 #[cfg(not(feature = "fusion"))]
 mod epilogue;
 #[cfg(not(feature = "fusion"))]
@@ -231,7 +233,8 @@ impl CubeKernels {
     /// (clamped to 1 to 32), with fresh counts: the scores of a group are independent sums, and
     /// the running sums are rescaled once a group rather than once a key. 1, the default, is the
     /// kernel as measured on the H200 (docs/benchmarks.md); larger groups are for the benchmark
-    /// to measure.
+    /// to measure. Each key of a group holds a score in a register: with heads 64 wide, 8 keys
+    /// spill 8 bytes a unit to local memory on an H200, 4 none (`cuda_check`).
     pub fn with_key_group(&self, keys: usize) -> Self {
         CubeKernels { key_group: keys.clamp(1, MAX_KEY_GROUP), ..self.fresh() }
     }

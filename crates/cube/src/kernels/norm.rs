@@ -77,7 +77,8 @@ fn input<F: Float>(
 /// `beta` is read only when `has_beta`. Where a linear layer's epilogue is left to it, `x[r]` is
 /// the layer's product and the row normalised is `act(x[r] + bias) + residual[r]`; `bias` and
 /// `residual` are read only when their flags say so.
-#[cube(launch)]
+#[cfg_attr(not(all(test, feature = "wgpu")), cube(launch))]
+#[cfg_attr(all(test, feature = "wgpu"), cube(launch, create_dummy_kernel))]
 #[allow(clippy::too_many_arguments)]
 fn layer_norm_kernel<F: Float>(
     x: &[F],
@@ -139,7 +140,8 @@ fn layer_norm_kernel<F: Float>(
 }
 
 /// `out[r] = x[r] / max(||x[r]||, eps)` for each row `r` of `width`.
-#[cube(launch)]
+#[cfg_attr(not(all(test, feature = "wgpu")), cube(launch))]
+#[cfg_attr(all(test, feature = "wgpu"), cube(launch, create_dummy_kernel))]
 fn l2_norm_kernel<F: Float>(
     x: &[F],
     out: &mut [F],
@@ -253,6 +255,54 @@ pub(crate) fn l2(x: CubeTensor, eps: f32) -> CubeTensor {
         dtype,
     );
     out
+}
+
+/// The kernel's variants as CUDA C++ for [`super::cuda_check`]: LayerNorm alone and with a residual block's epilogue before it, and the L2 norm, in each dtype.
+#[cfg(all(test, feature = "wgpu"))]
+pub(super) fn cuda_variants(sm: &super::cuda_check::Sm90) -> Vec<super::cuda_check::Variant> {
+    use super::cuda_check::Sm90;
+    use cubecl::ir::FloatKind::{BF16, F16, F32};
+    let mut all = Vec::new();
+    for dtype in [F32, F16, BF16] {
+        for (bias, residual) in [(false, false), (true, true)] {
+            let kernel = layer_norm_kernel::create_dummy_kernel(
+                sm.props(),
+                sm.target(),
+                CubeCount::Static(4, 1, 1),
+                CubeDim::new_1d(UNITS as u32),
+                sm.buffer(4 * 384),
+                sm.buffer(384),
+                sm.buffer(4 * 384),
+                sm.buffer(384),
+                sm.buffer(384),
+                sm.buffer(4 * 384),
+                4,
+                384,
+                1e-12,
+                true,
+                0,
+                bias,
+                residual,
+                ElemType::Float(dtype),
+            );
+            let what = if residual { "with bias and residual" } else { "alone" };
+            all.push(Sm90::variant(format!("LayerNorm {dtype:?} {what}"), kernel));
+        }
+        let kernel = l2_norm_kernel::create_dummy_kernel(
+            sm.props(),
+            sm.target(),
+            CubeCount::Static(4, 1, 1),
+            CubeDim::new_1d(UNITS as u32),
+            sm.buffer(4 * 384),
+            sm.buffer(4 * 384),
+            4,
+            384,
+            1e-12,
+            ElemType::Float(dtype),
+        );
+        all.push(Sm90::variant(format!("L2 norm {dtype:?}"), kernel));
+    }
+    all
 }
 
 #[cfg(test)]

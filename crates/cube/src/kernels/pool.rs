@@ -30,7 +30,8 @@ const LAST: u32 = 3;
 
 /// `out[s] = pool(x[cu[s]..cu[s + 1]])` per column, for every sequence `s`: the mean, the max,
 /// the first row or the last, by `mode`. Sequences are never empty (`Batch::check`).
-#[cube(launch)]
+#[cfg_attr(not(all(test, feature = "wgpu")), cube(launch))]
+#[cfg_attr(all(test, feature = "wgpu"), cube(launch, create_dummy_kernel))]
 fn pool_kernel<F: Float>(
     x: &[F],
     out: &mut [F],
@@ -113,6 +114,32 @@ pub(crate) fn run(x: CubeTensor, mode: PoolMode, cx: &RunCx<'_, CubeBackend>) ->
         dtype,
     );
     out
+}
+
+/// The kernel's variants as CUDA C++ for [`super::cuda_check`]: every mode in f16, and the mean in f32 and bf16.
+#[cfg(all(test, feature = "wgpu"))]
+pub(super) fn cuda_variants(sm: &super::cuda_check::Sm90) -> Vec<super::cuda_check::Variant> {
+    use super::cuda_check::Sm90;
+    use cubecl::ir::FloatKind::{BF16, F16, F32};
+    let build = |dtype, mode: u32| {
+        let kernel = pool_kernel::create_dummy_kernel(
+            sm.props(),
+            sm.target(),
+            CubeCount::Static(6, 2, 1),
+            CubeDim::new_1d(UNITS as u32),
+            sm.buffer(64 * 384),
+            sm.buffer(2 * 384),
+            sm.buffer(3),
+            384,
+            mode,
+            ElemType::Float(dtype),
+        );
+        Sm90::variant(format!("pooling {dtype:?} mode {mode}"), kernel)
+    };
+    let mut all: Vec<_> = [MEAN, MAX, FIRST, LAST].into_iter().map(|m| build(F16, m)).collect();
+    all.push(build(F32, MEAN));
+    all.push(build(BF16, MEAN));
+    all
 }
 
 #[cfg(test)]

@@ -336,32 +336,75 @@ pub(crate) fn run(
     out
 }
 
+/// The tiled kernel's CUDA C++ for heads `head_dim` wide in `dtype`, with the tensor-core path or
+/// not, as [`super::cuda_check`] builds it for an H200.
+#[cfg(all(test, feature = "wgpu"))]
+fn cuda_source(
+    sm: &super::cuda_check::Sm90,
+    dtype: ElemType,
+    head_dim: usize,
+    tensor_cores: bool,
+) -> String {
+    let width = 2 * head_dim;
+    let kernel = tiled_attention::create_dummy_kernel(
+        sm.props(),
+        sm.target(),
+        CubeCount::Static(1, 2, 1),
+        CubeDim::new_1d(UNITS as u32),
+        sm.buffer(64 * width),
+        sm.buffer(64 * width),
+        sm.buffer(64 * width),
+        sm.buffer(64 * width),
+        sm.buffer(2),
+        sm.buffer(1),
+        sm.buffer(1),
+        width as u32,
+        width as u32,
+        width as u32,
+        2,
+        0.125,
+        head_dim,
+        tensor_cores,
+        dtype,
+    );
+    super::cuda_check::Sm90::source(kernel)
+}
+
+/// The kernel's variants as CUDA C++ for [`super::cuda_check`]: f16 and bf16 with heads 32 to
+/// 128 wide on tensor cores, and f16 in scalar tiles.
+#[cfg(all(test, feature = "wgpu"))]
+pub(super) fn cuda_variants(sm: &super::cuda_check::Sm90) -> Vec<super::cuda_check::Variant> {
+    use super::cuda_check::Variant;
+    use cubecl::ir::FloatKind::{BF16, F16};
+    let build = |dtype, head_dim: usize, tensor_cores| {
+        let how = if tensor_cores { "tensor cores" } else { "scalar tiles" };
+        Variant {
+            name: format!("tiled attention {dtype:?} heads {head_dim}, {how}"),
+            source: cuda_source(sm, ElemType::Float(dtype), head_dim, tensor_cores),
+            may_spill: false,
+        }
+    };
+    let mut all = Vec::new();
+    for dtype in [F16, BF16] {
+        for head_dim in [32, 64, 128] {
+            all.push(build(dtype, head_dim, true));
+        }
+    }
+    all.push(build(F16, 64, false));
+    all
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     /// The CUDA C++ source of the tiled kernel on an H100/H200-class GPU (compute capability
-    /// 9.0, as CubeCL's CUDA runtime describes one) for heads `head_dim` wide in `dtype`, with
-    /// the tensor-core path or not; buffers from the wgpu device only to build the launch.
+    /// 9.0, as CubeCL's CUDA runtime describes one), which has the tensor-core shape `dtype`
+    /// needs.
     #[cfg(feature = "wgpu")]
     fn cuda_source(dtype: ElemType, head_dim: usize, tensor_cores: bool) -> String {
-        use cubecl::Compiler;
         use cubecl::ir::features::MmaConfig;
-        use cubecl_cpp::cuda::arch::CudaArchitecture;
-        use cubecl_cpp::cuda::mma::CudaCmmaCompiler;
-        use cubecl_cpp::shared::{CompilationOptions, CppCompiler};
-        use cubecl_cpp::target::Cuda;
-        use std::sync::Arc;
-        let cube = crate::wgpu::open(0).expect("a wgpu adapter");
-        let client = cube.device().client();
-        let mut props = client.properties().clone();
-        cubecl_cpp::register_supported_types(&mut props);
-        props.hardware.plane_size_min = 32;
-        props.hardware.plane_size_max = 32;
-        let arch = CudaArchitecture { version: 90, tensor_cores: true };
-        for c in CudaCmmaCompiler::Cpp.supported_cmma_combinations(&arch) {
-            props.features.matmul.cmma.insert(c);
-        }
+        let sm = super::super::cuda_check::Sm90::new();
         let want = MmaConfig {
             a_type: dtype,
             b_type: dtype,
@@ -370,38 +413,8 @@ mod tests {
             n: 16,
             k: 16,
         };
-        assert!(props.features.matmul.cmma.contains(&want), "sm_90 has {want:?}");
-        let buffer = |len: usize| {
-            let handle = client.create_from_slice(&vec![0u8; len * 4]);
-            // SAFETY: a live device buffer of `len` u32s (as many bytes as f32s).
-            unsafe { BufferArg::from_raw_parts(handle, len) }
-        };
-        let kernel = tiled_attention::create_dummy_kernel(
-            Arc::new(props),
-            client.target_properties_shared(),
-            CubeCount::Static(1, 1, 1),
-            CubeDim::new_1d(UNITS as u32),
-            buffer(64 * head_dim),
-            buffer(64 * head_dim),
-            buffer(64 * head_dim),
-            buffer(64 * head_dim),
-            buffer(2),
-            buffer(1),
-            buffer(1),
-            head_dim as u32,
-            head_dim as u32,
-            head_dim as u32,
-            1,
-            0.125,
-            head_dim,
-            tensor_cores,
-            dtype,
-        );
-        let options = CompilationOptions { warp_size: 32, ..Default::default() };
-        let compiled = CppCompiler::<Cuda>::default()
-            .compile(CubeKernel::define(&kernel), &options)
-            .expect("CUDA C++ for the tiled kernel");
-        compiled.to_string()
+        assert!(sm.props().features.matmul.cmma.contains(&want), "sm_90 has {want:?}");
+        super::cuda_source(&sm, dtype, head_dim, tensor_cores)
     }
 
     /// CubeCL expands the tensor-core path only for a device with cooperative matrices, which

@@ -1,0 +1,301 @@
+//! Every kernel of ours as CubeCL's CUDA runtime builds it for an H100 or H200 (compute
+//! capability 9.0): CUDA C++ from cubecl-cpp, compiled by NVIDIA's NVRTC to the GPU's own code,
+//! with ptxas's count of each kernel's registers and spills. CI has no GPU; this is what finds
+//! a kernel NVRTC refuses, or one that spills to local memory, before a GPU lease does. NVRTC and
+//! CUDA's headers come from NVIDIA's PyPI packages, which `cargo xtask fetch-models` puts in
+//! `.cache/nvrtc` (Linux on x86-64 and aarch64, the platforms they are built for).
+//!
+//! Each kernel module lists its variants (`cuda_variants`: the dtypes and compile-time choices
+//! the encoder launches); [`every_kernel_compiles_for_an_h200_without_spilling`] compiles them
+//! all, and prints each one's registers and spills (`--nocapture`).
+#![allow(clippy::print_stderr)] // the report, and why the check is skipped
+
+use std::ffi::{CStr, CString, c_char, c_int, c_void};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use cubecl::prelude::*;
+
+/// The GPU NVRTC compiles for: Hopper with its arch-specific features, as CubeCL's CUDA runtime
+/// names an H100 or H200.
+const ARCH: &str = "sm_90a";
+
+/// A kernel variant's name and its CUDA C++.
+pub(crate) struct Variant {
+    /// The kernel and its choices, for the report.
+    pub(crate) name: String,
+    /// The source NVRTC compiles.
+    pub(crate) source: String,
+    /// Whether it may spill: heads wider than the registers hold, as the kernel's docs say.
+    pub(crate) may_spill: bool,
+}
+
+/// Builds kernels as for a device of compute capability 9.0; the buffers they are built with
+/// are the llvmpipe device's, only to build each launch.
+pub(crate) struct Sm90 {
+    client: Client,
+    props: Arc<DeviceProperties>,
+}
+
+impl Sm90 {
+    /// The llvmpipe device's client, with the properties CubeCL's CUDA runtime gives an H200:
+    /// CUDA C++'s types, planes of 32 units and the tensor-core shapes of compute capability 9.0.
+    pub(crate) fn new() -> Self {
+        use cubecl_cpp::cuda::arch::CudaArchitecture;
+        use cubecl_cpp::cuda::mma::CudaCmmaCompiler;
+        let cube = crate::wgpu::open(0).expect("a wgpu adapter");
+        let client = cube.device().client();
+        let mut props = client.properties().clone();
+        cubecl_cpp::register_supported_types(&mut props);
+        props.hardware.plane_size_min = 32;
+        props.hardware.plane_size_max = 32;
+        let arch = CudaArchitecture { version: 90, tensor_cores: true };
+        for c in CudaCmmaCompiler::Cpp.supported_cmma_combinations(&arch) {
+            props.features.matmul.cmma.insert(c);
+        }
+        Sm90 { client, props: Arc::new(props) }
+    }
+
+    /// The device properties a kernel is built with.
+    pub(crate) fn props(&self) -> Arc<DeviceProperties> {
+        self.props.clone()
+    }
+
+    /// The target properties a kernel is built with.
+    pub(crate) fn target(&self) -> Arc<TargetProperties> {
+        self.client.target_properties_shared()
+    }
+
+    /// A buffer argument of `len` 4-byte values.
+    pub(crate) fn buffer(&self, len: usize) -> BufferArg {
+        let handle = self.client.create_from_slice(&vec![0u8; len * 4]);
+        // SAFETY: a live device buffer of `len` 4-byte values.
+        unsafe { BufferArg::from_raw_parts(handle, len) }
+    }
+
+    /// `kernel`'s CUDA C++ as CubeCL's CUDA runtime compiles it for compute capability 9.0
+    /// (fast math, grid constants, clusters: the features it turns on there).
+    pub(crate) fn source(kernel: impl CubeKernel) -> String {
+        use cubecl::Compiler;
+        use cubecl_cpp::shared::{CompilationOptions, CppCompiler, CppSupportedFeatures};
+        use cubecl_cpp::target::Cuda;
+        let options = CompilationOptions {
+            warp_size: 32,
+            supports_features: CppSupportedFeatures {
+                grid_constants: true,
+                clusters: true,
+                fast_math: true,
+                fast_tanh: true,
+                elect_sync: true,
+                dp4a: true,
+            },
+            ..Default::default()
+        };
+        CppCompiler::<Cuda>::default()
+            .compile(CubeKernel::define(&kernel), &options)
+            .expect("CUDA C++")
+            .to_string()
+    }
+
+    /// `kernel` as a variant named `name`, which must not spill.
+    pub(crate) fn variant(name: impl Into<String>, kernel: impl CubeKernel) -> Variant {
+        Variant { name: name.into(), source: Self::source(kernel), may_spill: false }
+    }
+}
+
+/// What ptxas reports of a compiled kernel.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Report {
+    /// Registers per unit.
+    pub(crate) registers: u32,
+    /// Bytes stored to and loaded from local memory for want of registers.
+    pub(crate) spill_stores: u32,
+    pub(crate) spill_loads: u32,
+    /// Bytes of the unit's stack frame (local arrays and spills).
+    pub(crate) stack: u32,
+}
+
+impl Report {
+    /// Reads ptxas's verbose lines ("N bytes stack frame, N bytes spill stores, N bytes spill
+    /// loads", "Used N registers"): `None` where they are not there.
+    pub(crate) fn parse(log: &str) -> Option<Report> {
+        let before = |text: &str, what: &str| -> Option<u32> {
+            let head = &text[..text.find(what)?];
+            head.split_whitespace().last()?.parse().ok()
+        };
+        let after = |text: &str, what: &str| -> Option<u32> {
+            let tail = &text[text.find(what)? + what.len()..];
+            tail.split_whitespace().next()?.parse().ok()
+        };
+        Some(Report {
+            registers: after(log, "Used ")?,
+            spill_stores: before(log, " bytes spill stores")?,
+            spill_loads: before(log, " bytes spill loads")?,
+            stack: before(log, " bytes stack frame")?,
+        })
+    }
+}
+
+/// NVIDIA's runtime compiler, loaded from `.cache/nvrtc`.
+struct Nvrtc {
+    lib: libloading::Library,
+    include: PathBuf,
+}
+
+type Program = *mut c_void;
+
+impl Nvrtc {
+    /// The folder `cargo xtask fetch-models` fetches NVRTC into.
+    fn dir() -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.cache/nvrtc")
+    }
+
+    /// NVRTC, or why it cannot be loaded.
+    fn load() -> Result<Nvrtc, String> {
+        let dir = Self::dir();
+        let path = dir.join("lib/libnvrtc.so.12");
+        // SAFETY: NVIDIA's library, whose initialisation has no preconditions.
+        let lib = unsafe { libloading::Library::new(&path) }
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok(Nvrtc { lib, include: dir.join("include") })
+    }
+
+    /// Compiles `source` for [`ARCH`]: ptxas's report, or NVRTC's log where it refuses.
+    fn compile(&self, source: &str) -> Result<Report, String> {
+        type Create = unsafe extern "C" fn(
+            *mut Program,
+            *const c_char,
+            *const c_char,
+            c_int,
+            *const *const c_char,
+            *const *const c_char,
+        ) -> c_int;
+        type Compile = unsafe extern "C" fn(Program, c_int, *const *const c_char) -> c_int;
+        type LogSize = unsafe extern "C" fn(Program, *mut usize) -> c_int;
+        type Log = unsafe extern "C" fn(Program, *mut c_char) -> c_int;
+        type Destroy = unsafe extern "C" fn(*mut Program) -> c_int;
+        let options: Vec<CString> = [
+            format!("--gpu-architecture={ARCH}"),
+            format!("--include-path={}", self.include.display()),
+            "--ptxas-options=--verbose".to_owned(),
+        ]
+        .into_iter()
+        .map(|o| CString::new(o).expect("no NUL"))
+        .collect();
+        let pointers: Vec<*const c_char> = options.iter().map(|o| o.as_ptr()).collect();
+        let source = CString::new(source).map_err(|e| format!("the source: {e}"))?;
+        // SAFETY: NVRTC's C API as its header declares it; every pointer passed is live for the
+        // call, the program is destroyed once, and the log buffer is the size NVRTC asks for.
+        unsafe {
+            let create =
+                self.lib.get::<Create>(b"nvrtcCreateProgram\0").map_err(|e| e.to_string())?;
+            let compile =
+                self.lib.get::<Compile>(b"nvrtcCompileProgram\0").map_err(|e| e.to_string())?;
+            let log_size =
+                self.lib.get::<LogSize>(b"nvrtcGetProgramLogSize\0").map_err(|e| e.to_string())?;
+            let log = self.lib.get::<Log>(b"nvrtcGetProgramLog\0").map_err(|e| e.to_string())?;
+            let destroy =
+                self.lib.get::<Destroy>(b"nvrtcDestroyProgram\0").map_err(|e| e.to_string())?;
+            let mut program: Program = std::ptr::null_mut();
+            let name = c"kernel.cu";
+            let made = create(
+                &mut program,
+                source.as_ptr(),
+                name.as_ptr(),
+                0,
+                std::ptr::null(),
+                std::ptr::null(),
+            );
+            if made != 0 {
+                return Err(format!("nvrtcCreateProgram: error {made}"));
+            }
+            let compiled = compile(program, pointers.len() as c_int, pointers.as_ptr());
+            let mut size = 0usize;
+            log_size(program, &mut size);
+            let mut text = vec![0 as c_char; size.max(1)];
+            log(program, text.as_mut_ptr());
+            destroy(&mut program);
+            let text = CStr::from_ptr(text.as_ptr()).to_string_lossy().into_owned();
+            if compiled != 0 {
+                return Err(text);
+            }
+            Report::parse(&text)
+                .ok_or_else(|| format!("no register report in ptxas's log:\n{text}"))
+        }
+    }
+}
+
+#[test]
+fn ptxas_reports_are_read_and_a_log_without_one_is_none() {
+    let log = "ptxas info    : Compiling entry function 'k' for 'sm_90a'\n\
+               ptxas info    : Function properties for k\n\
+               ptxas         .     16 bytes stack frame, 8 bytes spill stores, 4 bytes spill loads\n\
+               ptxas info    : Used 40 registers, used 1 barriers, 352 bytes cmem[0]\n";
+    let want = Report { registers: 40, spill_stores: 8, spill_loads: 4, stack: 16 };
+    assert_eq!(Report::parse(log), Some(want));
+    assert_eq!(Report::parse("kernel.cu(3): error: expected a \";\""), None);
+}
+
+/// Every kernel variant the encoder launches compiles with NVRTC for an H200, and none spills
+/// to local memory but those whose docs say they may (the row attention's widest heads).
+#[test]
+fn every_kernel_compiles_for_an_h200_without_spilling() {
+    let nvrtc = match Nvrtc::load() {
+        Ok(n) => n,
+        Err(e)
+            if cfg!(all(
+                target_os = "linux",
+                any(target_arch = "x86_64", target_arch = "aarch64")
+            )) =>
+        {
+            panic!("NVRTC is missing ({e}): run `cargo xtask fetch-models`")
+        }
+        Err(e) => {
+            eprintln!("skipped: no NVRTC for this platform ({e})");
+            return;
+        }
+    };
+    let sm = Sm90::new();
+    let variants: Vec<Variant> = [
+        super::attention::cuda_variants(&sm),
+        super::tiles::cuda_variants(&sm),
+        super::norm::cuda_variants(&sm),
+        super::epilogue::cuda_variants(&sm),
+        super::gemm::cuda_variants(&sm),
+        super::pool::cuda_variants(&sm),
+        super::matmul::cuda_variants(&sm),
+        super::cublas::flags::cuda_variants(&sm),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let mut failed = Vec::new();
+    eprintln!(
+        "{:<56} {:>9} {:>7} {:>7} {:>7}",
+        "kernel (CUDA, sm_90a)", "registers", "stack", "spill-st", "spill-ld"
+    );
+    for v in &variants {
+        let start = std::time::Instant::now();
+        let compiled = nvrtc.compile(&v.source);
+        eprint!("{:>6}ms ", start.elapsed().as_millis());
+        match compiled {
+            Ok(r) => {
+                eprintln!(
+                    "{:<56} {:>9} {:>7} {:>7} {:>7}",
+                    v.name, r.registers, r.stack, r.spill_stores, r.spill_loads
+                );
+                if !v.may_spill && (r.spill_stores > 0 || r.spill_loads > 0) {
+                    failed.push(format!("{} spills: {r:?}", v.name));
+                }
+            }
+            Err(log) => failed.push(format!("{}: NVRTC refused it:\n{log}\n{}", v.name, v.source)),
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "{} of {} variants:\n{}",
+        failed.len(),
+        variants.len(),
+        failed.join("\n")
+    );
+}
