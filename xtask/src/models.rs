@@ -109,23 +109,24 @@ fn fetch_clients() -> Result<(), String> {
 }
 
 /// NVIDIA's runtime compiler for CUDA C++ and the headers our kernels include, from NVIDIA's
-/// PyPI packages (pinned): each package, the folder of it kept, and where that goes under
-/// [`nvrtc_dir`]. The cube backend's tests compile every kernel of ours to CUDA with it, for the
-/// GPU CI never has (crates/cube/src/kernels/cuda_check.rs). About 130 MB of wheels, 115 MB kept.
+/// PyPI packages (pinned; CUDA 13.0, as on the H200 the benchmarks ran on): each package, the
+/// folder of it kept, and where that goes under [`nvrtc_dir`]. The cube backend's tests compile
+/// every kernel of ours to CUDA with it, for the GPU CI never has
+/// (crates/cube/src/kernels/cuda_check.rs). About 92 MB of wheels, 114 MB kept.
 const NVRTC: [(&str, &str, &str); 3] = [
-    ("nvidia-cuda-nvrtc-cu12==12.9.86", "nvidia/cuda_nvrtc/lib/", "lib"),
-    ("nvidia-cuda-runtime-cu12==12.9.79", "nvidia/cuda_runtime/include/", "include"),
-    // Only for `crt/`, which `mma.h` (tensor cores) includes.
-    ("nvidia-cuda-nvcc-cu12==12.9.86", "nvidia/cuda_nvcc/include/", "include"),
+    ("nvidia-cuda-nvrtc==13.0.88", "nvidia/cu13/lib/", "lib"),
+    ("nvidia-cuda-runtime==13.0.96", "nvidia/cu13/include/", "include"),
+    // `crt/`, which `mma.h` (tensor cores) includes.
+    ("nvidia-cuda-crt==13.0.88", "nvidia/cu13/include/", "include"),
 ];
 
-/// Where [`NVRTC`] goes: `lib/libnvrtc.so.12` and `include/`, beside the models.
+/// Where [`NVRTC`] goes: `lib/libnvrtc.so.13` and `include/`, beside the models.
 pub fn nvrtc_dir() -> PathBuf {
     crate::workspace().join(".cache").join("nvrtc")
 }
 
-/// Extracts the files under a prefix of a wheel (`sys.argv[2]`) into a folder (`sys.argv[3]`),
-/// but the `.alt` builds of NVRTC's libraries, which nothing here loads.
+/// Extracts the files under a prefix (`sys.argv[2]`) of a wheel (`sys.argv[1]`) into a folder
+/// (`sys.argv[3]`), but the `.alt` builds of NVRTC's libraries, which nothing here loads.
 const EXTRACT: &str = "import sys, zipfile, os
 z = zipfile.ZipFile(sys.argv[1])
 for name in z.namelist():

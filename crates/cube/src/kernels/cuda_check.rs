@@ -139,6 +139,9 @@ impl Report {
 /// NVIDIA's runtime compiler, loaded from `.cache/nvrtc`.
 struct Nvrtc {
     lib: libloading::Library,
+    /// NVRTC's built-in headers, which NVRTC 13 opens by name when it first compiles: loaded
+    /// from the same folder first, so that name is already in the process.
+    _builtins: libloading::Library,
     include: PathBuf,
 }
 
@@ -153,11 +156,18 @@ impl Nvrtc {
     /// NVRTC, or why it cannot be loaded.
     fn load() -> Result<Nvrtc, String> {
         let dir = Self::dir();
-        let path = dir.join("lib/libnvrtc.so.12");
-        // SAFETY: NVIDIA's library, whose initialisation has no preconditions.
-        let lib = unsafe { libloading::Library::new(&path) }
-            .map_err(|e| format!("{}: {e}", path.display()))?;
-        Ok(Nvrtc { lib, include: dir.join("include") })
+        let open = |name: &str| {
+            let path = dir.join("lib").join(name);
+            // SAFETY: NVIDIA's libraries, whose initialisation has no preconditions.
+            unsafe { libloading::Library::new(&path) }
+                .map_err(|e| format!("{}: {e}", path.display()))
+        };
+        let builtins = open("libnvrtc-builtins.so.13.0")?;
+        Ok(Nvrtc {
+            lib: open("libnvrtc.so.13")?,
+            _builtins: builtins,
+            include: dir.join("include"),
+        })
     }
 
     /// Compiles `source` for [`ARCH`]: ptxas's report, or NVRTC's log where it refuses.
