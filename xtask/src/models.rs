@@ -112,12 +112,14 @@ fn fetch_clients() -> Result<(), String> {
 /// PyPI packages (pinned; CUDA 13.0, as on the H200 the benchmarks ran on): each package, the
 /// folder of it kept, and where that goes under [`nvrtc_dir`]. The cube backend's tests compile
 /// every kernel of ours to CUDA with it, for the GPU CI never has
-/// (crates/cube/src/kernels/cuda_check.rs). About 92 MB of wheels, 114 MB kept.
-const NVRTC: [(&str, &str, &str); 3] = [
+/// (crates/cube/src/kernels/cuda_check.rs). About 95 MB of wheels, 131 MB kept.
+const NVRTC: [(&str, &str, &str); 4] = [
     ("nvidia-cuda-nvrtc==13.0.88", "nvidia/cu13/lib/", "lib"),
     ("nvidia-cuda-runtime==13.0.96", "nvidia/cu13/include/", "include"),
     // `crt/`, which `mma.h` (tensor cores) includes.
     ("nvidia-cuda-crt==13.0.88", "nvidia/cu13/include/", "include"),
+    // `include/cccl`, the C++ library cubek's asynchronous loads include (`cuda/barrier`).
+    ("nvidia-cuda-cccl==13.0.85", "nvidia/cu13/include/", "include"),
 ];
 
 /// Where [`NVRTC`] goes: `lib/libnvrtc.so.13` and `include/`, beside the models.

@@ -9,7 +9,8 @@
 #      int8, sorted by length) on both corpora at each thread count of THREADS (default
 #      2,8,16), into OUT_DIR/runs-corpus.tsv and runs-corpus-128.tsv;
 # gpu: each kernel's device time on three batches in the device's own dtype, and on the first
-#      with attention in tiles and the tuned matmul (`kernel-times`, into gpu-kernels.txt);
+#      with attention in tiles and the tuned matmul (`kernel-times`, into gpu-kernels.txt, and
+#      the CUDA C++ of every kernel they compiled into kernel-sources.log.xz);
 #      `switchyard-bench --gpus-only` (into gpu-ours.txt); PyTorch on the same batches beside
 #      it (gpu_peer.py, into gpu-peer.txt); cubek's matmul routines and the tuned matmul
 #      (`--matmuls`, into gpu-matmuls.txt; cuBLAS's products too, where libcublas loads); then the mixed corpus on cuda:0 in f32 and the
@@ -119,13 +120,23 @@ if [[ $what != cpu ]]; then
         say "cublas-queued failed or hung: left out of what follows"
         without=(--without cublas-queued)
     fi
-    # First what says most in the least time, should the lease end early.
+    # First what says most in the least time, should the lease end early. Every kernel these
+    # compile (cubek's routines too, with the tuned matmul) goes with its CUDA C++ source into
+    # kernel-sources.log.xz, for NVRTC's register and spill report at home (docs/benchmarks.md).
     say "each kernel's time on the device"
+    sources=$work/kernel-sources.log
+    : >"$sources"
     for batch in "bge-base 256" "bge-base 256 --tiles --matmul tuned" "bge-base 32" "minilm 256"; do
         set -- $batch
         step "$bin" kernel-times --device cuda:0 --shape "$1" --seqs "$2" "${@:3}" \
-            | tee -a "$out/gpu-kernels.txt" || say "kernel times of $batch failed"
+            --sources "$sources" | tee -a "$out/gpu-kernels.txt" || say "kernel times of $batch failed"
     done
+    if command -v xz >/dev/null; then
+        xz -c "$sources" >"$out/kernel-sources.log.xz"
+    else
+        python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(open(sys.argv[1], "rb"), lzma.open(sys.argv[2], "wb"))' \
+            "$sources" "$out/kernel-sources.log.xz"
+    fi
     say "the GPU benchmarks"
     step "$bin" 15 --gpus-only ${QUICK:+--quick} ${without[@]+"${without[@]}"} | tee "$out/gpu-ours.txt" || say "the GPU bench failed"
     if ! grep -q '^gpu	' "$out/gpu-ours.txt"; then

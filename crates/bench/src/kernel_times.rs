@@ -17,7 +17,8 @@ use crate::args::Args;
 use crate::{executor_for, gpu_batches, ms, ragged};
 
 const USAGE: &str = "kernel-times --device D [--shape minilm|bge-base] [--seqs N] \
-                     [--dtype auto|f32|f16|bf16] [--runs N] [--tiles] [--matmul NAME]";
+                     [--dtype auto|f32|f16|bf16] [--runs N] [--tiles] [--matmul NAME] \
+                     [--sources FILE]";
 
 /// Untimed runs before the timed ones.
 const WARM_UPS: usize = 2;
@@ -27,7 +28,9 @@ const WARM_UPS: usize = 2;
 /// `--device`, in `--dtype` (default the device's own), with the device's default kernels, or
 /// half-precision attention in tiles (`--tiles`) and the products by `--matmul` (a routine's
 /// name, `tuned` or `burn`, the default; `cublas-queued`, whose products CubeCL sees as the time
-/// its kernel waits for each; not `cublas`, whose products CubeCL does not see at all).
+/// its kernel waits for each; not `cublas`, whose products CubeCL does not see at all). With
+/// `--sources FILE`, every kernel CubeCL compiles is appended to FILE with its source (CUDA C++
+/// on `cuda:N`), for `switchyard_cube`'s NVRTC report on a machine without the GPU.
 pub(crate) fn run(args: &[String]) {
     let args = Args::new(args, USAGE);
     let device: Device = args.need_parsed("--device");
@@ -37,6 +40,7 @@ pub(crate) fn run(args: &[String]) {
     let runs: usize = args.parsed("--runs").unwrap_or(3).max(1);
     let tiles = args.flag("--tiles");
     let matmul: Matmul = args.parsed("--matmul").unwrap_or_default();
+    let sources = args.opt("--sources").map(std::path::PathBuf::from);
     let Some((what, spec, (_, min, max))) = gpu_batches(false)
         .into_iter()
         .find(|(what, ..)| what.to_lowercase().starts_with(&shape.to_lowercase()))
@@ -55,7 +59,7 @@ pub(crate) fn run(args: &[String]) {
     }
     let log = std::env::temp_dir().join(format!("switchyard-kernels-{}.log", std::process::id()));
     // Before the device opens: CubeCL reads its configuration once.
-    if let Err(e) = log_kernel_times(&log) {
+    if let Err(e) = log_kernel_times(&log, sources.as_deref()) {
         args.fail(e)
     }
     let fail = |e: switchyard_core::Error| -> ! {

@@ -36,7 +36,9 @@ pub use kernels::{
 #[cfg(any(feature = "wgpu", feature = "cuda", feature = "rocm", feature = "cpu"))]
 pub use memory::{DeviceMemory, Pools, device_memory, thread_memory};
 #[cfg(any(feature = "wgpu", feature = "cuda", feature = "rocm", feature = "cpu"))]
-pub use timing::{KernelTime, kernel_times, log_kernel_times, settled_log};
+pub use timing::{
+    KernelSource, KernelTime, kernel_sources, kernel_times, log_kernel_times, settled_log,
+};
 
 /// The backend on `device` described by `caps`, with the device's default kernels and the
 /// choices of the process's environment ([`MATMUL_ENV`], [`ATTENTION_ENV`]), which `caps`'s

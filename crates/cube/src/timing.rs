@@ -4,25 +4,35 @@
 //! [`log_kernel_times`] has CubeCL time every kernel a cube device of the process launches,
 //! each alone (the device waits for it, so kernels no longer overlap and a run takes longer),
 //! and append a line for each to a file: `| 1.25ms | EpilogueKernel_2b44ee4b`.
-//! [`kernel_times`] adds up such lines by kernel.
+//! [`kernel_times`] adds up such lines by kernel. It can also log each kernel compiled with its
+//! source, which [`kernel_sources`] reads back.
 
 use std::path::Path;
 use std::time::Duration;
 
+use cubecl::config::compilation::CompilationLogLevel;
 use cubecl::config::profiling::ProfilingLogLevel;
 use cubecl::config::{CubeClRuntimeConfig, RuntimeConfig};
 use switchyard_core::{Error, Result};
 
 /// Has CubeCL time each kernel the process launches on a cube device, alone, and append a
-/// line for each to `file`. CubeCL reads its configuration once, so this comes before any cube
-/// device is opened (an error after), and it replaces any `cubecl.toml`.
-pub fn log_kernel_times(file: &Path) -> Result<()> {
-    // CubeCL opens the file when a device starts, and panics where it cannot.
-    let io = |source| Error::Io { path: file.to_owned(), source };
-    std::fs::OpenOptions::new().create(true).append(true).open(file).map_err(io)?;
+/// line for each to `file`; with `sources`, also append each kernel it compiles there, with its
+/// source as the device's compiler gets it (CUDA C++ on `cuda:N`, read by [`kernel_sources`]).
+/// CubeCL reads its configuration once, so this comes before any cube device is opened (an
+/// error after), and it replaces any `cubecl.toml`.
+pub fn log_kernel_times(file: &Path, sources: Option<&Path>) -> Result<()> {
+    // CubeCL opens the files when a device starts, and panics where it cannot.
+    for f in std::iter::once(file).chain(sources) {
+        let io = |source| Error::Io { path: f.to_owned(), source };
+        std::fs::OpenOptions::new().create(true).append(true).open(f).map_err(io)?;
+    }
     let mut config = CubeClRuntimeConfig::default();
     config.profiling.logger.level = ProfilingLogLevel::Basic;
     config.profiling.logger.file = Some(file.to_owned());
+    if let Some(sources) = sources {
+        config.compilation.logger.level = CompilationLogLevel::Full;
+        config.compilation.logger.file = Some(sources.to_owned());
+    }
     if CubeClRuntimeConfig::try_set(config) {
         Ok(())
     } else {
@@ -32,6 +42,45 @@ pub fn log_kernel_times(file: &Path) -> Result<()> {
                 .into(),
         ))
     }
+}
+
+/// A kernel CubeCL compiled, as the sources log of [`log_kernel_times`] holds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KernelSource {
+    /// The kernel's name, as CubeCL gives it (its generic parameters included).
+    pub name: String,
+    /// The source's language, as CubeCL tags it (`cpp` for CUDA C++, `wgsl`, ...).
+    pub lang: String,
+    /// The source the device's compiler was given.
+    pub source: String,
+}
+
+/// Every kernel of a sources log, in the order compiled; an entry cut short (a log still being
+/// written) is left out.
+pub fn kernel_sources(log: &str) -> Vec<KernelSource> {
+    const START: &str = "[START_KERNEL_COMPILATION]";
+    const END: &str = "[END_KERNEL_COMPILATION]";
+    let mut all = Vec::new();
+    let mut rest = log;
+    while let Some(at) = rest.find(START) {
+        rest = &rest[at + START.len()..];
+        let Some(end) = rest.find(END) else { break };
+        let entry = &rest[..end];
+        rest = &rest[end + END.len()..];
+        let name = entry
+            .lines()
+            .find_map(|l| l.strip_prefix("name: "))
+            .unwrap_or("unnamed")
+            .trim()
+            .to_owned();
+        let Some(fence) = entry.find("source:\n```") else { continue };
+        let body = &entry[fence + "source:\n```".len()..];
+        let Some((lang, body)) = body.split_once('\n') else { continue };
+        let Some(close) = body.rfind("```") else { continue };
+        let source = body[..close].trim_end_matches('\n').to_owned();
+        all.push(KernelSource { name, lang: lang.trim().to_owned(), source });
+    }
+    all
 }
 
 /// The log `file` from byte `from` on, once CubeCL has written what the device ran: CubeCL
@@ -160,6 +209,23 @@ mod tests {
                 ("KernelBinop | AddOp", 1, ms(500)),
             ]
         );
+    }
+
+    #[test]
+    fn a_sources_log_gives_each_kernel_its_name_language_and_source() {
+        let log = "[START_KERNEL_COMPILATION]\nname: VarlenAttention<f16>\nid: KernelId { .. }\n\
+                   source:\n```cpp\nextern \"C\" __global__ void k() {\n}\n```\n\
+                   [END_KERNEL_COMPILATION]\nsomething else\n\
+                   [START_KERNEL_COMPILATION]\nname: Pad\nsource:\n```wgsl\nfn main() {}\n```\n\
+                   [END_KERNEL_COMPILATION]\n[START_KERNEL_COMPILATION]\nname: Cut\nsource:\n```cpp\n";
+        let got = kernel_sources(log);
+        let want = [
+            ("VarlenAttention<f16>", "cpp", "extern \"C\" __global__ void k() {\n}"),
+            ("Pad", "wgsl", "fn main() {}"),
+        ];
+        let got: Vec<(&str, &str, &str)> =
+            got.iter().map(|k| (k.name.as_str(), k.lang.as_str(), k.source.as_str())).collect();
+        assert_eq!(got, want);
     }
 
     #[test]

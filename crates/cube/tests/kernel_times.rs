@@ -1,5 +1,6 @@
-//! CubeCL's time for each kernel, logged and added up by kernel. A test binary of its own:
-//! CubeCL reads its configuration once a process, before the first device opens.
+//! CubeCL's time for each kernel, logged and added up by kernel, and each kernel's source. A test
+//! binary of its own: CubeCL reads its configuration once a process, before the first device
+//! opens.
 
 #![cfg(any(feature = "wgpu", feature = "cuda", feature = "rocm", feature = "cpu"))]
 
@@ -7,15 +8,19 @@ mod common;
 
 use switchyard_core::testkit::{EncoderSpec, bert_like, random_weights};
 use switchyard_core::{BatchBuf, Buckets, Executor, LaneId, Outputs};
-use switchyard_cube::{kernel_times, log_kernel_times, settled_log};
+use switchyard_cube::{kernel_sources, kernel_times, log_kernel_times, settled_log};
 
 #[test]
 fn each_kernel_a_run_launches_is_timed_and_added_up_by_kernel() {
-    let file =
-        std::env::temp_dir().join(format!("switchyard-kernel-times-{}.log", std::process::id()));
-    let _ = std::fs::remove_file(&file);
-    log_kernel_times(&file).expect("before any device");
-    let again = log_kernel_times(&file).expect_err("the configuration is set");
+    let temp = |what: &str| {
+        let file = std::env::temp_dir()
+            .join(format!("switchyard-kernel-{what}-{}.log", std::process::id()));
+        let _ = std::fs::remove_file(&file);
+        file
+    };
+    let (file, sources) = (temp("times"), temp("sources"));
+    log_kernel_times(&file, Some(&sources)).expect("before any device");
+    let again = log_kernel_times(&file, None).expect_err("the configuration is set");
     assert!(again.to_string().contains("before opening any cube device"), "{again}");
 
     let spec = EncoderSpec { vocab: 50, width: 32, heads: 2, ffn: 48, layers: 3, max_pos: 64 };
@@ -36,6 +41,15 @@ fn each_kernel_a_run_launches_is_timed_and_added_up_by_kernel() {
     }
     let times = kernel_times(&settled_log(&file, from).expect("the log"));
     let _ = std::fs::remove_file(&file);
+    // Each kernel compiled, once, with the source the device's compiler was given: the
+    // warm-up run compiled them all.
+    let compiled = kernel_sources(&settled_log(&sources, 0).expect("the sources log"));
+    let _ = std::fs::remove_file(&sources);
+    let attention: Vec<_> =
+        compiled.iter().filter(|k| k.name.ends_with("::VarlenAttention")).collect();
+    assert_eq!(attention.len(), 1, "{:?}", compiled.iter().map(|k| &k.name).collect::<Vec<_>>());
+    assert!(attention[0].source.len() > 500 && !attention[0].lang.is_empty(), "{attention:?}");
+    assert!(compiled.len() >= times.len(), "{} sources, {} kernels", compiled.len(), times.len());
     let find = |name: &str| {
         times.iter().find(|k| k.name == name).unwrap_or_else(|| panic!("no {name} in {times:?}"))
     };

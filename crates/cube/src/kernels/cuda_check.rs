@@ -113,6 +113,9 @@ pub(crate) struct Report {
     pub(crate) spill_loads: u32,
     /// Bytes of the unit's stack frame (local arrays and spills).
     pub(crate) stack: u32,
+    /// Bytes of shared memory declared with a fixed size (CubeCL's own is sized at launch and
+    /// not counted here).
+    pub(crate) shared: u32,
 }
 
 impl Report {
@@ -132,6 +135,7 @@ impl Report {
             spill_stores: before(log, " bytes spill stores")?,
             spill_loads: before(log, " bytes spill loads")?,
             stack: before(log, " bytes stack frame")?,
+            shared: before(log, " bytes smem").unwrap_or(0),
         })
     }
 }
@@ -187,6 +191,7 @@ impl Nvrtc {
         let options: Vec<CString> = [
             format!("--gpu-architecture={ARCH}"),
             format!("--include-path={}", self.include.display()),
+            format!("--include-path={}", self.include.join("cccl").display()),
             "--ptxas-options=--verbose".to_owned(),
         ]
         .into_iter()
@@ -240,8 +245,8 @@ fn ptxas_reports_are_read_and_a_log_without_one_is_none() {
     let log = "ptxas info    : Compiling entry function 'k' for 'sm_90a'\n\
                ptxas info    : Function properties for k\n\
                ptxas         .     16 bytes stack frame, 8 bytes spill stores, 4 bytes spill loads\n\
-               ptxas info    : Used 40 registers, used 1 barriers, 352 bytes cmem[0]\n";
-    let want = Report { registers: 40, spill_stores: 8, spill_loads: 4, stack: 16 };
+               ptxas info    : Used 40 registers, used 1 barriers, 4096 bytes smem, 352 bytes cmem[0]\n";
+    let want = Report { registers: 40, spill_stores: 8, spill_loads: 4, stack: 16, shared: 4096 };
     assert_eq!(Report::parse(log), Some(want));
     assert_eq!(Report::parse("kernel.cu(3): error: expected a \";\""), None);
 }
@@ -308,4 +313,69 @@ fn every_kernel_compiles_for_an_h200_without_spilling() {
         variants.len(),
         failed.join("\n")
     );
+}
+
+/// A kernel's name cut to `width` characters, its middle left out.
+fn short(name: &str, width: usize) -> String {
+    let chars: Vec<char> = name.chars().collect();
+    if chars.len() <= width {
+        return name.to_owned();
+    }
+    let half = (width - 1) / 2;
+    let head: String = chars[..half].iter().collect();
+    let tail: String = chars[chars.len() - (width - 1 - half)..].iter().collect();
+    format!("{head}…{tail}")
+}
+
+/// The kernels a GPU run compiled, read from a sources log of `switchyard-bench kernel-times
+/// --sources FILE` (the device script keeps one: docs/benchmarks.md), compiled again here by
+/// NVRTC for an H200 with ptxas's registers, spills and fixed shared memory for each: cubek's
+/// matmul kernels too, which the check above cannot build without the GPU. On demand:
+/// `SWITCHYARD_KERNEL_SOURCES=FILE cargo test -p switchyard-cube --features wgpu --lib
+/// ptxas_report -- --ignored --nocapture`.
+#[test]
+#[ignore = "a report on a GPU run's sources log, named by SWITCHYARD_KERNEL_SOURCES"]
+fn ptxas_report_of_the_kernels_a_gpu_run_compiled() {
+    let path = std::env::var_os("SWITCHYARD_KERNEL_SOURCES")
+        .map(PathBuf::from)
+        .expect("SWITCHYARD_KERNEL_SOURCES names a sources log");
+    let log = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut kernels = crate::kernel_sources(&log);
+    let mut seen = std::collections::HashSet::new();
+    kernels.retain(|k| k.lang == "cpp" && seen.insert(k.source.clone()));
+    assert!(!kernels.is_empty(), "no CUDA C++ kernel in {}", path.display());
+    let nvrtc = Nvrtc::load().unwrap_or_else(|e| panic!("{e}: run `cargo xtask fetch-models`"));
+    eprintln!(
+        "{:<72} {:>9} {:>7} {:>8} {:>8} {:>7}",
+        "kernel (CUDA, sm_90a)", "registers", "stack", "spill-st", "spill-ld", "smem"
+    );
+    let mut refused = Vec::new();
+    for k in &kernels {
+        match nvrtc.compile(&k.source) {
+            Ok(r) => eprintln!(
+                "{:<72} {:>9} {:>7} {:>8} {:>8} {:>7}",
+                short(&k.name, 72),
+                r.registers,
+                r.stack,
+                r.spill_stores,
+                r.spill_loads,
+                r.shared
+            ),
+            Err(log) => refused.push(format!("{}:\n{log}", k.name)),
+        }
+    }
+    assert!(
+        refused.is_empty(),
+        "NVRTC refused {} of {}:\n{}",
+        refused.len(),
+        kernels.len(),
+        refused.join("\n")
+    );
+}
+
+#[test]
+fn a_long_name_keeps_its_ends() {
+    assert_eq!(short("MatmulEntry", 72), "MatmulEntry");
+    assert_eq!(short("abcdefghij", 7), "abc…hij");
+    assert_eq!(short("abcdefghij", 6).chars().count(), 6);
 }
