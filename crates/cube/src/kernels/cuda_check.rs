@@ -342,7 +342,8 @@ fn ptxas_report_of_the_kernels_a_gpu_run_compiled() {
     let log = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let mut kernels = crate::kernel_sources(&log);
     let mut seen = std::collections::HashSet::new();
-    kernels.retain(|k| k.lang == "cpp" && seen.insert(k.source.clone()));
+    // CubeCL's CUDA runtime tags the C++ it gives NVRTC `cpp` (its compiler's own tag is `cuda`).
+    kernels.retain(|k| matches!(k.lang.as_str(), "cpp" | "cuda") && seen.insert(k.source.clone()));
     assert!(!kernels.is_empty(), "no CUDA C++ kernel in {}", path.display());
     let nvrtc = Nvrtc::load().unwrap_or_else(|e| panic!("{e}: run `cargo xtask fetch-models`"));
     eprintln!(
