@@ -325,8 +325,7 @@ pub(crate) fn run(
     let dtype = burn_backend::cubecl::dtype_to_storage_type(q.dtype);
     // The batch's tables on the device, uploaded by the run's first attention op of this kind.
     let t = tables(cx, &client, BLOCK, per_seq);
-    // A window wider than any sequence is no window; u32 holds every usable width.
-    let win = window.map_or(u32::MAX, |w| u32::try_from(w).unwrap_or(u32::MAX));
+    let win = window_arg(window);
     let (cubes, cu, block_seq, block_first) = t.args();
     varlen_attention::launch(
         &client,
@@ -353,6 +352,17 @@ pub(crate) fn run(
         dtype,
     );
     out
+}
+
+/// The widest window the kernels are given: wider than any sequence a bucket holds (4M tokens),
+/// so it sees every key, and small enough that a query row plus it stays within u32, the
+/// kernels' index arithmetic on a GPU.
+const WINDOW_CAP: usize = 1 << 24;
+
+/// A sliding window as the attention kernels take it (see [`WINDOW_CAP`]); without a window,
+/// the cap, which the kernels do not read.
+pub(crate) fn window_arg(window: Option<usize>) -> u32 {
+    window.map_or(WINDOW_CAP, |w| w.min(WINDOW_CAP)) as u32
 }
 
 /// The kernel's variants as CUDA C++ for [`super::cuda_check`]: each dtype with heads 32 to 128 wide (256 in f32 and

@@ -356,9 +356,9 @@ impl Kernels<burn_cubecl::CubeBackend> for CubeKernels {
             {
                 self.attention.fetch_add(1, Ordering::Relaxed);
                 let per_seq = cx.graph.shape(qv).rows == switchyard_core::Rows::Seqs;
-                if self.tiles && !per_seq && window.is_none() && tiles::takes(&q, head_dim, cx) {
+                if self.tiles && !per_seq && tiles::takes(&q, head_dim, cx) {
                     self.tiled.fetch_add(1, Ordering::Relaxed);
-                    return Outcome::Done(tiles::run(q, k, v, heads, head_dim, scale, cx));
+                    return Outcome::Done(tiles::run(q, k, v, heads, head_dim, scale, window, cx));
                 }
                 let g = self.key_group();
                 Outcome::Done(attention::run(

@@ -12,9 +12,12 @@
 //! products' inputs are the dtype's values and their sums are f32, on tensor cores as in the
 //! scalar tiles, so the two differ only in the order of the sums.
 //!
+//! With a sliding window, a block walks only the keys within the window of one of its query
+//! rows, and each row's softmax leaves out the keys beyond its own window.
+//!
 //! What it does not take (the row kernel does): f32 (tensor cores would round it to TF32, and the
-//! f32 tiles need more shared memory than wgpu guarantees), sliding windows, a query per sequence,
-//! heads not a multiple of 16 wide, and more shared memory than the device has.
+//! f32 tiles need more shared memory than wgpu guarantees), a query per sequence, heads not a
+//! multiple of 16 wide, and more shared memory than the device has.
 
 use burn_cubecl::tensor::CubeTensor;
 use cubecl::cmma::{self, MatrixIdent, MatrixLayout};
@@ -43,8 +46,9 @@ pub(crate) fn shared_bytes(head_dim: usize, elem_bytes: usize) -> usize {
         + 4 * ALIGN
 }
 
-/// The attention of one block of query rows over its sequence, in tiles (see the module docs).
-/// Rows are `[tokens, heads * head_dim]` of `F`, `q`, `k` and `v` each `*_stride` apart.
+/// The attention of one block of query rows over its sequence, in tiles (see the module docs);
+/// with `windowed`, each query row sees only the keys at most `window` rows from it. Rows are
+/// `[tokens, heads * head_dim]` of `F`, `q`, `k` and `v` each `*_stride` apart.
 #[cfg_attr(not(all(test, feature = "wgpu")), cube(launch))]
 #[cfg_attr(all(test, feature = "wgpu"), cube(launch, create_dummy_kernel))]
 #[allow(clippy::too_many_arguments)]
@@ -61,8 +65,10 @@ fn tiled_attention<F: Float>(
     v_stride: u32,
     heads: u32,
     scale: f32,
+    window: u32,
     #[comptime] head_dim: usize,
     #[comptime] tensor_cores: bool,
+    #[comptime] windowed: bool,
     #[define(F)] _dtype: ElemType,
 ) {
     let block = CUBE_POS_X as usize;
@@ -70,6 +76,17 @@ fn tiled_attention<F: Float>(
     let seq = block_seq[block] as usize;
     let end = cu[seq + 1] as usize;
     let first = block_first[block] as usize;
+    // The keys some query row of the block can see: the sequence, or with a window, the rows
+    // within it of the block's first and last query rows.
+    let mut lo = cu[seq] as usize;
+    let mut hi = end;
+    if windowed {
+        let win = window as usize;
+        if first > lo + win {
+            lo = first - win;
+        }
+        hi = min(end, min(first + ROWS, end) - 1 + win + 1);
+    }
     let unit = UNIT_POS as usize;
     let width = heads as usize * head_dim;
     let (q_stride, k_stride, v_stride) = (q_stride as usize, k_stride as usize, v_stride as usize);
@@ -99,8 +116,8 @@ fn tiled_attention<F: Float>(
     let masked = f32::new(MASKED);
     let mut best = masked;
     let mut sum = 0.0f32;
-    let mut t0 = cu[seq] as usize;
-    while t0 < end {
+    let mut t0 = lo;
+    while t0 < hi {
         #[unroll]
         for s in 0..comptime!(ROWS * head_dim / UNITS) {
             let e = unit + s * UNITS;
@@ -108,7 +125,7 @@ fn tiled_attention<F: Float>(
             let d = e % head_dim;
             let mut kx = F::from_int(0);
             let mut vx = F::from_int(0);
-            if j < end {
+            if j < hi {
                 kx = k[j * k_stride + col + d];
                 vx = v[j * v_stride + col + d];
             }
@@ -120,16 +137,21 @@ fn tiled_attention<F: Float>(
         sync_cube();
         if unit < ROWS {
             let at = unit * ROWS;
+            let row = first + unit;
             let mut top = best;
             #[unroll]
             for j in 0..ROWS {
-                top = max(top, select(t0 + j < end, ss[at + j] * scale, masked));
+                top = max(
+                    top,
+                    select(seen(row, t0 + j, hi, window, windowed), ss[at + j] * scale, masked),
+                );
             }
             let fix = f32::exp(best - top);
             let mut add = 0.0f32;
             #[unroll]
             for j in 0..ROWS {
-                let p = select(t0 + j < end, f32::exp(ss[at + j] * scale - top), 0.0);
+                let keep = seen(row, t0 + j, hi, window, windowed);
+                let p = select(keep, f32::exp(ss[at + j] * scale - top), 0.0);
                 add += p;
                 ps[at + j] = F::cast_from(p);
             }
@@ -163,6 +185,18 @@ fn tiled_attention<F: Float>(
             out[row * width + col + e % head_dim] = F::cast_from(os[e] / rows[r]);
         }
     }
+}
+
+/// Whether query row `row` sees key row `key`: a key of the block's range (below `hi`), and with
+/// `windowed`, at most `window` rows from the query.
+#[cube]
+fn seen(row: usize, key: usize, hi: usize, window: u32, #[comptime] windowed: bool) -> bool {
+    let mut near = true;
+    if windowed {
+        let gap = select(key > row, key - row, row - key);
+        near = gap <= window as usize;
+    }
+    key < hi && near
 }
 
 /// A 16 x 16 operand (`ident`: `A`, `B` or the accumulator) of a cooperative matrix product,
@@ -296,6 +330,7 @@ pub(crate) fn takes(
 
 /// Self-attention of every sequence of the run's batch over `[tokens, heads * head_dim]` rows of
 /// f16 or bf16, in tiles; each query row its own token's.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn run(
     q: CubeTensor,
     k: CubeTensor,
@@ -303,6 +338,7 @@ pub(crate) fn run(
     heads: usize,
     head_dim: usize,
     scale: f32,
+    window: Option<usize>,
     cx: &RunCx<'_, burn_cubecl::CubeBackend>,
 ) -> CubeTensor {
     let (q, q_stride) = super::attention::rows(q);
@@ -329,21 +365,24 @@ pub(crate) fn run(
         v_stride,
         heads as u32,
         scale,
+        super::attention::window_arg(window),
         head_dim,
         tensor_cores(&client, dtype),
+        window.is_some(),
         dtype,
     );
     out
 }
 
 /// The tiled kernel's CUDA C++ for heads `head_dim` wide in `dtype`, with the tensor-core path or
-/// not, as [`super::cuda_check`] builds it for an H200.
+/// not and a window or not, as [`super::cuda_check`] builds it for an H200.
 #[cfg(all(test, feature = "wgpu"))]
 fn cuda_source(
     sm: &super::cuda_check::Sm90,
     dtype: ElemType,
     head_dim: usize,
     tensor_cores: bool,
+    windowed: bool,
 ) -> String {
     let width = 2 * head_dim;
     let kernel = tiled_attention::create_dummy_kernel(
@@ -363,8 +402,10 @@ fn cuda_source(
         width as u32,
         2,
         0.125,
+        8,
         head_dim,
         tensor_cores,
+        windowed,
         dtype,
     );
     super::cuda_check::Sm90::source(kernel)
@@ -376,21 +417,23 @@ fn cuda_source(
 pub(super) fn cuda_variants(sm: &super::cuda_check::Sm90) -> Vec<super::cuda_check::Variant> {
     use super::cuda_check::Variant;
     use cubecl::ir::FloatKind::{BF16, F16};
-    let build = |dtype, head_dim: usize, tensor_cores| {
+    let build = |dtype, head_dim: usize, tensor_cores, windowed| {
         let how = if tensor_cores { "tensor cores" } else { "scalar tiles" };
+        let window = if windowed { ", windowed" } else { "" };
         Variant {
-            name: format!("tiled attention {dtype:?} heads {head_dim}, {how}"),
-            source: cuda_source(sm, ElemType::Float(dtype), head_dim, tensor_cores),
+            name: format!("tiled attention {dtype:?} heads {head_dim}, {how}{window}"),
+            source: cuda_source(sm, ElemType::Float(dtype), head_dim, tensor_cores, windowed),
             may_spill: false,
         }
     };
     let mut all = Vec::new();
     for dtype in [F16, BF16] {
         for head_dim in [32, 64, 128] {
-            all.push(build(dtype, head_dim, true));
+            all.push(build(dtype, head_dim, true, false));
         }
     }
-    all.push(build(F16, 64, false));
+    all.push(build(F16, 64, true, true));
+    all.push(build(F16, 64, false, false));
     all
 }
 
@@ -414,7 +457,7 @@ mod tests {
             k: 16,
         };
         assert!(sm.props().features.matmul.cmma.contains(&want), "sm_90 has {want:?}");
-        super::cuda_source(&sm, dtype, head_dim, tensor_cores)
+        super::cuda_source(&sm, dtype, head_dim, tensor_cores, false)
     }
 
     /// CubeCL expands the tensor-core path only for a device with cooperative matrices, which
