@@ -365,12 +365,12 @@ pub(crate) fn window_arg(window: Option<usize>) -> u32 {
     window.map_or(WINDOW_CAP, |w| w.min(WINDOW_CAP)) as u32
 }
 
-/// The kernel's variants as CUDA C++ for [`super::cuda_check`]: each dtype with heads 32 to 128 wide (256 in f32 and
-/// f16), and in f16 a window, a query per sequence and groups of keys; heads from 128 wide and
-/// groups from 8 keys may spill, as [`MAX_HEAD_DIM`] and `with_key_group` say.
+/// The kernel's variants as CUDA C++ for [`super::cuda_check`]: each dtype with heads 32 to 128
+/// wide (256 in f32 and f16), and in f16 a window, a query per sequence and groups of keys (on GPUs
+/// other than the H200, heads 64 wide in each dtype); heads from 128 wide and groups from 8 keys
+/// may spill, as [`MAX_HEAD_DIM`] and `with_key_group` say.
 #[cfg(all(test, feature = "wgpu"))]
-pub(super) fn cuda_variants(sm: &super::cuda_check::Sm90) -> Vec<super::cuda_check::Variant> {
-    use super::cuda_check::Sm90;
+pub(super) fn cuda_variants(sm: &super::cuda_check::Sm) -> Vec<super::cuda_check::Variant> {
     use cubecl::ir::FloatKind::{BF16, F16, F32};
     let build = |dtype, head_dim: usize, windowed, per_seq, group| {
         let width = 2 * head_dim;
@@ -404,11 +404,14 @@ pub(super) fn cuda_variants(sm: &super::cuda_check::Sm90) -> Vec<super::cuda_che
             if windowed { " windowed" } else { "" },
             if per_seq { " a query a sequence" } else { "" },
         );
-        let mut v = Sm90::variant(name, kernel);
+        let mut v = sm.variant(name, kernel);
         v.may_spill = head_dim >= 128 || group >= 8;
         v
     };
     let mut all = Vec::new();
+    if !sm.every() {
+        return [F32, F16, BF16].map(|dtype| build(dtype, 64, false, false, 1)).into();
+    }
     for dtype in [F32, F16, BF16] {
         for head_dim in [32, 64, 128] {
             all.push(build(dtype, head_dim, false, false, 1));

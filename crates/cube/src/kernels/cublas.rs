@@ -95,9 +95,8 @@ pub(crate) mod flags {
     /// `raise` and `wait` as CUDA C++ for [`crate::kernels::cuda_check`].
     #[cfg(all(test, feature = "wgpu", not(feature = "fusion")))]
     pub(crate) fn cuda_variants(
-        sm: &crate::kernels::cuda_check::Sm90,
+        sm: &crate::kernels::cuda_check::Sm,
     ) -> Vec<crate::kernels::cuda_check::Variant> {
-        use crate::kernels::cuda_check::Sm90;
         let one = || (CubeCount::Static(1, 1, 1), CubeDim::new_1d(1));
         let (count, dim) = one();
         let raise =
@@ -105,7 +104,7 @@ pub(crate) mod flags {
         let (count, dim) = one();
         let wait =
             wait::create_dummy_kernel(sm.props(), sm.target(), count, dim, sm.buffer(8), 1, 1);
-        vec![Sm90::variant("cublas flags: raise", raise), Sm90::variant("cublas flags: wait", wait)]
+        vec![sm.variant("cublas flags: raise", raise), sm.variant("cublas flags: wait", wait)]
     }
 
     #[cfg(test)]
@@ -158,12 +157,11 @@ pub(crate) mod flags {
         #[cfg(all(feature = "wgpu", not(feature = "fusion")))]
         #[test]
         fn the_wait_reads_its_flag_afresh_each_time_round_on_cuda() {
-            use crate::kernels::cuda_check::Sm90;
-            let sm = Sm90::new();
+            let sm = crate::kernels::cuda_check::Sm::new(90);
             let (count, dim) = (CubeCount::Static(1, 1, 1), CubeDim::new_1d(1));
             let kernel =
                 wait::create_dummy_kernel(sm.props(), sm.target(), count, dim, sm.buffer(2), 1, 1);
-            let src = Sm90::source(kernel);
+            let src = sm.source(kernel);
             let body = &src[src.find("while").or_else(|| src.find("for (")).expect("a loop")..];
             assert!(body.contains("volatile uint32_t const*"), "{src}");
         }

@@ -1,13 +1,15 @@
 //! Every kernel of ours as CubeCL's CUDA runtime builds it for an H100 or H200 (compute
-//! capability 9.0): CUDA C++ from cubecl-cpp, compiled by NVIDIA's NVRTC to the GPU's own code,
+//! capability 9.0), and the ones whose code depends on the GPU for a T4 (7.5), an A100 (8.0)
+//! and an L4 (8.9): CUDA C++ from cubecl-cpp, compiled by NVIDIA's NVRTC to the GPU's own code,
 //! with ptxas's count of each kernel's registers and spills. CI has no GPU; this is what finds
 //! a kernel NVRTC refuses, or one that spills to local memory, before a GPU lease does. NVRTC and
 //! CUDA's headers come from NVIDIA's PyPI packages, which `cargo xtask fetch-models` puts in
 //! `.cache/nvrtc` (Linux on x86-64 and aarch64, the platforms they are built for).
 //!
 //! Each kernel module lists its variants (`cuda_variants`: the dtypes and compile-time choices
-//! the encoder launches); [`every_kernel_compiles_for_an_h200_without_spilling`] compiles them
-//! all, and prints each one's registers and spills (`--nocapture`).
+//! the encoder launches, all of them for the H200 and a few elsewhere, [`Sm::every`]);
+//! [`every_kernel_compiles_for_an_h200_without_spilling`] compiles them all, and prints each
+//! one's registers and spills (`--nocapture`).
 #![allow(clippy::print_stderr)] // the report, and why the check is skipped
 
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
@@ -16,9 +18,10 @@ use std::sync::Arc;
 
 use cubecl::prelude::*;
 
-/// The GPU NVRTC compiles for: Hopper with its arch-specific features, as CubeCL's CUDA runtime
-/// names an H100 or H200.
-const ARCH: &str = "sm_90a";
+/// The GPUs the check compiles for, by compute capability: the H200 the benchmarks ran on
+/// first (every variant), then a T4, an A100 and an L4, common GPUs for serving encoders (the
+/// variants whose code or products depend on the GPU).
+const GPUS: [u32; 4] = [90, 75, 80, 89];
 
 /// A kernel variant's name and its CUDA C++.
 pub(crate) struct Variant {
@@ -30,17 +33,19 @@ pub(crate) struct Variant {
     pub(crate) may_spill: bool,
 }
 
-/// Builds kernels as for a device of compute capability 9.0; the buffers they are built with
-/// are the llvmpipe device's, only to build each launch.
-pub(crate) struct Sm90 {
+/// Builds kernels as for an NVIDIA GPU of one compute capability; the buffers they are built
+/// with are the llvmpipe device's, only to build each launch.
+pub(crate) struct Sm {
     client: Client,
     props: Arc<DeviceProperties>,
+    version: u32,
 }
 
-impl Sm90 {
-    /// The llvmpipe device's client, with the properties CubeCL's CUDA runtime gives an H200:
-    /// CUDA C++'s types, planes of 32 units and the tensor-core shapes of compute capability 9.0.
-    pub(crate) fn new() -> Self {
+impl Sm {
+    /// The llvmpipe device's client, with the properties CubeCL's CUDA runtime gives a GPU of
+    /// compute capability `version / 10 . version % 10`: CUDA C++'s types, planes of 32 units
+    /// and the GPU's tensor-core shapes.
+    pub(crate) fn new(version: u32) -> Self {
         use cubecl_cpp::cuda::arch::CudaArchitecture;
         use cubecl_cpp::cuda::mma::CudaCmmaCompiler;
         let cube = crate::wgpu::open(0).expect("a wgpu adapter");
@@ -49,11 +54,42 @@ impl Sm90 {
         cubecl_cpp::register_supported_types(&mut props);
         props.hardware.plane_size_min = 32;
         props.hardware.plane_size_max = 32;
-        let arch = CudaArchitecture { version: 90, tensor_cores: true };
+        let arch = CudaArchitecture { version, tensor_cores: true };
         for c in CudaCmmaCompiler::Cpp.supported_cmma_combinations(&arch) {
             props.features.matmul.cmma.insert(c);
         }
-        Sm90 { client, props: Arc::new(props) }
+        Sm { client, props: Arc::new(props), version }
+    }
+
+    /// The GPU as NVRTC names it: Hopper and later with their arch-specific features, as
+    /// CubeCL's CUDA runtime compiles for them.
+    pub(crate) fn arch(&self) -> String {
+        match self.version {
+            v if v >= 90 => format!("sm_{v}a"),
+            v => format!("sm_{v}"),
+        }
+    }
+
+    /// Whether this is the H200, which gets every variant; the other GPUs get those whose code
+    /// or products depend on the GPU, and one of each kernel in bf16 (emulated before 8.0).
+    pub(crate) fn every(&self) -> bool {
+        self.version == 90
+    }
+
+    /// Whether the GPU has 16 x 16 x 16 products of `dtype` into f32 on tensor cores, as
+    /// CubeCL's CUDA runtime would report them (what the tiled attention asks).
+    pub(crate) fn tensor_cores(&self, dtype: ElemType) -> bool {
+        use cubecl::ir::FloatKind;
+        let f32 = ElemType::Float(FloatKind::F32);
+        let config = cubecl::ir::features::MmaConfig {
+            a_type: dtype,
+            b_type: dtype,
+            cd_type: f32,
+            m: 16,
+            n: 16,
+            k: 16,
+        };
+        self.props.features.matmul.cmma.contains(&config)
     }
 
     /// The device properties a kernel is built with.
@@ -73,9 +109,9 @@ impl Sm90 {
         unsafe { BufferArg::from_raw_parts(handle, len) }
     }
 
-    /// `kernel`'s CUDA C++ as CubeCL's CUDA runtime compiles it for compute capability 9.0
-    /// (fast math, grid constants, clusters: the features it turns on there).
-    pub(crate) fn source(kernel: impl CubeKernel) -> String {
+    /// `kernel`'s CUDA C++ as CubeCL's CUDA runtime compiles it for this GPU (fast math, grid
+    /// constants, and from 9.0 clusters: the features it turns on there).
+    pub(crate) fn source(&self, kernel: impl CubeKernel) -> String {
         use cubecl::Compiler;
         use cubecl_cpp::shared::{CompilationOptions, CppCompiler, CppSupportedFeatures};
         use cubecl_cpp::target::Cuda;
@@ -83,10 +119,10 @@ impl Sm90 {
             warp_size: 32,
             supports_features: CppSupportedFeatures {
                 grid_constants: true,
-                clusters: true,
+                clusters: self.version >= 90,
                 fast_math: true,
                 fast_tanh: true,
-                elect_sync: true,
+                elect_sync: self.version >= 90,
                 dp4a: true,
             },
             ..Default::default()
@@ -98,8 +134,8 @@ impl Sm90 {
     }
 
     /// `kernel` as a variant named `name`, which must not spill.
-    pub(crate) fn variant(name: impl Into<String>, kernel: impl CubeKernel) -> Variant {
-        Variant { name: name.into(), source: Self::source(kernel), may_spill: false }
+    pub(crate) fn variant(&self, name: impl Into<String>, kernel: impl CubeKernel) -> Variant {
+        Variant { name: name.into(), source: self.source(kernel), may_spill: false }
     }
 }
 
@@ -174,8 +210,9 @@ impl Nvrtc {
         })
     }
 
-    /// Compiles `source` for [`ARCH`]: ptxas's report, or NVRTC's log where it refuses.
-    fn compile(&self, source: &str) -> Result<Report, String> {
+    /// Compiles `source` for `arch` (`sm_90a`): ptxas's report, or NVRTC's log where it
+    /// refuses.
+    fn compile(&self, source: &str, arch: &str) -> Result<Report, String> {
         type Create = unsafe extern "C" fn(
             *mut Program,
             *const c_char,
@@ -189,7 +226,7 @@ impl Nvrtc {
         type Log = unsafe extern "C" fn(Program, *mut c_char) -> c_int;
         type Destroy = unsafe extern "C" fn(*mut Program) -> c_int;
         let options: Vec<CString> = [
-            format!("--gpu-architecture={ARCH}"),
+            format!("--gpu-architecture={arch}"),
             format!("--include-path={}", self.include.display()),
             format!("--include-path={}", self.include.join("cccl").display()),
             "--ptxas-options=--verbose".to_owned(),
@@ -270,49 +307,50 @@ fn every_kernel_compiles_for_an_h200_without_spilling() {
             return;
         }
     };
-    let sm = Sm90::new();
-    let variants: Vec<Variant> = [
-        super::attention::cuda_variants(&sm),
-        super::tiles::cuda_variants(&sm),
-        super::norm::cuda_variants(&sm),
-        super::epilogue::cuda_variants(&sm),
-        super::gemm::cuda_variants(&sm),
-        super::pool::cuda_variants(&sm),
-        super::matmul::cuda_variants(&sm),
-        super::cublas::flags::cuda_variants(&sm),
-    ]
-    .into_iter()
-    .flatten()
-    .collect();
     let mut failed = Vec::new();
-    eprintln!(
-        "{:<56} {:>9} {:>7} {:>7} {:>7}",
-        "kernel (CUDA, sm_90a)", "registers", "stack", "spill-st", "spill-ld"
-    );
-    for v in &variants {
-        let start = std::time::Instant::now();
-        let compiled = nvrtc.compile(&v.source);
-        eprint!("{:>6}ms ", start.elapsed().as_millis());
-        match compiled {
-            Ok(r) => {
-                eprintln!(
-                    "{:<56} {:>9} {:>7} {:>7} {:>7}",
-                    v.name, r.registers, r.stack, r.spill_stores, r.spill_loads
-                );
-                if !v.may_spill && (r.spill_stores > 0 || r.spill_loads > 0) {
-                    failed.push(format!("{} spills: {r:?}", v.name));
+    let mut count = 0;
+    for version in GPUS {
+        let sm = Sm::new(version);
+        let variants: Vec<Variant> = [
+            super::attention::cuda_variants(&sm),
+            super::tiles::cuda_variants(&sm),
+            super::norm::cuda_variants(&sm),
+            super::epilogue::cuda_variants(&sm),
+            super::gemm::cuda_variants(&sm),
+            super::pool::cuda_variants(&sm),
+            super::matmul::cuda_variants(&sm),
+            super::cublas::flags::cuda_variants(&sm),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        let arch = sm.arch();
+        eprintln!(
+            "{:<60} {:>9} {:>7} {:>8} {:>8}",
+            format!("kernel (CUDA, {arch})"),
+            "registers",
+            "stack",
+            "spill-st",
+            "spill-ld"
+        );
+        for v in &variants {
+            match nvrtc.compile(&v.source, &arch) {
+                Ok(r) => {
+                    eprintln!(
+                        "{:<60} {:>9} {:>7} {:>8} {:>8}",
+                        v.name, r.registers, r.stack, r.spill_stores, r.spill_loads
+                    );
+                    if !v.may_spill && (r.spill_stores > 0 || r.spill_loads > 0) {
+                        failed.push(format!("{} on {arch} spills: {r:?}", v.name));
+                    }
                 }
+                Err(log) => failed
+                    .push(format!("{} on {arch}: NVRTC refused it:\n{log}\n{}", v.name, v.source)),
             }
-            Err(log) => failed.push(format!("{}: NVRTC refused it:\n{log}\n{}", v.name, v.source)),
         }
+        count += variants.len();
     }
-    assert!(
-        failed.is_empty(),
-        "{} of {} variants:\n{}",
-        failed.len(),
-        variants.len(),
-        failed.join("\n")
-    );
+    assert!(failed.is_empty(), "{} of {} variants:\n{}", failed.len(), count, failed.join("\n"));
 }
 
 /// A kernel's name cut to `width` characters, its middle left out.
@@ -352,7 +390,7 @@ fn ptxas_report_of_the_kernels_a_gpu_run_compiled() {
     );
     let mut refused = Vec::new();
     for k in &kernels {
-        match nvrtc.compile(&k.source) {
+        match nvrtc.compile(&k.source, "sm_90a") {
             Ok(r) => eprintln!(
                 "{:<72} {:>9} {:>7} {:>8} {:>8} {:>7}",
                 short(&k.name, 72),

@@ -129,10 +129,11 @@ pub(crate) fn product(
     Ok(super::contiguous(super::matmul::product(x, wt, matmul)?))
 }
 
-/// The kernel's variants as CUDA C++ for [`super::cuda_check`]: every activation with a bias in f16, and in each dtype a bias and GELU, and a bias and residual.
+/// The kernel's variants as CUDA C++ for [`super::cuda_check`]: every activation with a bias in
+/// f16, and in each dtype a bias and GELU, and a bias and residual (in bf16 on GPUs other than the
+/// H200).
 #[cfg(all(test, feature = "wgpu"))]
-pub(super) fn cuda_variants(sm: &super::cuda_check::Sm90) -> Vec<super::cuda_check::Variant> {
-    use super::cuda_check::Sm90;
+pub(super) fn cuda_variants(sm: &super::cuda_check::Sm) -> Vec<super::cuda_check::Variant> {
     use cubecl::ir::FloatKind::{BF16, F16, F32};
     let build = |dtype, act: Act, residual| {
         let kernel = epilogue_kernel::create_dummy_kernel(
@@ -152,9 +153,12 @@ pub(super) fn cuda_variants(sm: &super::cuda_check::Sm90) -> Vec<super::cuda_che
         );
         let name =
             format!("epilogue {dtype:?} {act:?}{}", if residual { " + residual" } else { "" });
-        Sm90::variant(name, kernel)
+        sm.variant(name, kernel)
     };
     let mut all = Vec::new();
+    if !sm.every() {
+        return vec![build(BF16, Act::Gelu, false), build(BF16, Act::Identity, true)];
+    }
     for act in Act::ALL {
         all.push(build(F16, act, false));
     }

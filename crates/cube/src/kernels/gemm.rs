@@ -195,10 +195,10 @@ pub(crate) fn run(
     out
 }
 
-/// The kernel's variants as CUDA C++ for [`super::cuda_check`]: f32 with a bias and GELU, and with a bias and residual.
+/// The kernel's variants as CUDA C++ for [`super::cuda_check`]: f32 with a bias and GELU, and with
+/// a bias and residual.
 #[cfg(all(test, feature = "wgpu"))]
-pub(super) fn cuda_variants(sm: &super::cuda_check::Sm90) -> Vec<super::cuda_check::Variant> {
-    use super::cuda_check::Sm90;
+pub(super) fn cuda_variants(sm: &super::cuda_check::Sm) -> Vec<super::cuda_check::Variant> {
     use cubecl::ir::FloatKind::{BF16, F16, F32};
     let build = |act: Act, residual| {
         let kernel = linear_kernel::create_dummy_kernel(
@@ -219,7 +219,7 @@ pub(super) fn cuda_variants(sm: &super::cuda_check::Sm90) -> Vec<super::cuda_che
             residual,
         );
         let what = if residual { "bias + residual" } else { "bias" };
-        Sm90::variant(format!("fused GEMM F32 {act:?} {what}"), kernel)
+        sm.variant(format!("fused GEMM F32 {act:?} {what}"), kernel)
     };
     let _ = (F16, BF16, F32);
     vec![build(Act::Gelu, false), build(Act::Identity, true)]

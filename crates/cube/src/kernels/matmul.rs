@@ -553,10 +553,10 @@ mod tune {
     }
 }
 
-/// The kernel's variants as CUDA C++ for [`super::cuda_check`]: the rows' padding in each dtype.
+/// The kernel's variants as CUDA C++ for [`super::cuda_check`]: the rows' padding in each dtype (in
+/// bf16 on GPUs other than the H200).
 #[cfg(all(test, feature = "wgpu", not(feature = "fusion")))]
-pub(super) fn cuda_variants(sm: &super::cuda_check::Sm90) -> Vec<super::cuda_check::Variant> {
-    use super::cuda_check::Sm90;
+pub(super) fn cuda_variants(sm: &super::cuda_check::Sm) -> Vec<super::cuda_check::Variant> {
     use cubecl::ir::FloatKind::{BF16, F16, F32};
     let build = |dtype| {
         let kernel = pad_kernel::create_dummy_kernel(
@@ -570,9 +570,10 @@ pub(super) fn cuda_variants(sm: &super::cuda_check::Sm90) -> Vec<super::cuda_che
             2 * PAD_UNITS as u32,
             ElemType::Float(dtype),
         );
-        Sm90::variant(format!("row padding {dtype:?}"), kernel)
+        sm.variant(format!("row padding {dtype:?}"), kernel)
     };
-    [F32, F16, BF16].into_iter().map(build).collect()
+    let dtypes: &[_] = if sm.every() { &[F32, F16, BF16] } else { &[BF16] };
+    dtypes.iter().map(|&dtype| build(dtype)).collect()
 }
 
 #[cfg(test)]

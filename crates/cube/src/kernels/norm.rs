@@ -257,13 +257,15 @@ pub(crate) fn l2(x: CubeTensor, eps: f32) -> CubeTensor {
     out
 }
 
-/// The kernel's variants as CUDA C++ for [`super::cuda_check`]: LayerNorm alone and with a residual block's epilogue before it, and the L2 norm, in each dtype.
+/// The kernel's variants as CUDA C++ for [`super::cuda_check`]: LayerNorm alone and with a residual
+/// block's epilogue before it, and the L2 norm, in each dtype (in bf16 on GPUs other than the
+/// H200).
 #[cfg(all(test, feature = "wgpu"))]
-pub(super) fn cuda_variants(sm: &super::cuda_check::Sm90) -> Vec<super::cuda_check::Variant> {
-    use super::cuda_check::Sm90;
+pub(super) fn cuda_variants(sm: &super::cuda_check::Sm) -> Vec<super::cuda_check::Variant> {
     use cubecl::ir::FloatKind::{BF16, F16, F32};
     let mut all = Vec::new();
-    for dtype in [F32, F16, BF16] {
+    let dtypes: &[_] = if sm.every() { &[F32, F16, BF16] } else { &[BF16] };
+    for &dtype in dtypes {
         for (bias, residual) in [(false, false), (true, true)] {
             let kernel = layer_norm_kernel::create_dummy_kernel(
                 sm.props(),
@@ -286,7 +288,7 @@ pub(super) fn cuda_variants(sm: &super::cuda_check::Sm90) -> Vec<super::cuda_che
                 ElemType::Float(dtype),
             );
             let what = if residual { "with bias and residual" } else { "alone" };
-            all.push(Sm90::variant(format!("LayerNorm {dtype:?} {what}"), kernel));
+            all.push(sm.variant(format!("LayerNorm {dtype:?} {what}"), kernel));
         }
         let kernel = l2_norm_kernel::create_dummy_kernel(
             sm.props(),
@@ -300,7 +302,7 @@ pub(super) fn cuda_variants(sm: &super::cuda_check::Sm90) -> Vec<super::cuda_che
             1e-12,
             ElemType::Float(dtype),
         );
-        all.push(Sm90::variant(format!("L2 norm {dtype:?}"), kernel));
+        all.push(sm.variant(format!("L2 norm {dtype:?}"), kernel));
     }
     all
 }

@@ -378,7 +378,7 @@ pub(crate) fn run(
 /// not and a window or not, as [`super::cuda_check`] builds it for an H200.
 #[cfg(all(test, feature = "wgpu"))]
 fn cuda_source(
-    sm: &super::cuda_check::Sm90,
+    sm: &super::cuda_check::Sm,
     dtype: ElemType,
     head_dim: usize,
     tensor_cores: bool,
@@ -408,16 +408,19 @@ fn cuda_source(
         windowed,
         dtype,
     );
-    super::cuda_check::Sm90::source(kernel)
+    sm.source(kernel)
 }
 
-/// The kernel's variants as CUDA C++ for [`super::cuda_check`]: f16 and bf16 with heads 32 to
-/// 128 wide on tensor cores, and f16 in scalar tiles.
+/// The kernel's variants as CUDA C++ for [`super::cuda_check`]: f16 and bf16 with heads 32 to 128
+/// wide (64 on GPUs other than the H200) on tensor cores where the GPU has them for the dtype, a
+/// window in f16, and f16 in scalar tiles.
 #[cfg(all(test, feature = "wgpu"))]
-pub(super) fn cuda_variants(sm: &super::cuda_check::Sm90) -> Vec<super::cuda_check::Variant> {
+pub(super) fn cuda_variants(sm: &super::cuda_check::Sm) -> Vec<super::cuda_check::Variant> {
     use super::cuda_check::Variant;
     use cubecl::ir::FloatKind::{BF16, F16};
-    let build = |dtype, head_dim: usize, tensor_cores, windowed| {
+    // Tensor cores where the GPU has them for the dtype, as the kernel's launch asks.
+    let build = |dtype, head_dim: usize, tensor_cores: bool, windowed| {
+        let tensor_cores = tensor_cores && sm.tensor_cores(ElemType::Float(dtype));
         let how = if tensor_cores { "tensor cores" } else { "scalar tiles" };
         let window = if windowed { ", windowed" } else { "" };
         Variant {
@@ -427,13 +430,16 @@ pub(super) fn cuda_variants(sm: &super::cuda_check::Sm90) -> Vec<super::cuda_che
         }
     };
     let mut all = Vec::new();
+    let widths: &[usize] = if sm.every() { &[32, 64, 128] } else { &[64] };
     for dtype in [F16, BF16] {
-        for head_dim in [32, 64, 128] {
+        for &head_dim in widths {
             all.push(build(dtype, head_dim, true, false));
         }
     }
     all.push(build(F16, 64, true, true));
-    all.push(build(F16, 64, false, false));
+    if sm.every() {
+        all.push(build(F16, 64, false, false));
+    }
     all
 }
 
@@ -447,7 +453,7 @@ mod tests {
     #[cfg(feature = "wgpu")]
     fn cuda_source(dtype: ElemType, head_dim: usize, tensor_cores: bool) -> String {
         use cubecl::ir::features::MmaConfig;
-        let sm = super::super::cuda_check::Sm90::new();
+        let sm = super::super::cuda_check::Sm::new(90);
         let want = MmaConfig {
             a_type: dtype,
             b_type: dtype,
