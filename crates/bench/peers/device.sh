@@ -52,6 +52,13 @@ unxz() { # the xz file $1 decompressed into $2
         python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' "$1" "$2"
     fi
 }
+toxz() { # the file $1 compressed into the xz file $2
+    if command -v xz >/dev/null; then
+        xz -c "$1" >"$2"
+    else
+        python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(open(sys.argv[1], "rb"), lzma.open(sys.argv[2], "wb"))' "$1" "$2"
+    fi
+}
 bin=$work/switchyard-bench
 unxz "$bundle/switchyard-bench.xz" "$bin"
 chmod +x "$bin"
@@ -131,12 +138,7 @@ if [[ $what != cpu ]]; then
         step "$bin" kernel-times --device cuda:0 --shape "$1" --seqs "$2" "${@:3}" \
             --sources "$sources" | tee -a "$out/gpu-kernels.txt" || say "kernel times of $batch failed"
     done
-    if command -v xz >/dev/null; then
-        xz -c "$sources" >"$out/kernel-sources.log.xz"
-    else
-        python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(open(sys.argv[1], "rb"), lzma.open(sys.argv[2], "wb"))' \
-            "$sources" "$out/kernel-sources.log.xz"
-    fi
+    toxz "$sources" "$out/kernel-sources.log.xz"
     say "the GPU benchmarks"
     step "$bin" 15 --gpus-only ${QUICK:+--quick} ${without[@]+"${without[@]}"} | tee "$out/gpu-ours.txt" || say "the GPU bench failed"
     if ! grep -q '^gpu	' "$out/gpu-ours.txt"; then

@@ -19,7 +19,12 @@ fn each_kernel_a_run_launches_is_timed_and_added_up_by_kernel() {
         file
     };
     let (file, sources) = (temp("times"), temp("sources"));
-    log_kernel_times(&file, Some(&sources)).expect("before any device");
+    // A sources log that cannot be opened is an error naming it, before CubeCL's configuration
+    // is set (CubeCL would panic opening it).
+    let nowhere = std::env::temp_dir().join("switchyard-no-such-folder").join("sources.log");
+    let e = log_kernel_times(&file, Some(&nowhere)).expect_err("no such folder");
+    assert!(e.to_string().contains("switchyard-no-such-folder"), "{e}");
+    log_kernel_times(&file, Some(&sources)).expect("before any device, the bad call set nothing");
     let again = log_kernel_times(&file, None).expect_err("the configuration is set");
     assert!(again.to_string().contains("before opening any cube device"), "{again}");
 

@@ -102,11 +102,8 @@ fn varlen_attention<F: Float>(
     let mut lo = start;
     let mut hi = end;
     if windowed {
-        let win = window as usize;
-        if first > start + win {
-            lo = first - win;
-        }
-        hi = min(end, last + win + 1);
+        lo = window_start(start, first, window);
+        hi = window_end(end, last, window);
     }
 
     // An inactive unit reads a valid row and discards the result; it still stages tiles.
@@ -168,9 +165,7 @@ fn varlen_attention<F: Float>(
                         }
                         let mut seen = r < n;
                         if windowed {
-                            let j = t0 + r;
-                            let gap = select(j > row, j - row, row - j);
-                            seen = seen && gap <= window as usize;
+                            seen = seen && within(row, t0 + r, window);
                         }
                         scores[g] = select(seen, dot, masked);
                         top = max(top, scores[g]);
@@ -207,6 +202,32 @@ fn varlen_attention<F: Float>(
             out[at * width + col + d] = F::cast_from(acc[d] / sum);
         }
     }
+}
+
+/// The first key of a sequence starting at `start` that a window of `window` rows lets a block
+/// whose first query row is `first` see.
+#[cube]
+pub(crate) fn window_start(start: usize, first: usize, window: u32) -> usize {
+    let win = window as usize;
+    let mut lo = start;
+    if first > start + win {
+        lo = first - win;
+    }
+    lo
+}
+
+/// One past the last key of a sequence ending before `end` that a window of `window` rows lets a
+/// block whose last query row is `last` see.
+#[cube]
+pub(crate) fn window_end(end: usize, last: usize, window: u32) -> usize {
+    min(end, last + window as usize + 1)
+}
+
+/// Whether key row `key` is within `window` rows of query row `row`.
+#[cube]
+pub(crate) fn within(row: usize, key: usize, window: u32) -> bool {
+    let gap = select(key > row, key - row, row - key);
+    gap <= window as usize
 }
 
 /// Whether one launch can cover `batch`: its cubes fit the 65535 per grid dimension that every

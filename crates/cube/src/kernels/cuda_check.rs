@@ -76,20 +76,10 @@ impl Sm {
         self.version == 90
     }
 
-    /// Whether the GPU has 16 x 16 x 16 products of `dtype` into f32 on tensor cores, as
-    /// CubeCL's CUDA runtime would report them (what the tiled attention asks).
+    /// Whether the tiled attention would run on this GPU's tensor cores in `dtype`, as its
+    /// launch asks.
     pub(crate) fn tensor_cores(&self, dtype: ElemType) -> bool {
-        use cubecl::ir::FloatKind;
-        let f32 = ElemType::Float(FloatKind::F32);
-        let config = cubecl::ir::features::MmaConfig {
-            a_type: dtype,
-            b_type: dtype,
-            cd_type: f32,
-            m: 16,
-            n: 16,
-            k: 16,
-        };
-        self.props.features.matmul.cmma.contains(&config)
+        super::tiles::tensor_cores_in(&self.props, dtype)
     }
 
     /// The device properties a kernel is built with.

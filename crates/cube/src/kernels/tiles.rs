@@ -24,6 +24,8 @@ use cubecl::cmma::{self, MatrixIdent, MatrixLayout};
 use cubecl::prelude::*;
 use switchyard_burn::RunCx;
 
+use super::attention::{window_end, window_start, within};
+
 /// Query rows per cube, keys per tile, and the edge of each product's tiles.
 pub(crate) const ROWS: usize = 16;
 
@@ -81,11 +83,8 @@ fn tiled_attention<F: Float>(
     let mut lo = cu[seq] as usize;
     let mut hi = end;
     if windowed {
-        let win = window as usize;
-        if first > lo + win {
-            lo = first - win;
-        }
-        hi = min(end, min(first + ROWS, end) - 1 + win + 1);
+        lo = window_start(lo, first, window);
+        hi = window_end(end, min(first + ROWS, end) - 1, window);
     }
     let unit = UNIT_POS as usize;
     let width = heads as usize * head_dim;
@@ -193,8 +192,7 @@ fn tiled_attention<F: Float>(
 fn seen(row: usize, key: usize, hi: usize, window: u32, #[comptime] windowed: bool) -> bool {
     let mut near = true;
     if windowed {
-        let gap = select(key > row, key - row, row - key);
-        near = gap <= window as usize;
+        near = within(row, key, window);
     }
     key < hi && near
 }
@@ -296,8 +294,12 @@ fn values<F: Float>(
 /// Whether the device computes 16 x 16 x 16 products of `dtype` into f32 on cooperative
 /// matrices, in planes of 32 units.
 pub(crate) fn tensor_cores(client: &Client, dtype: ElemType) -> bool {
+    tensor_cores_in(client.properties(), dtype)
+}
+
+/// [`tensor_cores`] for a device of properties `props`.
+pub(crate) fn tensor_cores_in(props: &DeviceProperties, dtype: ElemType) -> bool {
     use cubecl::ir::FloatKind;
-    let props = client.properties();
     let f32 = ElemType::Float(FloatKind::F32);
     let config = cubecl::ir::features::MmaConfig {
         a_type: dtype,
@@ -452,17 +454,8 @@ mod tests {
     /// needs.
     #[cfg(feature = "wgpu")]
     fn cuda_source(dtype: ElemType, head_dim: usize, tensor_cores: bool) -> String {
-        use cubecl::ir::features::MmaConfig;
         let sm = super::super::cuda_check::Sm::new(90);
-        let want = MmaConfig {
-            a_type: dtype,
-            b_type: dtype,
-            cd_type: ElemType::Float(cubecl::ir::FloatKind::F32),
-            m: 16,
-            n: 16,
-            k: 16,
-        };
-        assert!(sm.props().features.matmul.cmma.contains(&want), "sm_90 has {want:?}");
+        assert!(sm.tensor_cores(dtype), "sm_90 has {dtype:?} tensor cores");
         super::cuda_source(&sm, dtype, head_dim, tensor_cores, false)
     }
 
