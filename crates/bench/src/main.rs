@@ -10,6 +10,8 @@
 mod args;
 mod corpus;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
+mod host;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
 mod kernel_times;
 mod serve;
 mod train;
@@ -900,6 +902,19 @@ fn bench_gpus(reps: usize, quick: bool, without: &[switchyard_dispatch::cube::Ma
                     let share = t.as_secs_f64() / whole.as_secs_f64();
                     println!("    {op:<24} x{count:<4} {:>7.2}ms {:>6.1}%", ms(t), 100.0 * share);
                 }
+                // Unsynchronised again: how much of a run the host spends queuing the launches
+                // and how much waiting for the device. With `kernel-times`' time in kernels, it
+                // says what bounds the batch: the GPU, the launching thread, or neither.
+                let Some(s) = survived(&who, || host::host_split(be, &g, &batch, reps)) else {
+                    continue;
+                };
+                println!(
+                    "  {who}, on the host, medians: a run {:.2}ms, building and queuing its \
+                     launches (forward) {:.2}ms, waiting for the device and reading back {:.2}ms",
+                    ms(s.wall),
+                    ms(s.forward),
+                    ms(s.read)
+                );
             }
             // A classifier reads [CLS] alone, so its last layer runs on that row; beside it the
             // whole layer, both with the device's default kernels, taken in turn. Not `gpu`

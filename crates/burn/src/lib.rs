@@ -706,7 +706,13 @@ impl<B: BurnBackend, K: Kernels<B>> Backend for Burn<B, K> {
         let _span =
             tracing::trace_span!("run", backend = %self.caps.backend, tokens = batch.tokens())
                 .entered();
-        let results = self.forward(plan, state, batch, &Forward::default())?;
+        // Two parts a bench can time apart (`forward`, `read`): on an asynchronous device the
+        // first only queues the ops' launches and the second waits for the device to run them.
+        let results = {
+            let _forward = tracing::trace_span!("forward").entered();
+            self.forward(plan, state, batch, &Forward::default())?
+        };
+        let _read = tracing::trace_span!("read").entered();
         let mats = out.prepare(&plan.graph, batch);
         for (m, t) in mats.iter_mut().zip(results) {
             let Some(t) = t else { continue };

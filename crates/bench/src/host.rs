@@ -1,0 +1,148 @@
+//! Where a run's time goes on the host: the Burn backends' `forward` span (building the ops and
+//! queuing their launches) against their `read` span (waiting for the device and copying the
+//! outputs back). Beside the device's own time per run (`kernel-times`), it says whether a batch
+//! is bound by the GPU, by the thread that queues the launches, or by what lies between.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use switchyard_core::{Backend, BatchBuf, Graph, LaneId, Outputs};
+use tracing::span::{Attributes, Id};
+use tracing::subscriber::Interest;
+use tracing::{Metadata, Subscriber};
+use tracing_subscriber::Layer;
+use tracing_subscriber::layer::{Context, SubscriberExt};
+use tracing_subscriber::registry::LookupSpan;
+
+use crate::executor_for;
+
+/// The median of a run's parts over the timed runs.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct HostSplit {
+    /// The whole run, as the caller sees it.
+    pub wall: Duration,
+    /// Building the ops and queuing their launches.
+    pub forward: Duration,
+    /// Waiting for the results and reading them back.
+    pub read: Duration,
+}
+
+/// Untimed runs before the timed ones: compiling and tuning stay out of the figures.
+const WARM_UPS: usize = 2;
+
+/// Times `reps` runs of `g` on `batch` with `be` (after two warm-ups), each split into its
+/// `forward` and `read` spans; the medians of each part.
+pub(crate) fn host_split<B: Backend>(be: B, g: &Graph, batch: &BatchBuf, reps: usize) -> HostSplit {
+    let spans = Spans::default();
+    let subscriber = tracing_subscriber::registry().with(spans.clone());
+    tracing::subscriber::with_default(subscriber, || {
+        let mut ex = executor_for(be, g, batch);
+        let mut out = Outputs::new();
+        let mut parts = (Vec::new(), Vec::new(), Vec::new());
+        for i in 0..WARM_UPS + reps.max(1) {
+            spans.take();
+            let start = Instant::now();
+            ex.run(LaneId::MAIN, &batch.batch(), &mut out).expect("the bench batch runs");
+            let wall = start.elapsed();
+            let [forward, read] = spans.take();
+            if i >= WARM_UPS {
+                parts.0.push(wall);
+                parts.1.push(forward);
+                parts.2.push(read);
+            }
+        }
+        HostSplit { wall: median(parts.0), forward: median(parts.1), read: median(parts.2) }
+    })
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+/// The spans it times, by name, as the Burn backends name them.
+const TIMED: [&str; 2] = ["forward", "read"];
+
+/// A layer that sums the time spent inside each of the `TIMED` spans of `switchyard_burn`, and
+/// enables nothing else (so no other span or event costs anything while it listens).
+#[derive(Clone, Default)]
+struct Spans {
+    sums: Arc<Mutex<[Duration; 2]>>,
+}
+
+impl Spans {
+    /// The sums since the last call, and a fresh start.
+    fn take(&self) -> [Duration; 2] {
+        std::mem::take(&mut *self.sums.lock().expect("no panic while holding it"))
+    }
+
+    fn which(meta: &Metadata<'_>) -> Option<usize> {
+        if !meta.is_span() || !meta.target().starts_with("switchyard_burn") {
+            return None;
+        }
+        TIMED.iter().position(|n| *n == meta.name())
+    }
+}
+
+/// When a timed span was entered, kept in the span's extensions.
+struct Entered(Instant);
+
+impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Spans {
+    fn register_callsite(&self, meta: &'static Metadata<'static>) -> Interest {
+        match Self::which(meta) {
+            Some(_) => Interest::always(),
+            None => Interest::never(),
+        }
+    }
+
+    fn enabled(&self, meta: &Metadata<'_>, _: Context<'_, S>) -> bool {
+        Self::which(meta).is_some()
+    }
+
+    fn on_new_span(&self, _: &Attributes<'_>, _: &Id, _: Context<'_, S>) {}
+
+    fn on_enter(&self, id: &Id, ctx: Context<'_, S>) {
+        if let Some(span) = ctx.span(id) {
+            span.extensions_mut().replace(Entered(Instant::now()));
+        }
+    }
+
+    fn on_exit(&self, id: &Id, ctx: Context<'_, S>) {
+        let Some(span) = ctx.span(id) else { return };
+        let Some(i) = Self::which(span.metadata()) else { return };
+        let Some(Entered(at)) = span.extensions_mut().remove::<Entered>() else { return };
+        self.sums.lock().expect("no panic while holding it")[i] += at.elapsed();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use switchyard_core::testkit;
+
+    /// On ndarray (a Burn backend, like cube), both parts are timed and lie within the run that
+    /// holds them. (flex is no Burn backend: it has no such spans.)
+    #[test]
+    fn a_run_splits_into_forward_and_read() {
+        let spec = testkit::EncoderSpec::TINY;
+        let g = testkit::bert_like(spec);
+        let batch = crate::ragged(4, 3, 9, spec.vocab);
+        let be = switchyard_dispatch::Dispatch::new(&"ndarray".parse().unwrap()).unwrap();
+        let s = host_split(be, &g, &batch, 3);
+        assert!(s.forward > Duration::ZERO, "{s:?}");
+        assert!(s.read > Duration::ZERO, "{s:?}");
+        assert!(s.forward + s.read <= s.wall, "{s:?}");
+    }
+
+    /// A span of the same name from another crate is not timed.
+    #[test]
+    fn only_the_backends_spans_count() {
+        let spans = Spans::default();
+        let subscriber = tracing_subscriber::registry().with(spans.clone());
+        tracing::subscriber::with_default(subscriber, || {
+            let _other = tracing::error_span!("forward").entered();
+            std::thread::sleep(Duration::from_millis(2));
+        });
+        assert_eq!(spans.take(), [Duration::ZERO; 2]);
+    }
+}
