@@ -55,8 +55,8 @@ tasks:
                crates/bench/peers/device.sh to run there (docs/benchmarks.md); with --tests the
                cube crate's cuda-nvrtc test binaries instead, in .cache/device-tests/, for
                crates/bench/peers/device-tests.sh
-  lint         cargo fmt --check, clippy with warnings denied, and rustdoc with warnings denied;
-               clippy on flex for aarch64 too where Rust's standard library for it is installed
+  lint         cargo fmt --check, clippy with warnings denied (also with the wgpu backend), and
+               rustdoc with warnings denied; clippy on flex for aarch64 too where Rust's standard library for it is installed
   fuzz [--cases N] [--seed S]
                every fuzz target of crates/fuzz (bucket tables, batches, config.json,
                safetensors headers and shard indexes, tokenizer input (long texts too),
@@ -159,9 +159,21 @@ fn lint() -> ExitCode {
         "-D",
         "warnings",
     ];
+    const CLIPPY_WGPU: &[&str] = &[
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--features",
+        "switchyard-dispatch/wgpu,switchyard-bench/wgpu",
+        "--",
+        "-D",
+        "warnings",
+    ];
     let mut steps: Vec<Step<'_>> = vec![
         ("fmt", &["fmt", "--all", "--", "--check"], &[]),
         ("clippy", &["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"], &[]),
+        // The cube backend's code and tests (kernels, benches) compile only with a runtime.
+        ("clippy with wgpu", CLIPPY_WGPU, &[]),
         ("doc", &["doc", "--workspace", "--no-deps"], &[("RUSTDOCFLAGS", "-D warnings")]),
     ];
     // flex's aarch64 kernels compile only for that target.
