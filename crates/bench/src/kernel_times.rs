@@ -107,11 +107,12 @@ pub(crate) fn run(args: &[String]) {
     let took = probe.kernels().launched();
     let per = |n: usize| n as f64 / all;
     println!(
-        "  ops our kernels took, a run: attention {} ({} in tiles), LayerNorm {} ({} with the \
-         epilogue before it), linear epilogues {}, our GEMM {}, pooling and L2 {}; {} kernels \
-         launched in all",
+        "  ops our kernels took, a run: attention {} ({} in tiles, {} adding the projections' \
+         bias), LayerNorm {} ({} with the epilogue before it), linear epilogues {}, our GEMM {}, \
+         pooling and L2 {}; {} kernels launched in all",
         per(took.attention),
         per(took.tiled),
+        per(took.attention_bias),
         per(took.norm),
         per(took.norm_epilogue),
         per(took.epilogue),

@@ -779,17 +779,28 @@ fn bench_gpus(reps: usize, quick: bool, without: &[switchyard_dispatch::cube::Ma
                 rows.extend(t.map(|t| (who, t)));
             }
             // Each residual block's linear epilogue in a launch of its own before the LayerNorm,
-            // where by default the norm applies it: what folding it into the norm gains.
-            for dtype in f32_and_auto(&caps) {
-                let who = format!("{name}, default kernels, add and norm apart, {dtype}");
-                let t = survived(&who, || {
-                    let be = on_cube(&cube, |c| {
-                        let set = KernelSet { norm_epilogue: false, ..c.kernels().set() };
-                        switchyard_dispatch::cube::with_kernels(c, set)
+            // where by default the norm applies it; each layer's projections' bias in a launch
+            // of its own before attention, where by default attention adds it: what each fold
+            // gains.
+            let apart =
+                [("add and norm apart", false, true), ("projections' bias apart", true, false)];
+            for (what, norm_epilogue, attention_bias) in apart {
+                for dtype in f32_and_auto(&caps) {
+                    let who = format!("{name}, default kernels, {what}, {dtype}");
+                    let t = survived(&who, || {
+                        let be = on_cube(&cube, |c| {
+                            let s = c.kernels().set();
+                            let set = KernelSet {
+                                norm_epilogue: norm_epilogue && s.norm_epilogue,
+                                attention_bias: attention_bias && s.attention_bias,
+                                ..s
+                            };
+                            switchyard_dispatch::cube::with_kernels(c, set)
+                        });
+                        time_plan(be.with_dtype(dtype).expect("a listed dtype"), &g, &batch, reps)
                     });
-                    time_plan(be.with_dtype(dtype).expect("a listed dtype"), &g, &batch, reps)
-                });
-                rows.extend(t.map(|t| (who, t)));
+                    rows.extend(t.map(|t| (who, t)));
+                }
             }
             // Half-precision attention in 16 x 16 tiles (tensor cores where the device has them)
             // with the device's default kernels otherwise; then with the tuned matmul too, in

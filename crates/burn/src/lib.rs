@@ -243,7 +243,8 @@ impl<B: BurnBackend, K: Kernels<B>> Burn<B, K> {
         if batch.seqs() == 0 {
             return Ok(vec![None; graph.outputs.len()]);
         }
-        let cx = RunCx::<B>::new(graph, batch, &self.device);
+        let fed = how.feed.iter().map(|(v, _)| *v).collect();
+        let cx = RunCx::<B>::new(graph, batch, &self.device).feeding(fed, how.dropout);
         for (i, op) in graph.ops.iter().enumerate() {
             let o = op.out();
             // Only marker rows can be absent from a non-empty batch; ops on them are skipped.

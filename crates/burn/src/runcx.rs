@@ -5,7 +5,7 @@ use std::cell::{OnceCell, RefCell};
 
 use burn_backend::Backend as BurnBackend;
 use burn_backend::tensor::IntTensor;
-use switchyard_core::{Batch, Graph};
+use switchyard_core::{Batch, Graph, Val};
 
 use crate::convert::ints;
 
@@ -26,6 +26,8 @@ pub struct RunCx<'a, B: BurnBackend> {
     firsts: OnceCell<IntTensor<B>>,
     lasts: OnceCell<IntTensor<B>>,
     markers: OnceCell<IntTensor<B>>,
+    fed: Vec<Val>,
+    dropout: bool,
     memos: RefCell<Vec<(&'static str, Box<dyn Any + Send>)>>,
 }
 
@@ -43,8 +45,30 @@ impl<'a, B: BurnBackend> RunCx<'a, B> {
             firsts: OnceCell::new(),
             lasts: OnceCell::new(),
             markers: OnceCell::new(),
+            fed: Vec::new(),
+            dropout: false,
             memos: RefCell::new(Vec::new()),
         }
+    }
+
+    /// This context, for a run whose values `fed` are given rather than computed, applying the
+    /// graph's dropout where `dropout` (as training does).
+    pub fn feeding(mut self, fed: Vec<Val>, dropout: bool) -> Self {
+        self.fed = fed;
+        self.dropout = dropout;
+        self
+    }
+
+    /// Whether the run drops some of `v`'s values (training's dropout): then the op that writes
+    /// `v` runs Burn's generic way, and a kernel must not leave work on its inputs to it.
+    pub fn drops(&self, v: Val) -> bool {
+        self.dropout && self.graph.dropout_at(v) > 0.0
+    }
+
+    /// Whether the run is given `v` rather than computing it: a kernel must not leave work on
+    /// `v` to the op that reads it, which would get the given value.
+    pub fn is_fed(&self, v: Val) -> bool {
+        self.fed.contains(&v)
     }
 
     /// What `make` gives, made once per run under `key` and cloned after: for a backend's

@@ -249,6 +249,147 @@ fn an_encoders_attention_runs_in_tiles_over_the_shares_of_its_joined_projections
     }
 }
 
+/// Self-attention over projections of one token table with a bias each, made in the graph in
+/// `order` (0: query, 1: key, 2: value), so they run as one joined product; the key's result is
+/// an output of the graph too where `read`.
+fn projected_attention(order: [usize; 3], read: bool) -> Graph {
+    let (heads, head_dim) = (2, 16);
+    let w = heads * head_dim;
+    let mut g = GraphBuilder::new();
+    let table = g.weight("x", &[VOCAB, 24]);
+    let x = g.op(Shape::tokens(24), |out| Op::Embed { table, out });
+    let mut qkv = [None; 3];
+    for i in order {
+        let (weight, bias) =
+            (g.weight(format!("w{i}"), &[w, 24]), Some(g.weight(format!("b{i}"), &[w])));
+        let act = Act::Identity;
+        qkv[i] = Some(g.op(Shape::tokens(w), |out| Op::Linear {
+            x,
+            weight,
+            bias,
+            act,
+            residual: None,
+            out,
+        }));
+    }
+    let [q, k, v] = qkv.map(|v| v.expect("each made"));
+    let scale = 1.0 / (head_dim as f32).sqrt();
+    let window = None;
+    let y = g.op(Shape::tokens(w), |out| Op::Attention {
+        q,
+        k,
+        v,
+        heads,
+        head_dim,
+        scale,
+        window,
+        out,
+    });
+    g.output("y", y);
+    if read {
+        g.output("k", k);
+    }
+    g.finish().expect("a valid graph")
+}
+
+/// A joined query, key and value projection leaves its bias to the attention kernel that alone
+/// reads its results: one launch fewer a layer, and the outputs the epilogue's bit for bit, in
+/// every dtype, in rows and in tiles, in whatever order the graph makes the projections. Where
+/// another op reads one of them, or the set leaves the bias out of attention, the epilogue
+/// adds it.
+#[test]
+fn a_joined_projections_bias_is_added_by_the_attention_kernel_that_alone_reads_it() {
+    use switchyard_core::testkit::{EncoderSpec, bert_like};
+    let spec = EncoderSpec { vocab: VOCAB, width: 64, heads: 4, ffn: 96, layers: 2, max_pos: 200 };
+    let graphs = [
+        (bert_like(spec), spec.layers, "an encoder"),
+        (projected_attention([1, 2, 0], false), 1, "projections made key, value, query"),
+        (projected_attention([0, 1, 2], true), 0, "the key read by an output too"),
+    ];
+    let mut cases = vec![(DType::F32, false)];
+    cases.extend(half_dtypes().into_iter().flat_map(|d| [(d, false), (d, true)]));
+    for (graph, folds, name) in &graphs {
+        for &(dtype, tiles) in &cases {
+            let what = format!("{name}, {dtype}, tiles {tiles}");
+            let run = |attention_bias: bool| {
+                let set = KernelSet { attention_bias, ..KernelSet::MEASURED };
+                let cube = with_tiled_attention(&device(set), tiles);
+                let kernels = cube.kernels().clone();
+                let cube = switchyard_core::Backend::with_dtype(cube, dtype).expect("listed");
+                let (got, want) = run_both(cube, graph, &[1, 40, 150]).expect("a run");
+                assert_close(&got, &want, &what, tolerance(dtype));
+                (got, kernels.launched())
+            };
+            let ((folded, on), (apart, off)) = (run(true), run(false));
+            assert_eq!((on.attention_bias, off.attention_bias), (*folds, 0), "{what}");
+            assert_eq!((on.epilogue, on.attention), (off.epilogue, off.attention), "{what}");
+            for (a, b) in folded.mats().iter().zip(apart.mats()) {
+                assert!(a.data == b.data, "{what}: `{}` differs from the epilogue's", a.name);
+            }
+        }
+    }
+}
+
+/// The attention's output of one run of `graph` with the kernels `set`, given the values `fed`
+/// (each filled with a pattern), dropping as training does where `dropout`; and what the
+/// kernels ran.
+fn forward(
+    graph: &Graph,
+    set: KernelSet,
+    fed: &[switchyard_core::Val],
+    dropout: bool,
+) -> (Vec<f32>, Launched) {
+    use switchyard_burn::Forward;
+    use switchyard_core::{Backend, Bucket};
+    let mut batch = BatchBuf::new();
+    push_random_seq(&mut batch, &mut Rng::new(3), 40, VOCAB, false);
+    let rows = batch.batch().tokens();
+    let be = device(set);
+    let given = |v: switchyard_core::Val| {
+        let width = graph.shape(v).width;
+        let values: Vec<f32> = (0..rows * width).map(|i| (i % 7) as f32 * 0.1).collect();
+        (v, switchyard_burn::floats::<burn_cubecl::Cube>(values, &[rows, width], be.device()))
+    };
+    let w = be.upload(&random_weights(graph, 7).tensors(), graph).expect("uploaded");
+    let plan = be.lower(&w, graph, Bucket::new(64, 4, 64)).expect("lowered");
+    let mut state = be.state(&plan).expect("a state");
+    let how = Forward { feed: fed.iter().map(|&v| given(v)).collect(), dropout };
+    let got = be.forward(&plan, &mut state, &batch.batch(), &how).expect("a run");
+    let y = got[0].clone().expect("the attention's output");
+    (switchyard_burn::read_f32::<burn_cubecl::Cube>(y).expect("read back"), be.kernels().launched())
+}
+
+/// Where the run is given the query or the value (a share of the joined product), the bias is
+/// not left to attention, which would add it to the value given; nor where it drops some of
+/// the attention's output, which then runs the generic way. The outputs are those of the set
+/// without the fold, bit for bit. (The key's bias moves every score of a query alike, which
+/// the softmax cancels, so only the query's and the value's show.) A graph that marks dropout
+/// at the attention (as real checkpoints do) still folds where the run drops nothing.
+#[test]
+fn a_projection_given_to_the_run_or_a_dropped_attention_keeps_the_bias_out_of_attention() {
+    let on = KernelSet::MEASURED;
+    let off = KernelSet { attention_bias: false, ..on };
+    let graph = projected_attention([0, 1, 2], false);
+    let lin: Vec<_> =
+        graph.ops.iter().filter(|op| matches!(op, Op::Linear { .. })).map(Op::out).collect();
+    for fed in [lin[0], lin[2]] {
+        let ((folded, took), (apart, _)) =
+            (forward(&graph, on, &[fed], false), forward(&graph, off, &[fed], false));
+        assert_eq!(took.attention_bias, 0, "{fed:?} given");
+        assert!(folded == apart, "{fed:?} given: the outputs differ");
+    }
+    // So rare a dropout that nothing is dropped: the outputs are comparable, not random.
+    let mut dropped = graph.clone();
+    let y = dropped.output("y").expect("the attention's output");
+    dropped.dropout.push(switchyard_core::Dropout { val: y, p: 1e-9 });
+    let ((folded, took), (apart, _)) =
+        (forward(&dropped, on, &[], true), forward(&dropped, off, &[], true));
+    assert_eq!(took.attention_bias, 0, "dropped");
+    assert!(folded == apart, "dropped: the outputs differ");
+    let (_, took) = forward(&dropped, on, &[], false);
+    assert_eq!(took.attention_bias, 1, "dropout marked, none applied");
+}
+
 #[test]
 fn attention_taking_keys_in_groups_matches_the_reference() {
     // 3 does not divide a tile of 32 keys, so groups run past its end, and windows cut groups

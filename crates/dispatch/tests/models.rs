@@ -29,14 +29,45 @@ fn fixture() -> (Vec<String>, Vec<Vec<f64>>) {
     (sentences.collect(), want)
 }
 
+/// On a cube device, whether its kernels folded what they fold on the real model: every layer's
+/// residual adds into its LayerNorms and its projections' bias into its attention, where the
+/// epilogue kernel takes the linear layers (not where the f32 GEMM does: it applies the bias and
+/// residual itself). A checkpoint's dropout, which inference does not apply, must not stop them.
+#[cfg(any(feature = "wgpu", feature = "cuda", feature = "rocm", feature = "cubecl-cpu"))]
+fn assert_folded(be: &Dispatch, dtype: DType) -> impl FnOnce() + use<> {
+    let kernels = match be {
+        Dispatch::Cube { backend, .. } => Some(backend.kernels().clone()),
+        #[allow(unreachable_patterns)] // with the cube backend alone
+        _ => None,
+    };
+    move || {
+        let Some(k) = kernels else { return };
+        if k.set().linear && dtype == DType::F32 {
+            return;
+        }
+        let l = k.launched();
+        assert!(l.attention > 0, "{dtype}: attention ran in our kernel");
+        assert_eq!(l.attention_bias, l.attention, "{dtype}: every layer's bias in its attention");
+        assert_eq!(l.norm_epilogue, 2 * l.attention, "{dtype}: both adds of a layer in its norms");
+    }
+}
+
+#[cfg(not(any(feature = "wgpu", feature = "cuda", feature = "rocm", feature = "cubecl-cpu")))]
+fn assert_folded(_: &Dispatch, _: DType) -> impl FnOnce() + use<> {
+    || {}
+}
+
 #[test]
 fn minilm_matches_sentence_transformers_on_each_device() {
     let (sentences, want) = fixture();
     let sentences: Vec<&str> = sentences.iter().map(String::as_str).collect();
     let d = common::device();
     let model = Model::load(&model_dir()).unwrap();
-    let mut e = Runner::new(model, Dispatch::new(&d).unwrap(), Buckets::default()).unwrap();
+    let be = Dispatch::new(&d).unwrap();
+    let folded = assert_folded(&be, DType::F32);
+    let mut e = Runner::new(model, be, Buckets::default()).unwrap();
     let got = e.embed(&sentences, |_| {}).unwrap();
+    folded();
     assert_eq!(got.len(), want.len(), "{d}");
     for (s, (a, b)) in sentences.iter().zip(got.iter().zip(&want)) {
         assert_eq!(a.len(), b.len(), "{d}: {s:?}");
@@ -64,9 +95,11 @@ fn minilm_in_half_precision_keeps_its_direction_on_each_device() {
     let dtypes = Dispatch::new(&d).unwrap().caps().dtypes;
     for dtype in dtypes.into_iter().filter(|t| matches!(t, DType::F16 | DType::Bf16)) {
         let backend = Dispatch::new(&d).unwrap().with_dtype(dtype).unwrap();
+        let folded = assert_folded(&backend, dtype);
         let model = Model::load(&model_dir()).unwrap();
         let mut e = Runner::new(model, backend, Buckets::default()).unwrap();
         let got = e.embed(&sentences, |_| {}).unwrap();
+        folded();
         if d.family().backend == "capture" {
             continue;
         }

@@ -59,6 +59,7 @@ fn varlen_attention<F: Float>(
     q: &[F],
     k: &[F],
     v: &[F],
+    bias: &[F],
     out: &mut [F],
     cu: &[u32],
     block_seq: &[u32],
@@ -66,6 +67,9 @@ fn varlen_attention<F: Float>(
     q_stride: u32,
     k_stride: u32,
     v_stride: u32,
+    q_bias: u32,
+    k_bias: u32,
+    v_bias: u32,
     heads: u32,
     scale: f32,
     window: u32,
@@ -74,6 +78,7 @@ fn varlen_attention<F: Float>(
     #[comptime] windowed: bool,
     #[comptime] per_seq: bool,
     #[comptime] group: usize,
+    #[comptime] has_bias: bool,
     #[define(F)] _dtype: ElemType,
 ) {
     let block = CUBE_POS_X as usize;
@@ -115,7 +120,8 @@ fn varlen_attention<F: Float>(
     let mut acc = Array::<f32>::new(head_dim);
     #[unroll]
     for d in 0..head_dim {
-        query[d] = f32::cast_from(q[me * q_stride + col + d]) * scale;
+        let x = with_bias(q[me * q_stride + col + d], bias, q_bias as usize + col + d, has_bias);
+        query[d] = x * scale;
         acc[d] = 0.0;
     }
     // Finite, so the first correction exp(max - new_max) is 0 rather than NaN.
@@ -134,8 +140,9 @@ fn varlen_attention<F: Float>(
             if e < n * head_dim {
                 let j = t0 + e / head_dim;
                 let d = e % head_dim;
-                keys[e] = f32::cast_from(k[j * k_stride + col + d]);
-                vals[e] = f32::cast_from(v[j * v_stride + col + d]);
+                let (kb, vb) = (k_bias as usize + col + d, v_bias as usize + col + d);
+                keys[e] = with_bias(k[j * k_stride + col + d], bias, kb, has_bias);
+                vals[e] = with_bias(v[j * v_stride + col + d], bias, vb, has_bias);
             }
         }
         sync_cube();
@@ -202,6 +209,18 @@ fn varlen_attention<F: Float>(
             out[at * width + col + d] = F::cast_from(acc[d] / sum);
         }
     }
+}
+
+/// `x` widened to f32, with `bias[at]` added where `has_bias` (a projection's bias left to the
+/// attention kernel) and the sum rounded to `F`, as the epilogue's store would round it: the
+/// same values the kernel would read had the epilogue run first.
+#[cube]
+pub(crate) fn with_bias<F: Float>(x: F, bias: &[F], at: usize, #[comptime] has_bias: bool) -> f32 {
+    let mut v = f32::cast_from(x);
+    if has_bias {
+        v = f32::cast_from(F::cast_from(v + f32::cast_from(bias[at])));
+    }
+    v
 }
 
 /// The first key of a sequence starting at `start` that a window of `window` rows lets a block
@@ -336,11 +355,13 @@ pub(crate) fn run(
     window: Option<usize>,
     per_seq: bool,
     group: usize,
+    bias: Option<&QkvBias>,
     cx: &RunCx<'_, CubeBackend>,
 ) -> CubeTensor {
     let (q, q_stride) = rows(q);
     let (k, k_stride) = rows(k);
     let (v, v_stride) = rows(v);
+    let (bias, [q_bias, k_bias, v_bias], has_bias) = QkvBias::args(bias, &q);
     let out = super::empty_like(&q);
     let client = q.client.clone();
     let dtype = burn_backend::cubecl::dtype_to_storage_type(q.dtype);
@@ -355,6 +376,7 @@ pub(crate) fn run(
         q.into_buffer_arg(),
         k.into_buffer_arg(),
         v.into_buffer_arg(),
+        bias.into_buffer_arg(),
         out.clone().into_buffer_arg(),
         cu,
         block_seq,
@@ -362,6 +384,9 @@ pub(crate) fn run(
         q_stride,
         k_stride,
         v_stride,
+        q_bias,
+        k_bias,
+        v_bias,
         heads as u32,
         scale,
         win,
@@ -370,9 +395,33 @@ pub(crate) fn run(
         window.is_some(),
         per_seq,
         group,
+        has_bias,
         dtype,
     );
     out
+}
+
+/// A joined query, key and value projection's bias, left to the attention kernels to add as
+/// they read each value: the joined `[1, n]` bias, in the rows' dtype, and the columns where the
+/// query's, the key's and the value's biases start in it.
+#[derive(Clone, Debug)]
+pub(crate) struct QkvBias {
+    /// The joined bias.
+    pub(crate) bias: CubeTensor,
+    /// Where the query's, key's and value's columns start.
+    pub(crate) at: [usize; 3],
+}
+
+impl QkvBias {
+    /// A kernel's bias arguments: the bias, its three starts and whether to read it; without
+    /// one, `like` bound in its place (unread) and zeros.
+    pub(crate) fn args(bias: Option<&QkvBias>, like: &CubeTensor) -> (CubeTensor, [u32; 3], bool) {
+        match bias {
+            // Starts are columns of a bias row, far within u32.
+            Some(b) => (super::contiguous(b.bias.clone()), b.at.map(|a| a as u32), true),
+            None => (like.clone(), [0; 3], false),
+        }
+    }
 }
 
 /// The widest window the kernels are given: wider than any sequence a bucket holds (4M tokens),
@@ -393,7 +442,7 @@ pub(crate) fn window_arg(window: Option<usize>) -> u32 {
 #[cfg(all(test, feature = "wgpu"))]
 pub(super) fn cuda_variants(sm: &super::cuda_check::Sm) -> Vec<super::cuda_check::Variant> {
     use cubecl::ir::FloatKind::{BF16, F16, F32};
-    let build = |dtype, head_dim: usize, windowed, per_seq, group| {
+    let build = |dtype, head_dim: usize, windowed, per_seq, group, bias| {
         let width = 2 * head_dim;
         let kernel = varlen_attention::create_dummy_kernel(
             sm.props(),
@@ -403,6 +452,7 @@ pub(super) fn cuda_variants(sm: &super::cuda_check::Sm) -> Vec<super::cuda_check
             sm.buffer(64 * width),
             sm.buffer(64 * width),
             sm.buffer(64 * width),
+            sm.buffer(3 * width),
             sm.buffer(64 * width),
             sm.buffer(2),
             sm.buffer(1),
@@ -410,6 +460,9 @@ pub(super) fn cuda_variants(sm: &super::cuda_check::Sm) -> Vec<super::cuda_check
             width as u32,
             width as u32,
             width as u32,
+            0,
+            width as u32,
+            2 * width as u32,
             2,
             0.125,
             8,
@@ -418,12 +471,14 @@ pub(super) fn cuda_variants(sm: &super::cuda_check::Sm) -> Vec<super::cuda_check
             windowed,
             per_seq,
             group,
+            bias,
             ElemType::Float(dtype),
         );
         let name = format!(
-            "attention {dtype:?} heads {head_dim}{}{}, keys {group} a step",
+            "attention {dtype:?} heads {head_dim}{}{}{}, keys {group} a step",
             if windowed { " windowed" } else { "" },
             if per_seq { " a query a sequence" } else { "" },
+            if bias { " adding the projections' bias" } else { "" },
         );
         let mut v = sm.variant(name, kernel);
         v.may_spill = head_dim >= 128 || group >= 8;
@@ -431,21 +486,23 @@ pub(super) fn cuda_variants(sm: &super::cuda_check::Sm) -> Vec<super::cuda_check
     };
     let mut all = Vec::new();
     if !sm.every() {
-        return [F32, F16, BF16].map(|dtype| build(dtype, 64, false, false, 1)).into();
+        return [F32, F16, BF16].map(|dtype| build(dtype, 64, false, false, 1, true)).into();
     }
     for dtype in [F32, F16, BF16] {
         for head_dim in [32, 64, 128] {
-            all.push(build(dtype, head_dim, false, false, 1));
+            all.push(build(dtype, head_dim, false, false, 1, false));
         }
+        // As encoders run it: adding the projections' bias.
+        all.push(build(dtype, 64, false, false, 1, true));
     }
-    all.push(build(F32, MAX_HEAD_DIM, false, false, 1));
-    all.push(build(F16, MAX_HEAD_DIM, false, false, 1));
-    all.push(build(F16, 64, true, false, 1));
-    all.push(build(F16, 64, false, true, 1));
+    all.push(build(F32, MAX_HEAD_DIM, false, false, 1, false));
+    all.push(build(F16, MAX_HEAD_DIM, false, false, 1, false));
+    all.push(build(F16, 64, true, false, 1, false));
+    all.push(build(F16, 64, false, true, 1, false));
     // The groups the benchmarks time (`with_key_group`); more keys a step take longer to
     // compile (32: 25 s) than the check is worth.
     for group in [4, 8] {
-        all.push(build(F16, 64, false, false, group));
+        all.push(build(F16, 64, false, false, group, false));
     }
     all
 }

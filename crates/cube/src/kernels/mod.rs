@@ -2,6 +2,9 @@
 //! does more work than the op needs:
 //! - [`attention`]: ragged self-attention over the batch's `cu` offsets in one launch, where the
 //!   generic path makes one Burn attention call (and, with a window, one mask) per sequence;
+//!   where a layer's query, key and value are one joined product read by the attention op alone,
+//!   the attention kernels add the projections' bias as they read each value, so the
+//!   projections are their product and no epilogue launch;
 //! - [`gemm`]: a linear layer with its bias, activation and residual applied in the GEMM's
 //!   epilogue, where the generic path makes a pass over the output for each;
 //! - [`norm`]: LayerNorm in one launch with f32 statistics, where the generic path makes nine,
@@ -80,6 +83,10 @@ pub struct KernelSet {
     /// output (a residual block's add and norm), where the epilogue kernel would take the layer:
     /// its product, then one launch, where apart they make two and a pass over the output.
     pub norm_epilogue: bool,
+    /// A layer's joined query, key and value projection's bias added by the attention kernel
+    /// that alone reads them, as it reads each value, where the epilogue kernel would take the
+    /// projection: one launch and a pass over the product fewer a layer.
+    pub attention_bias: bool,
 }
 
 impl KernelSet {
@@ -91,6 +98,7 @@ impl KernelSet {
         epilogue: true,
         pool: true,
         norm_epilogue: true,
+        attention_bias: true,
     };
     /// None: Burn's generic lowering for every op.
     pub const NONE: KernelSet = KernelSet {
@@ -100,6 +108,7 @@ impl KernelSet {
         epilogue: false,
         pool: false,
         norm_epilogue: false,
+        attention_bias: false,
     };
     /// The kernels measured to win where Burn's ops compute f32 exactly, the default there:
     /// ragged attention, LayerNorm, the epilogue after Burn's matmul and pooling. On llvmpipe
@@ -108,7 +117,9 @@ impl KernelSet {
     /// three), pooling alone ran 1.5x to 1.8x faster (a mean and L2) and 1.2x to 1.7x (SPLADE's
     /// max), while the fused GEMM made the encoder 2x slower than Burn's tuned matmul. The
     /// epilogue in the LayerNorm after it made no measurable difference there (0.98x to 1.09x)
-    /// but saves a launch and a pass over the output a residual block, so it is on.
+    /// but saves a launch and a pass over the output a residual block, so it is on; so is the
+    /// projections' bias in the attention kernel (not yet timed on a GPU), whose outputs are
+    /// the epilogue's, bit for bit.
     pub const MEASURED: KernelSet = KernelSet { linear: false, ..KernelSet::ALL };
 
     /// The default on a device: [`KernelSet::ALL`] where Burn's ops would compute f32 products
@@ -142,6 +153,9 @@ pub struct Launched {
     /// LayerNorm ops that applied the epilogue of the linear layer before them (that layer
     /// counted in `epilogue`).
     pub norm_epilogue: usize,
+    /// Attention ops that added the bias of the joined projection before them (that
+    /// projection counted in `epilogue`).
+    pub attention_bias: usize,
 }
 
 /// The cube backend's kernels: the chosen [`KernelSet`], the routine of the products under the
@@ -164,6 +178,7 @@ pub struct CubeKernels {
     epilogue: Arc<AtomicUsize>,
     pool: Arc<AtomicUsize>,
     norm_epilogue: Arc<AtomicUsize>,
+    attention_bias: Arc<AtomicUsize>,
 }
 
 impl CubeKernels {
@@ -284,7 +299,40 @@ impl CubeKernels {
             epilogue: self.epilogue.load(Ordering::Relaxed),
             pool: self.pool.load(Ordering::Relaxed),
             norm_epilogue: self.norm_epilogue.load(Ordering::Relaxed),
+            attention_bias: self.attention_bias.load(Ordering::Relaxed),
         }
+    }
+}
+
+#[cfg(not(feature = "fusion"))]
+impl CubeKernels {
+    /// Whether the attention kernels take an attention op with heads `head_dim` wide over the
+    /// run's batch (its rows of one float dtype aside).
+    fn takes_attention(&self, head_dim: usize, cx: &RunCx<'_, burn_cubecl::CubeBackend>) -> bool {
+        self.set.attention && head_dim <= attention::MAX_HEAD_DIM && attention::launchable(cx.batch)
+    }
+
+    /// Where the joined projection whose lead layer writes `out` (not `own`: its product is
+    /// wider than that layer's output) may leave its epilogue `then`, a bias alone, to the
+    /// attention op that alone reads its three results: that op's fold, sure to be taken.
+    fn bias_fold(
+        &self,
+        out: switchyard_core::Val,
+        then: &Epilogue,
+        own: bool,
+        cx: &RunCx<'_, burn_cubecl::CubeBackend>,
+    ) -> Option<BiasFold> {
+        let bias = then.bias.as_ref()?;
+        if own || !self.set.attention_bias || then.act != Act::Identity || then.residual.is_some() {
+            return None;
+        }
+        let fold = bias_folds(cx).iter().find(|f| f.lead == out).copied()?;
+        let whole = dims(bias) == [1, fold.width];
+        // A run given one of the three, or dropping some of the attention's output (the op
+        // then runs the generic way), adds the bias in the epilogue.
+        let fed = fold.qkv.iter().any(|&v| cx.is_fed(v));
+        let ours = !cx.drops(fold.attention) && self.takes_attention(fold.head_dim, cx);
+        (whole && !fed && ours).then_some(fold)
     }
 }
 
@@ -349,20 +397,28 @@ impl Kernels<burn_cubecl::CubeBackend> for CubeKernels {
                 &Op::Attention { q: qv, heads, head_dim, scale, window, .. },
                 [Some(q), Some(k), Some(v)],
                 _,
-            ) if self.set.attention
-                && head_dim <= attention::MAX_HEAD_DIM
-                && attention::launchable(cx.batch)
-                && all_float(&[&q, &k, &v]) =>
-            {
+            ) if self.takes_attention(head_dim, cx) && all_float(&[&q, &k, &v]) => {
                 self.attention.fetch_add(1, Ordering::Relaxed);
+                // The bias of the projections before, where they left it to this op.
+                let bias = {
+                    let left = left_to_attention(cx);
+                    let left = left.lock().expect("not poisoned");
+                    left.iter().find(|(v, _)| *v == qv).map(|(_, b)| b.clone())
+                };
+                if bias.is_some() {
+                    self.attention_bias.fetch_add(1, Ordering::Relaxed);
+                }
+                let bias = bias.as_ref();
                 let per_seq = cx.graph.shape(qv).rows == switchyard_core::Rows::Seqs;
                 if self.tiles && !per_seq && tiles::takes(&q, head_dim, cx) {
                     self.tiled.fetch_add(1, Ordering::Relaxed);
-                    return Outcome::Done(tiles::run(q, k, v, heads, head_dim, scale, window, cx));
+                    return Outcome::Done(tiles::run(
+                        q, k, v, heads, head_dim, scale, window, bias, cx,
+                    ));
                 }
                 let g = self.key_group();
                 Outcome::Done(attention::run(
-                    q, k, v, heads, head_dim, scale, window, per_seq, g, cx,
+                    q, k, v, heads, head_dim, scale, window, per_seq, g, bias, cx,
                 ))
             }
             (&Op::Linear { act, .. }, [Some(x), residual, None], Bound::Linear { wt, bias })
@@ -400,9 +456,18 @@ impl Kernels<burn_cubecl::CubeBackend> for CubeKernels {
                 };
                 if left {
                     left_to_norm(cx).lock().expect("not poisoned").push((out, then));
-                    Outcome::Done(y)
-                } else {
-                    Outcome::Done(then.apply(y))
+                    return Outcome::Done(y);
+                }
+                match (self.bias_fold(out, &then, own, cx), then.bias) {
+                    (Some(fold), Some(bias)) => {
+                        let bias = attention::QkvBias { bias, at: fold.at };
+                        left_to_attention(cx)
+                            .lock()
+                            .expect("not poisoned")
+                            .push((fold.qkv[0], bias));
+                        Outcome::Done(y)
+                    }
+                    (_, bias) => Outcome::Done(Epilogue { bias, ..then }.apply(y)),
                 }
             }
             (
@@ -524,9 +589,9 @@ fn left_to_norm(cx: &RunCx<'_, burn_cubecl::CubeBackend>) -> LeftToNorm {
     cx.memo("cube: epilogues left to LayerNorm", LeftToNorm::default)
 }
 
-/// Whether a LayerNorm is the one reader of `v`, which is not an output, with no dropout at
-/// the norm's output (training runs such a norm the generic way): then the norm's arm in
-/// `run_op` is sure to see `v` and apply an epilogue left to it.
+/// Whether a LayerNorm is the one reader of `v`, which is not an output, and the run drops
+/// none of the norm's output (training runs such a norm the generic way): then the norm's arm
+/// in `run_op` is sure to see `v` and apply an epilogue left to it.
 #[cfg(not(feature = "fusion"))]
 fn norm_reads_alone(v: switchyard_core::Val, cx: &RunCx<'_, burn_cubecl::CubeBackend>) -> bool {
     let graph = cx.graph;
@@ -535,9 +600,84 @@ fn norm_reads_alone(v: switchyard_core::Val, cx: &RunCx<'_, burn_cubecl::CubeBac
     }
     let mut readers = graph.ops.iter().filter(|op| op.inputs().contains(&Some(v)));
     match (readers.next(), readers.next()) {
-        (Some(&Op::LayerNorm { out, .. }), None) => graph.dropout_at(out) == 0.0,
+        (Some(&Op::LayerNorm { out, .. }), None) => !cx.drops(out),
         _ => false,
     }
+}
+
+/// Biases of joined projections left to the attention op that reads their results, by the
+/// op's query value, this run.
+#[cfg(not(feature = "fusion"))]
+type LeftToAttention = Arc<std::sync::Mutex<Vec<(switchyard_core::Val, attention::QkvBias)>>>;
+
+/// This run's [`LeftToAttention`].
+#[cfg(not(feature = "fusion"))]
+fn left_to_attention(cx: &RunCx<'_, burn_cubecl::CubeBackend>) -> LeftToAttention {
+    cx.memo("cube: biases left to attention", LeftToAttention::default)
+}
+
+/// An attention op whose query, key and value are one joined projection's three results, each
+/// with a bias and nothing else after the product, read by that op alone: the attention kernel
+/// can add their bias as it reads them (where the run neither gives it one of them nor drops
+/// some of its output).
+#[cfg(not(feature = "fusion"))]
+#[derive(Clone, Copy, Debug)]
+struct BiasFold {
+    /// The output of the joined group's first layer, which runs the product.
+    lead: switchyard_core::Val,
+    /// The attention op's query, key and value.
+    qkv: [switchyard_core::Val; 3],
+    /// Where each one's columns start in the joined product (and its bias).
+    at: [usize; 3],
+    /// The joined product's width.
+    width: usize,
+    /// The attention op's heads' width.
+    head_dim: usize,
+    /// The attention op's output.
+    attention: switchyard_core::Val,
+}
+
+/// The graph's [`BiasFold`]s, found once a run.
+#[cfg(not(feature = "fusion"))]
+fn bias_folds(cx: &RunCx<'_, burn_cubecl::CubeBackend>) -> Arc<Vec<BiasFold>> {
+    cx.memo("cube: biases the attention kernel can add", || Arc::new(find_bias_folds(cx.graph)))
+}
+
+/// Each attention op of `graph` that a [`BiasFold`] describes. The group's layers are joined
+/// side by side in graph order (`Graph::shared_input_linears`), so each one's columns start
+/// where the widths before it end; a run checks the joined bias is that wide before it folds.
+#[cfg(not(feature = "fusion"))]
+fn find_bias_folds(graph: &Graph) -> Vec<BiasFold> {
+    let groups = graph.shared_input_linears();
+    let read_by_one_alone = |v: switchyard_core::Val| {
+        !graph.outputs.iter().any(|o| o.val == v)
+            && graph.ops.iter().filter(|op| op.inputs().contains(&Some(v))).count() == 1
+    };
+    let fold = |op: &Op| {
+        let Op::Attention { q, k, v, head_dim, out, .. } = *op else { return None };
+        let qkv = [q, k, v];
+        let distinct = q != k && k != v && q != v;
+        if !distinct || !qkv.into_iter().all(read_by_one_alone) {
+            return None;
+        }
+        let outs = |g: &Vec<usize>| g.iter().map(|&i| graph.ops[i].out()).collect::<Vec<_>>();
+        let group =
+            groups.iter().find(|g| g.len() == 3 && qkv.iter().all(|v| outs(g).contains(v)))?;
+        let mut starts = Vec::with_capacity(3);
+        let mut width = 0;
+        for &i in group {
+            let Op::Linear { bias: Some(_), act: Act::Identity, out, .. } = graph.ops[i] else {
+                return None;
+            };
+            starts.push((out, width));
+            width += graph.shape(out).width;
+        }
+        let start = |v| starts.iter().find(|(o, _)| *o == v).map(|&(_, at)| at);
+        let at = [start(q)?, start(k)?, start(v)?];
+        let lead = graph.ops[group[0]].out();
+        Some(BiasFold { lead, qkv, at, width, head_dim, attention: out })
+    };
+    graph.ops.iter().filter_map(fold).collect()
 }
 
 /// The run's sequence offsets (`cu`) on the device, and their count: uploaded by the run's first

@@ -24,7 +24,7 @@ use cubecl::cmma::{self, MatrixIdent, MatrixLayout};
 use cubecl::prelude::*;
 use switchyard_burn::RunCx;
 
-use super::attention::{window_end, window_start, within};
+use super::attention::{QkvBias, window_end, window_start, with_bias, within};
 
 /// Query rows per cube, keys per tile, and the edge of each product's tiles.
 pub(crate) const ROWS: usize = 16;
@@ -58,6 +58,7 @@ fn tiled_attention<F: Float>(
     q: &[F],
     k: &[F],
     v: &[F],
+    bias: &[F],
     out: &mut [F],
     cu: &[u32],
     block_seq: &[u32],
@@ -65,12 +66,16 @@ fn tiled_attention<F: Float>(
     q_stride: u32,
     k_stride: u32,
     v_stride: u32,
+    q_bias: u32,
+    k_bias: u32,
+    v_bias: u32,
     heads: u32,
     scale: f32,
     window: u32,
     #[comptime] head_dim: usize,
     #[comptime] tensor_cores: bool,
     #[comptime] windowed: bool,
+    #[comptime] has_bias: bool,
     #[define(F)] _dtype: ElemType,
 ) {
     let block = CUBE_POS_X as usize;
@@ -106,6 +111,9 @@ fn tiled_attention<F: Float>(
         let mut x = F::from_int(0);
         if row < end {
             x = q[row * q_stride + col + e % head_dim];
+            if has_bias {
+                x = F::cast_from(with_bias(x, bias, q_bias as usize + col + e % head_dim, true));
+            }
         }
         qs[e] = x;
         os[e] = 0.0;
@@ -127,6 +135,10 @@ fn tiled_attention<F: Float>(
             if j < hi {
                 kx = k[j * k_stride + col + d];
                 vx = v[j * v_stride + col + d];
+                if has_bias {
+                    kx = F::cast_from(with_bias(kx, bias, k_bias as usize + col + d, true));
+                    vx = F::cast_from(with_bias(vx, bias, v_bias as usize + col + d, true));
+                }
             }
             ks[e] = kx;
             vs[e] = vx;
@@ -341,11 +353,13 @@ pub(crate) fn run(
     head_dim: usize,
     scale: f32,
     window: Option<usize>,
+    bias: Option<&QkvBias>,
     cx: &RunCx<'_, burn_cubecl::CubeBackend>,
 ) -> CubeTensor {
     let (q, q_stride) = super::attention::rows(q);
     let (k, k_stride) = super::attention::rows(k);
     let (v, v_stride) = super::attention::rows(v);
+    let (bias, [q_bias, k_bias, v_bias], has_bias) = QkvBias::args(bias, &q);
     let out = super::empty_like(&q);
     let client = q.client.clone();
     let dtype = burn_backend::cubecl::dtype_to_storage_type(q.dtype);
@@ -358,6 +372,7 @@ pub(crate) fn run(
         q.into_buffer_arg(),
         k.into_buffer_arg(),
         v.into_buffer_arg(),
+        bias.into_buffer_arg(),
         out.clone().into_buffer_arg(),
         cu,
         block_seq,
@@ -365,12 +380,16 @@ pub(crate) fn run(
         q_stride,
         k_stride,
         v_stride,
+        q_bias,
+        k_bias,
+        v_bias,
         heads as u32,
         scale,
         super::attention::window_arg(window),
         head_dim,
         tensor_cores(&client, dtype),
         window.is_some(),
+        has_bias,
         dtype,
     );
     out
@@ -385,6 +404,7 @@ fn cuda_source(
     head_dim: usize,
     tensor_cores: bool,
     windowed: bool,
+    bias: bool,
 ) -> String {
     let width = 2 * head_dim;
     let kernel = tiled_attention::create_dummy_kernel(
@@ -395,6 +415,7 @@ fn cuda_source(
         sm.buffer(64 * width),
         sm.buffer(64 * width),
         sm.buffer(64 * width),
+        sm.buffer(3 * width),
         sm.buffer(64 * width),
         sm.buffer(2),
         sm.buffer(1),
@@ -402,12 +423,16 @@ fn cuda_source(
         width as u32,
         width as u32,
         width as u32,
+        0,
+        width as u32,
+        2 * width as u32,
         2,
         0.125,
         8,
         head_dim,
         tensor_cores,
         windowed,
+        bias,
         dtype,
     );
     sm.source(kernel)
@@ -421,13 +446,15 @@ pub(super) fn cuda_variants(sm: &super::cuda_check::Sm) -> Vec<super::cuda_check
     use super::cuda_check::Variant;
     use cubecl::ir::FloatKind::{BF16, F16};
     // Tensor cores where the GPU has them for the dtype, as the kernel's launch asks.
-    let build = |dtype, head_dim: usize, tensor_cores: bool, windowed| {
+    let build = |dtype, head_dim: usize, tensor_cores: bool, windowed, bias| {
         let tensor_cores = tensor_cores && sm.tensor_cores(ElemType::Float(dtype));
         let how = if tensor_cores { "tensor cores" } else { "scalar tiles" };
         let window = if windowed { ", windowed" } else { "" };
+        let bias_ = if bias { ", adding the projections' bias" } else { "" };
+        let elem = ElemType::Float(dtype);
         Variant {
-            name: format!("tiled attention {dtype:?} heads {head_dim}, {how}{window}"),
-            source: cuda_source(sm, ElemType::Float(dtype), head_dim, tensor_cores, windowed),
+            name: format!("tiled attention {dtype:?} heads {head_dim}, {how}{window}{bias_}"),
+            source: cuda_source(sm, elem, head_dim, tensor_cores, windowed, bias),
             may_spill: false,
         }
     };
@@ -435,12 +462,13 @@ pub(super) fn cuda_variants(sm: &super::cuda_check::Sm) -> Vec<super::cuda_check
     let widths: &[usize] = if sm.every() { &[32, 64, 128] } else { &[64] };
     for dtype in [F16, BF16] {
         for &head_dim in widths {
-            all.push(build(dtype, head_dim, true, false));
+            all.push(build(dtype, head_dim, true, false, false));
         }
     }
-    all.push(build(F16, 64, true, true));
+    all.push(build(F16, 64, true, true, false));
+    all.push(build(F16, 64, true, false, true));
     if sm.every() {
-        all.push(build(F16, 64, false, false));
+        all.push(build(F16, 64, false, false, false));
     }
     all
 }
@@ -456,7 +484,7 @@ mod tests {
     fn cuda_source(dtype: ElemType, head_dim: usize, tensor_cores: bool) -> String {
         let sm = super::super::cuda_check::Sm::new(90);
         assert!(sm.tensor_cores(dtype), "sm_90 has {dtype:?} tensor cores");
-        super::cuda_source(&sm, dtype, head_dim, tensor_cores, false)
+        super::cuda_source(&sm, dtype, head_dim, tensor_cores, false, false)
     }
 
     /// CubeCL expands the tensor-core path only for a device with cooperative matrices, which
