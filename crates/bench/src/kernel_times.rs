@@ -108,13 +108,14 @@ pub(crate) fn run(args: &[String]) {
     let per = |n: usize| n as f64 / all;
     println!(
         "  ops our kernels took, a run: attention {} ({} in tiles, {} adding the projections' \
-         bias), LayerNorm {} ({} with the epilogue before it), linear epilogues {}, our GEMM {}, \
-         pooling and L2 {}; {} kernels launched in all",
+         bias), LayerNorm {} ({} with the epilogue before it, {} gathering the embeddings), \
+         linear epilogues {}, our GEMM {}, pooling and L2 {}; {} kernels launched in all",
         per(took.attention),
         per(took.tiled),
         per(took.attention_bias),
         per(took.norm),
         per(took.norm_epilogue),
+        per(took.embed_norm),
         per(took.epilogue),
         per(took.linear),
         per(took.pool),

@@ -780,11 +780,15 @@ fn bench_gpus(reps: usize, quick: bool, without: &[switchyard_dispatch::cube::Ma
             }
             // Each residual block's linear epilogue in a launch of its own before the LayerNorm,
             // where by default the norm applies it; each layer's projections' bias in a launch
-            // of its own before attention, where by default attention adds it: what each fold
-            // gains.
-            let apart =
-                [("add and norm apart", false, true), ("projections' bias apart", true, false)];
-            for (what, norm_epilogue, attention_bias) in apart {
+            // of its own before attention, where by default attention adds it; the embeddings'
+            // lookups and sums as five launches before their norm, where by default the norm
+            // gathers them: what each fold gains.
+            let apart = [
+                ("add and norm apart", [false, true, true]),
+                ("projections' bias apart", [true, false, true]),
+                ("embeddings apart", [true, true, false]),
+            ];
+            for (what, [norm_epilogue, attention_bias, embed_norm]) in apart {
                 for dtype in f32_and_auto(&caps) {
                     let who = format!("{name}, default kernels, {what}, {dtype}");
                     let t = survived(&who, || {
@@ -793,6 +797,7 @@ fn bench_gpus(reps: usize, quick: bool, without: &[switchyard_dispatch::cube::Ma
                             let set = KernelSet {
                                 norm_epilogue: norm_epilogue && s.norm_epilogue,
                                 attention_bias: attention_bias && s.attention_bias,
+                                embed_norm: embed_norm && s.embed_norm,
                                 ..s
                             };
                             switchyard_dispatch::cube::with_kernels(c, set)

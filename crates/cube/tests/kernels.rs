@@ -80,6 +80,16 @@ fn run_both(
     graph: &Graph,
     lens: &[usize],
 ) -> switchyard_core::Result<(Outputs, Outputs)> {
+    run_both_typed(cube, graph, lens, false)
+}
+
+/// [`run_both`], each sequence's second half of token type 1 where `types`.
+fn run_both_typed(
+    cube: Cube,
+    graph: &Graph,
+    lens: &[usize],
+    types: bool,
+) -> switchyard_core::Result<(Outputs, Outputs)> {
     let buckets: Buckets = "default 2048 16 2048\n".parse().expect("a valid table");
     let weights = random_weights(graph, 7);
     let tensors = weights.tensors();
@@ -89,7 +99,7 @@ fn run_both(
     let mut r = Rng::new(lens.len() as u64);
     let mut batch = BatchBuf::new();
     for &len in lens {
-        push_random_seq(&mut batch, &mut r, len, VOCAB, false);
+        push_random_seq(&mut batch, &mut r, len, VOCAB, types);
     }
     let (mut got, mut want) = (Outputs::new(), Outputs::new());
     test.run(LaneId::MAIN, &batch.batch(), &mut got)?;
@@ -512,15 +522,86 @@ fn layer_norm_in_one_launch_matches_the_reference_in_every_dtype() {
     dtypes.extend(half_dtypes());
     for dtype in dtypes {
         // Widths under, at and over the 128 units of a cube, with and without a shift.
-        for (width, beta) in [(1, true), (7, false), (128, true), (384, true), (1000, false)] {
-            let cube = device(KernelSet::ALL);
+        // The norm reads a token lookup: it gathers the rows itself, unless the set says not.
+        let widths = [(1, true), (7, false), (128, true), (384, true), (1000, false)];
+        for ((width, beta), embed_norm) in widths.into_iter().flat_map(|w| [(w, false), (w, true)])
+        {
+            let cube = device(KernelSet { embed_norm, ..KernelSet::ALL });
             let kernels = cube.kernels().clone();
             let cube = switchyard_core::Backend::with_dtype(cube, dtype).expect("a listed dtype");
-            let what = format!("{dtype} width {width} beta {beta}");
+            let what = format!("{dtype} width {width} beta {beta} gathered {embed_norm}");
             check_within(cube, &layer_norm(width, beta), &[1, 64, 70], &what, tolerance(dtype));
-            assert_eq!(kernels.launched(), Launched { norm: 1, ..Launched::default() }, "{what}");
+            let gathered = usize::from(embed_norm);
+            let want = Launched { norm: 1, embed_norm: gathered, ..Launched::default() };
+            assert_eq!(kernels.launched(), want, "{what}");
         }
     }
+}
+
+/// An encoder's embeddings `width` wide and their LayerNorm: a token lookup, plus a position
+/// lookup (its rows `offset` on) and a type lookup where asked, summed in that order; the sum
+/// is an output of the graph too where `read`.
+fn embeddings(width: usize, positions: Option<usize>, types: bool, read: bool) -> Graph {
+    let mut g = GraphBuilder::new();
+    let t = Shape::tokens(width);
+    let table = g.weight("tokens", &[VOCAB, width]);
+    let mut x = g.op(t, |out| Op::Embed { table, out });
+    if let Some(offset) = positions {
+        let table = g.weight("positions", &[200 + offset, width]);
+        let p = g.op(t, |out| Op::PosEmbed { table, offset, out });
+        x = g.op(t, |out| Op::Add { a: x, b: p, out });
+    }
+    if types {
+        let table = g.weight("types", &[2, width]);
+        let y = g.op(t, |out| Op::TypeEmbed { table, out });
+        x = g.op(t, |out| Op::Add { a: y, b: x, out });
+    }
+    let (gamma, beta) = (g.weight("g", &[width]), Some(g.weight("b", &[width])));
+    let y = g.op(t, |out| Op::LayerNorm { x, gamma, beta, eps: 1e-12, out });
+    g.output("y", y);
+    if read {
+        g.output("sum", x);
+    }
+    g.finish().expect("a valid graph")
+}
+
+/// An encoder's embeddings in their LayerNorm's one launch: the norm gathers each token's row,
+/// its position's (from any offset) and its type's and sums them as it reads them, in every
+/// dtype, where the lookups and sums would take up to five launches; where the graph reads the
+/// sum too, the lookups and sums run as ops. The outputs are the reference's in each case.
+#[test]
+fn an_encoders_embeddings_are_gathered_and_summed_by_their_layer_norm() {
+    let mut dtypes = vec![DType::F32];
+    dtypes.extend(half_dtypes());
+    let cases = [
+        (Some(0), true, false, 1),
+        (Some(2), false, false, 1),
+        (None, true, false, 1),
+        (Some(0), true, true, 0),
+    ];
+    for dtype in dtypes {
+        for (i, &(positions, types, read, gathered)) in cases.iter().enumerate() {
+            // Widths under, at and over the norm's 128 units a row.
+            let width = [24, 128, 384, 40][i];
+            let graph = embeddings(width, positions, types, read);
+            let cube = device(KernelSet::MEASURED);
+            let kernels = cube.kernels().clone();
+            let cube = switchyard_core::Backend::with_dtype(cube, dtype).expect("listed");
+            let what = format!("{dtype} width {width} positions {positions:?} types {types}");
+            let (got, want) = run_both_typed(cube, &graph, &[1, 64, 150], types).expect("a run");
+            assert_close(&got, &want, &what, tolerance(dtype));
+            let want = Launched { norm: 1, embed_norm: gathered, ..Launched::default() };
+            assert_eq!(kernels.launched(), want, "{what}");
+        }
+    }
+    // An encoder's: one launch where there were six (three lookups, two sums and the norm).
+    use switchyard_core::testkit::{EncoderSpec, bert_like};
+    let spec = EncoderSpec { vocab: VOCAB, width: 64, heads: 4, ffn: 96, layers: 1, max_pos: 200 };
+    let cube = device(KernelSet::MEASURED);
+    let kernels = cube.kernels().clone();
+    let (got, want) = run_both_typed(cube, &bert_like(spec), &[1, 40, 150], true).expect("runs");
+    assert_close(&got, &want, "an encoder", tolerance(DType::F32));
+    assert_eq!(kernels.launched().embed_norm, 1, "an encoder");
 }
 
 /// A linear layer from `k` to `n` columns with the epilogue `act`, `bias` and a residual, and a

@@ -29,8 +29,9 @@ fn fixture() -> (Vec<String>, Vec<Vec<f64>>) {
     (sentences.collect(), want)
 }
 
-/// On a cube device, whether its kernels folded what they fold on the real model: every layer's
-/// residual adds into its LayerNorms and its projections' bias into its attention, where the
+/// On a cube device, whether its kernels folded what they fold on the real model: the
+/// embeddings into their LayerNorm, every layer's residual adds into its LayerNorms and its
+/// projections' bias into its attention, where the
 /// epilogue kernel takes the linear layers (not where the f32 GEMM does: it applies the bias and
 /// residual itself). A checkpoint's dropout, which inference does not apply, must not stop them.
 #[cfg(any(feature = "wgpu", feature = "cuda", feature = "rocm", feature = "cubecl-cpu"))]
@@ -49,6 +50,8 @@ fn assert_folded(be: &Dispatch, dtype: DType) -> impl FnOnce() + use<> {
         assert!(l.attention > 0, "{dtype}: attention ran in our kernel");
         assert_eq!(l.attention_bias, l.attention, "{dtype}: every layer's bias in its attention");
         assert_eq!(l.norm_epilogue, 2 * l.attention, "{dtype}: both adds of a layer in its norms");
+        assert!(l.embed_norm > 0, "{dtype}: the embeddings in their norm");
+        assert_eq!(l.norm, l.norm_epilogue + l.embed_norm, "{dtype}: no norm apart");
     }
 }
 

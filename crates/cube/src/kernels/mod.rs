@@ -10,7 +10,9 @@
 //! - [`norm`]: LayerNorm in one launch with f32 statistics, where the generic path makes nine,
 //!   and L2 normalisation in one, where it makes five; where a linear layer's output is read
 //!   only by a LayerNorm (a residual block's end), the norm applies the layer's bias and
-//!   residual too, so the layer is its product and the add and norm one launch;
+//!   residual too, so the layer is its product and the add and norm one launch; and where a
+//!   LayerNorm reads an encoder's embeddings, it gathers each token's rows of the token,
+//!   position and type tables and sums them itself, one launch where there were six;
 //! - [`pool`]: each sequence's mean, max, first or last row in one launch, where the generic
 //!   path makes four for a mean and one per sequence for a max;
 //! - [`epilogue`]: where the fused GEMM does not run, Burn's matmul followed by one launch for
@@ -87,6 +89,10 @@ pub struct KernelSet {
     /// that alone reads them, as it reads each value, where the epilogue kernel would take the
     /// projection: one launch and a pass over the product fewer a layer.
     pub attention_bias: bool,
+    /// An encoder's embeddings (its token, position and type rows, gathered and summed) computed
+    /// by the one-launch LayerNorm after them, as it reads each row, where the generic path
+    /// makes a launch for each lookup and each sum.
+    pub embed_norm: bool,
 }
 
 impl KernelSet {
@@ -99,6 +105,7 @@ impl KernelSet {
         pool: true,
         norm_epilogue: true,
         attention_bias: true,
+        embed_norm: true,
     };
     /// None: Burn's generic lowering for every op.
     pub const NONE: KernelSet = KernelSet {
@@ -109,6 +116,7 @@ impl KernelSet {
         pool: false,
         norm_epilogue: false,
         attention_bias: false,
+        embed_norm: false,
     };
     /// The kernels measured to win where Burn's ops compute f32 exactly, the default there:
     /// ragged attention, LayerNorm, the epilogue after Burn's matmul and pooling. On llvmpipe
@@ -117,9 +125,9 @@ impl KernelSet {
     /// three), pooling alone ran 1.5x to 1.8x faster (a mean and L2) and 1.2x to 1.7x (SPLADE's
     /// max), while the fused GEMM made the encoder 2x slower than Burn's tuned matmul. The
     /// epilogue in the LayerNorm after it made no measurable difference there (0.98x to 1.09x)
-    /// but saves a launch and a pass over the output a residual block, so it is on; so is the
-    /// projections' bias in the attention kernel (not yet timed on a GPU), whose outputs are
-    /// the epilogue's, bit for bit.
+    /// but saves a launch and a pass over the output a residual block, so it is on; so are the
+    /// projections' bias in the attention kernel, whose outputs are the epilogue's bit for bit,
+    /// and the embeddings in their LayerNorm (neither yet timed on a GPU).
     pub const MEASURED: KernelSet = KernelSet { linear: false, ..KernelSet::ALL };
 
     /// The default on a device: [`KernelSet::ALL`] where Burn's ops would compute f32 products
@@ -156,6 +164,9 @@ pub struct Launched {
     /// Attention ops that added the bias of the joined projection before them (that
     /// projection counted in `epilogue`).
     pub attention_bias: usize,
+    /// LayerNorm ops that gathered and summed the embeddings before them (those norms counted
+    /// in `norm`).
+    pub embed_norm: usize,
 }
 
 /// The cube backend's kernels: the chosen [`KernelSet`], the routine of the products under the
@@ -179,6 +190,7 @@ pub struct CubeKernels {
     pool: Arc<AtomicUsize>,
     norm_epilogue: Arc<AtomicUsize>,
     attention_bias: Arc<AtomicUsize>,
+    embed_norm: Arc<AtomicUsize>,
 }
 
 impl CubeKernels {
@@ -300,6 +312,7 @@ impl CubeKernels {
             pool: self.pool.load(Ordering::Relaxed),
             norm_epilogue: self.norm_epilogue.load(Ordering::Relaxed),
             attention_bias: self.attention_bias.load(Ordering::Relaxed),
+            embed_norm: self.embed_norm.load(Ordering::Relaxed),
         }
     }
 }
@@ -333,6 +346,87 @@ impl CubeKernels {
         let fed = fold.qkv.iter().any(|&v| cx.is_fed(v));
         let ours = !cx.drops(fold.attention) && self.takes_attention(fold.head_dim, cx);
         (whole && !fed && ours).then_some(fold)
+    }
+}
+
+#[cfg(not(feature = "fusion"))]
+impl CubeKernels {
+    /// The graph's [`EmbedFold`]s this run takes: none where the set leaves the fold out or the
+    /// norm kernel cannot take the batch, nor one whose values the run is given or drops.
+    fn embed_folds(&self, cx: &RunCx<'_, burn_cubecl::CubeBackend>) -> Arc<Vec<EmbedFold>> {
+        cx.memo("cube: embeddings left to their norm", || {
+            if !(self.set.embed_norm && self.set.norm && norm::launchable(cx.batch.tokens())) {
+                return Arc::default();
+            }
+            let taken = |f: &EmbedFold| {
+                let mut all = f.leaves.iter().chain(&f.sums).chain([&f.norm_out]);
+                !all.any(|&v| cx.is_fed(v) || cx.drops(v))
+            };
+            Arc::new(find_embed_folds(cx.graph).into_iter().filter(taken).collect())
+        })
+    }
+
+    /// The LayerNorm of the embeddings that the lookups of `norm_in`'s [`EmbedFold`] left to it
+    /// (their tables), in one launch; where the tables and the norm's weights are not of one
+    /// float dtype, the lookups and sums the generic way, and the norm after them.
+    fn embeddings_norm(
+        &self,
+        norm_in: switchyard_core::Val,
+        gamma: &CubeTensor,
+        beta: Option<&CubeTensor>,
+        eps: f32,
+        cx: &RunCx<'_, burn_cubecl::CubeBackend>,
+    ) -> Outcome<burn_cubecl::CubeBackend> {
+        let folds = self.embed_folds(cx);
+        let fold = folds.iter().find(|f| f.norm_in == norm_in).expect("the arm found it");
+        let leaves: Vec<(Op, CubeTensor)> = {
+            let left = left_embeddings(cx);
+            let mut left = left.lock().expect("not poisoned");
+            let mine = |(v, ..): &(switchyard_core::Val, Op, CubeTensor)| fold.leaves.contains(v);
+            let (taken, kept) = left.drain(..).partition(mine);
+            *left = kept;
+            taken.into_iter().map(|(_, op, t)| (op, t)).collect()
+        };
+        let tables: Vec<&CubeTensor> = leaves.iter().map(|(_, t)| t).chain([gamma]).collect();
+        let one_dtype = all_float(&tables) && beta.is_none_or(|b| b.dtype == gamma.dtype);
+        if leaves.len() != fold.leaves.len() || !one_dtype {
+            // The lookups and sums the generic way, then the norm.
+            let sum = leaves.into_iter().map(|(op, t)| {
+                switchyard_burn::generic::run_op(&op, [None, None, None], &Bound::Table(t), cx)
+            });
+            let sum = sum.reduce(|a, b| {
+                use burn_backend::ops::FloatTensorOps;
+                burn_cubecl::CubeBackend::float_add(a, b)
+            });
+            let Some(sum) = sum else {
+                let why = "the embeddings left to their LayerNorm were not found";
+                return Outcome::Failed(Error::Device(why.into()));
+            };
+            return Outcome::Declined([Some(sum), None, None]);
+        }
+        self.norm.fetch_add(1, Ordering::Relaxed);
+        self.embed_norm.fetch_add(1, Ordering::Relaxed);
+        let client = gamma.client.clone();
+        let batch = cx.batch;
+        let (mut tokens, mut positions, mut types) = (None, None, None);
+        for (op, table) in leaves {
+            match op {
+                Op::Embed { .. } => tokens = Some((table, u32s(&client, batch.ids))),
+                Op::TypeEmbed { .. } => types = Some((table, u32s(&client, batch.types))),
+                Op::PosEmbed { offset, .. } => {
+                    // Row numbers of a table, which the batch's limits keep within it.
+                    let rows: Vec<u32> =
+                        cx.host_positions(offset).into_iter().map(|p| p as u32).collect();
+                    positions = Some((table, u32s(&client, &rows)));
+                }
+                _ => {}
+            }
+        }
+        let Some(tokens) = tokens else {
+            return Outcome::Failed(Error::Device("embeddings without a token lookup".into()));
+        };
+        let e = norm::Embeddings { tokens, positions, types };
+        Outcome::Done(norm::embeddings(e, gamma, beta, eps))
     }
 }
 
@@ -469,6 +563,29 @@ impl Kernels<burn_cubecl::CubeBackend> for CubeKernels {
                     }
                     (_, bias) => Outcome::Done(Epilogue { bias, ..then }.apply(y)),
                 }
+            }
+            (
+                Op::Embed { out, .. } | Op::PosEmbed { out, .. } | Op::TypeEmbed { out, .. },
+                [None, None, None],
+                Bound::Table(table),
+            ) if self.embed_folds(cx).iter().any(|f| f.leaves.contains(out)) => {
+                // The norm gathers the rows; the value is a stand-in no other op reads.
+                let left = left_embeddings(cx);
+                left.lock().expect("not poisoned").push((*out, op.clone(), table.clone()));
+                Outcome::Done(table.clone())
+            }
+            (&Op::Add { out, .. }, [Some(a), Some(_), None], _)
+                if self.embed_folds(cx).iter().any(|f| f.sums.contains(&out)) =>
+            {
+                // A sum the norm makes as it reads the rows: a stand-in no other op reads.
+                Outcome::Done(a)
+            }
+            (
+                &Op::LayerNorm { x: xv, eps, .. },
+                [Some(_), None, None],
+                Bound::Norm { gamma, beta },
+            ) if self.embed_folds(cx).iter().any(|f| f.norm_in == xv) => {
+                self.embeddings_norm(xv, gamma, beta.as_ref(), eps, cx)
             }
             (
                 &Op::LayerNorm { x: xv, eps, .. },
@@ -676,6 +793,78 @@ fn find_bias_folds(graph: &Graph) -> Vec<BiasFold> {
         let at = [start(q)?, start(k)?, start(v)?];
         let lead = graph.ops[group[0]].out();
         Some(BiasFold { lead, qkv, at, width, head_dim, attention: out })
+    };
+    graph.ops.iter().filter_map(fold).collect()
+}
+
+/// The embedding tables lookups left to the LayerNorm after them, by the lookup's value, with
+/// the lookup op, this run.
+#[cfg(not(feature = "fusion"))]
+type LeftEmbeddings = Arc<std::sync::Mutex<Vec<(switchyard_core::Val, Op, CubeTensor)>>>;
+
+/// This run's [`LeftEmbeddings`].
+#[cfg(not(feature = "fusion"))]
+fn left_embeddings(cx: &RunCx<'_, burn_cubecl::CubeBackend>) -> LeftEmbeddings {
+    cx.memo("cube: embeddings left to their norm: tables", LeftEmbeddings::default)
+}
+
+/// An encoder's embeddings and the LayerNorm after them, which the norm kernel computes in one
+/// launch: the norm's input is the sum, through `Add` ops, of a token lookup and at most one
+/// position and one type lookup, and each of those values is read by the op after it alone
+/// (not a graph output).
+#[cfg(not(feature = "fusion"))]
+#[derive(Clone, Debug)]
+struct EmbedFold {
+    /// The LayerNorm's input.
+    norm_in: switchyard_core::Val,
+    /// The LayerNorm's output.
+    norm_out: switchyard_core::Val,
+    /// The lookups.
+    leaves: Vec<switchyard_core::Val>,
+    /// The sums between them and the norm.
+    sums: Vec<switchyard_core::Val>,
+}
+
+/// Each LayerNorm of `graph` over embeddings that an [`EmbedFold`] describes.
+#[cfg(not(feature = "fusion"))]
+fn find_embed_folds(graph: &Graph) -> Vec<EmbedFold> {
+    use switchyard_core::Val;
+    let writer = |v: Val| graph.ops.iter().find(|op| op.out() == v);
+    let alone = |v: Val| {
+        !graph.outputs.iter().any(|o| o.val == v)
+            && graph.ops.iter().filter(|op| op.inputs().contains(&Some(v))).count() == 1
+    };
+    let fold = |op: &Op| {
+        let Op::LayerNorm { x, out, .. } = *op else { return None };
+        let (mut leaves, mut sums, mut kinds) = (Vec::new(), Vec::new(), [0usize; 3]);
+        let mut next = vec![x];
+        while let Some(v) = next.pop() {
+            if !alone(v) {
+                return None;
+            }
+            match writer(v)? {
+                &Op::Add { a, b, .. } => {
+                    sums.push(v);
+                    next.extend([a, b]);
+                }
+                lookup @ (Op::Embed { .. } | Op::PosEmbed { .. } | Op::TypeEmbed { .. }) => {
+                    let kind = match lookup {
+                        Op::Embed { .. } => 0,
+                        Op::PosEmbed { .. } => 1,
+                        _ => 2,
+                    };
+                    kinds[kind] += 1;
+                    leaves.push(v);
+                }
+                _ => return None,
+            }
+        }
+        (kinds[0] == 1 && kinds[1] <= 1 && kinds[2] <= 1).then_some(EmbedFold {
+            norm_in: x,
+            norm_out: out,
+            leaves,
+            sums,
+        })
     };
     graph.ops.iter().filter_map(fold).collect()
 }

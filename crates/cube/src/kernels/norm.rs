@@ -18,6 +18,7 @@ use cubecl::prelude::*;
 
 use super::epilogue::Epilogue;
 use super::gemm::{activate, code};
+use switchyard_core::Act;
 
 /// Units per cube (per row).
 const UNITS: usize = 128;
@@ -46,26 +47,28 @@ fn cube_sum(partial: &mut Shared<[f32]>, v: f32) -> f32 {
 
 /// Element `i` of the row LayerNorm reads: `x[i]`, or where a linear layer's epilogue is left to
 /// it (`act(x + bias) + residual`, `x` the layer's product), that applied in f32 and rounded to
-/// `F`, as the epilogue's own store would round it.
+/// `F`, as the epilogue's own store would round it. Each operand's row starts at its `*_at`.
 #[cube]
 #[allow(clippy::too_many_arguments)]
 fn input<F: Float>(
     x: &[F],
     bias: &[F],
     residual: &[F],
-    base: usize,
+    x_at: usize,
+    bias_at: usize,
+    residual_at: usize,
     i: usize,
     #[comptime] act: u32,
     #[comptime] has_bias: bool,
     #[comptime] has_residual: bool,
 ) -> f32 {
-    let mut v = f32::cast_from(x[base + i]);
+    let mut v = f32::cast_from(x[x_at + i]);
     if has_bias {
-        v += f32::cast_from(bias[i]);
+        v += f32::cast_from(bias[bias_at + i]);
     }
     v = activate(v, act);
     if has_residual {
-        v += f32::cast_from(residual[base + i]);
+        v += f32::cast_from(residual[residual_at + i]);
     }
     if comptime![has_bias || has_residual || act != 0] {
         v = f32::cast_from(F::cast_from(v));
@@ -76,7 +79,10 @@ fn input<F: Float>(
 /// `out[r] = (x[r] - mean) / sqrt(var + eps) * gamma + beta` for each row `r` of `width`;
 /// `beta` is read only when `has_beta`. Where a linear layer's epilogue is left to it, `x[r]` is
 /// the layer's product and the row normalised is `act(x[r] + bias) + residual[r]`; `bias` and
-/// `residual` are read only when their flags say so.
+/// `residual` are read only when their flags say so. Where `gathered` (an encoder's embeddings),
+/// the rows are tables' rows: row `r` normalises `x[x_rows[r]] + bias[bias_rows[r]] +
+/// residual[residual_rows[r]]` (the token's, its type's and its position's), `act` the identity;
+/// the `*_rows` tables are read only then.
 #[cfg_attr(not(all(test, feature = "wgpu")), cube(launch))]
 #[cfg_attr(all(test, feature = "wgpu"), cube(launch, create_dummy_kernel))]
 #[allow(clippy::too_many_arguments)]
@@ -87,6 +93,9 @@ fn layer_norm_kernel<F: Float>(
     gamma: &[F],
     beta: &[F],
     out: &mut [F],
+    x_rows: &[u32],
+    bias_rows: &[u32],
+    residual_rows: &[u32],
     rows: u32,
     width: u32,
     eps: f32,
@@ -94,6 +103,7 @@ fn layer_norm_kernel<F: Float>(
     #[comptime] act: u32,
     #[comptime] has_bias: bool,
     #[comptime] has_residual: bool,
+    #[comptime] gathered: bool,
     #[define(F)] _dtype: ElemType,
 ) {
     // The whole cube leaves together (the grid's last column may overhang the rows), so no
@@ -104,12 +114,19 @@ fn layer_norm_kernel<F: Float>(
     }
     let w = width as usize;
     let base = row * w;
+    // Where the row's operands start.
+    let (mut x_at, mut bias_at, mut residual_at) = (base, 0usize, base);
+    if gathered {
+        x_at = x_rows[row] as usize * w;
+        bias_at = bias_rows[row] as usize * w;
+        residual_at = residual_rows[row] as usize * w;
+    }
     let mut partial = Shared::<[f32]>::new_slice(UNITS);
 
     let mut sum = 0.0f32;
     let mut i = UNIT_POS as usize;
     while i < w {
-        sum += input(x, bias, residual, base, i, act, has_bias, has_residual);
+        sum += input(x, bias, residual, x_at, bias_at, residual_at, i, act, has_bias, has_residual);
         i += UNITS;
     }
     let total = cube_sum(&mut partial, sum);
@@ -118,7 +135,8 @@ fn layer_norm_kernel<F: Float>(
     let mut squares = 0.0f32;
     i = UNIT_POS as usize;
     while i < w {
-        let v = input(x, bias, residual, base, i, act, has_bias, has_residual);
+        let v =
+            input(x, bias, residual, x_at, bias_at, residual_at, i, act, has_bias, has_residual);
         let d = v - mean;
         squares += d * d;
         i += UNITS;
@@ -129,7 +147,8 @@ fn layer_norm_kernel<F: Float>(
 
     i = UNIT_POS as usize;
     while i < w {
-        let v = input(x, bias, residual, base, i, act, has_bias, has_residual);
+        let v =
+            input(x, bias, residual, x_at, bias_at, residual_at, i, act, has_bias, has_residual);
         let mut y = (v - mean) * rstd * f32::cast_from(gamma[i]);
         if has_beta {
             y += f32::cast_from(beta[i]);
@@ -202,16 +221,86 @@ pub(crate) fn run(
     let x = super::contiguous(x);
     let [rows, width] = super::dims(&x);
     let out = super::empty_like(&x);
+    let Epilogue { bias, act, residual } = before.unwrap_or_default();
+    let operands = Operands { x, bias, residual, act, rows: None };
+    launch(operands, gamma, beta, eps, out, [rows, width])
+}
+
+/// A buffer of u32s on the device and its count.
+pub(crate) type U32s = (cubecl::server::Handle, usize);
+
+/// An encoder's embeddings as a LayerNorm reads them, gathered from their tables: each token's
+/// row of the token table, plus its position's and its type's rows where the encoder has those
+/// tables. Each table (`[rows, width]`, of one float dtype) comes with each token's row of it.
+pub(crate) struct Embeddings {
+    /// The token table and each token's id.
+    pub(crate) tokens: (CubeTensor, U32s),
+    /// The position table and each token's row of it, if any.
+    pub(crate) positions: Option<(CubeTensor, U32s)>,
+    /// The type table and each token's type, if any.
+    pub(crate) types: Option<(CubeTensor, U32s)>,
+}
+
+/// LayerNorm of each token's embedding (the sum of its rows of `e`'s tables, in f32, rounded to
+/// the dtype once), with `gamma` and `beta`, in one launch: `[tokens, width]`.
+pub(crate) fn embeddings(
+    e: Embeddings,
+    gamma: &CubeTensor,
+    beta: Option<&CubeTensor>,
+    eps: f32,
+) -> CubeTensor {
+    let (table, ids) = e.tokens;
+    let table = super::contiguous(table);
+    let [_, width] = super::dims(&table);
+    let out = super::empty(&table, [ids.1, width]);
+    let (positions, position_rows) = e.positions.unzip();
+    let (types, type_rows) = e.types.unzip();
+    // The kernel's `bias` is the type's row, its `residual` the position's; a table absent is
+    // unread, and so are its rows, bound as the tokens'.
+    let rows = Some([
+        type_rows.unwrap_or_else(|| ids.clone()),
+        position_rows.unwrap_or_else(|| ids.clone()),
+        ids.clone(),
+    ]);
+    let operands =
+        Operands { x: table, bias: types, residual: positions, act: Act::Identity, rows };
+    launch(operands, gamma, beta, eps, out, [ids.1, width])
+}
+
+/// What a LayerNorm normalises: `act(x + bias) + residual` row by row, or where `rows` is given
+/// (the type's, the position's and the token's row numbers), tables' rows.
+struct Operands {
+    x: CubeTensor,
+    bias: Option<CubeTensor>,
+    residual: Option<CubeTensor>,
+    act: Act,
+    rows: Option<[U32s; 3]>,
+}
+
+/// Launches `layer_norm_kernel` over `operands` into `out`, `[rows, width]`.
+fn launch(
+    operands: Operands,
+    gamma: &CubeTensor,
+    beta: Option<&CubeTensor>,
+    eps: f32,
+    out: CubeTensor,
+    [rows, width]: [usize; 2],
+) -> CubeTensor {
+    let Operands { x, bias, residual, act, rows: gathered } = operands;
     let client = x.client.clone();
     let dtype = burn_backend::cubecl::dtype_to_storage_type(x.dtype);
     let (gx, gy) = grid(rows).expect("checked by launchable");
     let gamma = super::contiguous(gamma.clone());
     // An absent operand is bound as another, unread.
     let beta_arg = super::contiguous(beta.unwrap_or(&gamma).clone());
-    let Epilogue { bias, act, residual } = before.unwrap_or_default();
     let (has_bias, has_residual) = (bias.is_some(), residual.is_some());
     let bias = super::contiguous(bias.unwrap_or_else(|| gamma.clone()));
     let residual = super::contiguous(residual.unwrap_or_else(|| x.clone()));
+    let unread = || gamma.clone().into_buffer_arg();
+    let [bias_rows, residual_rows, x_rows] = match &gathered {
+        Some(r) => r.each_ref().map(super::u32s_arg),
+        None => [unread(), unread(), unread()],
+    };
     layer_norm_kernel::launch(
         &client,
         CubeCount::Static(gx, gy, 1),
@@ -219,9 +308,12 @@ pub(crate) fn run(
         x.into_buffer_arg(),
         bias.into_buffer_arg(),
         residual.into_buffer_arg(),
-        gamma.into_buffer_arg(),
+        gamma.clone().into_buffer_arg(),
         beta_arg.into_buffer_arg(),
         out.clone().into_buffer_arg(),
+        x_rows,
+        bias_rows,
+        residual_rows,
         rows as u32,
         width as u32,
         eps,
@@ -229,6 +321,7 @@ pub(crate) fn run(
         code(act),
         has_bias,
         has_residual,
+        gathered.is_some(),
         dtype,
     );
     out
@@ -266,7 +359,9 @@ pub(super) fn cuda_variants(sm: &super::cuda_check::Sm) -> Vec<super::cuda_check
     let mut all = Vec::new();
     let dtypes: &[_] = if sm.every() { &[F32, F16, BF16] } else { &[BF16] };
     for &dtype in dtypes {
-        for (bias, residual) in [(false, false), (true, true)] {
+        for (bias, residual, gathered) in
+            [(false, false, false), (true, true, false), (true, true, true)]
+        {
             let kernel = layer_norm_kernel::create_dummy_kernel(
                 sm.props(),
                 sm.target(),
@@ -278,6 +373,9 @@ pub(super) fn cuda_variants(sm: &super::cuda_check::Sm) -> Vec<super::cuda_check
                 sm.buffer(384),
                 sm.buffer(384),
                 sm.buffer(4 * 384),
+                sm.buffer(4),
+                sm.buffer(4),
+                sm.buffer(4),
                 4,
                 384,
                 1e-12,
@@ -285,9 +383,14 @@ pub(super) fn cuda_variants(sm: &super::cuda_check::Sm) -> Vec<super::cuda_check
                 0,
                 bias,
                 residual,
+                gathered,
                 ElemType::Float(dtype),
             );
-            let what = if residual { "with bias and residual" } else { "alone" };
+            let what = match (residual, gathered) {
+                (_, true) => "over gathered embeddings",
+                (true, false) => "with bias and residual",
+                (false, false) => "alone",
+            };
             all.push(sm.variant(format!("LayerNorm {dtype:?} {what}"), kernel));
         }
         let kernel = l2_norm_kernel::create_dummy_kernel(
