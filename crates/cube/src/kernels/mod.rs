@@ -347,10 +347,7 @@ impl CubeKernels {
         let ours = !cx.drops(fold.attention) && self.takes_attention(fold.head_dim, cx);
         (whole && !fed && ours).then_some(fold)
     }
-}
 
-#[cfg(not(feature = "fusion"))]
-impl CubeKernels {
     /// The graph's [`EmbedFold`]s this run takes: none where the set leaves the fold out or the
     /// norm kernel cannot take the batch, nor one whose values the run is given or drops.
     fn embed_folds(&self, cx: &RunCx<'_, burn_cubecl::CubeBackend>) -> Arc<Vec<EmbedFold>> {
@@ -378,7 +375,11 @@ impl CubeKernels {
         cx: &RunCx<'_, burn_cubecl::CubeBackend>,
     ) -> Outcome<burn_cubecl::CubeBackend> {
         let folds = self.embed_folds(cx);
-        let fold = folds.iter().find(|f| f.norm_in == norm_in).expect("the arm found it");
+        let missing = || {
+            let why = "the embeddings left to their LayerNorm were not all found";
+            Outcome::Failed(Error::Device(why.into()))
+        };
+        let Some(fold) = folds.iter().find(|f| f.norm_in == norm_in) else { return missing() };
         let leaves: Vec<(Op, CubeTensor)> = {
             let left = left_embeddings(cx);
             let mut left = left.lock().expect("not poisoned");
@@ -387,9 +388,11 @@ impl CubeKernels {
             *left = kept;
             taken.into_iter().map(|(_, op, t)| (op, t)).collect()
         };
+        if leaves.len() != fold.leaves.len() {
+            return missing();
+        }
         let tables: Vec<&CubeTensor> = leaves.iter().map(|(_, t)| t).chain([gamma]).collect();
-        let one_dtype = all_float(&tables) && beta.is_none_or(|b| b.dtype == gamma.dtype);
-        if leaves.len() != fold.leaves.len() || !one_dtype {
+        if !all_float(&tables) || beta.is_some_and(|b| b.dtype != gamma.dtype) {
             // The lookups and sums the generic way, then the norm.
             let sum = leaves.into_iter().map(|(op, t)| {
                 switchyard_burn::generic::run_op(&op, [None, None, None], &Bound::Table(t), cx)
@@ -398,11 +401,7 @@ impl CubeKernels {
                 use burn_backend::ops::FloatTensorOps;
                 burn_cubecl::CubeBackend::float_add(a, b)
             });
-            let Some(sum) = sum else {
-                let why = "the embeddings left to their LayerNorm were not found";
-                return Outcome::Failed(Error::Device(why.into()));
-            };
-            return Outcome::Declined([Some(sum), None, None]);
+            return Outcome::Declined([sum, None, None]);
         }
         self.norm.fetch_add(1, Ordering::Relaxed);
         self.embed_norm.fetch_add(1, Ordering::Relaxed);
@@ -422,9 +421,7 @@ impl CubeKernels {
                 _ => {}
             }
         }
-        let Some(tokens) = tokens else {
-            return Outcome::Failed(Error::Device("embeddings without a token lookup".into()));
-        };
+        let Some(tokens) = tokens else { return missing() };
         let e = norm::Embeddings { tokens, positions, types };
         Outcome::Done(norm::embeddings(e, gamma, beta, eps))
     }
@@ -722,6 +719,13 @@ fn norm_reads_alone(v: switchyard_core::Val, cx: &RunCx<'_, burn_cubecl::CubeBac
     }
 }
 
+/// Whether one op of `graph` alone reads `v`, which is not an output of the graph.
+#[cfg(not(feature = "fusion"))]
+fn read_by_one_op(graph: &Graph, v: switchyard_core::Val) -> bool {
+    !graph.outputs.iter().any(|o| o.val == v)
+        && graph.ops.iter().filter(|op| op.inputs().contains(&Some(v))).count() == 1
+}
+
 /// Biases of joined projections left to the attention op that reads their results, by the
 /// op's query value, this run.
 #[cfg(not(feature = "fusion"))]
@@ -766,10 +770,7 @@ fn bias_folds(cx: &RunCx<'_, burn_cubecl::CubeBackend>) -> Arc<Vec<BiasFold>> {
 #[cfg(not(feature = "fusion"))]
 fn find_bias_folds(graph: &Graph) -> Vec<BiasFold> {
     let groups = graph.shared_input_linears();
-    let read_by_one_alone = |v: switchyard_core::Val| {
-        !graph.outputs.iter().any(|o| o.val == v)
-            && graph.ops.iter().filter(|op| op.inputs().contains(&Some(v))).count() == 1
-    };
+    let read_by_one_alone = |v| read_by_one_op(graph, v);
     let fold = |op: &Op| {
         let Op::Attention { q, k, v, head_dim, out, .. } = *op else { return None };
         let qkv = [q, k, v];
@@ -830,10 +831,7 @@ struct EmbedFold {
 fn find_embed_folds(graph: &Graph) -> Vec<EmbedFold> {
     use switchyard_core::Val;
     let writer = |v: Val| graph.ops.iter().find(|op| op.out() == v);
-    let alone = |v: Val| {
-        !graph.outputs.iter().any(|o| o.val == v)
-            && graph.ops.iter().filter(|op| op.inputs().contains(&Some(v))).count() == 1
-    };
+    let alone = |v| read_by_one_op(graph, v);
     let fold = |op: &Op| {
         let Op::LayerNorm { x, out, .. } = *op else { return None };
         let (mut leaves, mut sums, mut kinds) = (Vec::new(), Vec::new(), [0usize; 3]);
