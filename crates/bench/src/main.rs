@@ -782,14 +782,16 @@ fn bench_gpus(reps: usize, quick: bool, without: &[switchyard_dispatch::cube::Ma
             // where by default the norm applies it; each layer's projections' bias in a launch
             // of its own before attention, where by default attention adds it; the embeddings'
             // lookups and sums as five launches before their norm, where by default the norm
-            // gathers them: what each fold gains.
+            // gathers them: what each fold gains (with `quick`, in the device's own dtype
+            // alone, which is what users run there).
+            let dtypes = if quick { vec![caps.auto] } else { f32_and_auto(&caps) };
             let apart = [
                 ("add and norm apart", [false, true, true]),
                 ("projections' bias apart", [true, false, true]),
                 ("embeddings apart", [true, true, false]),
             ];
             for (what, [norm_epilogue, attention_bias, embed_norm]) in apart {
-                for dtype in f32_and_auto(&caps) {
+                for &dtype in &dtypes {
                     let who = format!("{name}, default kernels, {what}, {dtype}");
                     let t = survived(&who, || {
                         let be = on_cube(&cube, |c| {
