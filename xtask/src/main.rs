@@ -56,7 +56,8 @@ tasks:
                cube crate's cuda-nvrtc test binaries instead, in .cache/device-tests/, for
                crates/bench/peers/device-tests.sh
   lint         cargo fmt --check, clippy with warnings denied (also with the wgpu backend), and
-               rustdoc with warnings denied; clippy on flex for aarch64 too where Rust's standard library for it is installed
+               rustdoc with warnings denied; clippy on flex for aarch64 too where Rust's
+               standard library for it is installed
   fuzz [--cases N] [--seed S]
                every fuzz target of crates/fuzz (bucket tables, batches, config.json,
                safetensors headers and shard indexes, tokenizer input (long texts too),

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use switchyard_core::{Backend, BatchBuf, Graph, LaneId, Outputs};
-use tracing::span::{Attributes, Id};
+use tracing::span::Id;
 use tracing::subscriber::Interest;
 use tracing::{Metadata, Subscriber};
 use tracing_subscriber::Layer;
@@ -33,12 +33,20 @@ const WARM_UPS: usize = 2;
 /// Times `reps` runs of `g` on `batch` with `be` (after two warm-ups), each split into its
 /// `forward` and `read` spans; the medians of each part.
 pub(crate) fn host_split<B: Backend>(be: B, g: &Graph, batch: &BatchBuf, reps: usize) -> HostSplit {
+    let runs = timed_runs(be, g, batch, reps);
+    let part = |i: usize| crate::middle(runs.iter().map(|r| r[i]).collect());
+    HostSplit { wall: part(0), forward: part(1), read: part(2) }
+}
+
+/// Each of `reps` runs (after two warm-ups) as its wall time and its time in the `forward` and
+/// `read` spans.
+fn timed_runs<B: Backend>(be: B, g: &Graph, batch: &BatchBuf, reps: usize) -> Vec<[Duration; 3]> {
     let spans = Spans::default();
     let subscriber = tracing_subscriber::registry().with(spans.clone());
     tracing::subscriber::with_default(subscriber, || {
         let mut ex = executor_for(be, g, batch);
         let mut out = Outputs::new();
-        let mut parts = (Vec::new(), Vec::new(), Vec::new());
+        let mut runs = Vec::with_capacity(reps);
         for i in 0..WARM_UPS + reps.max(1) {
             spans.take();
             let start = Instant::now();
@@ -46,18 +54,11 @@ pub(crate) fn host_split<B: Backend>(be: B, g: &Graph, batch: &BatchBuf, reps: u
             let wall = start.elapsed();
             let [forward, read] = spans.take();
             if i >= WARM_UPS {
-                parts.0.push(wall);
-                parts.1.push(forward);
-                parts.2.push(read);
+                runs.push([wall, forward, read]);
             }
         }
-        HostSplit { wall: median(parts.0), forward: median(parts.1), read: median(parts.2) }
+        runs
     })
-}
-
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
 }
 
 /// The spans it times, by name, as the Burn backends name them.
@@ -99,8 +100,6 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Spans {
         Self::which(meta).is_some()
     }
 
-    fn on_new_span(&self, _: &Attributes<'_>, _: &Id, _: Context<'_, S>) {}
-
     fn on_enter(&self, id: &Id, ctx: Context<'_, S>) {
         if let Some(span) = ctx.span(id) {
             span.extensions_mut().replace(Entered(Instant::now()));
@@ -120,18 +119,20 @@ mod tests {
     use super::*;
     use switchyard_core::testkit;
 
-    /// On ndarray (a Burn backend, like cube), both parts are timed and lie within the run that
-    /// holds them. (flex is no Burn backend: it has no such spans.)
+    /// On ndarray (a Burn backend, like cube), both parts of every run are timed and lie within
+    /// it. (flex is no Burn backend: it has no such spans.)
     #[test]
     fn a_run_splits_into_forward_and_read() {
         let spec = testkit::EncoderSpec::TINY;
         let g = testkit::bert_like(spec);
         let batch = crate::ragged(4, 3, 9, spec.vocab);
         let be = switchyard_dispatch::Dispatch::new(&"ndarray".parse().unwrap()).unwrap();
-        let s = host_split(be, &g, &batch, 3);
-        assert!(s.forward > Duration::ZERO, "{s:?}");
-        assert!(s.read > Duration::ZERO, "{s:?}");
-        assert!(s.forward + s.read <= s.wall, "{s:?}");
+        let runs = timed_runs(be, &g, &batch, 3);
+        assert_eq!(runs.len(), 3);
+        for [wall, forward, read] in runs {
+            assert!(forward > Duration::ZERO && read > Duration::ZERO, "{forward:?} {read:?}");
+            assert!(forward + read <= wall, "{forward:?} + {read:?} > {wall:?}");
+        }
     }
 
     /// A span of the same name from another crate is not timed.

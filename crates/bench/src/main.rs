@@ -68,15 +68,20 @@ fn median(warm: usize, reps: usize, mut f: impl FnMut()) -> Duration {
     for _ in 0..warm {
         f();
     }
-    let mut times: Vec<Duration> = (0..reps)
+    let times: Vec<Duration> = (0..reps)
         .map(|_| {
             let t = Instant::now();
             f();
             t.elapsed()
         })
         .collect();
+    middle(times)
+}
+
+/// The median of `times` (the upper one of an even count); at least one time.
+fn middle(mut times: Vec<Duration>) -> Duration {
     times.sort();
-    times[reps / 2]
+    times[times.len() / 2]
 }
 
 fn executor<B: Backend>(be: B, g: &Graph, bucket: Bucket) -> Executor<B> {

@@ -244,7 +244,7 @@ impl<B: BurnBackend, K: Kernels<B>> Burn<B, K> {
             return Ok(vec![None; graph.outputs.len()]);
         }
         let fed = how.feed.iter().map(|(v, _)| *v).collect();
-        let cx = RunCx::<B>::new(graph, batch, &self.device).feeding(fed, how.dropout);
+        let cx = RunCx::<B>::new(graph, batch, &self.device).for_forward(fed, how.dropout);
         for (i, op) in graph.ops.iter().enumerate() {
             let o = op.out();
             // Only marker rows can be absent from a non-empty batch; ops on them are skipped.

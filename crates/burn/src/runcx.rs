@@ -51,9 +51,9 @@ impl<'a, B: BurnBackend> RunCx<'a, B> {
         }
     }
 
-    /// This context, for a run whose values `fed` are given rather than computed, applying the
-    /// graph's dropout where `dropout` (as training does).
-    pub fn feeding(mut self, fed: Vec<Val>, dropout: bool) -> Self {
+    /// This context for a forward pass ([`crate::Forward`]) that is given the values `fed`
+    /// rather than computing them, and applies the graph's dropout where `dropout`.
+    pub fn for_forward(mut self, fed: Vec<Val>, dropout: bool) -> Self {
         self.fed = fed;
         self.dropout = dropout;
         self

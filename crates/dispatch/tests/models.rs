@@ -29,11 +29,11 @@ fn fixture() -> (Vec<String>, Vec<Vec<f64>>) {
     (sentences.collect(), want)
 }
 
-/// On a cube device, whether its kernels folded what they fold on the real model: the
-/// embeddings into their LayerNorm, every layer's residual adds into its LayerNorms and its
-/// projections' bias into its attention, where the
-/// epilogue kernel takes the linear layers (not where the f32 GEMM does: it applies the bias and
-/// residual itself). A checkpoint's dropout, which inference does not apply, must not stop them.
+/// On a cube device, a check to call after the run that its kernels folded what they fold on
+/// the real model: the embeddings into their LayerNorm, every layer's residual adds into its
+/// LayerNorms and its projections' bias into its attention, where the epilogue kernel takes the
+/// linear layers (not where the f32 GEMM does: it applies the bias and residual itself). A
+/// checkpoint's dropout, which inference does not apply, must not stop them.
 #[cfg(any(feature = "wgpu", feature = "cuda", feature = "rocm", feature = "cubecl-cpu"))]
 fn assert_folded(be: &Dispatch, dtype: DType) -> impl FnOnce() + use<> {
     let kernels = match be {

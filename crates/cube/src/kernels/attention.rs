@@ -288,11 +288,11 @@ pub(crate) struct Tables {
     /// Cubes in the launch.
     cubes: u32,
     /// The batch's sequence offsets.
-    cu: (cubecl::server::Handle, usize),
+    cu: super::U32s,
     /// Each cube's sequence.
-    block_seq: (cubecl::server::Handle, usize),
+    block_seq: super::U32s,
     /// Each cube's first query row.
-    block_first: (cubecl::server::Handle, usize),
+    block_first: super::U32s,
 }
 
 impl Tables {

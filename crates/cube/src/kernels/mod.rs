@@ -364,8 +364,7 @@ impl CubeKernels {
     }
 
     /// The LayerNorm of the embeddings that the lookups of `norm_in`'s [`EmbedFold`] left to it
-    /// (their tables), in one launch; where the tables and the norm's weights are not of one
-    /// float dtype, the lookups and sums the generic way, and the norm after them.
+    /// (their tables), in one launch.
     fn embeddings_norm(
         &self,
         norm_in: switchyard_core::Val,
@@ -391,17 +390,11 @@ impl CubeKernels {
         if leaves.len() != fold.leaves.len() {
             return missing();
         }
+        // Upload stores every weight in the backend's one float dtype, which the kernel needs.
         let tables: Vec<&CubeTensor> = leaves.iter().map(|(_, t)| t).chain([gamma]).collect();
         if !all_float(&tables) || beta.is_some_and(|b| b.dtype != gamma.dtype) {
-            // The lookups and sums the generic way, then the norm.
-            let sum = leaves.into_iter().map(|(op, t)| {
-                switchyard_burn::generic::run_op(&op, [None, None, None], &Bound::Table(t), cx)
-            });
-            let sum = sum.reduce(|a, b| {
-                use burn_backend::ops::FloatTensorOps;
-                burn_cubecl::CubeBackend::float_add(a, b)
-            });
-            return Outcome::Declined([sum, None, None]);
+            let why = "the embedding tables and their LayerNorm's weights differ in dtype";
+            return Outcome::Failed(Error::Device(why.into()));
         }
         self.norm.fetch_add(1, Ordering::Relaxed);
         self.embed_norm.fetch_add(1, Ordering::Relaxed);
@@ -686,9 +679,13 @@ fn empty_like(like: &CubeTensor) -> CubeTensor {
     empty(like, dims(like))
 }
 
+/// A buffer of u32s on the device and its count.
+#[cfg(not(feature = "fusion"))]
+type U32s = (cubecl::server::Handle, usize);
+
 /// `values` uploaded to a device buffer, and their count.
 #[cfg(not(feature = "fusion"))]
-fn u32s(client: &cubecl::client::Client, values: &[u32]) -> (cubecl::server::Handle, usize) {
+fn u32s(client: &cubecl::client::Client, values: &[u32]) -> U32s {
     (client.create_from_slice(<u32 as cubecl::CubeElement>::as_bytes(values)), values.len())
 }
 
@@ -870,16 +867,13 @@ fn find_embed_folds(graph: &Graph) -> Vec<EmbedFold> {
 /// The run's sequence offsets (`cu`) on the device, and their count: uploaded by the run's first
 /// kernel that reads them, shared by the rest.
 #[cfg(not(feature = "fusion"))]
-fn offsets(
-    cx: &RunCx<'_, burn_cubecl::CubeBackend>,
-    client: &cubecl::client::Client,
-) -> (cubecl::server::Handle, usize) {
+fn offsets(cx: &RunCx<'_, burn_cubecl::CubeBackend>, client: &cubecl::client::Client) -> U32s {
     cx.memo("cube: sequence offsets", || u32s(client, cx.batch.cu))
 }
 
 /// A buffer of [`u32s`] as a kernel argument.
 #[cfg(not(feature = "fusion"))]
-fn u32s_arg((handle, len): &(cubecl::server::Handle, usize)) -> cubecl::prelude::BufferArg {
+fn u32s_arg((handle, len): &U32s) -> cubecl::prelude::BufferArg {
     // SAFETY: `u32s` made the handle a live device buffer of `len` u32s.
     unsafe { cubecl::prelude::BufferArg::from_raw_parts(handle.clone(), *len) }
 }

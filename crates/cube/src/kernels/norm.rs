@@ -16,6 +16,7 @@
 use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 
+use super::U32s;
 use super::epilogue::Epilogue;
 use super::gemm::{activate, code};
 use switchyard_core::Act;
@@ -226,9 +227,6 @@ pub(crate) fn run(
     launch(operands, gamma, beta, eps, out, [rows, width])
 }
 
-/// A buffer of u32s on the device and its count.
-pub(crate) type U32s = (cubecl::server::Handle, usize);
-
 /// An encoder's embeddings as a LayerNorm reads them, gathered from their tables: each token's
 /// row of the token table, plus its position's and its type's rows where the encoder has those
 /// tables. Each table (`[rows, width]`, of one float dtype) comes with each token's row of it.
@@ -258,9 +256,9 @@ pub(crate) fn embeddings(
     // The kernel's `bias` is the type's row, its `residual` the position's; a table absent is
     // unread, and so are its rows, bound as the tokens'.
     let rows = Some([
+        ids.clone(),
         type_rows.unwrap_or_else(|| ids.clone()),
         position_rows.unwrap_or_else(|| ids.clone()),
-        ids.clone(),
     ]);
     let operands =
         Operands { x: table, bias: types, residual: positions, act: Act::Identity, rows };
@@ -268,7 +266,7 @@ pub(crate) fn embeddings(
 }
 
 /// What a LayerNorm normalises: `act(x + bias) + residual` row by row, or where `rows` is given
-/// (the type's, the position's and the token's row numbers), tables' rows.
+/// (each token's row numbers in `x`, `bias` and `residual`), tables' rows.
 struct Operands {
     x: CubeTensor,
     bias: Option<CubeTensor>,
@@ -297,7 +295,7 @@ fn launch(
     let bias = super::contiguous(bias.unwrap_or_else(|| gamma.clone()));
     let residual = super::contiguous(residual.unwrap_or_else(|| x.clone()));
     let unread = || gamma.clone().into_buffer_arg();
-    let [bias_rows, residual_rows, x_rows] = match &gathered {
+    let [x_rows, bias_rows, residual_rows] = match &gathered {
         Some(r) => r.each_ref().map(super::u32s_arg),
         None => [unread(), unread(), unread()],
     };
