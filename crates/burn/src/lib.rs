@@ -177,7 +177,30 @@ impl<B: BurnBackend, K: Kernels<B>> Burn<B, K> {
         batch: &Batch<'_>,
         how: &Forward<B>,
     ) -> Result<Vec<Option<FloatTensor<B>>>> {
-        self.forward_each(plan, state, batch, how, &mut |_| Ok(()))
+        let fed = how.feed.iter().map(|(v, _)| *v).collect();
+        let cx = RunCx::new(&plan.graph, batch, &self.device).for_forward(fed, how.dropout);
+        self.forward_each(plan, state, &cx, how, &mut |_| Ok(()))
+    }
+
+    /// [`Burn::forward`] of `cx`'s batch with nothing fed and no dropout, in the context `cx`
+    /// (made by [`RunCx::new`] for this plan's graph): the index tensors and memos earlier runs
+    /// in `cx` put on the device are reused, so a second run in one context only launches
+    /// kernels, as recording a device graph needs.
+    pub fn forward_in(
+        &self,
+        plan: &BurnPlan<B>,
+        state: &mut BurnState<B>,
+        cx: &RunCx<'_, B>,
+    ) -> Result<Vec<Option<FloatTensor<B>>>> {
+        if !std::ptr::eq(cx.graph, &plan.graph) {
+            return Err(Error::Graph("a run context made for another plan's graph".into()));
+        }
+        if cx.feeds_or_drops() {
+            return Err(Error::Graph(
+                "a run context for a forward with values fed or dropped".into(),
+            ));
+        }
+        self.forward_each(plan, state, cx, &Forward::default(), &mut |_| Ok(()))
     }
 
     /// How long each op of one run of `plan` on `batch` takes, in the graph's order (ops a batch
@@ -197,7 +220,8 @@ impl<B: BurnBackend, K: Kernels<B>> Burn<B, K> {
         sync()?;
         let mut times = Vec::new();
         let mut last = Instant::now();
-        let outs = self.forward_each(plan, state, batch, &Forward::default(), &mut |op| {
+        let cx = RunCx::new(&plan.graph, batch, &self.device);
+        let outs = self.forward_each(plan, state, &cx, &Forward::default(), &mut |op| {
             sync()?;
             let now = Instant::now();
             times.push(OpTime { op: op.name(), time: now - last });
@@ -232,10 +256,11 @@ impl<B: BurnBackend, K: Kernels<B>> Burn<B, K> {
         &self,
         plan: &BurnPlan<B>,
         state: &mut BurnState<B>,
-        batch: &Batch<'_>,
+        cx: &RunCx<'_, B>,
         how: &Forward<B>,
         each: &mut dyn FnMut(&Op) -> Result<()>,
     ) -> Result<Vec<Option<FloatTensor<B>>>> {
+        let batch = cx.batch;
         plan.bucket.admit(batch)?;
         // A run that failed half way may have left values behind.
         state.vals.iter_mut().for_each(|v| *v = None);
@@ -243,8 +268,6 @@ impl<B: BurnBackend, K: Kernels<B>> Burn<B, K> {
         if batch.seqs() == 0 {
             return Ok(vec![None; graph.outputs.len()]);
         }
-        let fed = how.feed.iter().map(|(v, _)| *v).collect();
-        let cx = RunCx::<B>::new(graph, batch, &self.device).for_forward(fed, how.dropout);
         for (i, op) in graph.ops.iter().enumerate() {
             let o = op.out();
             // Only marker rows can be absent from a non-empty batch; ops on them are skipped.
@@ -259,7 +282,7 @@ impl<B: BurnBackend, K: Kernels<B>> Burn<B, K> {
                 (Some(Joint::Lead(shares)), mine)
                     if shares.iter().any(|s| fed(s.val).is_none()) =>
                 {
-                    let all = self.run_op(op, ins, &plan.bound[i], &cx)?;
+                    let all = self.run_op(op, ins, &plan.bound[i], cx)?;
                     for s in &shares[1..] {
                         let share = fed(s.val)
                             .unwrap_or_else(|| generic::cols::<B>(all.clone(), s.start, s.end));
@@ -274,9 +297,9 @@ impl<B: BurnBackend, K: Kernels<B>> Burn<B, K> {
                     Error::Graph(format!("op {i} ({name}): its joined product was not computed"))
                 })?,
                 (_, None) if p > 0.0 => {
-                    generic::run_op_dropped::<B>(op, ins, &plan.bound[i], p, &cx)
+                    generic::run_op_dropped::<B>(op, ins, &plan.bound[i], p, cx)
                 }
-                (_, None) => self.run_op(op, ins, &plan.bound[i], &cx)?,
+                (_, None) => self.run_op(op, ins, &plan.bound[i], cx)?,
             };
             if plan.last_use[o.idx()].is_some() {
                 state.vals[o.idx()] = Some(y);
@@ -532,6 +555,13 @@ pub struct BurnPlan<B: BurnBackend> {
     bytes: usize,
 }
 
+impl<B: BurnBackend> BurnPlan<B> {
+    /// The graph the plan runs.
+    pub fn graph(&self) -> &Graph {
+        &self.graph
+    }
+}
+
 /// One op's time in a [`Burn::profile`].
 #[derive(Clone, Copy, Debug)]
 pub struct OpTime {
@@ -714,21 +744,7 @@ impl<B: BurnBackend, K: Kernels<B>> Backend for Burn<B, K> {
             self.forward(plan, state, batch, &Forward::default())?
         };
         let _read = tracing::trace_span!("read").entered();
-        let mats = out.prepare(&plan.graph, batch);
-        for (m, t) in mats.iter_mut().zip(results) {
-            let Some(t) = t else { continue };
-            let v = read_f32::<B>(t)?;
-            if v.len() != m.data.len() {
-                return Err(Error::Device(format!(
-                    "output `{}` came back with {} values, expected {}",
-                    m.name,
-                    v.len(),
-                    m.data.len()
-                )));
-            }
-            m.data.copy_from_slice(&v);
-        }
-        Ok(())
+        read_outputs(plan, batch, results, out)
     }
 
     fn weight_bytes(&self, w: &Self::Weights) -> usize {
@@ -738,6 +754,31 @@ impl<B: BurnBackend, K: Kernels<B>> Backend for Burn<B, K> {
     fn plan_bytes(&self, p: &Self::Plan) -> usize {
         p.bytes
     }
+}
+
+/// Reads `results`, a forward's outputs of `plan` on `batch` ([`Burn::forward`]), back into
+/// `out` as f32, as [`Backend::run`] does.
+pub fn read_outputs<B: BurnBackend>(
+    plan: &BurnPlan<B>,
+    batch: &Batch<'_>,
+    results: Vec<Option<FloatTensor<B>>>,
+    out: &mut Outputs,
+) -> Result<()> {
+    let mats = out.prepare(&plan.graph, batch);
+    for (m, t) in mats.iter_mut().zip(results) {
+        let Some(t) = t else { continue };
+        let v = read_f32::<B>(t)?;
+        if v.len() != m.data.len() {
+            return Err(Error::Device(format!(
+                "output `{}` came back with {} values, expected {}",
+                m.name,
+                v.len(),
+                m.data.len()
+            )));
+        }
+        m.data.copy_from_slice(&v);
+    }
+    Ok(())
 }
 
 /// The op's inputs: moved out of their slots at their last use, cloned otherwise (a value read

@@ -71,6 +71,11 @@ impl<'a, B: BurnBackend> RunCx<'a, B> {
         self.fed.contains(&v)
     }
 
+    /// Whether the run is given some values or applies dropout.
+    pub(crate) fn feeds_or_drops(&self) -> bool {
+        !self.fed.is_empty() || self.dropout
+    }
+
     /// What `make` gives, made once per run under `key` and cloned after: for a backend's
     /// kernels, what they would otherwise build again for every op of the run (tables of the
     /// batch on the device). A value of another type under the same key is made anew.

@@ -2,7 +2,9 @@
 
 use burn_backend::ops::FloatTensorOps;
 use burn_flex::{Flex, FlexDevice};
-use switchyard_burn::{Bound, Burn, Generic, Inputs, Kernels, Outcome, RunCx, generic};
+use switchyard_burn::{
+    Bound, Burn, Forward, Generic, Inputs, Kernels, Outcome, RunCx, generic, read_outputs,
+};
 use switchyard_core::testkit::{self, EncoderSpec};
 use switchyard_core::{
     Act, Backend, BatchBuf, Bucket, Caps, DType, DeviceKind, Error, Graph, GraphBuilder, Op,
@@ -161,6 +163,37 @@ fn a_memo_is_made_once_a_run_and_shared_by_its_ops() {
         be.run(&plan, &mut state, &sample().batch(), &mut out).unwrap();
         assert_eq!(be.kernels().0.load(std::sync::atomic::Ordering::Relaxed), runs, "once a run");
     }
+}
+
+/// Runs in one context reuse its memos (the batch's tables go to the device once) and compute
+/// what a forward does; a context of another plan, or of a forward with values fed, is refused.
+#[test]
+fn runs_in_one_context_share_its_memos_and_compute_what_a_forward_does() {
+    let g = testkit::bert_like(EncoderSpec { layers: 3, ..EncoderSpec::TINY });
+    let be = Burn::<Flex, _>::new(FlexDevice, Memoizing(0.into()), caps());
+    let (plan, mut state) = planned(&be, &g).unwrap();
+    let batch = sample();
+    let b = batch.batch();
+    let read = |outs| {
+        let mut out = Outputs::new();
+        read_outputs(&plan, &b, outs, &mut out).unwrap();
+        out
+    };
+    let made = || be.kernels().0.load(std::sync::atomic::Ordering::Relaxed);
+    let fresh = read(be.forward(&plan, &mut state, &b, &Forward::default()).unwrap());
+    let cx = RunCx::new(plan.graph(), &b, be.device());
+    for _ in 0..2 {
+        let again = read(be.forward_in(&plan, &mut state, &cx).unwrap());
+        assert_outputs_match(&again, &fresh, "a run in a context");
+    }
+    assert_eq!(made(), 2, "once for the forward, once for both runs in the context");
+
+    let (other, _) = planned(&be, &g).unwrap();
+    let e = be.forward_in(&other, &mut state, &cx).unwrap_err();
+    assert!(matches!(&e, Error::Graph(m) if m.contains("another plan")), "{e}");
+    let fed = RunCx::new(plan.graph(), &b, be.device()).for_forward(vec![g.outputs[0].val], false);
+    let e = be.forward_in(&plan, &mut state, &fed).unwrap_err();
+    assert!(matches!(&e, Error::Graph(m) if m.contains("fed or dropped")), "{e}");
 }
 
 /// Refuses attention with a window.
