@@ -401,15 +401,31 @@ impl CubeKernels {
         let client = gamma.client.clone();
         let batch = cx.batch;
         let (mut tokens, mut positions, mut types) = (None, None, None);
+        // Each table of the batch goes to the device once a run, however many folds read it.
         for (op, table) in leaves {
             match op {
-                Op::Embed { .. } => tokens = Some((table, u32s(&client, batch.ids))),
-                Op::TypeEmbed { .. } => types = Some((table, u32s(&client, batch.types))),
+                Op::Embed { .. } => {
+                    tokens = Some((table, cx.memo("cube: token ids", || u32s(&client, batch.ids))));
+                }
+                Op::TypeEmbed { .. } => {
+                    let rows = cx.memo("cube: token types", || u32s(&client, batch.types));
+                    types = Some((table, rows));
+                }
                 Op::PosEmbed { offset, .. } => {
-                    // Row numbers of a table, which the batch's limits keep within it.
-                    let rows: Vec<u32> =
-                        cx.host_positions(offset).into_iter().map(|p| p as u32).collect();
-                    positions = Some((table, u32s(&client, &rows)));
+                    let by_offset = cx.memo("cube: positions by offset", PositionRows::default);
+                    let mut by_offset = by_offset.lock().expect("not poisoned");
+                    let rows = match by_offset.iter().find(|(o, _)| *o == offset) {
+                        Some((_, rows)) => rows.clone(),
+                        None => {
+                            // Row numbers of a table, which the batch's limits keep within it.
+                            let rows: Vec<u32> =
+                                cx.host_positions(offset).into_iter().map(|p| p as u32).collect();
+                            let rows = u32s(&client, &rows);
+                            by_offset.push((offset, rows.clone()));
+                            rows
+                        }
+                    };
+                    positions = Some((table, rows));
                 }
                 _ => {}
             }
@@ -688,6 +704,10 @@ type U32s = (cubecl::server::Handle, usize);
 fn u32s(client: &cubecl::client::Client, values: &[u32]) -> U32s {
     (client.create_from_slice(<u32 as cubecl::CubeElement>::as_bytes(values)), values.len())
 }
+
+/// Each token's row of a position table, on the device, by the table's offset, this run.
+#[cfg(not(feature = "fusion"))]
+type PositionRows = Arc<std::sync::Mutex<Vec<(usize, U32s)>>>;
 
 /// The epilogues of linear layers left to the LayerNorm that reads each layer's output, by
 /// that output, this run.
