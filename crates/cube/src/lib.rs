@@ -20,6 +20,11 @@ mod kernels;
 mod memory;
 #[cfg(any(feature = "cuda", feature = "rocm", feature = "cpu"))]
 mod native;
+#[cfg(all(
+    any(feature = "wgpu", feature = "cuda", feature = "rocm", feature = "cpu"),
+    not(feature = "fusion")
+))]
+mod recorded;
 #[cfg(any(feature = "wgpu", feature = "cuda", feature = "rocm", feature = "cpu"))]
 mod timing;
 
@@ -35,6 +40,11 @@ pub use kernels::{
 };
 #[cfg(any(feature = "wgpu", feature = "cuda", feature = "rocm", feature = "cpu"))]
 pub use memory::{DeviceMemory, Pools, device_memory, thread_memory};
+#[cfg(all(
+    any(feature = "wgpu", feature = "cuda", feature = "rocm", feature = "cpu"),
+    not(feature = "fusion")
+))]
+pub use recorded::{Recorded, record};
 #[cfg(any(feature = "wgpu", feature = "cuda", feature = "rocm", feature = "cpu"))]
 pub use timing::{
     KernelSource, KernelTime, kernel_sources, kernel_times, log_kernel_times, settled_log,
