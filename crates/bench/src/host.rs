@@ -61,6 +61,38 @@ fn timed_runs<B: Backend>(be: B, g: &Graph, batch: &BatchBuf, reps: usize) -> Ve
     })
 }
 
+/// The median of `reps` replays (after two) of `batch`'s run of `g` on `be`, a cube device,
+/// recorded as a device graph, each reading the outputs back: the run without the host's launch
+/// path, the floor device graphs could bring a batch of this shape to. An error where the
+/// device records no graphs.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+pub(crate) fn replayed(
+    be: &switchyard_dispatch::Dispatch,
+    g: &Graph,
+    batch: &BatchBuf,
+    reps: usize,
+) -> switchyard_core::Result<Duration> {
+    use switchyard_core::testkit;
+    let switchyard_dispatch::Dispatch::Cube { backend: cube, .. } = be else {
+        let what = format!("a device graph on {}: not a cube device", be.device());
+        return Err(switchyard_core::Error::Unsupported(what));
+    };
+    let weights = testkit::random_weights(g, 1);
+    let w = cube.upload(&weights.tensors(), g)?;
+    let plan = cube.lower(&w, g, crate::bucket_for(batch))?;
+    let mut state = cube.state(&plan)?;
+    let b = batch.batch();
+    let recorded = switchyard_dispatch::cube::record(cube, &plan, &mut state, &b)?;
+    let mut out = Outputs::new();
+    let mut failed = None;
+    let t = crate::median(WARM_UPS, reps.max(1), || {
+        if let Err(e) = recorded.replay(&mut out) {
+            failed.get_or_insert(e);
+        }
+    });
+    failed.map_or(Ok(t), Err)
+}
+
 /// The spans it times, by name, as the Burn backends name them.
 const TIMED: [&str; 2] = ["forward", "read"];
 

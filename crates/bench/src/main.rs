@@ -91,10 +91,14 @@ fn executor<B: Backend>(be: B, g: &Graph, bucket: Bucket) -> Executor<B> {
         .expect("the bench graph uploads")
 }
 
+/// The bucket that holds `batch` exactly.
+fn bucket_for(batch: &BatchBuf) -> Bucket {
+    Bucket::new(batch.tokens(), batch.seqs(), batch.batch().markers().max(1))
+}
+
 /// An executor of `g` on `be` whose one bucket holds `batch` exactly.
 fn executor_for<B: Backend>(be: B, g: &Graph, batch: &BatchBuf) -> Executor<B> {
-    let bucket = Bucket::new(batch.tokens(), batch.seqs(), batch.batch().markers().max(1));
-    executor(be, g, bucket)
+    executor(be, g, bucket_for(batch))
 }
 
 fn time_plan<B: Backend>(be: B, g: &Graph, batch: &BatchBuf, reps: usize) -> Duration {
@@ -938,6 +942,21 @@ fn bench_gpus(reps: usize, quick: bool, without: &[switchyard_dispatch::cube::Ma
                     ms(s.forward),
                     ms(s.read)
                 );
+                // The same run recorded as a device graph and replayed: no launch from the host.
+                // Against the run above, what device graphs could gain on a batch of this shape.
+                let replayed = survived(&who, || {
+                    let be = Dispatch::new(&device).expect("it started above");
+                    host::replayed(&be.with_dtype(dtype).expect("a listed dtype"), &g, &batch, reps)
+                });
+                match replayed {
+                    Some(Ok(t)) => println!(
+                        "  {who}, replayed from a device graph of the run (no launches from the \
+                         host), outputs read back: {:.2}ms a run, median",
+                        ms(t)
+                    ),
+                    Some(Err(e)) => println!("  {who}: no device graph: {e}"),
+                    None => {}
+                }
             }
             // A classifier reads [CLS] alone, so its last layer runs on that row; beside it the
             // whole layer, both with the device's default kernels, taken in turn. Not `gpu`
