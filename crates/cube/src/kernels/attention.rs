@@ -358,17 +358,17 @@ pub(crate) fn run(
     bias: Option<&QkvBias>,
     cx: &RunCx<'_, CubeBackend>,
 ) -> CubeTensor {
-    let (q, q_stride) = rows(q);
-    let (k, k_stride) = rows(k);
-    let (v, v_stride) = rows(v);
-    let (bias, [q_bias, k_bias, v_bias], has_bias) = QkvBias::args(bias, &q);
-    let out = super::empty_like(&q);
-    let client = q.client.clone();
-    let dtype = burn_backend::cubecl::dtype_to_storage_type(q.dtype);
-    // The batch's tables on the device, uploaded by the run's first attention op of this kind.
-    let t = tables(cx, &client, BLOCK, per_seq);
-    let win = window_arg(window);
-    let (cubes, cu, block_seq, block_first) = t.args();
+    let Launch {
+        qkv: [(q, q_stride), (k, k_stride), (v, v_stride)],
+        bias,
+        bias_at,
+        has_bias,
+        out,
+        tables,
+        client,
+        dtype,
+    } = Launch::new([q, k, v], bias, cx, BLOCK, per_seq);
+    let (cubes, cu, block_seq, block_first) = tables.args();
     varlen_attention::launch(
         &client,
         CubeCount::Static(cubes, heads as u32, 1),
@@ -384,12 +384,12 @@ pub(crate) fn run(
         q_stride,
         k_stride,
         v_stride,
-        q_bias,
-        k_bias,
-        v_bias,
+        bias_at[0],
+        bias_at[1],
+        bias_at[2],
         heads as u32,
         scale,
-        win,
+        window_arg(window),
         head_dim,
         tile_keys(head_dim),
         window.is_some(),
@@ -399,6 +399,48 @@ pub(crate) fn run(
         dtype,
     );
     out
+}
+
+/// What both attention kernels' launches take besides their own parameters: the rows they read
+/// in place with their strides, the bias or a stand-in, the output, and the batch's tables.
+pub(crate) struct Launch {
+    /// The query, key and value rows, each with the elements between its rows' starts.
+    pub(crate) qkv: [(CubeTensor, u32); 3],
+    /// The joined projections' bias, or the query bound in its place (unread).
+    pub(crate) bias: CubeTensor,
+    /// Where the query's, key's and value's columns start in the bias.
+    pub(crate) bias_at: [u32; 3],
+    /// Whether the kernel adds the bias.
+    pub(crate) has_bias: bool,
+    /// The output, shaped like the query.
+    pub(crate) out: CubeTensor,
+    /// The batch's tables in blocks of the kernel's query rows.
+    pub(crate) tables: Tables,
+    /// The device's client.
+    pub(crate) client: Client,
+    /// The rows' dtype.
+    pub(crate) dtype: ElemType,
+}
+
+impl Launch {
+    /// The launch's operands for `q`, `k` and `v`, with the run's tables in blocks of `block`
+    /// query rows (with `per_seq`, one a sequence), uploaded by the run's first attention op
+    /// that reads them.
+    pub(crate) fn new(
+        [q, k, v]: [CubeTensor; 3],
+        bias: Option<&QkvBias>,
+        cx: &RunCx<'_, CubeBackend>,
+        block: usize,
+        per_seq: bool,
+    ) -> Launch {
+        let qkv = [rows(q), rows(k), rows(v)];
+        let (bias, bias_at, has_bias) = QkvBias::args(bias, &qkv[0].0);
+        let out = super::empty_like(&qkv[0].0);
+        let client = qkv[0].0.client.clone();
+        let dtype = burn_backend::cubecl::dtype_to_storage_type(qkv[0].0.dtype);
+        let tables = tables(cx, &client, block, per_seq);
+        Launch { qkv, bias, bias_at, has_bias, out, tables, client, dtype }
+    }
 }
 
 /// A joined query, key and value projection's bias, left to the attention kernels to add as

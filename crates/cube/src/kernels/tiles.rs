@@ -356,15 +356,17 @@ pub(crate) fn run(
     bias: Option<&QkvBias>,
     cx: &RunCx<'_, burn_cubecl::CubeBackend>,
 ) -> CubeTensor {
-    let (q, q_stride) = super::attention::rows(q);
-    let (k, k_stride) = super::attention::rows(k);
-    let (v, v_stride) = super::attention::rows(v);
-    let (bias, [q_bias, k_bias, v_bias], has_bias) = QkvBias::args(bias, &q);
-    let out = super::empty_like(&q);
-    let client = q.client.clone();
-    let dtype = burn_backend::cubecl::dtype_to_storage_type(q.dtype);
-    let t = super::attention::tables(cx, &client, ROWS, false);
-    let (cubes, cu, block_seq, block_first) = t.args();
+    let super::attention::Launch {
+        qkv: [(q, q_stride), (k, k_stride), (v, v_stride)],
+        bias,
+        bias_at,
+        has_bias,
+        out,
+        tables,
+        client,
+        dtype,
+    } = super::attention::Launch::new([q, k, v], bias, cx, ROWS, false);
+    let (cubes, cu, block_seq, block_first) = tables.args();
     tiled_attention::launch(
         &client,
         CubeCount::Static(cubes, heads as u32, 1),
@@ -380,9 +382,9 @@ pub(crate) fn run(
         q_stride,
         k_stride,
         v_stride,
-        q_bias,
-        k_bias,
-        v_bias,
+        bias_at[0],
+        bias_at[1],
+        bias_at[2],
         heads as u32,
         scale,
         super::attention::window_arg(window),
