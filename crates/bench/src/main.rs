@@ -942,21 +942,6 @@ fn bench_gpus(reps: usize, quick: bool, without: &[switchyard_dispatch::cube::Ma
                     ms(s.forward),
                     ms(s.read)
                 );
-                // The same run recorded as a device graph and replayed: no launch from the host.
-                // Against the run above, what device graphs could gain on a batch of this shape.
-                let replayed = survived(&who, || {
-                    let be = Dispatch::new(&device).expect("it started above");
-                    host::replayed(&be.with_dtype(dtype).expect("a listed dtype"), &g, &batch, reps)
-                });
-                match replayed {
-                    Some(Ok(t)) => println!(
-                        "  {who}, replayed from a device graph of the run (no launches from the \
-                         host), outputs read back: {:.2}ms a run, median",
-                        ms(t)
-                    ),
-                    Some(Err(e)) => println!("  {who}: no device graph: {e}"),
-                    None => {}
-                }
             }
             // A classifier reads [CLS] alone, so its last layer runs on that row; beside it the
             // whole layer, both with the device's default kernels, taken in turn. Not `gpu`
@@ -988,6 +973,41 @@ fn bench_gpus(reps: usize, quick: bool, without: &[switchyard_dispatch::cube::Ma
              Burn's ops only: the same lowering without them)",
             if quick { "the first row" } else { "flex" }
         );
+        bench_replayed(&device, software, reps);
+    }
+}
+
+/// Each GPU batch's run with the device's default kernels, in f32 and the device's own dtype,
+/// beside the same run recorded as a device graph and replayed (no launches from the host):
+/// what device graphs could gain on each batch. Last of the GPU bench, so that a runtime whose
+/// recording fails or hangs costs none of the rest.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+fn bench_replayed(device: &Device, software: bool, reps: usize) {
+    let name = device.to_string();
+    let open = |dtype| {
+        let be = Dispatch::new(device).expect("it started above");
+        be.with_dtype(dtype).expect("a listed dtype")
+    };
+    println!("  replayed from a device graph of the run, outputs read back (ratio: to the run)");
+    for (what, spec, (seqs, min, max)) in gpu_batches(software) {
+        let batch = ragged(seqs, min, max, spec.vocab);
+        let g = testkit::bert_like(spec);
+        for dtype in f32_and_auto(&open(DType::F32).caps()) {
+            let who = format!("{name}, {what}, {seqs} seqs, default kernels, {dtype}");
+            let Some(run) = survived(&who, || time_plan(open(dtype), &g, &batch, reps)) else {
+                continue;
+            };
+            match survived(&who, || host::replayed(&open(dtype), &g, &batch, reps)) {
+                Some(Ok(t)) => println!(
+                    "  {who}: a run {:.2}ms, replayed {:.2}ms {:>8.2}",
+                    ms(run),
+                    ms(t),
+                    run.as_secs_f64() / t.as_secs_f64()
+                ),
+                Some(Err(e)) => println!("  {who}: a run {:.2}ms, no device graph: {e}", ms(run)),
+                None => {}
+            }
+        }
     }
 }
 
