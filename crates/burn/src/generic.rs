@@ -341,8 +341,7 @@ pub fn run_op<B: BurnBackend>(
         (Op::Embed { .. }, Bound::Table(t)) => B::float_select(t.clone(), 0, cx.ids()),
         (Op::TypeEmbed { .. }, Bound::Table(t)) => B::float_select(t.clone(), 0, cx.types()),
         (Op::PosEmbed { offset, .. }, Bound::Table(t)) => {
-            let idx = crate::convert::ints::<B>(cx.host_positions(*offset), cx.device);
-            B::float_select(t.clone(), 0, idx)
+            B::float_select(t.clone(), 0, cx.positions_from(*offset))
         }
         (Op::Add { .. }, _) => B::float_add(need(a), need(b)),
         (Op::LayerNorm { eps, .. }, Bound::Norm { gamma, beta }) => {

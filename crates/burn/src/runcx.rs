@@ -2,12 +2,16 @@
 
 use std::any::Any;
 use std::cell::{OnceCell, RefCell};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use burn_backend::Backend as BurnBackend;
 use burn_backend::tensor::IntTensor;
 use switchyard_core::{Batch, Graph, Val};
 
 use crate::convert::ints;
+
+/// Index tensors of positions from an offset, by the offset.
+type PositionsByOffset<B> = Arc<Mutex<Vec<(usize, IntTensor<B>)>>>;
 
 /// What a run's ops need to know: the graph, and the batch on the host and on the device.
 ///
@@ -84,11 +88,7 @@ impl<'a, B: BurnBackend> RunCx<'a, B> {
         key: &'static str,
         make: impl FnOnce() -> T,
     ) -> T {
-        let found = self.memos.borrow().iter().find(|(k, _)| *k == key).and_then(|(_, v)| {
-            let v: &(dyn Any + Send) = v.as_ref();
-            v.downcast_ref::<T>().cloned()
-        });
-        if let Some(v) = found {
+        if let Some(v) = self.memoed(key) {
             return v;
         }
         let v = make();
@@ -96,6 +96,20 @@ impl<'a, B: BurnBackend> RunCx<'a, B> {
         memos.retain(|(k, _)| *k != key);
         memos.push((key, Box::new(v.clone())));
         v
+    }
+
+    /// The value made under `key` by [`RunCx::memo`] so far, if one of type `T` was.
+    pub fn memoed<T: Clone + Send + 'static>(&self, key: &'static str) -> Option<T> {
+        let memos = self.memos.borrow();
+        let (_, v) = memos.iter().find(|(k, _)| *k == key)?;
+        let v: &(dyn Any + Send) = v.as_ref();
+        v.downcast_ref::<T>().cloned()
+    }
+
+    /// Whether the run put the batch's token ids or types on the device as index tensors
+    /// ([`RunCx::ids`], [`RunCx::types`]).
+    pub fn uploaded_ids_or_types(&self) -> bool {
+        self.ids.get().is_some() || self.types.get().is_some()
     }
 
     fn cached(
@@ -119,6 +133,22 @@ impl<'a, B: BurnBackend> RunCx<'a, B> {
     /// Each token's position within its sequence, `[tokens]`.
     pub fn positions(&self) -> IntTensor<B> {
         self.cached(&self.positions, || self.host_positions(0))
+    }
+
+    /// Each token's position within its sequence plus `offset`, `[tokens]`: made once a run for
+    /// each offset.
+    pub fn positions_from(&self, offset: usize) -> IntTensor<B> {
+        if offset == 0 {
+            return self.positions();
+        }
+        let by_offset = self.memo("burn: positions by offset", PositionsByOffset::<B>::default);
+        let mut by_offset = by_offset.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((_, t)) = by_offset.iter().find(|(o, _)| *o == offset) {
+            return t.clone();
+        }
+        let t = ints::<B>(self.host_positions(offset), self.device);
+        by_offset.push((offset, t.clone()));
+        t
     }
 
     /// Each token's position within its sequence plus `offset`, on the host.

@@ -153,6 +153,30 @@ impl Kernels<Flex> for Memoizing {
     }
 }
 
+/// Positions from an offset are each token's position plus the offset, made once a run for
+/// each offset (a run's second lookup writes nothing to the device, as a device graph needs).
+#[test]
+fn positions_from_an_offset_are_made_once_a_run() {
+    use burn_backend::ops::IntTensorOps;
+    let g = testkit::bert_like(EncoderSpec::TINY);
+    let batch = sample();
+    let b = batch.batch();
+    let cx = RunCx::<Flex>::new(&g, &b, &FlexDevice);
+    let read = |t| {
+        let data = burn_backend::read_sync(<Flex as IntTensorOps<Flex>>::int_into_data(t));
+        data.expect("read").convert::<i64>().try_to_vec::<i64>().expect("ints")
+    };
+    assert_eq!(read(cx.positions_from(0)), [0, 1, 2, 3, 0, 1]);
+    assert_eq!(read(cx.positions_from(2)), [2, 3, 4, 5, 2, 3]);
+    type ByOffset =
+        std::sync::Arc<std::sync::Mutex<Vec<(usize, burn_backend::tensor::IntTensor<Flex>)>>>;
+    let made =
+        || cx.memoed::<ByOffset>("burn: positions by offset").map(|m| m.lock().unwrap().len());
+    cx.positions_from(2);
+    cx.positions_from(3);
+    assert_eq!(made(), Some(2), "one tensor for each offset other than 0");
+}
+
 #[test]
 fn a_memo_is_made_once_a_run_and_shared_by_its_ops() {
     let g = testkit::bert_like(EncoderSpec { layers: 3, ..EncoderSpec::TINY });
