@@ -14,6 +14,7 @@ use cubecl::client::Graph;
 use switchyard_burn::{BurnPlan, BurnState, RunCx, read_outputs};
 use switchyard_core::{Batch, Error, Outputs, Result};
 
+use crate::kernels::{TOKEN_IDS, TOKEN_TYPES, U32s};
 use crate::{Cube, Matmul};
 
 /// One batch's run of a plan, recorded as a device graph, with what the graph reads and writes;
@@ -78,6 +79,39 @@ fn refused(e: cubecl::server::ServerError) -> Error {
 }
 
 impl Recorded<'_> {
+    /// Replays the recorded run on `batch`, a batch of the recorded one's shape (the same
+    /// sequence lengths and markers), whose token ids and types are first written over the
+    /// recorded ones on the device, and reads its outputs into `out`, as a run of `batch` would.
+    /// [`Error::BadBatch`] for a batch of another shape; [`Error::Unsupported`] where the run
+    /// looked its embeddings up the generic way, whose ids and types are not rewritten.
+    pub fn replay_on(&self, batch: &Batch<'_>, out: &mut Outputs) -> Result<()> {
+        let was = self.cx.batch;
+        if (batch.cu, batch.markers, batch.mcu) != (was.cu, was.markers, was.mcu) {
+            return Err(Error::BadBatch(format!(
+                "a batch of {} tokens in {} sequences replayed on a graph recorded for another \
+                 shape ({} tokens in {} sequences, or other lengths or markers)",
+                batch.tokens(),
+                batch.seqs(),
+                was.tokens(),
+                was.seqs()
+            )));
+        }
+        if self.cx.uploaded_ids_or_types() {
+            return Err(Error::Unsupported(
+                "new ids on a graph whose run looked its embeddings up the generic way".into(),
+            ));
+        }
+        let client = self.cx.device.client();
+        for (key, values) in [(TOKEN_IDS, batch.ids), (TOKEN_TYPES, batch.types)] {
+            if let Some((handle, len)) = self.cx.memoed::<U32s>(key) {
+                debug_assert_eq!(len, values.len(), "the same tokens");
+                let bytes = <u32 as cubecl::CubeElement>::as_bytes(values).to_vec();
+                client.write(&handle, cubecl::bytes::Bytes::from_bytes_vec(bytes));
+            }
+        }
+        self.replay(out)
+    }
+
     /// Replays the recorded run and reads its outputs into `out`, as a run of the recorded batch
     /// would.
     pub fn replay(&self, out: &mut Outputs) -> Result<()> {
@@ -155,6 +189,69 @@ mod tests {
         let mut after = Outputs::new();
         cube.run(&plan, &mut state, &batch, &mut after).expect("a run after the recording");
         assert_eq!(values(&after), values(&eager), "{dtype}");
+    }
+
+    /// A batch of the recorded shape with other ids and types replays to its own run's outputs,
+    /// bit for bit, and back again; one of another shape is refused.
+    #[test]
+    fn a_recorded_run_replays_on_new_ids_of_the_same_shape() {
+        let spec = EncoderSpec { vocab: 50, width: 32, heads: 2, ffn: 48, layers: 2, max_pos: 64 };
+        let graph = bert_like(spec);
+        let weights = random_weights(&graph, 6);
+        let cube = device();
+        let w = cube.upload(&weights.tensors(), &graph).expect("weights");
+        let plan = cube.lower(&w, &graph, Bucket::new(64, 4, 64)).expect("a plan");
+        let mut state = cube.state(&plan).expect("a state");
+        let batch_of = |first: u32, types: u32| {
+            let mut buf = BatchBuf::new();
+            for (len, markers) in [(5u32, &[1u32, 3][..]), (2, &[]), (7, &[6])] {
+                let ids: Vec<u32> = (0..len).map(|i| (first + 7 * i) % 50).collect();
+                let kinds: Vec<u32> = (0..len).map(|i| (i + types) % 2).collect();
+                buf.push(&ids, Some(&kinds), markers).expect("a sequence");
+            }
+            buf
+        };
+        let (a, b) = (batch_of(1, 0), batch_of(11, 1));
+        let eager = |buf: &BatchBuf, state: &mut BurnState<CubeBackend>| {
+            let mut out = Outputs::new();
+            cube.run(&plan, state, &buf.batch(), &mut out).expect("a run");
+            values(&out)
+        };
+        let (want_a, want_b) = (eager(&a, &mut state), eager(&b, &mut state));
+        assert_ne!(want_a, want_b, "the two batches differ");
+
+        let recorded_on = a.batch();
+        let recorded = record(&cube, &plan, &mut state, &recorded_on).expect("recorded");
+        for (buf, want) in [(&b, &want_b), (&a, &want_a), (&b, &want_b)] {
+            let mut out = Outputs::new();
+            recorded.replay_on(&buf.batch(), &mut out).expect("a replay");
+            assert_eq!(&values(&out), want);
+        }
+        let mut other = BatchBuf::new();
+        other.push(&[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14], None, &[1, 3, 6]).unwrap();
+        let e = recorded.replay_on(&other.batch(), &mut Outputs::new()).expect_err("refused");
+        assert!(matches!(&e, Error::BadBatch(m) if m.contains("another shape")), "{e}");
+    }
+
+    /// Ids looked up the generic way are index tensors that `replay_on` does not rewrite: new
+    /// ids are refused there rather than replayed with the recorded ones.
+    #[test]
+    fn new_ids_are_refused_where_the_run_looked_them_up_the_generic_way() {
+        let graph = bert_like(EncoderSpec::TINY);
+        let weights = random_weights(&graph, 2);
+        let cube = device();
+        let set = crate::KernelSet { embed_norm: false, ..cube.kernels().set() };
+        let cube = crate::with_kernels(&cube, set);
+        let w = cube.upload(&weights.tensors(), &graph).expect("weights");
+        let plan = cube.lower(&w, &graph, Bucket::new(16, 2, 16)).expect("a plan");
+        let mut state = cube.state(&plan).expect("a state");
+        let mut buf = BatchBuf::new();
+        buf.push(&[1, 2, 3], None, &[]).expect("a sequence");
+        let batch = buf.batch();
+        let recorded = record(&cube, &plan, &mut state, &batch).expect("recorded");
+        recorded.replay(&mut Outputs::new()).expect("the recorded batch replays");
+        let e = recorded.replay_on(&batch, &mut Outputs::new()).expect_err("refused");
+        assert!(matches!(&e, Error::Unsupported(m) if m.contains("generic")), "{e}");
     }
 
     /// cuBLAS runs on a stream of its own, which a graph of CubeCL's stream would not hold.

@@ -405,10 +405,10 @@ impl CubeKernels {
         for (op, table) in leaves {
             match op {
                 Op::Embed { .. } => {
-                    tokens = Some((table, cx.memo("cube: token ids", || u32s(&client, batch.ids))));
+                    tokens = Some((table, cx.memo(TOKEN_IDS, || u32s(&client, batch.ids))));
                 }
                 Op::TypeEmbed { .. } => {
-                    let rows = cx.memo("cube: token types", || u32s(&client, batch.types));
+                    let rows = cx.memo(TOKEN_TYPES, || u32s(&client, batch.types));
                     types = Some((table, rows));
                 }
                 Op::PosEmbed { offset, .. } => {
@@ -697,7 +697,15 @@ fn empty_like(like: &CubeTensor) -> CubeTensor {
 
 /// A buffer of u32s on the device and its count.
 #[cfg(not(feature = "fusion"))]
-type U32s = (cubecl::server::Handle, usize);
+pub(crate) type U32s = (cubecl::server::Handle, usize);
+
+/// The [`RunCx::memo`] key of the batch's token ids as [`U32s`], once a run reads them.
+#[cfg(not(feature = "fusion"))]
+pub(crate) const TOKEN_IDS: &str = "cube: token ids";
+
+/// The [`RunCx::memo`] key of the batch's token types as [`U32s`], once a run reads them.
+#[cfg(not(feature = "fusion"))]
+pub(crate) const TOKEN_TYPES: &str = "cube: token types";
 
 /// `values` uploaded to a device buffer, and their count.
 #[cfg(not(feature = "fusion"))]
