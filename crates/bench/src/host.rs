@@ -62,7 +62,8 @@ fn timed_runs<B: Backend>(be: B, g: &Graph, batch: &BatchBuf, reps: usize) -> Ve
 }
 
 /// The median of `reps` replays (after two) of `batch`'s run of `g` on `be`, a cube device,
-/// recorded as a device graph, each reading the outputs back: the run without the host's launch
+/// recorded as a device graph, each writing the batch's ids and types first and reading the
+/// outputs back, as a replay of a new batch of the shape would: the run without the host's launch
 /// path, the floor device graphs could bring a batch of this shape to. An error where the
 /// device records no graphs.
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
@@ -86,7 +87,7 @@ pub(crate) fn replayed(
     let mut out = Outputs::new();
     let mut failed = None;
     let t = crate::median(WARM_UPS, reps.max(1), || {
-        if let Err(e) = recorded.replay(&mut out) {
+        if let Err(e) = recorded.replay_on(&b, &mut out) {
             failed.get_or_insert(e);
         }
     });
