@@ -141,6 +141,20 @@ mod tests {
         return crate::cuda::open(0).expect("a CUDA device");
     }
 
+    /// `graph` on `cube` with random weights from `seed`, lowered for `bucket`, and a state.
+    fn planned(
+        cube: &Cube,
+        graph: &switchyard_core::Graph,
+        seed: u64,
+        bucket: Bucket,
+    ) -> (BurnPlan<CubeBackend>, BurnState<CubeBackend>) {
+        let weights = random_weights(graph, seed);
+        let w = cube.upload(&weights.tensors(), graph).expect("weights");
+        let plan = cube.lower(&w, graph, bucket).expect("a plan");
+        let state = cube.state(&plan).expect("a state");
+        (plan, state)
+    }
+
     fn values(out: &Outputs) -> Vec<Vec<f32>> {
         out.mats().iter().map(|m| m.data.clone()).collect()
     }
@@ -157,11 +171,8 @@ mod tests {
     fn replays_in(dtype: switchyard_core::DType) {
         let spec = EncoderSpec { vocab: 50, width: 32, heads: 2, ffn: 48, layers: 2, max_pos: 64 };
         let graph = bert_like(spec);
-        let weights = random_weights(&graph, 5);
         let cube = device().with_dtype(dtype).expect("a dtype the device lists");
-        let w = cube.upload(&weights.tensors(), &graph).expect("weights");
-        let plan = cube.lower(&w, &graph, Bucket::new(64, 4, 64)).expect("a plan");
-        let mut state = cube.state(&plan).expect("a state");
+        let (plan, mut state) = planned(&cube, &graph, 5, Bucket::new(64, 4, 64));
         let mut buf = BatchBuf::new();
         // Markers too: the graph gathers their rows, by a table the run uploads.
         let seqs: [(&[u32], &[u32]); 3] =
@@ -197,11 +208,8 @@ mod tests {
     fn a_recorded_run_replays_on_new_ids_of_the_same_shape() {
         let spec = EncoderSpec { vocab: 50, width: 32, heads: 2, ffn: 48, layers: 2, max_pos: 64 };
         let graph = bert_like(spec);
-        let weights = random_weights(&graph, 6);
         let cube = device();
-        let w = cube.upload(&weights.tensors(), &graph).expect("weights");
-        let plan = cube.lower(&w, &graph, Bucket::new(64, 4, 64)).expect("a plan");
-        let mut state = cube.state(&plan).expect("a state");
+        let (plan, mut state) = planned(&cube, &graph, 6, Bucket::new(64, 4, 64));
         let batch_of = |first: u32, types: u32| {
             let mut buf = BatchBuf::new();
             for (len, markers) in [(5u32, &[1u32, 3][..]), (2, &[]), (7, &[6])] {
@@ -238,13 +246,10 @@ mod tests {
     #[test]
     fn new_ids_are_refused_where_the_run_looked_them_up_the_generic_way() {
         let graph = bert_like(EncoderSpec::TINY);
-        let weights = random_weights(&graph, 2);
         let cube = device();
         let set = crate::KernelSet { embed_norm: false, ..cube.kernels().set() };
         let cube = crate::with_kernels(&cube, set);
-        let w = cube.upload(&weights.tensors(), &graph).expect("weights");
-        let plan = cube.lower(&w, &graph, Bucket::new(16, 2, 16)).expect("a plan");
-        let mut state = cube.state(&plan).expect("a state");
+        let (plan, mut state) = planned(&cube, &graph, 2, Bucket::new(16, 2, 16));
         let mut buf = BatchBuf::new();
         buf.push(&[1, 2, 3], None, &[]).expect("a sequence");
         let batch = buf.batch();
@@ -265,11 +270,8 @@ mod tests {
             layers: 1,
             max_pos: 16,
         });
-        let weights = random_weights(&graph, 1);
         let cube = crate::with_matmul(&device(), Matmul::Cublas);
-        let w = cube.upload(&weights.tensors(), &graph).expect("weights");
-        let plan = cube.lower(&w, &graph, Bucket::new(16, 2, 16)).expect("a plan");
-        let mut state = cube.state(&plan).expect("a state");
+        let (plan, mut state) = planned(&cube, &graph, 1, Bucket::new(16, 2, 16));
         let mut buf = BatchBuf::new();
         buf.push(&[1, 2, 3], None, &[]).expect("a sequence");
         let batch = buf.batch();
