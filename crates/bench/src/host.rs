@@ -78,7 +78,7 @@ pub(crate) fn replayed(
         let what = format!("a device graph on {}: not a cube device", be.device());
         return Err(switchyard_core::Error::Unsupported(what));
     };
-    let weights = testkit::random_weights(g, 1);
+    let weights = testkit::random_weights(g, crate::WEIGHTS_SEED);
     let w = cube.upload(&weights.tensors(), g)?;
     let plan = cube.lower(&w, g, crate::bucket_for(batch))?;
     let mut state = cube.state(&plan)?;

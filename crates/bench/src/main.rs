@@ -84,8 +84,11 @@ fn middle(mut times: Vec<Duration>) -> Duration {
     times[times.len() / 2]
 }
 
+/// The seed of the bench graphs' random weights.
+const WEIGHTS_SEED: u64 = 1;
+
 fn executor<B: Backend>(be: B, g: &Graph, bucket: Bucket) -> Executor<B> {
-    let weights = testkit::random_weights(g, 1);
+    let weights = testkit::random_weights(g, WEIGHTS_SEED);
     let buckets = Buckets::single("bench", &[bucket]).expect("a valid bucket");
     Executor::new(be, &weights.tensors(), g.clone(), "bench", buckets)
         .expect("the bench graph uploads")
@@ -989,10 +992,11 @@ fn bench_replayed(device: &Device, software: bool, reps: usize) {
         be.with_dtype(dtype).expect("a listed dtype")
     };
     println!("  replayed from a device graph of the run, outputs read back (ratio: to the run)");
+    let dtypes = f32_and_auto(&open(DType::F32).caps());
     for (what, spec, (seqs, min, max)) in gpu_batches(software) {
         let batch = ragged(seqs, min, max, spec.vocab);
         let g = testkit::bert_like(spec);
-        for dtype in f32_and_auto(&open(DType::F32).caps()) {
+        for &dtype in &dtypes {
             let who = format!("{name}, {what}, {seqs} seqs, default kernels, {dtype}");
             let Some(run) = survived(&who, || time_plan(open(dtype), &g, &batch, reps)) else {
                 continue;

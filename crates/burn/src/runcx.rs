@@ -10,9 +10,6 @@ use switchyard_core::{Batch, Graph, Val};
 
 use crate::convert::ints;
 
-/// Index tensors of positions from an offset, by the offset.
-type PositionsByOffset<B> = Arc<Mutex<Vec<(usize, IntTensor<B>)>>>;
-
 /// What a run's ops need to know: the graph, and the batch on the host and on the device.
 ///
 /// Index tensors are uploaded lazily, once per run, and only if some op reads them.
@@ -98,6 +95,24 @@ impl<'a, B: BurnBackend> RunCx<'a, B> {
         v
     }
 
+    /// [`RunCx::memo`] for each `n` under one `key`: what `make` gives, made once per run for
+    /// each `n` (a table's offset, say) and cloned after.
+    pub fn memo_for<T: Clone + Send + 'static>(
+        &self,
+        key: &'static str,
+        n: usize,
+        make: impl FnOnce() -> T,
+    ) -> T {
+        let made = self.memo(key, Arc::<Mutex<Vec<(usize, T)>>>::default);
+        let mut made = made.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((_, v)) = made.iter().find(|(m, _)| *m == n) {
+            return v.clone();
+        }
+        let v = make();
+        made.push((n, v.clone()));
+        v
+    }
+
     /// The value made under `key` by [`RunCx::memo`] so far, if one of type `T` was.
     pub fn memoed<T: Clone + Send + 'static>(&self, key: &'static str) -> Option<T> {
         let memos = self.memos.borrow();
@@ -141,14 +156,9 @@ impl<'a, B: BurnBackend> RunCx<'a, B> {
         if offset == 0 {
             return self.positions();
         }
-        let by_offset = self.memo("burn: positions by offset", PositionsByOffset::<B>::default);
-        let mut by_offset = by_offset.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some((_, t)) = by_offset.iter().find(|(o, _)| *o == offset) {
-            return t.clone();
-        }
-        let t = ints::<B>(self.host_positions(offset), self.device);
-        by_offset.push((offset, t.clone()));
-        t
+        self.memo_for("burn: positions from an offset", offset, || {
+            ints::<B>(self.host_positions(offset), self.device)
+        })
     }
 
     /// Each token's position within its sequence plus `offset`, on the host.

@@ -153,8 +153,9 @@ impl Kernels<Flex> for Memoizing {
     }
 }
 
-/// Positions from an offset are each token's position plus the offset, made once a run for
-/// each offset (a run's second lookup writes nothing to the device, as a device graph needs).
+/// Positions from an offset are each token's position plus the offset, kept by `memo_for`, which
+/// makes a value once a run for each number (a run's second lookup writes nothing to the device,
+/// as a device graph needs).
 #[test]
 fn positions_from_an_offset_are_made_once_a_run() {
     use burn_backend::ops::IntTensorOps;
@@ -168,13 +169,17 @@ fn positions_from_an_offset_are_made_once_a_run() {
     };
     assert_eq!(read(cx.positions_from(0)), [0, 1, 2, 3, 0, 1]);
     assert_eq!(read(cx.positions_from(2)), [2, 3, 4, 5, 2, 3]);
-    type ByOffset =
-        std::sync::Arc<std::sync::Mutex<Vec<(usize, burn_backend::tensor::IntTensor<Flex>)>>>;
-    let made =
-        || cx.memoed::<ByOffset>("burn: positions by offset").map(|m| m.lock().unwrap().len());
-    cx.positions_from(2);
-    cx.positions_from(3);
-    assert_eq!(made(), Some(2), "one tensor for each offset other than 0");
+    assert_eq!(read(cx.positions_from(2)), [2, 3, 4, 5, 2, 3], "again, from the memo");
+    // What positions_from keeps them by: one value made for each number under a key.
+    let makes = std::cell::Cell::new(0);
+    for n in [1, 2, 1, 2, 3] {
+        let v = cx.memo_for("test: by number", n, || {
+            makes.set(makes.get() + 1);
+            n * 10
+        });
+        assert_eq!(v, n * 10);
+    }
+    assert_eq!(makes.get(), 3, "once for each number");
 }
 
 #[test]

@@ -3,8 +3,10 @@
 //! nothing built or launched from the host. What a run costs without the host's launch path is
 //! the floor that device graphs could bring a batch of its shape to.
 //!
-//! Only the batch recorded can be replayed (its tables on the device are the ones the recording
-//! read). cuBLAS's products are refused: they run on a stream of their own, outside the graph.
+//! A replay runs the recorded batch again, or another batch of its shape (the same sequence
+//! lengths and markers), whose ids and types are written over the recorded ones first: every
+//! other table the graph reads and every launch's arguments depend only on the shape. cuBLAS's
+//! products are refused: they run on a stream of their own, outside the graph.
 
 use std::marker::PhantomData;
 

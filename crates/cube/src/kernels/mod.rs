@@ -412,19 +412,12 @@ impl CubeKernels {
                     types = Some((table, rows));
                 }
                 Op::PosEmbed { offset, .. } => {
-                    let by_offset = cx.memo("cube: positions by offset", PositionRows::default);
-                    let mut by_offset = by_offset.lock().expect("not poisoned");
-                    let rows = match by_offset.iter().find(|(o, _)| *o == offset) {
-                        Some((_, rows)) => rows.clone(),
-                        None => {
-                            // Row numbers of a table, which the batch's limits keep within it.
-                            let rows: Vec<u32> =
-                                cx.host_positions(offset).into_iter().map(|p| p as u32).collect();
-                            let rows = u32s(&client, &rows);
-                            by_offset.push((offset, rows.clone()));
-                            rows
-                        }
-                    };
+                    let rows = cx.memo_for("cube: positions from an offset", offset, || {
+                        // Row numbers of a table, which the batch's limits keep within it.
+                        let rows: Vec<u32> =
+                            cx.host_positions(offset).into_iter().map(|p| p as u32).collect();
+                        u32s(&client, &rows)
+                    });
                     positions = Some((table, rows));
                 }
                 _ => {}
@@ -712,10 +705,6 @@ pub(crate) const TOKEN_TYPES: &str = "cube: token types";
 fn u32s(client: &cubecl::client::Client, values: &[u32]) -> U32s {
     (client.create_from_slice(<u32 as cubecl::CubeElement>::as_bytes(values)), values.len())
 }
-
-/// Each token's row of a position table, on the device, by the table's offset, this run.
-#[cfg(not(feature = "fusion"))]
-type PositionRows = Arc<std::sync::Mutex<Vec<(usize, U32s)>>>;
 
 /// The epilogues of linear layers left to the LayerNorm that reads each layer's output, by
 /// that output, this run.
