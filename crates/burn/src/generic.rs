@@ -182,7 +182,7 @@ fn per_sequence<B: BurnBackend>(
     ) -> FloatTensor<B>,
 ) -> FloatTensor<B> {
     let outside = meaning == MaskMeaning::TrueExcludes;
-    let b = cx.batch;
+    let b = cx.batch();
     let w = heads * head_dim;
     // Fewer query rows than keys: one per sequence. (Equal counts with a query per sequence
     // mean one token per sequence, where both readings agree.)
@@ -264,11 +264,11 @@ pub fn pool<B: BurnBackend>(
     mode: PoolMode,
     cx: &RunCx<'_, B>,
 ) -> FloatTensor<B> {
-    let b = cx.batch;
     match mode {
         PoolMode::Cls => B::float_select(x, 0, cx.firsts()),
         PoolMode::Last => B::float_select(x, 0, cx.lasts()),
         PoolMode::Mean => {
+            let b = cx.batch();
             let [_, w] = dims::<B>(&x);
             let zeros = B::float_zeros(Shape::from(vec![b.seqs(), w]), cx.device, x.dtype().into());
             let sums = B::float_select_assign(zeros, 0, cx.segments(), x, IndexingUpdateOp::Add);
@@ -277,6 +277,7 @@ pub fn pool<B: BurnBackend>(
             B::float_mul(sums, inv)
         }
         PoolMode::Max => {
+            let b = cx.batch();
             let per_seq: Vec<FloatTensor<B>> = (0..b.seqs())
                 .map(|s| B::float_max_dim(rows::<B>(x.clone(), b.seq(s).start, b.seq(s).end), 0))
                 .collect();

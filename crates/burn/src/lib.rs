@@ -33,7 +33,7 @@ use switchyard_core::{
 };
 
 pub use convert::{burn_dtype, floats, floats_as, ints, read_f32};
-pub use runcx::RunCx;
+pub use runcx::{RunCx, TableRef, positions_in};
 
 /// An op's inputs, in [`Op::inputs`] order; slots the op does not use are `None`.
 pub type Inputs<B> = [Option<FloatTensor<B>>; 3];
@@ -260,7 +260,7 @@ impl<B: BurnBackend, K: Kernels<B>> Burn<B, K> {
         how: &Forward<B>,
         each: &mut dyn FnMut(&Op) -> Result<()>,
     ) -> Result<Vec<Option<FloatTensor<B>>>> {
-        let batch = cx.batch;
+        let batch = cx.batch_unread();
         plan.bucket.admit(batch)?;
         // A run that failed half way may have left values behind.
         state.vals.iter_mut().for_each(|v| *v = None);

@@ -7,7 +7,7 @@ use switchyard_burn::{
 };
 use switchyard_core::testkit::{self, EncoderSpec};
 use switchyard_core::{
-    Act, Backend, BatchBuf, Bucket, Caps, DType, DeviceKind, Error, Graph, GraphBuilder, Op,
+    Act, Backend, Batch, BatchBuf, Bucket, Caps, DType, DeviceKind, Error, Graph, GraphBuilder, Op,
     Outputs, Reference, Result, Shape,
 };
 
@@ -142,9 +142,9 @@ impl Kernels<Flex> for Memoizing {
         if let Op::Linear { .. } = op {
             let rows = cx.memo("rows", || {
                 self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                cx.batch.tokens()
+                cx.sizes().tokens
             });
-            assert_eq!(rows, cx.batch.tokens());
+            assert_eq!(rows, cx.sizes().tokens);
             // Another type under the same key is made anew, never misread.
             assert_eq!(cx.memo("kind", || 1u8), 1);
             assert_eq!(cx.memo("kind", || 0.5f32), 0.5);
@@ -153,9 +153,9 @@ impl Kernels<Flex> for Memoizing {
     }
 }
 
-/// Positions from an offset are each token's position plus the offset, kept by `memo_for`, which
-/// makes a value once a run for each number (a run's second lookup writes nothing to the device,
-/// as a device graph needs).
+/// Positions from an offset are each token's position plus the offset, a table of the batch
+/// made once a run for each offset (a run's second lookup writes nothing to the device, as a
+/// device graph needs).
 #[test]
 fn positions_from_an_offset_are_made_once_a_run() {
     use burn_backend::ops::IntTensorOps;
@@ -169,17 +169,50 @@ fn positions_from_an_offset_are_made_once_a_run() {
     };
     assert_eq!(read(cx.positions_from(0)), [0, 1, 2, 3, 0, 1]);
     assert_eq!(read(cx.positions_from(2)), [2, 3, 4, 5, 2, 3]);
-    assert_eq!(read(cx.positions_from(2)), [2, 3, 4, 5, 2, 3], "again, from the memo");
-    // What positions_from keeps them by: one value made for each number under a key.
-    let makes = std::cell::Cell::new(0);
-    for n in [1, 2, 1, 2, 3] {
-        let v = cx.memo_for("test: by number", n, || {
-            makes.set(makes.get() + 1);
-            n * 10
+    assert_eq!(read(cx.positions_from(2)), [2, 3, 4, 5, 2, 3], "again, from the table");
+    assert_eq!(read(cx.positions()), [0, 1, 2, 3, 0, 1]);
+    let mut tables = 0;
+    cx.for_each_table(&b, |_, _| tables += 1);
+    assert_eq!(tables, 2, "one for each offset");
+}
+
+/// A table of the batch is made once a run for each number under its key, and
+/// `for_each_table` gives each table's values for another batch; reading the batch's contents
+/// marks the run ([`RunCx::read_batch`]), reading its sizes or tables does not.
+#[test]
+fn tables_are_made_once_a_run_and_remade_for_another_batch() {
+    let g = testkit::bert_like(EncoderSpec::TINY);
+    let batch = sample();
+    let b = batch.batch();
+    let cx = RunCx::<Flex>::new(&g, &b, &FlexDevice);
+    let uploads = std::cell::Cell::new(0);
+    for n in [0, 1, 0] {
+        let lengths =
+            move |b: &Batch<'_>| (0..b.seqs()).map(|s| (b.seq(s).len() + n) as i64).collect();
+        let v = cx.table("test: lengths", n, lengths, |v| {
+            uploads.set(uploads.get() + 1);
+            v
         });
-        assert_eq!(v, n * 10);
+        assert_eq!(v, [4 + n as i64, 2 + n as i64]);
     }
-    assert_eq!(makes.get(), 3, "once for each number");
+    assert_eq!(uploads.get(), 2, "once for each number");
+    let _ = cx.positions();
+    assert_eq!((cx.sizes().tokens, cx.sizes().seqs, cx.sizes().markers), (6, 2, 3));
+    assert!(!cx.read_batch(), "tables and sizes read no contents");
+
+    let mut other = BatchBuf::new();
+    other.push(&[7], None, &[0]).unwrap();
+    other.push(&[8, 9, 10, 11, 12], None, &[1, 4]).unwrap();
+    let mut remade = Vec::new();
+    cx.for_each_table(&other.batch(), |t, values| remade.push((t.key, t.len, values)));
+    let want: [(&str, usize, Vec<i64>); 3] = [
+        ("test: lengths", 2, vec![1, 5]),
+        ("test: lengths", 2, vec![2, 6]),
+        ("burn: positions", 6, vec![0, 0, 1, 2, 3, 4]),
+    ];
+    assert_eq!(remade, want);
+    assert_eq!(cx.batch().tokens(), 6);
+    assert!(cx.read_batch(), "the batch's contents were handed out");
 }
 
 #[test]

@@ -3,20 +3,25 @@
 //! nothing built or launched from the host. What a run costs without the host's launch path is
 //! the floor that device graphs could bring a batch of its shape to.
 //!
-//! A replay runs the recorded batch again, or another batch of its shape (the same sequence
-//! lengths and markers), whose ids and types are written over the recorded ones first: every
-//! other table the graph reads and every launch's arguments depend only on the shape. cuBLAS's
+//! A replay runs the recorded batch again, or another batch of its sizes (tokens, sequences and
+//! markers), whose tables (ids, types, offsets, positions, attention's blocks, marker rows) are
+//! written over the recorded ones first. Every launch's arguments depend only on the sizes, as
+//! long as no op read the batch's contents on the host ([`RunCx::read_batch`]: Burn's generic
+//! attention and pooling do); another batch is refused on a graph whose run did. cuBLAS's
 //! products are refused: they run on a stream of their own, outside the graph.
 
 use std::marker::PhantomData;
 
+use burn_backend::DType;
 use burn_cubecl::CubeBackend;
 use burn_cubecl::tensor::CubeTensor;
+use cubecl::bytes::Bytes;
 use cubecl::client::Graph;
+use cubecl::server::Handle;
 use switchyard_burn::{BurnPlan, BurnState, RunCx, read_outputs};
 use switchyard_core::{Batch, Error, Outputs, Result};
 
-use crate::kernels::{TOKEN_IDS, TOKEN_TYPES, U32s};
+use crate::kernels::U32s;
 use crate::{Cube, Matmul};
 
 /// One batch's run of a plan, recorded as a device graph, with what the graph reads and writes;
@@ -24,6 +29,8 @@ use crate::{Cube, Matmul};
 pub struct Recorded<'a> {
     graph: Graph,
     plan: &'a BurnPlan<CubeBackend>,
+    /// The recorded batch.
+    batch: &'a Batch<'a>,
     /// The recorded run's context: the batch's tables on the device, which the graph reads.
     cx: RunCx<'a, CubeBackend>,
     /// The recorded run's outputs, which each replay writes again.
@@ -67,7 +74,7 @@ pub fn record<'a>(
     });
     let graph = client.stop_capture().map_err(refused);
     let outs = recorded?;
-    Ok(Recorded { graph: graph?, plan, cx, outs, _thread: PhantomData })
+    Ok(Recorded { graph: graph?, plan, batch, cx, outs, _thread: PhantomData })
 }
 
 /// CubeCL's error while recording: [`Error::Unsupported`] where the runtime has no graphs.
@@ -81,50 +88,108 @@ fn refused(e: cubecl::server::ServerError) -> Error {
 }
 
 impl Recorded<'_> {
-    /// Replays the recorded run on `batch`, a batch of the recorded one's shape (the same
-    /// sequence lengths and markers), whose token ids and types are first written over the
-    /// recorded ones on the device, and reads its outputs into `out`, as a run of `batch` would.
-    /// [`Error::BadBatch`] for a batch of another shape; [`Error::Unsupported`] where the run
-    /// looked its embeddings up the generic way, whose ids and types are not rewritten.
+    /// Replays the recorded run on `batch`, a batch of the recorded one's sizes (tokens,
+    /// sequences and markers), whose tables are first written over the recorded ones on the
+    /// device, and reads its outputs into `out`, as a run of `batch` would.
+    /// [`Error::BadBatch`] for a batch of other sizes, or one the plan's graph would not run;
+    /// [`Error::Unsupported`] for a batch other than the recorded one where the recorded run
+    /// read its batch's contents on the host ([`RunCx::read_batch`]), which the graph keeps.
     pub fn replay_on(&self, batch: &Batch<'_>, out: &mut Outputs) -> Result<()> {
-        let was = self.cx.batch;
-        if (batch.cu, batch.markers, batch.mcu) != (was.cu, was.markers, was.mcu) {
+        let sizes = |b: &Batch<'_>| (b.tokens(), b.seqs(), b.markers());
+        let (was, is) = (sizes(self.batch), sizes(batch));
+        if is != was {
             return Err(Error::BadBatch(format!(
-                "a batch of {} tokens in {} sequences replayed on a graph recorded for another \
-                 shape ({} tokens in {} sequences, or other lengths or markers)",
-                batch.tokens(),
-                batch.seqs(),
-                was.tokens(),
-                was.seqs()
+                "a batch of {} tokens in {} sequences with {} markers replayed on a graph \
+                 recorded for other sizes ({} tokens in {} sequences with {} markers)",
+                is.0, is.1, is.2, was.0, was.1, was.2
             )));
         }
-        if self.cx.uploaded_ids_or_types() {
+        batch.check(&self.plan.graph().limits())?;
+        let same = (batch.ids, batch.types, batch.cu, batch.markers, batch.mcu)
+            == (
+                self.batch.ids,
+                self.batch.types,
+                self.batch.cu,
+                self.batch.markers,
+                self.batch.mcu,
+            );
+        if self.cx.read_batch() && !same {
             return Err(Error::Unsupported(
-                "new ids on a graph whose run looked its embeddings up the generic way".into(),
+                "another batch on a graph whose run read its batch's lengths or ids on the host \
+                 (Burn's generic attention or pooling), which the graph keeps"
+                    .into(),
             ));
         }
-        let client = self.cx.device.client();
-        for (key, values) in [(TOKEN_IDS, batch.ids), (TOKEN_TYPES, batch.types)] {
-            if let Some((handle, len)) = self.cx.memoed::<U32s>(key) {
-                debug_assert_eq!(len, values.len(), "the same tokens");
-                let bytes = <u32 as cubecl::CubeElement>::as_bytes(values).to_vec();
-                client.write(&handle, cubecl::bytes::Bytes::from_bytes_vec(bytes));
+        // Every table's values for the batch, all checked before any is written.
+        let mut writes = Vec::new();
+        let mut failed = None;
+        self.cx.for_each_table(batch, |table, values| {
+            let write = if values.len() != table.len {
+                Err(Error::BadBatch(format!(
+                    "{} values of the table `{}` for the batch, where the graph reads {}",
+                    values.len(),
+                    table.key,
+                    table.len
+                )))
+            } else {
+                device_values(table.value, &values).ok_or_else(|| {
+                    Error::Device(format!(
+                        "the table `{}`: of a kind this crate does not write",
+                        table.key
+                    ))
+                })
+            };
+            match write {
+                Ok(w) => writes.push(w),
+                Err(e) => failed = failed.take().or(Some(e)),
             }
+        });
+        if let Some(e) = failed {
+            return Err(e);
         }
-        self.replay(out)
+        let client = self.cx.device.client();
+        for (handle, bytes) in writes {
+            // On this thread's stream, the graph's: ordered before the replay.
+            client.write(&handle, Bytes::from_bytes_vec(bytes));
+        }
+        self.replay_batch(batch, out)
     }
 
     /// Replays the recorded run and reads its outputs into `out`, as a run of the recorded batch
     /// would.
     pub fn replay(&self, out: &mut Outputs) -> Result<()> {
+        self.replay_batch(self.batch, out)
+    }
+
+    /// Replays the graph as it stands and reads its outputs into `out` as `batch`'s.
+    fn replay_batch(&self, batch: &Batch<'_>, out: &mut Outputs) -> Result<()> {
         let _span = tracing::trace_span!("replay").entered();
         // SAFETY: the graph retains the buffers its kernels read and write (CubeCL's capture
         // keeps their handles), and `self` holds the weights' plan, the batch's tables and the
         // outputs besides; the replay and the reads below are on this thread's stream, the one
         // recorded, so they are ordered after it.
         unsafe { self.graph.replay() }.map_err(|e| Error::Device(format!("replaying: {e}")))?;
-        read_outputs(self.plan, self.cx.batch, self.outs.clone(), out)
+        read_outputs(self.plan, batch, self.outs.clone(), out)
     }
+}
+
+/// The buffer of a table of the batch made by [`RunCx::table`] (ours as [`U32s`], Burn's as an
+/// int tensor) and `values` as its bytes; `None` for a value of another kind.
+fn device_values(value: &dyn std::any::Any, values: &[i64]) -> Option<(Handle, Vec<u8>)> {
+    if let Some((handle, _)) = value.downcast_ref::<U32s>() {
+        return Some((
+            handle.clone(),
+            values.iter().flat_map(|&v| (v as u32).to_ne_bytes()).collect(),
+        ));
+    }
+    let t = value.downcast_ref::<CubeTensor>()?;
+    let bytes = match t.dtype {
+        DType::I64 => values.iter().flat_map(|&v| v.to_ne_bytes()).collect(),
+        DType::I32 => values.iter().flat_map(|&v| (v as i32).to_ne_bytes()).collect(),
+        DType::U32 => values.iter().flat_map(|&v| (v as u32).to_ne_bytes()).collect(),
+        _ => return None,
+    };
+    Some((t.handle.clone(), bytes))
 }
 
 #[cfg(all(test, any(feature = "wgpu", feature = "cuda")))]
@@ -191,7 +256,7 @@ mod tests {
             // The outputs overwritten first: what comes back was written by the replay.
             for t in recorded.outs.iter().flatten() {
                 let garbage = vec![0xffu8; t.handle.size() as usize];
-                t.client.write(&t.handle, cubecl::bytes::Bytes::from_bytes_vec(garbage));
+                t.client.write(&t.handle, Bytes::from_bytes_vec(garbage));
             }
             let mut replayed = Outputs::new();
             recorded.replay(&mut replayed).expect("a replay");
@@ -204,61 +269,79 @@ mod tests {
         assert_eq!(values(&after), values(&eager), "{dtype}");
     }
 
-    /// A batch of the recorded shape with other ids and types replays to its own run's outputs,
-    /// bit for bit, and back again; one of another shape is refused.
+    /// A batch of the recorded sizes (tokens, sequences, markers), with other ids and types,
+    /// or other lengths and marker positions too, replays to its own run's outputs, bit for
+    /// bit, and back again; one of other sizes is refused.
     #[test]
-    fn a_recorded_run_replays_on_new_ids_of_the_same_shape() {
+    fn a_recorded_run_replays_on_any_batch_of_its_sizes() {
         let spec = EncoderSpec { vocab: 50, width: 32, heads: 2, ffn: 48, layers: 2, max_pos: 64 };
         let graph = bert_like(spec);
         let cube = device();
         let (plan, mut state) = planned(&cube, &graph, 6, Bucket::new(64, 4, 64));
-        let batch_of = |first: u32, types: u32| {
-            let mut buf = BatchBuf::new();
-            for (len, markers) in [(5u32, &[1u32, 3][..]), (2, &[]), (7, &[6])] {
-                let ids: Vec<u32> = (0..len).map(|i| (first + 7 * i) % 50).collect();
-                let kinds: Vec<u32> = (0..len).map(|i| (i + types) % 2).collect();
-                buf.push(&ids, Some(&kinds), markers).expect("a sequence");
-            }
-            buf
-        };
-        let (a, b) = (batch_of(1, 0), batch_of(11, 1));
+        let a = batch_of(&[(5, &[1, 3]), (2, &[]), (34, &[6])], 1, 0);
+        let b = batch_of(&[(5, &[1, 3]), (2, &[]), (34, &[6])], 11, 1);
+        // Other lengths, and markers elsewhere: other offsets, positions and rows, and three
+        // blocks of 32 query rows where `a` has four (the attention launch's spare ones).
+        let c = batch_of(&[(20, &[0]), (8, &[2, 7]), (13, &[])], 4, 1);
         let eager = |buf: &BatchBuf, state: &mut BurnState<CubeBackend>| {
             let mut out = Outputs::new();
             cube.run(&plan, state, &buf.batch(), &mut out).expect("a run");
             values(&out)
         };
-        let (want_a, want_b) = (eager(&a, &mut state), eager(&b, &mut state));
-        assert_ne!(want_a, want_b, "the two batches differ");
+        let want = [&a, &b, &c].map(|buf| eager(buf, &mut state));
+        assert!(want[0] != want[1] && want[1] != want[2], "the batches differ");
 
         let recorded_on = a.batch();
         let recorded = record(&cube, &plan, &mut state, &recorded_on).expect("recorded");
-        for (buf, want) in [(&b, &want_b), (&a, &want_a), (&b, &want_b)] {
+        for i in [1, 2, 0, 2, 1] {
             let mut out = Outputs::new();
-            recorded.replay_on(&buf.batch(), &mut out).expect("a replay");
-            assert_eq!(&values(&out), want);
+            recorded.replay_on(&[&a, &b, &c][i].batch(), &mut out).expect("a replay");
+            assert_eq!(values(&out), want[i], "batch {i}");
         }
-        let mut other = BatchBuf::new();
-        other.push(&[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14], None, &[1, 3, 6]).unwrap();
+        let other = batch_of(&[(41, &[1, 3, 6])], 1, 0);
         let e = recorded.replay_on(&other.batch(), &mut Outputs::new()).expect_err("refused");
-        assert!(matches!(&e, Error::BadBatch(m) if m.contains("another shape")), "{e}");
+        assert!(matches!(&e, Error::BadBatch(m) if m.contains("other sizes")), "{e}");
     }
 
-    /// Ids looked up the generic way are index tensors that `replay_on` does not rewrite: new
-    /// ids are refused there rather than replayed with the recorded ones.
-    #[test]
-    fn new_ids_are_refused_where_the_run_looked_them_up_the_generic_way() {
-        let graph = bert_like(EncoderSpec::TINY);
-        let cube = device();
-        let set = crate::KernelSet { embed_norm: false, ..cube.kernels().set() };
-        let cube = crate::with_kernels(&cube, set);
-        let (plan, mut state) = planned(&cube, &graph, 2, Bucket::new(16, 2, 16));
+    /// A batch of sequences of `(length, markers)`, its ids from `first` and types from `types`.
+    fn batch_of(seqs: &[(u32, &[u32])], first: u32, types: u32) -> BatchBuf {
         let mut buf = BatchBuf::new();
-        buf.push(&[1, 2, 3], None, &[]).expect("a sequence");
-        let batch = buf.batch();
-        let recorded = record(&cube, &plan, &mut state, &batch).expect("recorded");
-        recorded.replay(&mut Outputs::new()).expect("the recorded batch replays");
-        let e = recorded.replay_on(&batch, &mut Outputs::new()).expect_err("refused");
-        assert!(matches!(&e, Error::Unsupported(m) if m.contains("generic")), "{e}");
+        for &(len, markers) in seqs {
+            let ids: Vec<u32> = (0..len).map(|i| (first + 7 * i) % 50).collect();
+            let kinds: Vec<u32> = (0..len).map(|i| (i + types) % 2).collect();
+            buf.push(&ids, Some(&kinds), markers).expect("a sequence");
+        }
+        buf
+    }
+
+    /// Burn's generic embedding lookups read index tensors made as tables of the batch, which
+    /// `replay_on` rewrites like ours; where an op read the batch's lengths on the host (Burn's
+    /// generic attention, a launch per sequence), another batch is refused and the recorded one
+    /// still replays.
+    #[test]
+    fn generic_lookups_replay_on_new_ids_and_a_run_that_read_its_lengths_only_its_own_batch() {
+        let graph = bert_like(EncoderSpec::TINY);
+        let (a, b) = (batch_of(&[(3, &[]), (2, &[])], 1, 0), batch_of(&[(2, &[]), (3, &[])], 5, 1));
+        for (set, replays) in [
+            (crate::KernelSet { embed_norm: false, ..device().kernels().set() }, true),
+            (crate::KernelSet { attention: false, ..device().kernels().set() }, false),
+        ] {
+            let cube = crate::with_kernels(&device(), set);
+            let (plan, mut state) = planned(&cube, &graph, 2, Bucket::new(16, 2, 16));
+            let mut want_b = Outputs::new();
+            cube.run(&plan, &mut state, &b.batch(), &mut want_b).expect("a run");
+            let recorded_on = a.batch();
+            let recorded = record(&cube, &plan, &mut state, &recorded_on).expect("recorded");
+            let mut out = Outputs::new();
+            if replays {
+                recorded.replay_on(&b.batch(), &mut out).expect("new ids and lengths replay");
+                assert_eq!(values(&out), values(&want_b));
+            } else {
+                let e = recorded.replay_on(&b.batch(), &mut out).expect_err("refused");
+                assert!(matches!(&e, Error::Unsupported(m) if m.contains("generic")), "{e}");
+                recorded.replay_on(&a.batch(), &mut out).expect("the recorded batch replays");
+            }
+        }
     }
 
     /// cuBLAS runs on a stream of its own, which a graph of CubeCL's stream would not hold.

@@ -249,26 +249,25 @@ pub(crate) fn within(row: usize, key: usize, window: u32) -> bool {
     gap <= window as usize
 }
 
-/// Whether one launch can cover `batch`: its cubes fit the 65535 per grid dimension that every
-/// runtime allows (wgpu allows no more).
-pub(crate) fn launchable(batch: &Batch<'_>) -> bool {
-    launchable_in(batch, BLOCK)
+/// The cubes of a launch in blocks of `block` query rows over a batch of `sizes`, whatever its
+/// lengths: a sequence's full blocks and at most one partial block each.
+fn cubes_for(sizes: Bucket, block: usize) -> usize {
+    sizes.tokens / block + sizes.seqs
 }
 
-/// Whether one launch of cubes of `block` query rows covers `batch`.
-pub(crate) fn launchable_in(batch: &Batch<'_>, block: usize) -> bool {
-    let cubes: usize = (0..batch.seqs()).map(|s| batch.seq(s).len().div_ceil(block)).sum();
-    cubes <= super::MAX_CUBES
-}
-
-/// Whether one launch can cover every batch that fits `bucket`: at most one partial block per
-/// sequence beyond the full ones.
-pub(crate) fn launchable_for(bucket: Bucket) -> bool {
-    bucket.tokens / BLOCK + bucket.seqs <= super::MAX_CUBES
+/// Whether one launch of cubes of `block` query rows covers every batch of `sizes` (or that
+/// fits a bucket of them).
+pub(crate) fn launchable(sizes: Bucket, block: usize) -> bool {
+    cubes_for(sizes, block) <= super::MAX_CUBES
 }
 
 /// The cubes of a launch: for each block of up to `block` query rows (with `per_seq`, each
-/// sequence's first), its sequence and its first row.
+/// sequence's first), its sequence and its first row. Without `per_seq`, as many as any batch
+/// of these sizes needs ([`cubes_for`]): those past the batch's blocks take the empty sequence
+/// after the last (the offsets' last entry twice, [`super::offsets`]), so they have no rows and
+/// no keys. So the launch depends on the batch's sizes alone, and a recorded run replays any
+/// batch of them ([`crate::Recorded::replay_on`]). (An exit at the top of the kernels for them
+/// made ptxas spill the row kernel's registers in f16 at heads 64, on the edge at 168.)
 fn blocks(batch: &Batch<'_>, per_seq: bool, block: usize) -> (Vec<u32>, Vec<u32>) {
     let (mut seqs, mut firsts) = (Vec::new(), Vec::new());
     for s in 0..batch.seqs() {
@@ -278,6 +277,12 @@ fn blocks(batch: &Batch<'_>, per_seq: bool, block: usize) -> (Vec<u32>, Vec<u32>
             seqs.push(s as u32);
             firsts.push(first as u32);
         }
+    }
+    if !per_seq && batch.seqs() > 0 {
+        let sizes = Bucket::new(batch.tokens(), batch.seqs(), batch.markers());
+        let cubes = cubes_for(sizes, block);
+        seqs.resize(cubes, batch.seqs() as u32);
+        firsts.resize(cubes, batch.tokens() as u32);
     }
     (seqs, firsts)
 }
@@ -311,20 +316,19 @@ pub(crate) fn tables(
     block: usize,
     per_seq: bool,
 ) -> Tables {
-    let key = match (per_seq, block) {
-        (true, _) => "cube attention: a query per sequence",
-        (false, BLOCK) => "cube attention",
-        (false, _) => "cube attention: tiles",
-    };
-    cx.memo(key, || {
-        let (block_seq, block_first) = blocks(cx.batch, per_seq, block);
-        Tables {
-            cubes: block_seq.len() as u32,
-            cu: super::offsets(cx, client),
-            block_seq: super::u32s(client, &block_seq),
-            block_first: super::u32s(client, &block_first),
+    let key = match per_seq {
+        true => ["cube attention: a query per sequence", "cube attention: its rows"],
+        false => {
+            ["cube attention: each block's sequence", "cube attention: each block's first row"]
         }
-    })
+    };
+    let block_seq = super::u32_table(cx, client, key[0], block, move |b| {
+        blocks(b, per_seq, block).0.into_iter().map(i64::from).collect()
+    });
+    let block_first = super::u32_table(cx, client, key[1], block, move |b| {
+        blocks(b, per_seq, block).1.into_iter().map(i64::from).collect()
+    });
+    Tables { cubes: block_seq.1 as u32, cu: super::offsets(cx, client), block_seq, block_first }
 }
 
 /// `t` as rows the kernel reads in place, and how many elements apart they start: as it is
@@ -571,14 +575,10 @@ mod tests {
 
     #[test]
     fn a_batch_needing_more_cubes_than_a_grid_holds_is_not_launched() {
-        let (ids, types) = (vec![0u32; 70_000], vec![0u32; 70_000]);
-        let cu: Vec<u32> = (0..=70_000).collect();
-        let mcu = vec![0u32; cu.len()];
-        let many = Batch { ids: &ids, cu: &cu, types: &types, markers: &[], mcu: &mcu };
-        assert!(!launchable(&many));
-        let cu = [0u32, 70_000];
-        let one = Batch { ids: &ids, cu: &cu, types: &types, markers: &[], mcu: &[0, 0] };
-        assert!(launchable(&one), "2188 blocks");
+        assert!(!launchable(Bucket::new(70_000, 70_000, 0), BLOCK));
+        assert!(launchable(Bucket::new(70_000, 1, 0), BLOCK), "2188 blocks");
+        assert!(launchable(Bucket::new(32 * 65_000, 535, 0), BLOCK), "65535 at most");
+        assert!(!launchable(Bucket::new(32 * 65_000, 536, 0), BLOCK));
     }
 
     /// Columns of a wider product (a share of a layer's joined projections) are read where
@@ -602,19 +602,28 @@ mod tests {
     }
 
     #[test]
-    fn blocks_cover_every_row_once_within_its_sequence() {
+    fn blocks_cover_every_row_once_within_its_sequence_and_fill_what_its_sizes_may_need() {
         let cu = [0u32, 1, 33, 33 + 65];
         let ids = vec![0u32; 98];
         let types = vec![0u32; 98];
         let batch = Batch { ids: &ids, cu: &cu, types: &types, markers: &[], mcu: &[0; 4] };
+        // Past the batch's own blocks, as many as a batch of 98 tokens in 3 sequences may need
+        // (98 / 32 + 3 = 6), each the empty sequence after the last: no rows.
         let (seqs, firsts) = blocks(&batch, false, BLOCK);
-        assert_eq!(seqs, [0, 1, 2, 2, 2]);
-        assert_eq!(firsts, [0, 1, 33, 65, 97]);
+        assert_eq!(seqs, [0, 1, 2, 2, 2, 3]);
+        assert_eq!(firsts, [0, 1, 33, 65, 97, 98]);
         let (seqs, firsts) = blocks(&batch, false, 16);
-        assert_eq!(seqs, [0, 1, 1, 2, 2, 2, 2, 2]);
-        assert_eq!(firsts, [0, 1, 17, 33, 49, 65, 81, 97]);
+        assert_eq!(seqs, [0, 1, 1, 2, 2, 2, 2, 2, 3]);
+        assert_eq!(firsts, [0, 1, 17, 33, 49, 65, 81, 97, 98]);
         let (seqs, firsts) = blocks(&batch, true, BLOCK);
         assert_eq!(seqs, [0, 1, 2]);
         assert_eq!(firsts, [0, 1, 33]);
+        // Any lengths of those sizes need no more.
+        for cu in [[0u32, 32, 64, 98], [0, 31, 62, 98], [0, 1, 2, 98], [0, 96, 97, 98]] {
+            let batch = Batch { cu: &cu, ..batch };
+            let own: usize = (0..3).map(|s| batch.seq(s).len().div_ceil(BLOCK)).sum();
+            assert!(own <= blocks(&batch, false, BLOCK).0.len(), "{cu:?}");
+            assert_eq!(blocks(&batch, false, BLOCK).0.len(), 6, "{cu:?}");
+        }
     }
 }

@@ -58,10 +58,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 pub use matmul::{Matmul, ROW_GRANULE, Routine, TunedChoice, tuned_choices};
 use switchyard_burn::Kernels;
 #[cfg(not(feature = "fusion"))]
-use switchyard_burn::{Bound, Inputs, Outcome, RunCx};
+use switchyard_burn::{Bound, Inputs, Outcome, RunCx, positions_in};
 use switchyard_core::Result;
 #[cfg(not(feature = "fusion"))]
-use switchyard_core::{Act, Bucket, DType, Error, Graph, Op};
+use switchyard_core::{Act, Batch, Bucket, DType, Error, Graph, Op};
 
 /// The most keys the attention kernel takes in one online-softmax step: one a unit of its
 /// 32-unit cubes (its unrolled group loops grow with it).
@@ -322,7 +322,9 @@ impl CubeKernels {
     /// Whether the attention kernels take an attention op with heads `head_dim` wide over the
     /// run's batch (its rows of one float dtype aside).
     fn takes_attention(&self, head_dim: usize, cx: &RunCx<'_, burn_cubecl::CubeBackend>) -> bool {
-        self.set.attention && head_dim <= attention::MAX_HEAD_DIM && attention::launchable(cx.batch)
+        self.set.attention
+            && head_dim <= attention::MAX_HEAD_DIM
+            && attention::launchable(cx.sizes(), attention::BLOCK)
     }
 
     /// Where the joined projection whose lead layer writes `out` (not `own`: its product is
@@ -352,7 +354,7 @@ impl CubeKernels {
     /// norm kernel cannot take the batch, nor one whose values the run is given or drops.
     fn embed_folds(&self, cx: &RunCx<'_, burn_cubecl::CubeBackend>) -> Arc<Vec<EmbedFold>> {
         cx.memo("cube: embeddings left to their norm", || {
-            if !(self.set.embed_norm && self.set.norm && norm::launchable(cx.batch.tokens())) {
+            if !(self.set.embed_norm && self.set.norm && norm::launchable(cx.sizes().tokens)) {
                 return Arc::default();
             }
             let taken = |f: &EmbedFold| {
@@ -399,25 +401,23 @@ impl CubeKernels {
         self.norm.fetch_add(1, Ordering::Relaxed);
         self.embed_norm.fetch_add(1, Ordering::Relaxed);
         let client = gamma.client.clone();
-        let batch = cx.batch;
         let (mut tokens, mut positions, mut types) = (None, None, None);
         // Each table of the batch goes to the device once a run, however many folds read it.
         for (op, table) in leaves {
+            let ints = |b: &[u32]| b.iter().map(|&i| i64::from(i)).collect();
             match op {
                 Op::Embed { .. } => {
-                    tokens = Some((table, cx.memo(TOKEN_IDS, || u32s(&client, batch.ids))));
+                    tokens =
+                        Some((table, u32_table(cx, &client, TOKEN_IDS, 0, move |b| ints(b.ids))));
                 }
                 Op::TypeEmbed { .. } => {
-                    let rows = cx.memo(TOKEN_TYPES, || u32s(&client, batch.types));
+                    let rows = u32_table(cx, &client, TOKEN_TYPES, 0, move |b| ints(b.types));
                     types = Some((table, rows));
                 }
                 Op::PosEmbed { offset, .. } => {
-                    let rows = cx.memo_for("cube: positions from an offset", offset, || {
-                        // Row numbers of a table, which the batch's limits keep within it.
-                        let rows: Vec<u32> =
-                            cx.host_positions(offset).into_iter().map(|p| p as u32).collect();
-                        u32s(&client, &rows)
-                    });
+                    // Row numbers of a table, which the batch's limits keep within it.
+                    let positions_of = move |b: &Batch<'_>| positions_in(b, offset);
+                    let rows = u32_table(cx, &client, POSITIONS, offset, positions_of);
                     positions = Some((table, rows));
                 }
                 _ => {}
@@ -447,7 +447,7 @@ impl Kernels<burn_cubecl::CubeBackend> for CubeKernels {
                         "heads {head_dim} wide (the f32 kernel takes up to {})",
                         attention::MAX_HEAD_DIM
                     )
-                } else if !attention::launchable_for(bucket) {
+                } else if !attention::launchable(bucket, attention::BLOCK) {
                     format!(
                         "a bucket of {} tokens in {} sequences in one launch",
                         bucket.tokens, bucket.seqs
@@ -618,8 +618,8 @@ impl Kernels<burn_cubecl::CubeBackend> for CubeKernels {
             }
             (&Op::Pool { mode, .. }, [Some(x), None, None], _)
                 if self.set.pool
-                    && dims(&x)[0] == cx.batch.tokens()
-                    && pool::launchable(cx.batch, dims(&x)[1])
+                    && dims(&x)[0] == cx.sizes().tokens
+                    && pool::launchable(cx, dims(&x)[1])
                     && all_float(&[&x]) =>
             {
                 self.pool.fetch_add(1, Ordering::Relaxed);
@@ -692,18 +692,39 @@ fn empty_like(like: &CubeTensor) -> CubeTensor {
 #[cfg(not(feature = "fusion"))]
 pub(crate) type U32s = (cubecl::server::Handle, usize);
 
-/// The [`RunCx::memo`] key of the batch's token ids as [`U32s`], once a run reads them.
+/// The [`RunCx::table`] key of the batch's token ids as [`U32s`], once a run reads them.
 #[cfg(not(feature = "fusion"))]
-pub(crate) const TOKEN_IDS: &str = "cube: token ids";
+const TOKEN_IDS: &str = "cube: token ids";
 
-/// The [`RunCx::memo`] key of the batch's token types as [`U32s`], once a run reads them.
+/// The [`RunCx::table`] key of the batch's token types as [`U32s`], once a run reads them.
 #[cfg(not(feature = "fusion"))]
-pub(crate) const TOKEN_TYPES: &str = "cube: token types";
+const TOKEN_TYPES: &str = "cube: token types";
+
+/// The [`RunCx::table`] key of each token's position (plus an offset, the table's number) as
+/// [`U32s`], once a run reads them.
+#[cfg(not(feature = "fusion"))]
+const POSITIONS: &str = "cube: positions from an offset";
 
 /// `values` uploaded to a device buffer, and their count.
 #[cfg(not(feature = "fusion"))]
 fn u32s(client: &cubecl::client::Client, values: &[u32]) -> U32s {
     (client.create_from_slice(<u32 as cubecl::CubeElement>::as_bytes(values)), values.len())
+}
+
+/// A table of the run's batch as [`U32s`] ([`RunCx::table`]: made once a run for each `n` under
+/// `key`, by `values`, which gives numbers within u32 for any batch).
+#[cfg(not(feature = "fusion"))]
+fn u32_table(
+    cx: &RunCx<'_, burn_cubecl::CubeBackend>,
+    client: &cubecl::client::Client,
+    key: &'static str,
+    n: usize,
+    values: impl Fn(&Batch<'_>) -> Vec<i64> + Send + 'static,
+) -> U32s {
+    cx.table(key, n, values, |v| {
+        let v: Vec<u32> = v.into_iter().map(|x| x as u32).collect();
+        u32s(client, &v)
+    })
 }
 
 /// The epilogues of linear layers left to the LayerNorm that reads each layer's output, by
@@ -881,11 +902,14 @@ fn find_embed_folds(graph: &Graph) -> Vec<EmbedFold> {
     graph.ops.iter().filter_map(fold).collect()
 }
 
-/// The run's sequence offsets (`cu`) on the device, and their count: uploaded by the run's first
-/// kernel that reads them, shared by the rest.
+/// The run's sequence offsets (`cu`) on the device, and their count, with the last entry twice:
+/// an empty sequence after the batch's, for the attention kernels' spare blocks. Uploaded by the
+/// run's first kernel that reads them, shared by the rest.
 #[cfg(not(feature = "fusion"))]
 fn offsets(cx: &RunCx<'_, burn_cubecl::CubeBackend>, client: &cubecl::client::Client) -> U32s {
-    cx.memo("cube: sequence offsets", || u32s(client, cx.batch.cu))
+    u32_table(cx, client, "cube: sequence offsets", 0, |b| {
+        b.cu.iter().chain(b.cu.last()).map(|&c| i64::from(c)).collect()
+    })
 }
 
 /// A buffer of [`u32s`] as a kernel argument.

@@ -13,7 +13,7 @@ use burn_cubecl::CubeBackend;
 use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 use switchyard_burn::RunCx;
-use switchyard_core::{Batch, PoolMode};
+use switchyard_core::{Bucket, PoolMode};
 
 /// Units per cube: columns per cube.
 const UNITS: usize = 64;
@@ -79,10 +79,18 @@ fn grid(seqs: usize, width: usize) -> Option<(u32, u32)> {
     (x <= super::MAX_CUBES && seqs <= super::MAX_CUBES).then_some((x as u32, seqs.max(1) as u32))
 }
 
-/// Whether one launch pools every sequence of `batch` over `width` columns.
-pub(crate) fn launchable(batch: &Batch<'_>, width: usize) -> bool {
-    let longest = (0..batch.seqs()).map(|s| batch.seq(s).len()).max().unwrap_or(0);
-    grid(batch.seqs(), width).is_some() && longest <= MAX_ROWS
+/// Whether one launch pools every sequence of the run's batch over `width` columns.
+pub(crate) fn launchable(cx: &RunCx<'_, CubeBackend>, width: usize) -> bool {
+    fits(cx.sizes(), width, || {
+        let b = cx.batch();
+        (0..b.seqs()).map(|s| b.seq(s).len()).max().unwrap_or(0)
+    })
+}
+
+/// Whether one launch pools a batch of `sizes` over `width` columns, its `longest` sequence
+/// asked for only where its tokens could make one too long for a unit's loop.
+fn fits(sizes: Bucket, width: usize, longest: impl FnOnce() -> usize) -> bool {
+    grid(sizes.seqs, width).is_some() && (sizes.tokens <= MAX_ROWS || longest() <= MAX_ROWS)
 }
 
 /// Each sequence of the run's batch pooled by `mode` from `x: [tokens, width]` (f32, f16 or
@@ -90,7 +98,7 @@ pub(crate) fn launchable(batch: &Batch<'_>, width: usize) -> bool {
 pub(crate) fn run(x: CubeTensor, mode: PoolMode, cx: &RunCx<'_, CubeBackend>) -> CubeTensor {
     let x = super::contiguous(x);
     let [_, width] = super::dims(&x);
-    let seqs = cx.batch.seqs();
+    let seqs = cx.sizes().seqs;
     let out = super::empty(&x, [seqs, width]);
     let client = x.client.clone();
     let dtype = burn_backend::cubecl::dtype_to_storage_type(x.dtype);
@@ -164,17 +172,11 @@ mod tests {
 
     #[test]
     fn a_sequence_longer_than_a_shader_loop_may_run_is_not_launched() {
-        let ids = vec![1u32; MAX_ROWS + 1];
-        let types = vec![0u32; ids.len()];
-        let batch = |cu: &[u32]| {
-            let n = cu[cu.len() - 1] as usize;
-            let mcu = vec![0; cu.len()];
-            launchable(
-                &Batch { ids: &ids[..n], types: &types[..n], cu, markers: &[], mcu: &mcu },
-                384,
-            )
-        };
-        assert!(batch(&[0, 3, MAX_ROWS as u32]));
-        assert!(!batch(&[0, MAX_ROWS as u32 + 1]));
+        let sizes = |tokens| Bucket::new(tokens, 2, 0);
+        let unasked = || -> usize { panic!("the lengths are not read") };
+        assert!(fits(sizes(MAX_ROWS), 384, unasked), "no sequence can be too long");
+        assert!(fits(sizes(MAX_ROWS + 3), 384, || MAX_ROWS));
+        assert!(!fits(sizes(MAX_ROWS + 3), 384, || MAX_ROWS + 1));
+        assert!(!fits(Bucket::new(8, 65_536, 0), 384, unasked), "too many sequences");
     }
 }

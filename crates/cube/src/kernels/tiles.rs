@@ -339,7 +339,7 @@ pub(crate) fn takes(
     matches!(q.dtype, F16 | BF16)
         && head_dim.is_multiple_of(ROWS)
         && shared_bytes(head_dim, 2) <= shared
-        && super::attention::launchable_in(cx.batch, ROWS)
+        && super::attention::launchable(cx.sizes(), ROWS)
 }
 
 /// Self-attention of every sequence of the run's batch over `[tokens, heads * head_dim]` rows of
