@@ -62,9 +62,9 @@ fn timed_runs<B: Backend>(be: B, g: &Graph, batch: &BatchBuf, reps: usize) -> Ve
 }
 
 /// The median of `reps` replays (after two) of `batch`'s run of `g` on `be`, a cube device,
-/// recorded as a device graph, each writing the batch's ids and types first and reading the
-/// outputs back, as a replay of a new batch of the shape would: the run without the host's launch
-/// path, the floor device graphs could bring a batch of this shape to. An error where the
+/// recorded as a device graph, each writing every table of the batch first and reading the
+/// outputs back, as a replay of a new batch of its sizes would: the run without the host's launch
+/// path, the floor device graphs could bring a batch of these sizes to. An error where the
 /// device records no graphs.
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub(crate) fn replayed(
