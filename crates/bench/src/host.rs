@@ -61,37 +61,70 @@ fn timed_runs<B: Backend>(be: B, g: &Graph, batch: &BatchBuf, reps: usize) -> Ve
     })
 }
 
-/// The median of `reps` replays (after two) of `batch`'s run of `g` on `be`, a cube device,
-/// recorded as a device graph, each writing every table of the batch first and reading the
-/// outputs back, as a replay of a new batch of its sizes would: the run without the host's launch
-/// path, the floor device graphs could bring a batch of these sizes to. An error where the
-/// device records no graphs.
+/// Replays of one batch's run, medians of `reps` after two ([`replayed`]).
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+pub(crate) struct Replays {
+    /// In a graph recorded on the batch itself.
+    pub(crate) exact: Duration,
+    /// In a graph recorded on a batch padded to these sizes, and the time.
+    pub(crate) padded: (switchyard_core::Bucket, Duration),
+}
+
+/// Granule of the padded graph's tokens: the batch's rounded up past it, as a table of graphs
+/// a granule apart would hold it.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+const GRAPH_TOKENS: usize = 256;
+
+/// Replays of `batch`'s run of `g` on `be`, a cube device, recorded as a device graph, each
+/// writing every table of the batch first and reading the outputs back, as a replay of a new
+/// batch would: in a graph of the batch's own sizes (the run without the host's launch path, the
+/// floor device graphs could bring a batch of these sizes to), and in one of more tokens and a
+/// sequence more, which the batch is padded to (what a table of graphs a granule apart would
+/// give it). An error where the device records no graphs.
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub(crate) fn replayed(
     be: &switchyard_dispatch::Dispatch,
     g: &Graph,
     batch: &BatchBuf,
     reps: usize,
-) -> switchyard_core::Result<Duration> {
-    use switchyard_core::testkit;
+) -> switchyard_core::Result<Replays> {
+    use switchyard_core::{Bucket, testkit};
+    use switchyard_dispatch::cube::{padded, record};
     let switchyard_dispatch::Dispatch::Cube { backend: cube, .. } = be else {
         let what = format!("a device graph on {}: not a cube device", be.device());
         return Err(switchyard_core::Error::Unsupported(what));
     };
     let weights = testkit::random_weights(g, crate::WEIGHTS_SEED);
     let w = cube.upload(&weights.tensors(), g)?;
-    let plan = cube.lower(&w, g, crate::bucket_for(batch))?;
-    let mut state = cube.state(&plan)?;
     let b = batch.batch();
-    let recorded = switchyard_dispatch::cube::record(cube, &plan, &mut state, &b)?;
-    let mut out = Outputs::new();
-    let mut failed = None;
-    let t = crate::median(WARM_UPS, reps.max(1), || {
-        if let Err(e) = recorded.replay_on(&b, &mut out) {
-            failed.get_or_insert(e);
+    let bucket = crate::bucket_for(batch);
+    let sizes =
+        Bucket::new((b.tokens() + 1).next_multiple_of(GRAPH_TOKENS), b.seqs() + 1, bucket.markers);
+    let mut times = Vec::new();
+    for (bucket, pad) in [(bucket, false), (sizes, true)] {
+        let plan = cube.lower(&w, g, bucket)?;
+        let mut state = cube.state(&plan)?;
+        let on = if pad { padded(&b, sizes, &g.limits())? } else { batch.clone() };
+        let on = on.batch();
+        let recorded = record(cube, &plan, &mut state, &on)?;
+        let mut out = Outputs::new();
+        let mut failed = None;
+        let t = crate::median(WARM_UPS, reps.max(1), || {
+            let replay = if pad {
+                recorded.replay_padded(&b, &mut out)
+            } else {
+                recorded.replay_on(&b, &mut out)
+            };
+            if let Err(e) = replay {
+                failed.get_or_insert(e);
+            }
+        });
+        if let Some(e) = failed {
+            return Err(e);
         }
-    });
-    failed.map_or(Ok(t), Err)
+        times.push(t);
+    }
+    Ok(Replays { exact: times[0], padded: (sizes, times[1]) })
 }
 
 /// The spans it times, by name, as the Burn backends name them.

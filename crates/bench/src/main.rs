@@ -991,7 +991,10 @@ fn bench_replayed(device: &Device, software: bool, reps: usize) {
         let be = Dispatch::new(device).expect("it started above");
         be.with_dtype(dtype).expect("a listed dtype")
     };
-    println!("  replayed from a device graph of the run, outputs read back (ratio: to the run)");
+    println!(
+        "  replayed from a device graph of the run, and of the run padded to more tokens and a \
+         sequence more, outputs read back (ratios: to the run)"
+    );
     let dtypes = f32_and_auto(&open(DType::F32).caps());
     for (what, spec, (seqs, min, max)) in gpu_batches(software) {
         let batch = ragged(seqs, min, max, spec.vocab);
@@ -1002,11 +1005,16 @@ fn bench_replayed(device: &Device, software: bool, reps: usize) {
                 continue;
             };
             match survived(&who, || host::replayed(&open(dtype), &g, &batch, reps)) {
-                Some(Ok(t)) => println!(
-                    "  {who}: a run {:.2}ms, replayed {:.2}ms {:>8.2}",
+                Some(Ok(host::Replays { exact, padded: (sizes, padded) })) => println!(
+                    "  {who}: a run {:.2}ms, replayed {:.2}ms {:>8.2}; padded to {} tokens in \
+                     {} seqs, replayed {:.2}ms {:>8.2}",
                     ms(run),
-                    ms(t),
-                    run.as_secs_f64() / t.as_secs_f64()
+                    ms(exact),
+                    run.as_secs_f64() / exact.as_secs_f64(),
+                    sizes.tokens,
+                    sizes.seqs,
+                    ms(padded),
+                    run.as_secs_f64() / padded.as_secs_f64()
                 ),
                 Some(Err(e)) => println!("  {who}: a run {:.2}ms, no device graph: {e}", ms(run)),
                 None => {}
