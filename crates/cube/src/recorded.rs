@@ -209,9 +209,11 @@ impl Recorded<'_> {
 /// `batch` padded to `sizes` (tokens, sequences and markers), for a graph recorded at those
 /// sizes ([`Recorded::replay_padded`]): its own sequences first, then padding sequences of token
 /// 0 holding the tokens and markers left, each sequence at least one token long and within
-/// `limits`' longest. [`Error::BadBatch`] where it cannot be: `batch` larger than `sizes` in
-/// some way, or too few tokens left for a padding sequence each (or too many for them all).
+/// `limits`' longest. [`Error::BadBatch`] where it cannot be: `batch` not one `limits` take
+/// ([`Batch::check`]), larger than `sizes` in some way, or too few tokens left for a padding
+/// sequence each (or too many for them all).
 pub fn padded(batch: &Batch<'_>, sizes: Bucket, limits: &Limits) -> Result<BatchBuf> {
+    batch.check(limits)?;
     let (t, s, m) = (batch.tokens(), batch.seqs(), batch.markers());
     let refuse = |why: &str| {
         Err(Error::BadBatch(format!(
@@ -314,6 +316,18 @@ mod padding_tests {
             assert!(matches!(&e, Error::BadBatch(m) if m.contains(why)), "{sizes}: {e}");
         }
         assert!(padded(&own.batch(), Bucket::new(21, 4, 1), &LIMITS).is_ok(), "16 tokens left");
+    }
+
+    /// A malformed batch is an error, not a panic on its offsets.
+    #[test]
+    fn a_malformed_batch_is_refused_before_it_is_read() {
+        let own = batch(&[(&[3, 4, 5], &[2]), (&[6, 7], &[])]);
+        let cu = [0u32, 4, 3];
+        let bad = Batch { cu: &cu, ..own.batch() };
+        let e = padded(&bad, Bucket::new(12, 4, 3), &LIMITS).expect_err("refused");
+        assert!(matches!(&e, Error::BadBatch(m) if m.contains("cu")), "{e}");
+        let e = padded(&batch(&[(&[60], &[])]).batch(), Bucket::new(12, 4, 3), &LIMITS);
+        assert!(matches!(e, Err(Error::BadBatch(_))), "an id past the vocabulary");
     }
 }
 
