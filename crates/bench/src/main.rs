@@ -138,7 +138,7 @@ fn time_lanes<B: Backend>(
     batch: &BatchBuf,
     reps: usize,
 ) -> (Duration, Duration) {
-    let bucket = Bucket::new(batch.tokens(), batch.seqs(), batch.batch().markers().max(1));
+    let bucket = bucket_for(batch);
     let mut ex = executor(be, a, bucket);
     let lane = ex.add_graph(b.clone(), "bench").expect("both graphs read the same weights");
     let mut out = Outputs::new();
@@ -440,8 +440,8 @@ fn op_shares(
     reps: usize,
 ) -> switchyard_core::Result<(OpKinds, Duration)> {
     let Dispatch::Cube { backend, .. } = be else { panic!("{} is not a cube device", be.device()) };
-    let bucket = Bucket::new(batch.tokens(), batch.seqs(), batch.batch().markers().max(1));
-    let weights = testkit::random_weights(g, 1);
+    let bucket = bucket_for(batch);
+    let weights = testkit::random_weights(g, WEIGHTS_SEED);
     let w = backend.upload(&weights.tensors(), g)?;
     let plan = backend.lower(&w, g, bucket)?;
     let mut state = backend.state(&plan)?;
@@ -1082,7 +1082,7 @@ fn bench_remote(reps: usize) {
         let local = time_plan(switchyard_dispatch::flex::burn_flex(), &g, &batch, reps);
         let remote = time_plan(connect(), &g, &batch, reps);
         // One more batch alone, to count what it sends.
-        let bucket = Bucket::new(batch.tokens(), batch.seqs(), batch.batch().markers().max(1));
+        let bucket = bucket_for(&batch);
         let mut ex = executor(connect(), &g, bucket);
         let mut out = Outputs::new();
         ex.run(LaneId::MAIN, &batch.batch(), &mut out).expect("the bench batch runs");

@@ -85,8 +85,7 @@ impl<'a, B: BurnBackend> RunCx<'a, B> {
     /// The batch's sizes (tokens, sequences, markers), which an op may read freely: a batch of
     /// the same sizes has the same.
     pub fn sizes(&self) -> Bucket {
-        let b = self.batch;
-        Bucket::new(b.tokens(), b.seqs(), b.markers())
+        self.batch.sizes()
     }
 
     /// Whether some op read the batch's contents outside its tables ([`RunCx::batch`]): then what

@@ -38,6 +38,11 @@ impl Batch<'_> {
         self.markers.len()
     }
 
+    /// Its tokens, sequences and markers, as a bucket that holds it exactly.
+    pub fn sizes(&self) -> crate::Bucket {
+        crate::Bucket::new(self.tokens(), self.seqs(), self.markers())
+    }
+
     /// Rows of the given kind this batch has.
     pub fn rows(&self, rows: crate::Rows) -> usize {
         match rows {
@@ -281,6 +286,15 @@ mod tests {
             (c.ids, c.types, c.cu, c.markers, c.mcu),
             (b.ids, b.types, b.cu, b.markers, b.mcu)
         );
+    }
+
+    #[test]
+    fn its_sizes_are_a_bucket_that_holds_it_exactly() {
+        let mut buf = BatchBuf::new();
+        buf.push(&[1, 2, 3], None, &[0, 2]).unwrap();
+        buf.push(&[4], None, &[]).unwrap();
+        assert_eq!(buf.batch().sizes(), crate::Bucket::new(4, 2, 2));
+        assert_eq!(BatchBuf::new().batch().sizes(), crate::Bucket::new(0, 0, 0));
     }
 
     #[test]

@@ -125,7 +125,7 @@ impl Reference {
             }
         }
         batch.check(&graph.limits())?;
-        let bucket = Bucket::new(batch.tokens(), batch.seqs(), batch.markers());
+        let bucket = batch.sizes();
         let plan = Reference.lower(&Arc::new(RefWeights { tensors: weights }), graph, bucket)?;
         let mut state = Reference.state(&plan)?;
         eval_ops(&plan, &mut state, batch);

@@ -97,24 +97,26 @@ impl Recorded<'_> {
     /// [`Error::Unsupported`] for a batch other than the recorded one where the recorded run
     /// read its batch's contents on the host ([`RunCx::read_batch`]), which the graph keeps.
     pub fn replay_on(&self, batch: &Batch<'_>, out: &mut Outputs) -> Result<()> {
-        let sizes = |b: &Batch<'_>| (b.tokens(), b.seqs(), b.markers());
-        let (was, is) = (sizes(self.batch), sizes(batch));
+        let (was, is) = (self.batch.sizes(), batch.sizes());
         if is != was {
             return Err(Error::BadBatch(format!(
                 "a batch of {} tokens in {} sequences with {} markers replayed on a graph \
                  recorded for other sizes ({} tokens in {} sequences with {} markers)",
-                is.0, is.1, is.2, was.0, was.1, was.2
+                is.tokens, is.seqs, is.markers, was.tokens, was.seqs, was.markers
             )));
         }
         batch.check(&self.plan.graph().limits())?;
+        self.write_tables(batch)?;
+        self.replay_batch(batch, out)
+    }
+
+    /// Writes every table of the recorded run's batch with its values for `batch`, all made and
+    /// checked before any is written. [`Error::Unsupported`] for a batch other than the
+    /// recorded one where the recorded run read its batch's contents on the host.
+    fn write_tables(&self, batch: &Batch<'_>) -> Result<()> {
+        let b = self.batch;
         let same = (batch.ids, batch.types, batch.cu, batch.markers, batch.mcu)
-            == (
-                self.batch.ids,
-                self.batch.types,
-                self.batch.cu,
-                self.batch.markers,
-                self.batch.mcu,
-            );
+            == (b.ids, b.types, b.cu, b.markers, b.mcu);
         if self.cx.read_batch() && !same {
             return Err(Error::Unsupported(
                 "another batch on a graph whose run read its batch's lengths or ids on the host \
@@ -122,32 +124,24 @@ impl Recorded<'_> {
                     .into(),
             ));
         }
-        self.write_tables(batch)?;
-        self.replay_batch(batch, out)
-    }
-
-    /// Writes every table of the recorded run's batch with its values for `batch`, all made and
-    /// checked before any is written.
-    fn write_tables(&self, batch: &Batch<'_>) -> Result<()> {
         let mut writes = Vec::new();
         let mut failed = None;
         self.cx.for_each_table(batch, |table, values| {
+            let key = table.key;
             let write = if values.len() != table.len {
                 Err(Error::BadBatch(format!(
-                    "{} values of the table `{}` for the batch, where the graph reads {}",
+                    "{} values of the table `{key}` for the batch, where the graph reads {}",
                     values.len(),
-                    table.key,
                     table.len
                 )))
             } else {
                 device_values(table.value, &values).ok_or_else(|| {
-                    let key = table.key;
                     Error::Device(format!("the table `{key}`: of a kind this crate does not write"))
                 })
             };
             match write {
                 Ok(w) => writes.push(w),
-                Err(e) => failed = failed.take().or(Some(e)),
+                Err(e) => drop(failed.get_or_insert(e)),
             }
         });
         if let Some(e) = failed {
@@ -182,18 +176,14 @@ impl Recorded<'_> {
         // one recorded, so they are ordered after it.
         unsafe { self.graph.replay() }.map_err(|e| Error::Device(format!("replaying: {e}")))
     }
-}
 
-impl Recorded<'_> {
     /// Replays the recorded run on `batch` padded to the recorded batch's sizes ([`padded`]), and
     /// reads the outputs of `batch`'s own rows (the padding's come after them) into `out`, as a
     /// run of `batch` would. So one graph, recorded on a padded batch, serves every batch that
     /// pads to its sizes. [`Error::BadBatch`] where `batch` does not pad to them; else as
     /// [`Recorded::replay_on`].
     pub fn replay_padded(&self, batch: &Batch<'_>, out: &mut Outputs) -> Result<()> {
-        let b = self.batch;
-        let sizes = Bucket::new(b.tokens(), b.seqs(), b.markers());
-        let padded = padded(batch, sizes, &self.plan.graph().limits())?;
+        let padded = padded(batch, self.batch.sizes(), &self.plan.graph().limits())?;
         self.write_tables(&padded.batch())?;
         self.replay_graph()?;
         let graph = self.plan.graph();
@@ -347,6 +337,10 @@ mod tests {
         return crate::cuda::open(0).expect("a CUDA device");
     }
 
+    /// The encoder of most tests here: 2 layers, 32 wide, 64 positions.
+    const SMALL: EncoderSpec =
+        EncoderSpec { vocab: 50, width: 32, heads: 2, ffn: 48, layers: 2, max_pos: 64 };
+
     /// `graph` on `cube` with random weights from `seed`, lowered for `bucket`, and a state.
     fn planned(
         cube: &Cube,
@@ -375,8 +369,7 @@ mod tests {
     }
 
     fn replays_in(dtype: switchyard_core::DType) {
-        let spec = EncoderSpec { vocab: 50, width: 32, heads: 2, ffn: 48, layers: 2, max_pos: 64 };
-        let graph = bert_like(spec);
+        let graph = bert_like(SMALL);
         let cube = device().with_dtype(dtype).expect("a dtype the device lists");
         let (plan, mut state) = planned(&cube, &graph, 5, Bucket::new(64, 4, 64));
         let mut buf = BatchBuf::new();
@@ -413,8 +406,7 @@ mod tests {
     /// bit, and back again; one of other sizes is refused.
     #[test]
     fn a_recorded_run_replays_on_any_batch_of_its_sizes() {
-        let spec = EncoderSpec { vocab: 50, width: 32, heads: 2, ffn: 48, layers: 2, max_pos: 64 };
-        let graph = bert_like(spec);
+        let graph = bert_like(SMALL);
         let cube = device();
         let (plan, mut state) = planned(&cube, &graph, 6, Bucket::new(64, 4, 64));
         let a = batch_of(&[(5, &[1, 3]), (2, &[]), (34, &[6])], 1, 0);
@@ -457,8 +449,7 @@ mod tests {
     /// gives its own run's outputs, its own rows only (none for markers it lacks).
     #[test]
     fn a_graph_of_a_padded_batch_replays_smaller_batches_padded_to_it() {
-        let spec = EncoderSpec { vocab: 50, width: 32, heads: 2, ffn: 48, layers: 2, max_pos: 64 };
-        let graph = bert_like(spec);
+        let graph = bert_like(SMALL);
         let cube = device();
         let (plan, mut state) = planned(&cube, &graph, 7, Bucket::new(64, 4, 64));
         let sizes = Bucket::new(48, 4, 4);
@@ -495,8 +486,8 @@ mod tests {
 
     /// Burn's generic embedding lookups read index tensors made as tables of the batch, which
     /// `replay_on` rewrites like ours; where an op read the batch's lengths on the host (Burn's
-    /// generic attention, a launch per sequence), another batch is refused and the recorded one
-    /// still replays.
+    /// generic attention, a launch per sequence), another batch is refused, padded or not, and the
+    /// recorded one still replays.
     #[test]
     fn generic_lookups_replay_on_new_ids_and_a_run_that_read_its_lengths_only_its_own_batch() {
         let graph = bert_like(EncoderSpec::TINY);
@@ -518,7 +509,10 @@ mod tests {
             } else {
                 let e = recorded.replay_on(&b.batch(), &mut out).expect_err("refused");
                 assert!(matches!(&e, Error::Unsupported(m) if m.contains("generic")), "{e}");
+                let e = recorded.replay_padded(&b.batch(), &mut out).expect_err("refused");
+                assert!(matches!(&e, Error::Unsupported(m) if m.contains("generic")), "{e}");
                 recorded.replay_on(&a.batch(), &mut out).expect("the recorded batch replays");
+                recorded.replay_padded(&a.batch(), &mut out).expect("so does it padded");
             }
         }
     }

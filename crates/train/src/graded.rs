@@ -5,7 +5,7 @@ use burn_backend::ops::FloatTensorOps;
 use burn_backend::tensor::FloatTensor;
 use burn_backend::{AutodiffBackend, Backend as BurnBackend};
 use switchyard_burn::{Burn, BurnWeights, Forward, Generic, floats};
-use switchyard_core::{Backend, Batch, Bucket, Caps, Graph, HostTensor, Val};
+use switchyard_core::{Backend, Batch, Caps, Graph, HostTensor, Val};
 
 use crate::{Ad, Result};
 
@@ -144,7 +144,7 @@ fn run<B: BurnBackend>(
     batch: &Batch<'_>,
     how: &Forward<B>,
 ) -> Result<Vec<Option<FloatTensor<B>>>> {
-    let bucket = Bucket::new(batch.tokens(), batch.seqs(), batch.markers());
+    let bucket = batch.sizes();
     batch.check(&graph.limits())?;
     let plan = burn.lower(&BurnWeights::from_tensors(params), graph, bucket)?;
     let mut state = burn.state(&plan)?;

@@ -279,8 +279,7 @@ fn blocks(batch: &Batch<'_>, per_seq: bool, block: usize) -> (Vec<u32>, Vec<u32>
         }
     }
     if !per_seq && batch.seqs() > 0 {
-        let sizes = Bucket::new(batch.tokens(), batch.seqs(), batch.markers());
-        let cubes = cubes_for(sizes, block);
+        let cubes = cubes_for(batch.sizes(), block);
         seqs.resize(cubes, batch.seqs() as u32);
         firsts.resize(cubes, batch.tokens() as u32);
     }
