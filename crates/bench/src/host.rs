@@ -89,7 +89,7 @@ pub(crate) fn replayed(
     reps: usize,
 ) -> switchyard_core::Result<Replays> {
     use switchyard_core::{Bucket, testkit};
-    use switchyard_dispatch::cube::{padded, record};
+    use switchyard_dispatch::cube::record;
     let switchyard_dispatch::Dispatch::Cube { backend: cube, .. } = be else {
         let what = format!("a device graph on {}: not a cube device", be.device());
         return Err(switchyard_core::Error::Unsupported(what));
@@ -104,7 +104,7 @@ pub(crate) fn replayed(
     for (bucket, pad) in [(bucket, false), (sizes, true)] {
         let plan = cube.lower(&w, g, bucket)?;
         let mut state = cube.state(&plan)?;
-        let on = if pad { padded(&b, sizes, &g.limits())? } else { batch.clone() };
+        let on = if pad { b.padded(sizes, &g.limits())? } else { batch.clone() };
         let on = on.batch();
         let recorded = record(cube, &plan, &mut state, &on)?;
         let mut out = Outputs::new();

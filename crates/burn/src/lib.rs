@@ -28,8 +28,8 @@ use std::time::{Duration, Instant};
 use burn_backend::Backend as BurnBackend;
 use burn_backend::tensor::FloatTensor;
 use switchyard_core::{
-    Backend, Batch, Bucket, Caps, DType, Error, Graph, HostTensor, Layout, Op, Outputs, Result,
-    Val, W,
+    Backend, Batch, BatchBuf, Bucket, Caps, DType, Error, Graph, HostTensor, Layout, Op, Outputs,
+    Result, Val, W,
 };
 
 pub use convert::{burn_dtype, floats, floats_as, ints, read_f32};
@@ -91,6 +91,15 @@ pub trait Kernels<B: BurnBackend>: Send + Sync + 'static {
     /// Runs `op` with a kernel of the backend's own, or declines and hands back the inputs.
     fn run_op(&self, _op: &Op, ins: Inputs<B>, _w: &Bound<B>, _cx: &RunCx<'_, B>) -> Outcome<B> {
         Outcome::Declined(ins)
+    }
+
+    /// The tokens a run of a batch of `tokens` computes in `dtype`: more where these kernels
+    /// run faster on the batch padded with sequences after its own (products that take only
+    /// whole tiles of rows, which would otherwise copy each input to padded rows).
+    /// [`Backend::run`] pads the batch so ([`Batch::padded`]) where its plan's bucket holds the
+    /// padding, and leaves the padding's rows out of the outputs. `tokens` by default.
+    fn run_tokens(&self, tokens: usize, _dtype: DType) -> usize {
+        tokens
     }
 }
 
@@ -201,6 +210,24 @@ impl<B: BurnBackend, K: Kernels<B>> Burn<B, K> {
             ));
         }
         self.forward_each(plan, state, cx, &Forward::default(), &mut |_| Ok(()))
+    }
+
+    /// `batch` padded to the tokens the kernels run it at ([`Kernels::run_tokens`]), where
+    /// they ask for more and the plan's bucket holds the padding: its tokens in as few padding
+    /// sequences as the position table allows. `None` where the batch runs as it is.
+    fn padding(&self, plan: &BurnPlan<B>, batch: &Batch<'_>) -> Result<Option<BatchBuf>> {
+        let (tokens, seqs, markers) = (batch.tokens(), batch.seqs(), batch.markers());
+        let want = self.kernels.run_tokens(tokens, self.dtype);
+        if want <= tokens {
+            return Ok(None);
+        }
+        let limits = plan.graph.limits();
+        let pads = (want - tokens).div_ceil(limits.max_len.max(1) as usize);
+        if !plan.bucket.holds(want, seqs + pads, markers) {
+            tracing::trace!(tokens, want, bucket = %plan.bucket, "no room to pad the batch");
+            return Ok(None);
+        }
+        batch.padded(Bucket::new(want, seqs + pads, markers), &limits).map(Some)
     }
 
     /// How long each op of one run of `plan` on `batch` takes, in the graph's order (ops a batch
@@ -737,11 +764,18 @@ impl<B: BurnBackend, K: Kernels<B>> Backend for Burn<B, K> {
         let _span =
             tracing::trace_span!("run", backend = %self.caps.backend, tokens = batch.tokens())
                 .entered();
+        let padded = self.padding(plan, batch)?;
         // Two parts a bench can time apart (`forward`, `read`): on an asynchronous device the
         // first only queues the ops' launches and the second waits for the device to run them.
         let results = {
             let _forward = tracing::trace_span!("forward").entered();
-            self.forward(plan, state, batch, &Forward::default())?
+            match &padded {
+                Some(buf) => {
+                    let all = self.forward(plan, state, &buf.batch(), &Forward::default())?;
+                    own_rows(plan, batch, all)
+                }
+                None => self.forward(plan, state, batch, &Forward::default())?,
+            }
         };
         let _read = tracing::trace_span!("read").entered();
         read_outputs(plan, batch, results, out)
@@ -754,6 +788,24 @@ impl<B: BurnBackend, K: Kernels<B>> Backend for Burn<B, K> {
     fn plan_bytes(&self, p: &Self::Plan) -> usize {
         p.bytes
     }
+}
+
+/// `results`, a forward's outputs of `plan` on `batch` padded ([`Batch::padded`]), cut to
+/// `batch`'s own rows, which come before the padding's: as a forward of `batch` would give them.
+pub fn own_rows<B: BurnBackend>(
+    plan: &BurnPlan<B>,
+    batch: &Batch<'_>,
+    results: Vec<Option<FloatTensor<B>>>,
+) -> Vec<Option<FloatTensor<B>>> {
+    let graph = &plan.graph;
+    let outputs = graph.outputs.iter().zip(results);
+    outputs
+        .map(|(o, t)| {
+            let rows = batch.rows(graph.shape(o.val).rows);
+            let t = t.filter(|_| rows > 0)?;
+            Some(generic::rows::<B>(t, 0, rows))
+        })
+        .collect()
 }
 
 /// Reads `results`, a forward's outputs of `plan` on `batch` ([`Burn::forward`]), back into

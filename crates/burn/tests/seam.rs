@@ -561,3 +561,75 @@ fn a_share_of_a_joined_product_given_to_the_run_is_used_and_the_others_computed(
         }
     }
 }
+
+/// Asks for every batch's tokens rounded up to a multiple of `.0`, and records the sizes of the
+/// batch each op runs on.
+struct Padding(usize, std::sync::Mutex<Vec<Bucket>>);
+
+impl Padding {
+    fn new(granule: usize) -> Self {
+        Padding(granule, Default::default())
+    }
+
+    /// The sizes the ops of the runs since the last call ran on, once each.
+    fn seen(&self) -> Vec<Bucket> {
+        let mut seen = std::mem::take(&mut *self.1.lock().unwrap());
+        seen.dedup();
+        seen
+    }
+}
+
+impl Kernels<Flex> for Padding {
+    fn run_tokens(&self, tokens: usize, _dtype: DType) -> usize {
+        tokens.next_multiple_of(self.0)
+    }
+
+    fn run_op(
+        &self,
+        _op: &Op,
+        ins: Inputs<Flex>,
+        _w: &Bound<Flex>,
+        cx: &RunCx<'_, Flex>,
+    ) -> Outcome<Flex> {
+        self.1.lock().unwrap().push(cx.sizes());
+        Outcome::Declined(ins)
+    }
+}
+
+/// Where the kernels ask for more tokens, a run computes the batch padded by sequences after
+/// its own, in as few as the position table allows, and its outputs are the batch's own rows,
+/// as an unpadded run's; where the plan's bucket has no room for the padding, the batch runs as
+/// it is.
+#[test]
+fn a_run_pads_the_batch_to_the_tokens_its_kernels_ask_for_and_returns_its_own_rows() {
+    // The bucket holds 64 tokens in 8 sequences; each batch is 6 tokens in 2, with 3 markers.
+    let untyped = {
+        let mut b = BatchBuf::new();
+        b.push(&[1, 2, 3, 4], None, &[0, 3]).unwrap();
+        b.push(&[5, 6], None, &[1]).unwrap();
+        b
+    };
+    // Outputs of sequences' and markers' rows, positions up to 8.
+    let encoder = testkit::bert_like(EncoderSpec { max_pos: 8, ..EncoderSpec::TINY });
+    let encoder_runs = [
+        // 10 tokens of padding in sequences of at most 8: two.
+        (16, Bucket::new(16, 4, 3)),
+        (32, Bucket::new(32, 6, 3)),
+        // 58 tokens would need 8 more sequences: no room, so no padding.
+        (64, Bucket::new(6, 2, 3)),
+    ];
+    // Outputs of tokens' rows, positions unlimited.
+    let layer_runs = [(64, Bucket::new(64, 3, 3)), (128, Bucket::new(6, 2, 3))];
+    for (g, batch, runs) in
+        [(encoder, sample(), &encoder_runs[..]), (one_linear(), untyped, &layer_runs[..])]
+    {
+        let want = run(&Burn::<Flex, _>::new(FlexDevice, Generic, caps()), &g, &batch).unwrap();
+        for &(granule, ran_on) in runs {
+            let be = Burn::<Flex, _>::new(FlexDevice, Padding::new(granule), caps());
+            let got = run(&be, &g, &batch).unwrap();
+            let what = format!("{} ops, padded to {granule} tokens", g.ops.len());
+            assert_eq!(be.kernels().seen(), [ran_on], "{what}");
+            assert_outputs_match(&got, &want, &what);
+        }
+    }
+}

@@ -147,6 +147,51 @@ impl Batch<'_> {
         }
         Ok(())
     }
+
+    /// This batch padded to `sizes` (tokens, sequences and markers): its own sequences first,
+    /// as they are, then padding sequences of token 0 holding the tokens and markers left, each
+    /// at least one token long and within `limits`' longest. What a backend runs where a padded
+    /// batch is faster (or a device graph recorded at `sizes` replays), leaving the padding's
+    /// rows, which come after the batch's own, out of its outputs. [`Error::BadBatch`] where it
+    /// cannot be: the batch not one `limits` take ([`Batch::check`]), larger than `sizes` in
+    /// some way, or too few tokens left for a padding sequence each (or too many for them all).
+    pub fn padded(&self, sizes: crate::Bucket, limits: &Limits) -> Result<BatchBuf> {
+        self.check(limits)?;
+        let (t, s, m) = (self.tokens(), self.seqs(), self.markers());
+        let refuse = |why: &str| {
+            Err(Error::BadBatch(format!(
+                "a batch of {t} tokens in {s} sequences with {m} markers does not pad to {} \
+                 tokens in {} sequences with {} markers: {why}",
+                sizes.tokens, sizes.seqs, sizes.markers
+            )))
+        };
+        if !sizes.holds(t, s, m) {
+            return refuse("it is larger");
+        }
+        let (seqs, tokens, markers) = (sizes.seqs - s, sizes.tokens - t, sizes.markers - m);
+        let longest = limits.max_len as usize;
+        if seqs == 0 && (tokens, markers) != (0, 0) {
+            return refuse("no sequence is left for the padding");
+        }
+        if tokens < seqs || tokens > seqs.saturating_mul(longest) {
+            return refuse("the tokens left do not make its padding sequences");
+        }
+        let mut buf = BatchBuf::new();
+        for q in 0..s {
+            let rows = self.seq(q);
+            let types = &self.types[rows.clone()];
+            buf.push(&self.ids[rows], Some(types), &self.markers[self.seq_markers(q)])?;
+        }
+        let zeros = vec![0u32; tokens.div_ceil(seqs.max(1))];
+        let first_markers = vec![0u32; markers];
+        for q in 0..seqs {
+            // The tokens left shared out, the first `tokens % seqs` sequences one longer.
+            let len = tokens / seqs + usize::from(q < tokens % seqs);
+            let marks = if q == 0 { &first_markers[..] } else { &[] };
+            buf.push(&zeros[..len], None, marks)?;
+        }
+        Ok(buf)
+    }
 }
 
 /// Builds [`Batch`]es, keeping its memory from one batch to the next.
@@ -340,5 +385,63 @@ mod tests {
         // An offset past the markers, before the decrease that brings it back to the total.
         let b = Batch { markers: &[0], mcu: &[0, 3, 1], ..ok };
         assert!(bad(b).contains("`mcu` points past the 1 markers at sequence 0"));
+    }
+
+    fn seqs_of(seqs: &[(&[u32], &[u32])]) -> BatchBuf {
+        let mut buf = BatchBuf::new();
+        for &(ids, markers) in seqs {
+            let types: Vec<u32> = ids.iter().map(|i| i % 2).collect();
+            buf.push(ids, Some(&types), markers).expect("a sequence");
+        }
+        buf
+    }
+
+    /// The batch's own sequences come first, as they were; then padding sequences of token 0,
+    /// the tokens left shared out (the first ones one longer) and the markers left on the first.
+    #[test]
+    fn a_batch_is_padded_by_sequences_after_its_own() {
+        let own = seqs_of(&[(&[3, 4, 5], &[2]), (&[6, 7], &[])]);
+        let buf = own.batch().padded(crate::Bucket::new(12, 4, 3), &LIMITS).expect("pads");
+        let b = buf.batch();
+        b.check(&LIMITS).expect("a valid batch");
+        assert_eq!(b.ids, [3, 4, 5, 6, 7, 0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(b.types, [1, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(b.cu, [0, 3, 5, 9, 12]);
+        assert_eq!((b.markers, b.mcu), (&[2, 0, 0][..], &[0, 1, 1, 3, 3][..]));
+        let full = own.batch().padded(crate::Bucket::new(5, 2, 1), &LIMITS).expect("no padding");
+        assert_eq!(full.batch().cu, own.batch().cu);
+    }
+
+    #[test]
+    fn a_batch_that_cannot_be_padded_is_refused() {
+        let own = seqs_of(&[(&[3, 4, 5], &[2]), (&[6, 7], &[])]);
+        for (sizes, why) in [
+            (crate::Bucket::new(4, 4, 3), "larger"),
+            (crate::Bucket::new(12, 1, 3), "larger"),
+            (crate::Bucket::new(6, 2, 1), "no sequence is left"),
+            (crate::Bucket::new(5, 2, 2), "no sequence is left"),
+            (crate::Bucket::new(7, 5, 1), "do not make"),
+            // Two padding sequences of at most 8 tokens hold 16.
+            (crate::Bucket::new(22, 4, 1), "do not make"),
+        ] {
+            let e = own.batch().padded(sizes, &LIMITS).expect_err("refused");
+            assert!(matches!(&e, Error::BadBatch(m) if m.contains(why)), "{sizes}: {e}");
+        }
+        assert!(
+            own.batch().padded(crate::Bucket::new(21, 4, 1), &LIMITS).is_ok(),
+            "16 tokens left"
+        );
+    }
+
+    /// A malformed batch is an error, not a panic on its offsets.
+    #[test]
+    fn a_malformed_batch_is_refused_before_it_is_read() {
+        let own = seqs_of(&[(&[3, 4, 5], &[2]), (&[6, 7], &[])]);
+        let cu = [0u32, 4, 3];
+        let bad = Batch { cu: &cu, ..own.batch() };
+        let e = bad.padded(crate::Bucket::new(12, 4, 3), &LIMITS).expect_err("refused");
+        assert!(matches!(&e, Error::BadBatch(m) if m.contains("cu")), "{e}");
+        let e = seqs_of(&[(&[100], &[])]).batch().padded(crate::Bucket::new(12, 4, 3), &LIMITS);
+        assert!(matches!(e, Err(Error::BadBatch(_))), "an id past the vocabulary");
     }
 }

@@ -44,7 +44,7 @@ pub use memory::{DeviceMemory, Pools, device_memory, thread_memory};
     any(feature = "wgpu", feature = "cuda", feature = "rocm", feature = "cpu"),
     not(feature = "fusion")
 ))]
-pub use recorded::{Recorded, padded, record};
+pub use recorded::{Recorded, record};
 #[cfg(any(feature = "wgpu", feature = "cuda", feature = "rocm", feature = "cpu"))]
 pub use timing::{
     KernelSource, KernelTime, kernel_sources, kernel_times, log_kernel_times, settled_log,

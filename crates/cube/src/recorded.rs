@@ -8,7 +8,7 @@
 //! written over the recorded ones first. Every launch's arguments depend only on the sizes, as
 //! long as no op read the batch's contents on the host ([`RunCx::read_batch`]: Burn's generic
 //! attention and pooling do); another batch is refused on a graph whose run did. A batch of
-//! other sizes replays padded to the recorded ones ([`padded`], [`Recorded::replay_padded`]),
+//! other sizes replays padded to the recorded ones ([`Batch::padded`], [`Recorded::replay_padded`]),
 //! its own rows read back. cuBLAS's products are refused: they run on a stream of their own,
 //! outside the graph.
 
@@ -20,8 +20,8 @@ use burn_cubecl::tensor::CubeTensor;
 use cubecl::bytes::Bytes;
 use cubecl::client::Graph;
 use cubecl::server::Handle;
-use switchyard_burn::{BurnPlan, BurnState, RunCx, read_outputs};
-use switchyard_core::{Batch, BatchBuf, Bucket, Error, Limits, Outputs, Result};
+use switchyard_burn::{BurnPlan, BurnState, RunCx, own_rows, read_outputs};
+use switchyard_core::{Batch, Error, Outputs, Result};
 
 use crate::kernels::U32s;
 use crate::{Cube, Matmul};
@@ -177,67 +177,18 @@ impl Recorded<'_> {
         unsafe { self.graph.replay() }.map_err(|e| Error::Device(format!("replaying: {e}")))
     }
 
-    /// Replays the recorded run on `batch` padded to the recorded batch's sizes ([`padded`]), and
+    /// Replays the recorded run on `batch` padded to the recorded batch's sizes ([`Batch::padded`]), and
     /// reads the outputs of `batch`'s own rows (the padding's come after them) into `out`, as a
     /// run of `batch` would. So one graph, recorded on a padded batch, serves every batch that
     /// pads to its sizes. [`Error::BadBatch`] where `batch` does not pad to them; else as
     /// [`Recorded::replay_on`].
     pub fn replay_padded(&self, batch: &Batch<'_>, out: &mut Outputs) -> Result<()> {
-        let padded = padded(batch, self.batch.sizes(), &self.plan.graph().limits())?;
+        let padded = batch.padded(self.batch.sizes(), &self.plan.graph().limits())?;
         self.write_tables(&padded.batch())?;
         self.replay_graph()?;
-        let graph = self.plan.graph();
-        let mine = graph.outputs.iter().zip(&self.outs).map(|(o, t)| {
-            let rows = batch.rows(graph.shape(o.val).rows);
-            let t = t.clone().filter(|_| rows > 0)?;
-            Some(switchyard_burn::generic::rows::<CubeBackend>(t, 0, rows))
-        });
-        read_outputs(self.plan, batch, mine.collect(), out)
+        let mine = own_rows(self.plan, batch, self.outs.clone());
+        read_outputs(self.plan, batch, mine, out)
     }
-}
-
-/// `batch` padded to `sizes` (tokens, sequences and markers), for a graph recorded at those
-/// sizes ([`Recorded::replay_padded`]): its own sequences first, then padding sequences of token
-/// 0 holding the tokens and markers left, each sequence at least one token long and within
-/// `limits`' longest. [`Error::BadBatch`] where it cannot be: `batch` not one `limits` take
-/// ([`Batch::check`]), larger than `sizes` in some way, or too few tokens left for a padding
-/// sequence each (or too many for them all).
-pub fn padded(batch: &Batch<'_>, sizes: Bucket, limits: &Limits) -> Result<BatchBuf> {
-    batch.check(limits)?;
-    let (t, s, m) = (batch.tokens(), batch.seqs(), batch.markers());
-    let refuse = |why: &str| {
-        Err(Error::BadBatch(format!(
-            "a batch of {t} tokens in {s} sequences with {m} markers does not pad to {} tokens \
-             in {} sequences with {} markers: {why}",
-            sizes.tokens, sizes.seqs, sizes.markers
-        )))
-    };
-    if !sizes.holds(t, s, m) {
-        return refuse("it is larger");
-    }
-    let (seqs, tokens, markers) = (sizes.seqs - s, sizes.tokens - t, sizes.markers - m);
-    let longest = limits.max_len as usize;
-    if seqs == 0 && (tokens, markers) != (0, 0) {
-        return refuse("no sequence is left for the padding");
-    }
-    if tokens < seqs || tokens > seqs.saturating_mul(longest) {
-        return refuse("the tokens left do not make its padding sequences");
-    }
-    let mut buf = BatchBuf::new();
-    for q in 0..s {
-        let rows = batch.seq(q);
-        let types = &batch.types[rows.clone()];
-        buf.push(&batch.ids[rows], Some(types), &batch.markers[batch.seq_markers(q)])?;
-    }
-    let zeros = vec![0u32; tokens.div_ceil(seqs.max(1))];
-    let first_markers = vec![0u32; markers];
-    for q in 0..seqs {
-        // The tokens left shared out, the first `tokens % seqs` sequences one longer.
-        let len = tokens / seqs + usize::from(q < tokens % seqs);
-        let marks = if q == 0 { &first_markers[..] } else { &[] };
-        buf.push(&zeros[..len], None, marks)?;
-    }
-    Ok(buf)
 }
 
 /// The buffer of a table of the batch made by [`RunCx::table`] (ours as [`U32s`], Burn's as an
@@ -257,68 +208,6 @@ fn device_values(value: &dyn std::any::Any, values: &[i64]) -> Option<(Handle, V
         _ => return None,
     };
     Some((t.handle.clone(), bytes))
-}
-
-#[cfg(test)]
-mod padding_tests {
-    use super::*;
-
-    const LIMITS: Limits = Limits { vocab: 50, types: 2, max_len: 8 };
-
-    fn batch(seqs: &[(&[u32], &[u32])]) -> BatchBuf {
-        let mut buf = BatchBuf::new();
-        for &(ids, markers) in seqs {
-            let types: Vec<u32> = ids.iter().map(|i| i % 2).collect();
-            buf.push(ids, Some(&types), markers).expect("a sequence");
-        }
-        buf
-    }
-
-    /// The batch's own sequences come first, as they were; then padding sequences of token 0,
-    /// the tokens left shared out (the first ones one longer) and the markers left on the first.
-    #[test]
-    fn a_batch_is_padded_by_sequences_after_its_own() {
-        let own = batch(&[(&[3, 4, 5], &[2]), (&[6, 7], &[])]);
-        let buf = padded(&own.batch(), Bucket::new(12, 4, 3), &LIMITS).expect("pads");
-        let b = buf.batch();
-        b.check(&LIMITS).expect("a valid batch");
-        assert_eq!(b.ids, [3, 4, 5, 6, 7, 0, 0, 0, 0, 0, 0, 0]);
-        assert_eq!(b.types, [1, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0]);
-        assert_eq!(b.cu, [0, 3, 5, 9, 12]);
-        assert_eq!((b.markers, b.mcu), (&[2, 0, 0][..], &[0, 1, 1, 3, 3][..]));
-        let full = padded(&own.batch(), Bucket::new(5, 2, 1), &LIMITS).expect("no padding");
-        assert_eq!(full.batch().cu, own.batch().cu);
-    }
-
-    #[test]
-    fn a_batch_that_cannot_be_padded_is_refused() {
-        let own = batch(&[(&[3, 4, 5], &[2]), (&[6, 7], &[])]);
-        for (sizes, why) in [
-            (Bucket::new(4, 4, 3), "larger"),
-            (Bucket::new(12, 1, 3), "larger"),
-            (Bucket::new(6, 2, 1), "no sequence is left"),
-            (Bucket::new(5, 2, 2), "no sequence is left"),
-            (Bucket::new(7, 5, 1), "do not make"),
-            // Two padding sequences of at most 8 tokens hold 16.
-            (Bucket::new(22, 4, 1), "do not make"),
-        ] {
-            let e = padded(&own.batch(), sizes, &LIMITS).expect_err("refused");
-            assert!(matches!(&e, Error::BadBatch(m) if m.contains(why)), "{sizes}: {e}");
-        }
-        assert!(padded(&own.batch(), Bucket::new(21, 4, 1), &LIMITS).is_ok(), "16 tokens left");
-    }
-
-    /// A malformed batch is an error, not a panic on its offsets.
-    #[test]
-    fn a_malformed_batch_is_refused_before_it_is_read() {
-        let own = batch(&[(&[3, 4, 5], &[2]), (&[6, 7], &[])]);
-        let cu = [0u32, 4, 3];
-        let bad = Batch { cu: &cu, ..own.batch() };
-        let e = padded(&bad, Bucket::new(12, 4, 3), &LIMITS).expect_err("refused");
-        assert!(matches!(&e, Error::BadBatch(m) if m.contains("cu")), "{e}");
-        let e = padded(&batch(&[(&[60], &[])]).batch(), Bucket::new(12, 4, 3), &LIMITS);
-        assert!(matches!(e, Err(Error::BadBatch(_))), "an id past the vocabulary");
-    }
 }
 
 #[cfg(all(test, any(feature = "wgpu", feature = "cuda")))]
@@ -454,7 +343,7 @@ mod tests {
         let (plan, mut state) = planned(&cube, &graph, 7, Bucket::new(64, 4, 64));
         let sizes = Bucket::new(48, 4, 4);
         let first = batch_of(&[(5, &[1, 3]), (2, &[]), (7, &[6])], 1, 0);
-        let recorded_on = padded(&first.batch(), sizes, &graph.limits()).expect("pads");
+        let recorded_on = first.batch().padded(sizes, &graph.limits()).expect("pads");
         let recorded_on = recorded_on.batch();
         let recorded = record(&cube, &plan, &mut state, &recorded_on).expect("recorded");
         let batches = [

@@ -90,7 +90,18 @@ fn run_both_typed(
     lens: &[usize],
     types: bool,
 ) -> switchyard_core::Result<(Outputs, Outputs)> {
-    let buckets: Buckets = "default 2048 16 2048\n".parse().expect("a valid table");
+    run_both_in(cube, graph, lens, types, "default 2048 16 2048\n")
+}
+
+/// [`run_both_typed`] with the bucket table `buckets`.
+fn run_both_in(
+    cube: Cube,
+    graph: &Graph,
+    lens: &[usize],
+    types: bool,
+    buckets: &str,
+) -> switchyard_core::Result<(Outputs, Outputs)> {
+    let buckets: Buckets = buckets.parse().expect("a valid table");
     let weights = random_weights(graph, 7);
     let tensors = weights.tensors();
     let mut test = Executor::new(cube, &tensors, graph.clone(), "default", buckets.clone())?;
@@ -823,7 +834,7 @@ fn a_named_routine_computes_every_linear_layer_the_epilogue_takes() {
     let mut dtypes = vec![DType::F32];
     dtypes.extend(half_dtypes());
     // The routines without tensor cores run on every device, in f32 exactly; the tile-DSL one
-    // on rows padded to a granule (135 rows here).
+    // on a batch padded to a granule (135 tokens here, 256 padded).
     for routine in [Routine::SimpleUnit, Routine::DoubleUnit, Routine::TiledCpuGemm] {
         for dtype in &dtypes {
             for (act, bias, residual) in [(Act::Gelu, true, false), (Act::Identity, false, false)] {
@@ -837,6 +848,31 @@ fn a_named_routine_computes_every_linear_layer_the_epilogue_takes() {
                 assert_eq!(kernels.launched().epilogue, 1, "{what}");
                 assert_eq!(kernels.matmul(), Matmul::Routine(routine));
             }
+        }
+    }
+}
+
+/// A routine that takes only whole tiles of rows gets a batch padded to them, so that no
+/// product copies its input to padded rows; where the bucket has no room for the padding, each
+/// product pads its own input.
+#[test]
+fn a_routine_of_whole_row_tiles_runs_the_batch_padded_rather_than_copy_each_input() {
+    let mut dtypes = vec![DType::F32];
+    dtypes.extend(half_dtypes());
+    let graph = linear(100, 63, Act::Gelu, true, false);
+    // 135 tokens in 3 sequences: 256 in 4 padded, which the first table has room for.
+    let lens = [1, 64, 70];
+    for dtype in dtypes {
+        for (buckets, copies) in [("default 2048 16 2048\n", 0), ("default 135 3 135\n", 1)] {
+            let routine = Matmul::Routine(Routine::TiledCpuGemm);
+            let cube = with_matmul(&device(KernelSet::MEASURED), routine);
+            let kernels = cube.kernels().clone();
+            let cube = switchyard_core::Backend::with_dtype(cube, dtype).expect("listed");
+            let what = format!("{dtype}, buckets {}", buckets.trim());
+            let (got, want) = run_both_in(cube, &graph, &lens, false, buckets).expect("a run");
+            assert_close(&got, &want, &what, tolerance(dtype));
+            let launched = kernels.launched();
+            assert_eq!((launched.epilogue, launched.padded), (1, copies), "{what}");
         }
     }
 }
