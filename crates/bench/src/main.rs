@@ -99,9 +99,23 @@ fn bucket_for(batch: &BatchBuf) -> Bucket {
     Bucket::new(batch.tokens(), batch.seqs(), batch.batch().markers().max(1))
 }
 
-/// An executor of `g` on `be` whose one bucket holds `batch` exactly.
+/// The rows a cube device's products pad to where their routine takes only whole tiles
+/// (`switchyard_cube::ROW_GRANULE`), which a run pads the batch to where its bucket has room.
+const PAD_ROWS: usize = 128;
+
+/// The bucket a timed run of `batch` runs in: its sizes with room for its tokens rounded up
+/// to [`PAD_ROWS`] in one more sequence, as the default buckets leave a batch room, so that a
+/// backend that pads the batch does (where the products pad their own rows instead, a run
+/// would time copies that users' runs do not make).
+fn bucket_with_room(batch: &BatchBuf) -> Bucket {
+    let exact = bucket_for(batch);
+    Bucket::new(exact.tokens.next_multiple_of(PAD_ROWS), exact.seqs + 1, exact.markers)
+}
+
+/// An executor of `g` on `be` whose one bucket holds `batch`, with room to pad it
+/// ([`bucket_with_room`]).
 fn executor_for<B: Backend>(be: B, g: &Graph, batch: &BatchBuf) -> Executor<B> {
-    executor(be, g, bucket_for(batch))
+    executor(be, g, bucket_with_room(batch))
 }
 
 fn time_plan<B: Backend>(be: B, g: &Graph, batch: &BatchBuf, reps: usize) -> Duration {
@@ -1163,5 +1177,14 @@ fn main() {
     #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
     if gpus_only {
         println!("(no GPU benchmarks: this build has neither the wgpu nor the cuda feature)");
+    }
+}
+
+#[cfg(all(test, feature = "wgpu"))]
+mod pad_rows_tests {
+    /// The bench leaves the room the cube crate pads to.
+    #[test]
+    fn the_room_left_is_the_cube_crates_granule() {
+        assert_eq!(super::PAD_ROWS, switchyard_dispatch::cube::ROW_GRANULE);
     }
 }
