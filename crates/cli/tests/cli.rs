@@ -674,6 +674,35 @@ fn embed_streams_results_before_its_input_ends() {
     assert_eq!(reader.join().unwrap(), 1025);
 }
 
+/// Lines piped to stdin, with no texts and no --input, are the inputs, as `--input -` reads them
+/// (here JSON lines, read as such with `--format auto`); `--format` beside texts is a usage error.
+#[test]
+fn texts_piped_to_stdin_are_read_without_input() {
+    use std::io::Write;
+    let m = model_dir();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .args(["embed", "--model", m.to_str().unwrap()])
+        .env_remove("SWITCHYARD_DEVICE")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the binary runs");
+    let mut stdin = child.stdin.take().unwrap();
+    for t in THREE {
+        writeln!(stdin, "{}", serde_json::json!({ "text": t })).unwrap();
+    }
+    drop(stdin);
+    let piped = child.wait_with_output().unwrap();
+    assert!(piped.status.success(), "{}", text(&piped.stderr));
+    let args = on_three("embed", &m);
+    assert!(args.status.success(), "{}", text(&args.stderr));
+    assert_eq!(lines(&piped), lines(&args));
+
+    let o = switchyard(&["embed", "--model", m.to_str().unwrap(), "--format", "text", "hi"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+}
+
 #[test]
 fn a_local_directory_named_like_a_repository_wins_and_says_so() {
     let root = std::env::temp_dir().join(format!("switchyard-shadow-{}", std::process::id()));

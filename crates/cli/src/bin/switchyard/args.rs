@@ -1,7 +1,8 @@
 //! The command line: every command and flag, as clap parses them.
 
+use std::io::IsTerminal;
 use std::num::NonZeroUsize;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Result, bail};
 use clap::{Parser, Subcommand};
@@ -340,24 +341,36 @@ pub struct ModelArgs {
     pub threads: Option<NonZeroUsize>,
 }
 
-/// The texts to process: arguments, or a file.
+/// The texts to process: arguments, a file, or lines piped to stdin.
 #[derive(clap::Args)]
 pub struct InputArgs {
-    /// Texts to process.
+    /// Texts to process; without them (and without --input), the lines piped to stdin.
     pub texts: Vec<String>,
     /// Read inputs from a file (`-` for stdin): plain lines, or JSON lines with a `text` field.
     #[arg(long, conflicts_with = "texts")]
     pub input: Option<PathBuf>,
-    /// How --input's lines are read: auto (JSON lines if the first line is a JSON object, else
-    /// plain text), jsonl, or text.
-    #[arg(long, value_enum, default_value = "auto", requires = "input")]
+    /// How the input file's (or stdin's) lines are read: auto (JSON lines if the first line is a
+    /// JSON object, else plain text), jsonl, or text.
+    #[arg(long, value_enum, default_value = "auto", conflicts_with = "texts")]
     pub format: Format,
 }
 
 impl InputArgs {
+    /// The file the inputs are read from: --input, or stdin (`-`) where no texts are given and
+    /// stdin is not a terminal (a pipe, or a file redirected to it); `None` for texts given as
+    /// arguments, or none at all.
+    pub fn file(&self) -> Option<&Path> {
+        match &self.input {
+            Some(path) => Some(path),
+            None => {
+                (self.texts.is_empty() && !std::io::stdin().is_terminal()).then(|| Path::new("-"))
+            }
+        }
+    }
+
     /// The inputs, a chunk at a time.
     pub fn inputs(&self) -> Result<Inputs> {
-        match &self.input {
+        match self.file() {
             Some(path) => Ok(Inputs::open(path, self.format)?),
             None => Ok(Inputs::texts(self.texts.clone())),
         }
@@ -374,4 +387,5 @@ impl InputArgs {
 }
 
 /// The error for a command given nothing to process.
-pub const NO_INPUT: &str = "no input: give texts as arguments, or --input FILE (- for stdin)";
+pub const NO_INPUT: &str =
+    "no input: give texts as arguments, --input FILE, or lines on stdin (a pipe or a file)";

@@ -88,7 +88,7 @@ fn with_progress<T>(
     f: impl FnOnce(&[&str], &mut dyn FnMut(usize)) -> switchyard::models::Result<T>,
 ) -> Result<T> {
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-    let bar = Progress::new(Some(texts.len()), input.input.is_some());
+    let bar = Progress::new(Some(texts.len()), input.file().is_some());
     let out = f(&refs, &mut |done| bar.show(done))?;
     bar.finish();
     Ok(out)
@@ -97,7 +97,7 @@ fn with_progress<T>(
 /// The inputs, opened before the model loads so that a wrong path fails first; an error if no
 /// texts are given at all.
 fn open_inputs(input: &InputArgs) -> Result<Inputs> {
-    if input.input.is_none() && input.texts.is_empty() {
+    if input.file().is_none() && input.texts.is_empty() {
         bail!("{NO_INPUT}");
     }
     input.inputs()
@@ -118,7 +118,7 @@ fn streamed(
     mut inputs: Inputs,
     mut f: impl FnMut(&[&str], &mut dyn FnMut(usize)) -> Result<Vec<String>>,
 ) -> Result<()> {
-    let bar = Progress::new(None, input.input.is_some());
+    let bar = Progress::new(None, input.file().is_some());
     // Written a chunk at a time: stdout alone would write each line separately.
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let mut done = 0;
