@@ -49,8 +49,9 @@ impl std::fmt::Debug for Recorded<'_> {
 
 /// Records a run of `plan` on `batch` on `cube`'s device as a device graph, from this thread's
 /// stream: one run as usual (compiling and tuning whatever is new), one to leave in the pools
-/// what the recorded run allocates, then the recorded one. [`Error::Unsupported`] where the
-/// runtime records no graphs or the plan's products are cuBLAS's.
+/// what the recorded run allocates, then the recorded one. [`Error::BadBatch`] for a batch the
+/// plan's graph would not run (checked as an executor checks it) or its bucket does not hold;
+/// [`Error::Unsupported`] where the runtime records no graphs or the plan's products are cuBLAS's.
 pub fn record<'a>(
     cube: &'a Cube,
     plan: &'a BurnPlan<CubeBackend>,
@@ -63,6 +64,9 @@ pub fn record<'a>(
             "a device graph of cuBLAS's products: they run on a stream outside it".into(),
         ));
     }
+    // Kernels index the tables without checks (ids into the vocabulary, markers into their
+    // sequences): the batch is checked here, as `Executor::run` checks it, before any runs.
+    batch.check(&plan.graph().limits())?;
     let client = cube.device().client();
     let cx = RunCx::new(plan.graph(), batch, cube.device());
     cube.forward_in(plan, state, &cx)?;
@@ -404,6 +408,33 @@ mod tests {
                 recorded.replay_padded(&a.batch(), &mut out).expect("so does it padded");
             }
         }
+    }
+
+    /// A batch the graph would not run (an id past the vocabulary) or the bucket does not hold
+    /// is refused before anything is launched or recorded, and runs go on as before.
+    #[test]
+    fn a_batch_the_plan_would_not_run_is_refused_and_nothing_is_recorded() {
+        let graph = bert_like(SMALL);
+        let cube = device();
+        let (plan, mut state) = planned(&cube, &graph, 3, Bucket::new(16, 2, 16));
+        let ok = batch_of(&[(5, &[1]), (3, &[])], 1, 0);
+        let mut before = Outputs::new();
+        cube.run(&plan, &mut state, &ok.batch(), &mut before).expect("a run");
+
+        let mut past_vocab = BatchBuf::new();
+        past_vocab.push(&[1, 2, SMALL.vocab as u32], None, &[]).expect("a sequence");
+        let batch = past_vocab.batch();
+        let e = record(&cube, &plan, &mut state, &batch).expect_err("refused");
+        assert!(matches!(&e, Error::BadBatch(m) if m.contains("vocab")), "{e}");
+
+        let big = batch_of(&[(12, &[]), (12, &[])], 1, 0);
+        let batch = big.batch();
+        let e = record(&cube, &plan, &mut state, &batch).expect_err("refused");
+        assert!(matches!(&e, Error::BadBatch(m) if m.contains("does not fit")), "{e}");
+
+        let mut after = Outputs::new();
+        cube.run(&plan, &mut state, &ok.batch(), &mut after).expect("a run after");
+        assert_eq!(values(&after), values(&before));
     }
 
     /// cuBLAS runs on a stream of its own, which a graph of CubeCL's stream would not hold.
