@@ -57,7 +57,7 @@ pub enum Command {
         /// The query.
         #[arg(long)]
         query: String,
-        /// The documents (arguments, or --input).
+        /// The documents (arguments, --input, or lines piped to stdin).
         #[command(flatten)]
         input: InputArgs,
     },
