@@ -296,6 +296,12 @@ fn rerank_sorts_documents_by_cross_encoder_score() {
         "{}",
         text(&o.stderr)
     );
+    assert!(text(&o.stderr).contains("with labels ["), "{}", text(&o.stderr));
+    // A model without labels is named for what it is, without an empty list of labels.
+    let o = switchyard(&["rerank", "--model", &tiny("bert"), "--query", "q", "d"]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = text(&o.stderr);
+    assert!(err.contains("this model is an embedding model") && !err.contains("labels"), "{err}");
 }
 
 #[test]

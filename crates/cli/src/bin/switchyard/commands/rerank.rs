@@ -24,11 +24,13 @@ pub fn run(args: &ModelArgs, query: &str, input: &InputArgs) -> Result<()> {
     let mut run = runner(args, None)?;
     let task = run.model().task();
     if !matches!(task, Task::Classify { labels } if labels.len() == 1) {
+        let labels = task.labels();
+        let with =
+            if labels.is_empty() { String::new() } else { format!(" with labels {labels:?}") };
         bail!(
             "rerank needs a cross-encoder (a sequence classifier with one label); this model is \
-             {} with labels {:?}",
+             {}{with}",
             task.describe(),
-            task.labels()
         );
     }
     let rows = with_progress(input, &docs, |t, p| run.classify_pairs(query, t, p))?;
