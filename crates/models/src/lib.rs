@@ -37,7 +37,7 @@ use switchyard_core::{Backend, Buckets, Executor, Graph, HostTensor, PoolMode};
 pub use checkpoint::Checkpoint;
 pub use config::{Arch, Dropouts, EncoderConfig, ModernConfig};
 pub use runner::{Marked, Marking, Read, Runner, TokenLogits};
-pub use st::{Pooling, SentenceConfig, SentenceHead};
+pub use st::{Pooling, Prompt, Prompts, SentenceConfig, SentenceHead, prompted};
 pub use tokenize::{Encoded, Tokenizer, Truncation};
 
 /// The real model `name` as `cargo xtask fetch-models` puts it in this workspace
@@ -74,6 +74,14 @@ pub enum Error {
         tokens: usize,
         /// The model's maximum length.
         max: usize,
+    },
+    /// A prompt name the model's sentence-transformers configuration does not have.
+    #[error("the model has no prompt named {name:?}; its prompts: {}", if known.is_empty() { "none" } else { known })]
+    UnknownPrompt {
+        /// The name asked for.
+        name: String,
+        /// The names it has, comma-separated.
+        known: String,
     },
     /// Everything else, in core's terms: a file that cannot be read (`Io`), is missing or
     /// malformed (`Format`) or asks for what Switchyard does not support (`Unsupported`); or the
@@ -200,6 +208,8 @@ pub struct Model {
     /// For an embedding model, the same encoder giving every token's final row (output
     /// [`heads::TOKENS`]) instead of the pooled embedding.
     token_graph: Option<Graph>,
+    /// The prompts its sentence-transformers configuration names.
+    prompts: Prompts,
 }
 
 impl std::fmt::Debug for Model {
@@ -284,7 +294,8 @@ impl Model {
                 config.vocab
             )));
         }
-        Ok(Model { checkpoint, graph, task, tokenizer, config, token_graph })
+        let prompts = sentence.map(|s| s.prompts).unwrap_or_default();
+        Ok(Model { checkpoint, graph, task, tokenizer, config, token_graph, prompts })
     }
 
     /// The checkpoint it was read from.
@@ -306,6 +317,11 @@ impl Model {
     /// What the graph computes.
     pub fn task(&self) -> &Task {
         &self.task
+    }
+
+    /// The prompts its sentence-transformers configuration names (none for other checkpoints).
+    pub fn prompts(&self) -> &Prompts {
+        &self.prompts
     }
 
     /// The tokenizer.

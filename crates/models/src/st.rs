@@ -1,6 +1,8 @@
-//! The sentence-transformers files: `modules.json`, `sentence_bert_config.json` and the pooling
-//! module's `config.json` (a dense `Pooling`, or a sparse encoder's `SpladePooling`).
+//! The sentence-transformers files: `modules.json`, `sentence_bert_config.json`,
+//! `config_sentence_transformers.json` (the prompts) and the pooling module's `config.json` (a
+//! dense `Pooling`, or a sparse encoder's `SpladePooling`).
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde_json::Value;
@@ -35,6 +37,83 @@ pub struct SentenceConfig {
     pub head: SentenceHead,
     /// `max_seq_length`, if set.
     pub max_seq_length: Option<usize>,
+    /// The prompts the model names.
+    pub prompts: Prompts,
+}
+
+/// The prompts of a sentence-transformers model (`config_sentence_transformers.json`): texts put
+/// before each input, by name, such as E5's `"query": "query: "`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Prompts {
+    /// Each prompt's text, by name.
+    pub named: BTreeMap<String, String>,
+    /// The name of the prompt used where a call names none (`default_prompt_name`).
+    pub default: Option<String>,
+    /// Whether pooling covers the prompt's tokens (the Pooling module's `include_prompt`; false
+    /// for models such as INSTRUCTOR, which pool the text's tokens alone).
+    pub pooled: bool,
+}
+
+impl Default for Prompts {
+    fn default() -> Self {
+        Prompts { named: BTreeMap::new(), default: None, pooled: true }
+    }
+}
+
+/// Which prompt goes before each input, as sentence-transformers' `encode(prompt_name=...,
+/// prompt=...)` chooses it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Prompt<'a> {
+    /// The model's default prompt (`default_prompt_name`), or none if it has none.
+    #[default]
+    Default,
+    /// The prompt the model names so.
+    Named(&'a str),
+    /// This text (empty for none, even where the model has a default).
+    Text(&'a str),
+}
+
+impl<'a> Prompt<'a> {
+    /// The prompt sentence-transformers' `encode(prompt_name=name, prompt=text)` uses: `text`
+    /// where given, else the prompt called `name`, else the default.
+    pub fn choose(name: Option<&'a str>, text: Option<&'a str>) -> Prompt<'a> {
+        match (text, name) {
+            (Some(text), _) => Prompt::Text(text),
+            (None, Some(name)) => Prompt::Named(name),
+            (None, None) => Prompt::Default,
+        }
+    }
+}
+
+impl Prompts {
+    /// The text `choice` puts before each input (empty for none): an error for a name the model
+    /// does not have, or for a prompt on a model whose pooling leaves the prompt's tokens out
+    /// (which Switchyard does not compute).
+    pub fn text<'a>(&'a self, choice: Prompt<'a>) -> Result<&'a str> {
+        let text = match choice {
+            Prompt::Text(t) => t,
+            Prompt::Named(name) => self.named.get(name).ok_or_else(|| {
+                let known: Vec<&str> = self.named.keys().map(String::as_str).collect();
+                Error::UnknownPrompt { name: name.to_owned(), known: known.join(", ") }
+            })?,
+            Prompt::Default => {
+                self.default.as_deref().and_then(|n| self.named.get(n)).map_or("", String::as_str)
+            }
+        };
+        if !text.is_empty() && !self.pooled {
+            return Err(Error::unsupported(
+                "this model pools the text's tokens without the prompt's (include_prompt: false \
+                 in its Pooling configuration), which Switchyard does not compute; embed \
+                 without a prompt",
+            ));
+        }
+        Ok(text)
+    }
+}
+
+/// Each text with `prompt` before it.
+pub fn prompted<T: AsRef<str>>(prompt: &str, texts: &[T]) -> Vec<String> {
+    texts.iter().map(|t| [prompt, t.as_ref()].concat()).collect()
 }
 
 /// Reads the sentence-transformers configuration of `dir`; `None` if it has no `modules.json`.
@@ -49,6 +128,7 @@ pub fn read(dir: &Path) -> Result<Option<SentenceConfig>> {
     })?;
     let kind = |m: &Value| m.get("type").and_then(Value::as_str).unwrap_or("").to_owned();
     let mut pooling = None;
+    let mut pooled_prompt = true;
     let mut splade = false;
     let mut normalize = false;
     for m in modules {
@@ -58,7 +138,11 @@ pub fn read(dir: &Path) -> Result<Option<SentenceConfig>> {
         };
         match ty.rsplit('.').next().unwrap_or("") {
             "Transformer" | "MLMTransformer" => {}
-            "Pooling" => pooling = Some(pooling_mode(&path("1_Pooling"))?),
+            "Pooling" => {
+                let (mode, include_prompt) = pooling_mode(&path("1_Pooling"))?;
+                pooling = Some(mode);
+                pooled_prompt = include_prompt;
+            }
             "SpladePooling" => {
                 splade_pooling(&path("1_SpladePooling"))?;
                 splade = true;
@@ -103,7 +187,50 @@ pub fn read(dir: &Path) -> Result<Option<SentenceConfig>> {
     } else {
         None
     };
-    Ok(Some(SentenceConfig { head, max_seq_length }))
+    let prompts = Prompts { pooled: pooled_prompt, ..prompts(dir)? };
+    Ok(Some(SentenceConfig { head, max_seq_length, prompts }))
+}
+
+/// The prompts `config_sentence_transformers.json` names, if the file is there.
+fn prompts(dir: &Path) -> Result<Prompts> {
+    let path = dir.join("config_sentence_transformers.json");
+    if !is_file(&path)? {
+        return Ok(Prompts::default());
+    }
+    let c = read_json(&path)?;
+    let bad = |what: String| Error::format(format!("{}: {what}", path.display()));
+    let mut named = BTreeMap::new();
+    match c.get("prompts") {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(map)) => {
+            for (name, text) in map {
+                // sentence-transformers reads a null prompt as an empty one.
+                let text = match text {
+                    Value::Null => "",
+                    Value::String(t) => t,
+                    other => {
+                        return Err(bad(format!("the prompt {name:?} is {other}, not a text")));
+                    }
+                };
+                named.insert(name.clone(), text.to_owned());
+            }
+        }
+        Some(other) => {
+            return Err(bad(format!("`prompts` is {other}, not a map of names to texts")));
+        }
+    }
+    let default = match c.get("default_prompt_name") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(name)) if named.contains_key(name) => Some(name.clone()),
+        Some(other) => {
+            let known: Vec<&str> = named.keys().map(String::as_str).collect();
+            return Err(bad(format!(
+                "default_prompt_name {other} is not one of the prompts ({})",
+                known.join(", ")
+            )));
+        }
+    };
+    Ok(Prompts { named, default, pooled: true })
 }
 
 /// Checks a `SpladePooling` configuration: max pooling with `relu` is what Switchyard computes.
@@ -121,9 +248,12 @@ fn splade_pooling(path: &Path) -> Result<()> {
     Ok(())
 }
 
-fn pooling_mode(path: &Path) -> Result<PoolMode> {
+/// The pooling mode, and whether pooling covers a prompt's tokens (`include_prompt`, default
+/// true).
+fn pooling_mode(path: &Path) -> Result<(PoolMode, bool)> {
     let c = read_json(path)?;
     let on = |k: &str| c.get(k).and_then(Value::as_bool).unwrap_or(false);
+    let include_prompt = c.get("include_prompt").and_then(Value::as_bool).unwrap_or(true);
     let modes: Vec<(&str, PoolMode)> = [
         ("pooling_mode_cls_token", PoolMode::Cls),
         ("pooling_mode_mean_tokens", PoolMode::Mean),
@@ -141,7 +271,7 @@ fn pooling_mode(path: &Path) -> Result<PoolMode> {
         )));
     }
     match modes.as_slice() {
-        [(_, m)] => Ok(*m),
+        [(_, m)] => Ok((*m, include_prompt)),
         [] => Err(Error::format(format!("{}: no pooling mode is on", path.display()))),
         _ => Err(Error::unsupported(format!(
             "{}: several pooling modes at once (concatenated) are not supported",
@@ -196,5 +326,35 @@ mod tests {
             assert!(e.contains("supported: `max` with `relu`"), "{tag}: {e}");
             std::fs::remove_dir_all(dir).unwrap();
         }
+    }
+
+    #[test]
+    fn a_prompt_is_chosen_as_sentence_transformers_chooses_it() {
+        let named: BTreeMap<String, String> = [("query", "query: "), ("passage", "passage: ")]
+            .map(|(n, t)| (n.into(), t.into()))
+            .into();
+        let p = Prompts { named, default: Some("query".into()), pooled: true };
+        assert_eq!(p.text(Prompt::Default).unwrap(), "query: ");
+        assert_eq!(p.text(Prompt::Named("passage")).unwrap(), "passage: ");
+        // A text, even an empty one, overrides the default.
+        assert_eq!(p.text(Prompt::Text("")).unwrap(), "");
+        assert_eq!(p.text(Prompt::Text("Represent: ")).unwrap(), "Represent: ");
+        let e = p.text(Prompt::Named("doc")).unwrap_err().to_string();
+        assert_eq!(e, r#"the model has no prompt named "doc"; its prompts: passage, query"#);
+        let none = Prompts::default();
+        assert_eq!(none.text(Prompt::Default).unwrap(), "");
+        let e = none.text(Prompt::Named("query")).unwrap_err().to_string();
+        assert!(e.ends_with("its prompts: none"), "{e}");
+
+        // Pooling that leaves the prompt out is refused with a prompt, and fine without one.
+        let unpooled = Prompts { pooled: false, ..p };
+        let e = unpooled.text(Prompt::Default).unwrap_err().to_string();
+        assert!(e.contains("include_prompt: false"), "{e}");
+        assert_eq!(unpooled.text(Prompt::Text("")).unwrap(), "");
+
+        assert_eq!(prompted("query: ", &["a", "b c"]), ["query: a", "query: b c"]);
+        assert_eq!(Prompt::choose(Some("passage"), Some("q: ")), Prompt::Text("q: "));
+        assert_eq!(Prompt::choose(Some("passage"), None), Prompt::Named("passage"));
+        assert_eq!(Prompt::choose(None, None), Prompt::Default);
     }
 }

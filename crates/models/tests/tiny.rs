@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use common::{expected as json, numbers, rows, strings, tiny, worst};
 use switchyard_core::{Backend, Buckets, Graph, Op, PoolMode, Reference, Rows, Val};
-use switchyard_models::{Arch, Marked, Model, Pooling, Read, Runner, Task};
+use switchyard_models::{Arch, Marked, Model, Pooling, Prompt, Prompts, Read, Runner, Task};
 
 struct Expected {
     sentences: Vec<String>,
@@ -231,6 +231,63 @@ fn inconsistent_configs_are_errors() {
         let e = load_err(&s.0);
         assert!(e.contains(&format!("max_seq_length {bad} is not a positive whole")), "{e}");
     }
+}
+
+#[test]
+fn prompts_are_read_from_the_sentence_transformers_config() {
+    let s = Scratch::of("bert", "prompts");
+    let modules = serde_json::json!([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}
+    ]);
+    std::fs::write(s.0.join("modules.json"), modules.to_string()).unwrap();
+    std::fs::create_dir(s.0.join("1_Pooling")).unwrap();
+    let pooling = s.0.join("1_Pooling/config.json");
+    std::fs::write(&pooling, r#"{"pooling_mode_mean_tokens": true}"#).unwrap();
+    // Without the file, no prompts.
+    let model = Model::load(&s.0).unwrap();
+    assert_eq!(*model.prompts(), Prompts::default());
+
+    let config = s.0.join("config_sentence_transformers.json");
+    let write = |c: serde_json::Value| std::fs::write(&config, c.to_string()).unwrap();
+    write(serde_json::json!({
+        "prompts": {"query": "query: ", "passage": "passage: "},
+        "default_prompt_name": "query",
+        "similarity_fn_name": "cosine"
+    }));
+    let model = Model::load(&s.0).unwrap();
+    let prompts = model.prompts();
+    assert_eq!(prompts.named.len(), 2);
+    assert_eq!(prompts.named["passage"], "passage: ");
+    assert_eq!(prompts.default.as_deref(), Some("query"));
+    assert_eq!(prompts.text(Prompt::Default).unwrap(), "query: ");
+
+    // A null default and null prompts are none, as sentence-transformers writes them.
+    write(serde_json::json!({"prompts": {}, "default_prompt_name": null}));
+    assert_eq!(*Model::load(&s.0).unwrap().prompts(), Prompts::default());
+    write(serde_json::json!({"prompts": null}));
+    assert_eq!(*Model::load(&s.0).unwrap().prompts(), Prompts::default());
+    write(serde_json::json!({"prompts": {"query": null}, "default_prompt_name": "query"}));
+    assert_eq!(Model::load(&s.0).unwrap().prompts().text(Prompt::Default).unwrap(), "");
+
+    // A default that names no prompt, and prompts that are not texts, are malformed.
+    write(serde_json::json!({"prompts": {"query": "q: "}, "default_prompt_name": "doc"}));
+    let e = load_err(&s.0);
+    assert!(e.contains(r#"default_prompt_name "doc" is not one of the prompts (query)"#), "{e}");
+    write(serde_json::json!({"prompts": {"query": 3}}));
+    let e = load_err(&s.0);
+    assert!(e.contains(r#"the prompt "query" is 3, not a text"#), "{e}");
+    write(serde_json::json!({"prompts": ["query: "]}));
+    let e = load_err(&s.0);
+    assert!(e.contains("not a map of names to texts"), "{e}");
+
+    // Pooling without the prompt's tokens loads; a prompt on it is refused.
+    write(serde_json::json!({"prompts": {"query": "q: "}}));
+    std::fs::write(&pooling, r#"{"pooling_mode_mean_tokens": true, "include_prompt": false}"#)
+        .unwrap();
+    let model = Model::load(&s.0).unwrap();
+    assert!(!model.prompts().pooled);
+    assert!(model.prompts().text(Prompt::Named("query")).is_err());
 }
 
 #[test]
