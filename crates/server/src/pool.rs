@@ -14,7 +14,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use switchyard_core::{Backend, Bucket, DType};
-use switchyard_models::{Marked, Read, Runner, Task, Tokenizer};
+use switchyard_models::{Marked, Prompts, Read, Runner, Task, Tokenizer};
 use tokio::sync::oneshot;
 
 use crate::metrics::{DeviceLabels, Metrics, ModelLabels};
@@ -72,6 +72,8 @@ pub(crate) struct Meta {
     /// The width of an embedding model's vectors (0 for other tasks).
     pub dim: usize,
     pub limit: Bucket,
+    /// The prompts its sentence-transformers configuration names.
+    pub prompts: Prompts,
 }
 
 /// A request in flight: its inputs' slots, filled as batches finish.
@@ -356,6 +358,7 @@ fn opening<B: Backend + 'static>(
             g.output(switchyard_models::heads::EMBEDDING).map_or(0, |v| g.shape(v).width)
         },
         limit: runner.batch_limit(),
+        prompts: model.prompts().clone(),
     };
     let dtype = runner.executor().caps().dtype;
     let (go_tx, go) = mpsc::channel();

@@ -6,10 +6,12 @@ mod common;
 use std::sync::Arc;
 
 use base64::Engine as _;
-use common::{Control, Running, floats, held_model, runner, worst};
+use common::{
+    Control, PROMPTS, Running, floats, held_model, held_replica_at, runner, with_prompts, worst,
+};
 use serde_json::json;
 use switchyard_models::{Marking, scores};
-use switchyard_server::Config;
+use switchyard_server::{Config, ModelSpec};
 
 /// Answers within 1e-6 of the runner's: the same backend on the same batch rows; only the
 /// server's normalisation (one division per value) stands between them.
@@ -58,6 +60,67 @@ fn embed_gives_the_runners_vectors_normalised_or_not() {
         unit.header("x-compute-tokens"),
         Some(&*runner("bert").model().tokenizer().encode(TEXTS[0]).unwrap().ids.len().to_string())
     );
+}
+
+#[test]
+fn prompts_go_before_each_text_as_the_model_names_them() {
+    let c = Arc::new(Control::default());
+    let replicas = vec![held_replica_at(with_prompts("routes"), "held:0", &c)];
+    let s = Running::start(Config::default(), vec![ModelSpec { name: "e5".into(), replicas }]);
+    // The same encoder without prompts, on texts with each prompt written before them.
+    let mut plain = runner("bert");
+    let mut with = |prompt: &str| {
+        let texts = TEXTS.map(|t| format!("{prompt}{t}"));
+        (plain.embed(&texts.each_ref().map(String::as_str), |_| {}).unwrap(), texts)
+    };
+    let (query, query_texts) = with(PROMPTS[0].1);
+    let (passage, _) = with(PROMPTS[1].1);
+    let close = |got: &serde_json::Value, want: &[Vec<f32>]| {
+        let got = got.as_array().unwrap();
+        assert_eq!(got.len(), want.len());
+        got.iter().zip(want).all(|(g, w)| worst(&floats(g), w) <= TOL)
+    };
+
+    // The default prompt, `query`, unless the request names another.
+    let r = s.post("/embed", &json!({ "inputs": TEXTS, "normalize": false }));
+    assert!(close(&r.body, &query), "{:?}", r.body);
+    let named = json!({ "inputs": TEXTS, "normalize": false, "prompt_name": "passage" });
+    let r = s.post("/embed", &named);
+    assert!(close(&r.body, &passage), "{:?}", r.body);
+    let r = s.post("/embed_all", &json!({ "inputs": TEXTS[0], "prompt_name": "passage" }));
+    let tokens = plain.model().tokenizer().encode(&format!("{}{}", PROMPTS[1].1, TEXTS[0]));
+    assert_eq!(r.body[0].as_array().unwrap().len(), tokens.unwrap().ids.len());
+
+    // OpenAI's API names no prompt: the default applies.
+    let r = s.post("/v1/embeddings", &json!({ "model": "e5", "input": TEXTS[1] }));
+    let v = floats(&r.body["data"][0]["embedding"]);
+    assert!(scores::cosine(&v, &query[1]) > 0.99999, "{:?}", r.body);
+
+    // /similarity puts it before the source sentence and the others.
+    let body = json!({
+        "inputs": { "source_sentence": TEXTS[0], "sentences": [TEXTS[1], TEXTS[2]] },
+        "prompt_name": "passage"
+    });
+    let sims = floats(&s.post("/similarity", &body).body);
+    let want = [scores::cosine(&passage[0], &passage[1]), scores::cosine(&passage[0], &passage[2])];
+    assert!(worst(&sims, &want) <= 1e-5, "{sims:?} {want:?}");
+
+    // /tokenize shows the tokens the model sees.
+    let r = s.post("/tokenize", &json!({ "inputs": TEXTS[0] }));
+    let ids: Vec<u64> =
+        r.body[0].as_array().unwrap().iter().map(|t| t["id"].as_u64().unwrap()).collect();
+    let want = plain.model().tokenizer().encode(&query_texts[0]).unwrap().ids;
+    assert_eq!(ids, want.iter().map(|&i| u64::from(i)).collect::<Vec<_>>());
+
+    // A name the model does not have is refused, saying which it has; an empty input is still
+    // an empty input.
+    for path in ["/embed", "/embed_all", "/tokenize"] {
+        let r = s.post(path, &json!({ "inputs": "x", "prompt_name": "doc" }));
+        assert_eq!(r.status, 422, "{path}: {:?}", r.body);
+        let e = r.body["error"].as_str().unwrap();
+        assert!(e.contains(r#"no prompt named "doc"; its prompts: passage, query"#), "{e}");
+    }
+    assert_eq!(s.post("/embed", &json!({ "inputs": "" })).status, 422);
 }
 
 #[test]

@@ -16,7 +16,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use subtle::ConstantTimeEq;
-use switchyard_models::{Encoded, Marked, Marking, Read, Task, Truncation};
+use switchyard_models::{Encoded, Marked, Marking, Prompt, Read, Task, Truncation};
 
 pub(crate) use error::{ApiError, ErrorBody, OpenAiError, OpenAiErrorBody};
 
@@ -309,6 +309,29 @@ pub(crate) fn check_count(app: &App, n: usize) -> Result<(), ApiError> {
         )));
     }
     Ok(())
+}
+
+/// The text model `m` puts before each input: the prompt `name` names, else the model's default
+/// (none if it has none), as sentence-transformers' `encode(prompt_name=...)` chooses it; 422 for
+/// a name the model does not have.
+pub(crate) fn prompt<'a>(
+    app: &'a App,
+    m: usize,
+    name: Option<&'a str>,
+) -> Result<&'a str, ApiError> {
+    app.models[m]
+        .meta
+        .prompts
+        .text(Prompt::choose(name, None))
+        .map_err(|e| ApiError::invalid(e.to_string()))
+}
+
+/// `text` with `prompt` before it; an empty text stays empty, to be refused as one.
+pub(crate) fn prompted(prompt: &str, mut text: String) -> String {
+    if !text.is_empty() {
+        text.insert_str(0, prompt);
+    }
+    text
 }
 
 /// Tokenizes `texts` for model `m` off the async threads, runs them through its pool and

@@ -13,7 +13,9 @@ use switchyard_models::Task;
 use utoipa::ToSchema;
 
 use super::tei::{normalized, normalizes};
-use super::{ApiError, App, Encoding, OpenAiError, OpenAiErrorBody, Text, compute};
+use super::{
+    ApiError, App, Encoding, OpenAiError, OpenAiErrorBody, Text, compute, prompt, prompted,
+};
 
 /// The body of `/v1/embeddings`.
 #[derive(Deserialize, ToSchema)]
@@ -110,7 +112,14 @@ pub(crate) async fn embeddings(
         let msg = format!("dimensions {d}: this model's embeddings have 1 to {dim}");
         return Err(ApiError::invalid(msg).into());
     }
-    let texts = inputs(req.input)?;
+    // The model's default prompt goes before texts (this API names no prompt); ids are taken
+    // as they are.
+    let p = prompt(&app, m, None)?;
+    let texts = inputs(req.input)?.into_iter().map(|t| match t {
+        Text::One(t) => Text::One(prompted(p, t)),
+        ids => ids,
+    });
+    let texts = texts.collect();
     let c = compute(&app, m, texts, Encoding::default()).await?;
     let in_graph = normalizes(&app, m);
     let mut data = Vec::with_capacity(c.rows.len());

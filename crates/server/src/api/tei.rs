@@ -13,7 +13,10 @@ use switchyard_core::{DType, PoolMode};
 use switchyard_models::{Marking, Read, Task, Truncation, scores};
 use utoipa::ToSchema;
 
-use super::{ApiError, App, Encoding, ErrorBody, Served, Text, blocking, check_count, compute};
+use super::{
+    ApiError, App, Encoding, ErrorBody, Served, Text, blocking, check_count, compute, prompt,
+    prompted,
+};
 
 /// `?model=NAME`: which model a route uses (default: the first).
 #[derive(Deserialize, utoipa::IntoParams)]
@@ -75,16 +78,6 @@ impl Truncate {
     }
 }
 
-/// 422 for a prompt name: this server has no prompts.
-fn no_prompt(prompt_name: Option<&str>) -> Result<(), ApiError> {
-    match prompt_name {
-        None => Ok(()),
-        Some(p) => Err(ApiError::invalid(format!(
-            "prompt_name {p:?}: this server has no prompts; put the prompt in the text"
-        ))),
-    }
-}
-
 /// The body of `/embed`, `/embed_sparse` and `/embed_all`.
 #[derive(Deserialize, ToSchema)]
 pub(crate) struct EmbedRequest {
@@ -93,14 +86,17 @@ pub(crate) struct EmbedRequest {
     truncation: Truncate,
     #[serde(default = "yes")]
     normalize: bool,
+    /// The model's prompt to put before each input (default: the model's default prompt).
     #[serde(default)]
     prompt_name: Option<String>,
 }
 
 impl EmbedRequest {
-    fn encoding(&self) -> Result<Encoding, ApiError> {
-        no_prompt(self.prompt_name.as_deref())?;
-        Ok(self.truncation.encoding())
+    /// The inputs with model `m`'s prompt before each, and the encoding asked for.
+    fn inputs(self, app: &App, m: usize) -> Result<(Vec<Text>, Encoding), ApiError> {
+        let p = prompt(app, m, self.prompt_name.as_deref())?;
+        let texts = self.inputs.texts().into_iter().map(|t| Text::One(prompted(p, t))).collect();
+        Ok((texts, self.truncation.encoding()))
     }
 }
 
@@ -158,10 +154,9 @@ pub(crate) async fn embed(
 
 /// `/embed` on model `m`.
 async fn embed_with(app: &Arc<App>, m: usize, req: EmbedRequest) -> Result<Response, ApiError> {
-    let encoding = req.encoding()?;
-    let texts = req.inputs.texts().into_iter().map(Text::One).collect();
-    let c = compute(app, m, texts, encoding).await?;
     let normalize = req.normalize && !normalizes(app, m);
+    let (texts, encoding) = req.inputs(app, m)?;
+    let c = compute(app, m, texts, encoding).await?;
     let vectors: Vec<Vec<f32>> = c
         .rows
         .iter()
@@ -203,8 +198,7 @@ async fn embed_sparse_with(
     m: usize,
     req: EmbedRequest,
 ) -> Result<Response, ApiError> {
-    let encoding = req.encoding()?;
-    let texts = req.inputs.texts().into_iter().map(Text::One).collect();
+    let (texts, encoding) = req.inputs(app, m)?;
     let c = compute(app, m, texts, encoding).await?;
     let terms: Vec<Vec<SparseValue>> = c
         .rows
@@ -224,6 +218,7 @@ pub(crate) struct SimilarityRequest {
     inputs: SimilarityInputs,
     #[serde(flatten)]
     truncation: Truncate,
+    /// The model's prompt to put before each sentence (default: the model's default prompt).
     #[serde(default)]
     prompt_name: Option<String>,
 }
@@ -259,10 +254,11 @@ async fn similarity_with(
     m: usize,
     req: SimilarityRequest,
 ) -> Result<Response, ApiError> {
-    no_prompt(req.prompt_name.as_deref())?;
     let encoding = req.truncation.encoding();
     let SimilarityInputs { source_sentence, sentences } = req.inputs;
-    let texts = std::iter::once(source_sentence).chain(sentences).map(Text::One).collect();
+    let p = prompt(app, m, req.prompt_name.as_deref())?;
+    let texts = std::iter::once(source_sentence).chain(sentences);
+    let texts = texts.map(|t| Text::One(prompted(p, t))).collect();
     let c = compute(app, m, texts, encoding).await?;
     let vectors: Vec<&[f32]> =
         c.rows.iter().map(|r| r.first().map_or(&[][..], Vec::as_slice)).collect();
@@ -317,8 +313,8 @@ pub(crate) async fn embed_all(
 ) -> Result<Response, ApiError> {
     let m = pick(&app, query, |t| matches!(t, Task::Embed(_)), "/embed_all", "an embedding model")?;
     let Json(req) = body?;
-    let encoding = Encoding { read: Read::Tokens, ..req.encoding()? };
-    let texts = req.inputs.texts().into_iter().map(Text::One).collect();
+    let (texts, encoding) = req.inputs(&app, m)?;
+    let encoding = Encoding { read: Read::Tokens, ..encoding };
     let c = compute(&app, m, texts, encoding).await?;
     Ok((c.headers(), Json(c.rows)).into_response())
 }
@@ -532,6 +528,9 @@ pub(crate) struct TokenizeRequest {
     inputs: Inputs,
     #[serde(default = "yes")]
     add_special_tokens: bool,
+    /// The model's prompt to put before each input (default: the model's default prompt).
+    #[serde(default)]
+    prompt_name: Option<String>,
 }
 
 /// One token of `/tokenize`'s answer.
@@ -558,7 +557,8 @@ pub(crate) async fn tokenize(
 ) -> Result<Response, ApiError> {
     let m = pick(&app, query, |_| true, "/tokenize", "a model")?;
     let Json(req) = body?;
-    let texts = req.inputs.texts();
+    let p = prompt(&app, m, req.prompt_name.as_deref())?;
+    let texts: Vec<String> = req.inputs.texts().into_iter().map(|t| prompted(p, t)).collect();
     check_count(&app, texts.len())?;
     let special = req.add_special_tokens;
     let worker = Arc::clone(&app);

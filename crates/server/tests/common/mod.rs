@@ -21,6 +21,33 @@ pub fn tiny(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/tests/fixtures/tiny").join(name)
 }
 
+/// The prompts [`with_prompts`] gives its model: words of the tiny vocabulary, so that each
+/// tokenizes apart from the other.
+pub const PROMPTS: [(&str, &str); 2] = [("query", "the sea: "), ("passage", "some long text: ")];
+
+/// A copy of the tiny BERT embedder as a sentence-transformers model (mean pooling, as the bare
+/// encoder pools) naming [`PROMPTS`], `query` the default; in a fresh temporary folder per `tag`.
+pub fn with_prompts(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("switchyard-server-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("1_Pooling")).unwrap();
+    for f in ["config.json", "model.safetensors", "tokenizer.json"] {
+        std::fs::copy(tiny("bert").join(f), dir.join(f)).unwrap();
+    }
+    let modules = serde_json::json!([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}
+    ]);
+    std::fs::write(dir.join("modules.json"), modules.to_string()).unwrap();
+    std::fs::write(dir.join("1_Pooling/config.json"), r#"{"pooling_mode_mean_tokens": true}"#)
+        .unwrap();
+    let prompts: serde_json::Map<String, Value> =
+        PROMPTS.iter().map(|(n, t)| ((*n).to_owned(), Value::from(*t))).collect();
+    let config = serde_json::json!({"prompts": prompts, "default_prompt_name": "query"});
+    std::fs::write(dir.join("config_sentence_transformers.json"), config.to_string()).unwrap();
+    dir
+}
+
 /// What a test does to a [`Held`] backend: hold its runs, unplug it, and see its batches.
 #[derive(Default)]
 pub struct Control {
@@ -164,7 +191,16 @@ pub fn held_replica(
     device: &str,
     control: &Arc<Control>,
 ) -> Replica<Held<switchyard_flex::FlexBackend>> {
-    let (dir, control) = (tiny(name), Arc::clone(control));
+    held_replica_at(tiny(name), device, control)
+}
+
+/// A replica of the checkpoint in `dir` on flex under `control`.
+pub fn held_replica_at(
+    dir: PathBuf,
+    device: &str,
+    control: &Arc<Control>,
+) -> Replica<Held<switchyard_flex::FlexBackend>> {
+    let control = Arc::clone(control);
     let open: Opener<Held<switchyard_flex::FlexBackend>> = Arc::new(move || {
         if control.unplugged.load(Ordering::SeqCst) {
             return Err(Error::Device("unplugged by the test".into()).into());
