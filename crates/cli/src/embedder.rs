@@ -1,13 +1,14 @@
 //! Sentence embeddings.
 
 use switchyard_dispatch::Dispatch;
-use switchyard_models::{Model, Runner, Task};
+use switchyard_models::{Model, Prompt, Runner, Task, prompted};
 
 use crate::open::{open_for, strs};
 use crate::{Options, Result};
 
 /// A sentence embedder: one vector per text, pooled (and normalised) as its
-/// sentence-transformers configuration says.
+/// sentence-transformers configuration says, with its default prompt (if it names one) before
+/// each text, as sentence-transformers' `encode` puts it.
 ///
 /// ```
 /// # let model = concat!(env!("CARGO_MANIFEST_DIR"), "/../models/tests/fixtures/tiny/bert");
@@ -36,9 +37,30 @@ impl Embedder {
         Ok(Embedder { runner })
     }
 
-    /// One embedding per text, in order.
+    /// One embedding per text, in order, with the model's default prompt (if any) before each.
     pub fn embed<T: AsRef<str>>(&mut self, texts: &[T]) -> Result<Vec<Vec<f32>>> {
-        Ok(self.runner.embed(&strs(texts)?, |_| {})?)
+        self.embed_with_prompt(texts, Prompt::Default)
+    }
+
+    /// One embedding per text, in order, with the prompt `prompt` chooses before each (such as
+    /// E5's `Prompt::Named("query")`): an error for a name the model does not have.
+    ///
+    /// ```
+    /// # let model = concat!(env!("CARGO_MANIFEST_DIR"), "/../models/tests/fixtures/tiny/bert");
+    /// use switchyard::{Embedder, Prompt};
+    ///
+    /// let mut embedder = Embedder::open(model, "flex")?;
+    /// let mine = embedder.embed_with_prompt(&["cats"], Prompt::Text("query: "))?;
+    /// assert_eq!(mine, embedder.embed(&["query: cats"])?);
+    /// # Ok::<(), switchyard::Error>(())
+    /// ```
+    pub fn embed_with_prompt<T: AsRef<str>>(
+        &mut self,
+        texts: &[T],
+        prompt: Prompt<'_>,
+    ) -> Result<Vec<Vec<f32>>> {
+        let texts = prompted(self.runner.model().prompts().text(prompt)?, texts);
+        Ok(self.runner.embed(&strs(&texts)?, |_| {})?)
     }
 
     /// The width of an embedding.

@@ -119,7 +119,7 @@ fn fetch(arg: &str) -> Result<PathBuf> {
         ));
     }
     // The sentence-transformers files, where the repository has them: modules.json, its
-    // settings, and each module's config.json.
+    // settings and prompts, and each module's config.json.
     if has("modules.json") {
         for dir in module_dirs(&get("modules.json")?)? {
             let file = format!("{dir}/config.json");
@@ -127,8 +127,10 @@ fn fetch(arg: &str) -> Result<PathBuf> {
                 get(&file)?;
             }
         }
-        if has("sentence_bert_config.json") {
-            get("sentence_bert_config.json")?;
+        for settings in ["sentence_bert_config.json", "config_sentence_transformers.json"] {
+            if has(settings) {
+                get(settings)?;
+            }
         }
     }
     Ok(parent(&config))

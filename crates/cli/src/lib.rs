@@ -49,7 +49,7 @@ pub use reranker::{Ranked, Reranker};
 pub use sparse::{SparseEncoder, Term};
 pub use switchyard_core::{Buckets, DType, DTypeChoice};
 pub use switchyard_dispatch::{Device, Dispatch};
-pub use switchyard_models::{Model, Runner, Task};
+pub use switchyard_models::{Model, Prompt, Runner, Task};
 #[cfg(feature = "train")]
 pub use switchyard_train as training;
 #[cfg(feature = "train")]

@@ -1,7 +1,7 @@
 //! SPLADE sparse encoding.
 
 use switchyard_dispatch::Dispatch;
-use switchyard_models::{Model, Runner, Task};
+use switchyard_models::{Model, Prompt, Runner, Task, prompted};
 
 use crate::open::{open_for, strs};
 use crate::{Options, Result};
@@ -43,9 +43,21 @@ impl SparseEncoder {
         Ok(SparseEncoder { runner: open_for(model, options, fits, "a sparse (SPLADE) encoder")? })
     }
 
-    /// Each text's non-zero terms, heaviest first.
+    /// Each text's non-zero terms, heaviest first, with the model's default prompt (if any)
+    /// before each text.
     pub fn encode<T: AsRef<str>>(&mut self, texts: &[T]) -> Result<Vec<Vec<Term>>> {
-        let rows = self.runner.sparse(&strs(texts)?, |_| {})?;
+        self.encode_with_prompt(texts, Prompt::Default)
+    }
+
+    /// Each text's non-zero terms, heaviest first, with the prompt `prompt` chooses before each
+    /// text: an error for a name the model does not have.
+    pub fn encode_with_prompt<T: AsRef<str>>(
+        &mut self,
+        texts: &[T],
+        prompt: Prompt<'_>,
+    ) -> Result<Vec<Vec<Term>>> {
+        let texts = prompted(self.runner.model().prompts().text(prompt)?, texts);
+        let rows = self.runner.sparse(&strs(&texts)?, |_| {})?;
         let tokenizer = self.runner.model().tokenizer();
         Ok(rows
             .into_iter()

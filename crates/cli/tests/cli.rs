@@ -709,6 +709,81 @@ fn texts_piped_to_stdin_are_read_without_input() {
     assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
 }
 
+/// A copy of all-MiniLM-L6-v2 in a fresh folder named by `tag`, naming E5's prompts (`query`,
+/// the default, and `passage`) in its `config_sentence_transformers.json`.
+fn minilm_with_prompts(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("switchyard-cli-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let copy = |from: &std::path::Path, to: &std::path::Path| {
+        std::fs::create_dir_all(to).unwrap();
+        for e in std::fs::read_dir(from).unwrap() {
+            let e = e.unwrap();
+            if e.file_type().unwrap().is_file() {
+                std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+            }
+        }
+    };
+    let m = model_dir();
+    copy(&m, &dir);
+    copy(&m.join("1_Pooling"), &dir.join("1_Pooling"));
+    let config = serde_json::json!({
+        "prompts": { "query": "query: ", "passage": "passage: " },
+        "default_prompt_name": "query"
+    });
+    std::fs::write(dir.join("config_sentence_transformers.json"), config.to_string()).unwrap();
+    dir
+}
+
+#[test]
+fn embed_puts_the_prompt_chosen_before_each_text() {
+    let (m, e5) = (model_dir(), minilm_with_prompts("prompts"));
+    let (m, e5) = (m.to_str().unwrap(), e5.to_str().unwrap());
+    let embedding = |args: &[&str]| {
+        let o = switchyard(args);
+        assert!(o.status.success(), "{args:?}: {}", text(&o.stderr));
+        lines(&o).remove(0)
+    };
+    let same = |a: &serde_json::Value, b: &serde_json::Value| {
+        let (a, b) = (a["embedding"].as_array().unwrap(), b["embedding"].as_array().unwrap());
+        // The same text through the same kernels: equal but for the last bit or so.
+        a.iter().zip(b).all(|(x, y)| (x.as_f64().unwrap() - y.as_f64().unwrap()).abs() < 1e-6)
+    };
+    let t = THREE[0];
+    let query = embedding(&["embed", "--model", m, &format!("query: {t}")]);
+    let passage = embedding(&["embed", "--model", m, &format!("passage: {t}")]);
+    let bare = embedding(&["embed", "--model", m, t]);
+
+    // The model's default prompt, unless a flag chooses another or none; the text printed is
+    // the input's.
+    let default = embedding(&["embed", "--model", e5, t]);
+    assert!(same(&default, &query) && !same(&default, &bare));
+    assert_eq!(default["text"], t);
+    assert!(same(&embedding(&["embed", "--model", e5, "--prompt-name", "passage", t]), &passage));
+    assert!(same(&embedding(&["embed", "--model", e5, "--prompt", "", t]), &bare));
+    assert!(same(&embedding(&["embed", "--model", m, "--prompt", "passage: ", t]), &passage));
+
+    // similarity and tokenize see the same texts.
+    let o = switchyard(&["tokenize", "--model", e5, "--prompt-name", "passage", "Hello"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(
+        lines(&o)[0]["tokens"],
+        serde_json::json!(["[CLS]", "passage", ":", "hello", "[SEP]"])
+    );
+    let o = switchyard(&["similarity", "--model", e5, "--prompt-name", "passage", t, THREE[1]]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let o2 = switchyard(&["similarity", "--model", e5, t, THREE[1]]);
+    assert_ne!(text(&o.stdout), text(&o2.stdout), "the prompt changes the similarity");
+
+    // A name the model does not have, and both flags at once, are refused.
+    let o = switchyard(&["embed", "--model", e5, "--prompt-name", "doc", t]);
+    assert_eq!(o.status.code(), Some(1));
+    let e = text(&o.stderr);
+    assert!(e.contains(r#"no prompt named "doc"; its prompts: passage, query"#), "{e}");
+    let o = switchyard(&["embed", "--model", e5, "--prompt-name", "query", "--prompt", "q: ", t]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    std::fs::remove_dir_all(e5).unwrap();
+}
+
 #[test]
 fn a_local_directory_named_like_a_repository_wins_and_says_so() {
     let root = std::env::temp_dir().join(format!("switchyard-shadow-{}", std::process::id()));

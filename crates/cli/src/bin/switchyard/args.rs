@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Result, bail};
 use clap::{Parser, Subcommand};
 use switchyard::dispatch::{FAMILIES, forms, forms_served};
-use switchyard::{DType, DTypeChoice};
+use switchyard::{DType, DTypeChoice, Prompt};
 
 use switchyard::input::{Format, Inputs};
 
@@ -28,6 +28,8 @@ pub enum Command {
         model: ModelArgs,
         #[command(flatten)]
         input: InputArgs,
+        #[command(flatten)]
+        prompt: PromptArgs,
         /// A bucket table file (STAGE TOKENS SEQS MARKERS per line) instead of the built-in one.
         #[arg(long)]
         buckets: Option<PathBuf>,
@@ -38,6 +40,8 @@ pub enum Command {
         model: ModelArgs,
         #[command(flatten)]
         input: InputArgs,
+        #[command(flatten)]
+        prompt: PromptArgs,
     },
     /// Classify texts (a sequence classifier), or label their words (a token classifier): one
     /// JSON line per input, in input order.
@@ -61,12 +65,15 @@ pub enum Command {
         #[command(flatten)]
         input: InputArgs,
     },
-    /// Show how texts tokenize: ids and tokens, one JSON line per input.
+    /// Show how texts tokenize: ids and tokens, one JSON line per input (with the prompt an
+    /// embedding model puts before them).
     Tokenize {
         #[command(flatten)]
         model: ModelArgs,
         #[command(flatten)]
         input: InputArgs,
+        #[command(flatten)]
+        prompt: PromptArgs,
     },
     /// List the devices: which this build has, and which need another build.
     Devices,
@@ -339,6 +346,27 @@ pub struct ModelArgs {
     /// it.
     #[arg(long)]
     pub threads: Option<NonZeroUsize>,
+}
+
+/// Which prompt goes before each text: a sentence-transformers model's own
+/// (config_sentence_transformers.json), or one given.
+#[derive(clap::Args)]
+pub struct PromptArgs {
+    /// Put the model's prompt of this name before each text (such as E5's `query` or
+    /// `passage`). Default: the model's default prompt, where it names one.
+    #[arg(long)]
+    pub prompt_name: Option<String>,
+    /// Put this text before each text instead (`--prompt ""` for none, even where the model
+    /// has a default).
+    #[arg(long, conflicts_with = "prompt_name")]
+    pub prompt: Option<String>,
+}
+
+impl PromptArgs {
+    /// The prompt these flags choose.
+    pub fn choice(&self) -> Prompt<'_> {
+        Prompt::choose(self.prompt_name.as_deref(), self.prompt.as_deref())
+    }
 }
 
 /// The texts to process: arguments, a file, or lines piped to stdin.

@@ -5,9 +5,10 @@ use std::path::Path;
 use anyhow::Result;
 use serde::Serialize;
 use switchyard::Task;
+use switchyard::models::prompted;
 
 use super::{json_line, open_inputs, runner, streamed};
-use crate::args::{InputArgs, ModelArgs};
+use crate::args::{InputArgs, ModelArgs, PromptArgs};
 
 /// The line of a dense embedding (fields in the order the lines have always had them).
 #[derive(Serialize)]
@@ -31,15 +32,23 @@ struct Term {
     weight: f32,
 }
 
-/// Embeds the inputs, printing `{"text", "embedding"}` (or `"sparse"` terms for SPLADE) per line,
-/// a chunk of inputs at a time.
-pub fn run(args: &ModelArgs, input: &InputArgs, buckets: Option<&Path>) -> Result<()> {
+/// Embeds the inputs with the prompt chosen before each, printing `{"text", "embedding"}` (or
+/// `"sparse"` terms for SPLADE) per line, a chunk of inputs at a time.
+pub fn run(
+    args: &ModelArgs,
+    input: &InputArgs,
+    prompt: &PromptArgs,
+    buckets: Option<&Path>,
+) -> Result<()> {
     let inputs = open_inputs(input)?;
     let mut run = runner(args, buckets)?;
     let sparse = *run.model().task() == Task::Sparse;
+    let prompt = run.model().prompts().text(prompt.choice())?.to_owned();
     streamed(input, inputs, |texts, progress| {
+        let prompted = prompted(&prompt, texts);
+        let inputs: Vec<&str> = prompted.iter().map(String::as_str).collect();
         if sparse {
-            let rows = run.sparse(texts, progress)?;
+            let rows = run.sparse(&inputs, progress)?;
             let tokenizer = run.model().tokenizer();
             return texts
                 .iter()
@@ -53,7 +62,7 @@ pub fn run(args: &ModelArgs, input: &InputArgs, buckets: Option<&Path>) -> Resul
                 })
                 .collect();
         }
-        let rows = run.embed(texts, progress)?;
+        let rows = run.embed(&inputs, progress)?;
         texts
             .iter()
             .zip(rows)

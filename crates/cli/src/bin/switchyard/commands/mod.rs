@@ -27,13 +27,15 @@ use switchyard::input::Inputs;
 /// Runs the command the command line asks for.
 pub fn run(cli: Cli) -> Result<()> {
     match cli.command {
-        Command::Embed { model, input, buckets } => embed::run(&model, &input, buckets.as_deref()),
-        Command::Similarity { model, input } => similarity::run(&model, &input),
+        Command::Embed { model, input, prompt, buckets } => {
+            embed::run(&model, &input, &prompt, buckets.as_deref())
+        }
+        Command::Similarity { model, input, prompt } => similarity::run(&model, &input, &prompt),
         Command::Classify { model, input, every_token } => {
             classify::run(&model, &input, every_token)
         }
         Command::Rerank { model, query, input } => rerank::run(&model, &query, &input),
-        Command::Tokenize { model, input } => tokenize::run(&model, &input),
+        Command::Tokenize { model, input, prompt } => tokenize::run(&model, &input, &prompt),
         Command::Devices => devices::run(),
         Command::Inspect { model, bucket, json } => inspect::run(&model, bucket.as_deref(), json),
         Command::Serve(args) => serve::run(&args),

@@ -3,19 +3,22 @@
 use std::io::Write;
 
 use anyhow::{Result, bail};
+use switchyard::models::prompted;
 use switchyard::models::scores::cosine;
 
 use super::{runner, with_progress};
-use crate::args::{InputArgs, ModelArgs};
+use crate::args::{InputArgs, ModelArgs, PromptArgs};
 
-/// Embeds the inputs and prints each pair's cosine similarity, most similar first.
-pub fn run(args: &ModelArgs, input: &InputArgs) -> Result<()> {
+/// Embeds the inputs with the prompt chosen before each and prints each pair's cosine
+/// similarity, most similar first.
+pub fn run(args: &ModelArgs, input: &InputArgs, prompt: &PromptArgs) -> Result<()> {
     let texts = input.read()?;
     if texts.len() < 2 {
         bail!("similarity needs at least two texts");
     }
     let mut run = runner(args, None)?;
-    let rows = with_progress(input, &texts, |t, p| run.embed(t, p))?;
+    let inputs = prompted(run.model().prompts().text(prompt.choice())?, &texts);
+    let rows = with_progress(input, &inputs, |t, p| run.embed(t, p))?;
     let mut pairs = Vec::new();
     for i in 0..rows.len() {
         for j in i + 1..rows.len() {
