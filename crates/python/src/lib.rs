@@ -7,6 +7,7 @@
 //! shapes. Every error, a panic included, reaches Python as `SwitchyardError` with the Rust
 //! error's message.
 
+use std::collections::BTreeMap;
 use std::num::NonZeroUsize;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Mutex, MutexGuard};
@@ -15,7 +16,7 @@ use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
-use switchyard::{DTypeChoice, Device, Options};
+use switchyard::{DTypeChoice, Device, Options, Prompt};
 
 create_exception!(
     _switchyard,
@@ -99,6 +100,12 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 #[pyclass(module = "switchyard._switchyard", frozen)]
 struct Embedder {
     inner: Mutex<switchyard::Embedder>,
+    /// The model's prompts by name.
+    #[pyo3(get)]
+    prompts: BTreeMap<String, String>,
+    /// The prompt used where a call names none, if any.
+    #[pyo3(get)]
+    default_prompt_name: Option<String>,
     /// The width of an embedding.
     #[pyo3(get)]
     dim: usize,
@@ -125,7 +132,10 @@ impl Embedder {
     ) -> PyResult<Self> {
         let args = (device, dtype, threads, max_seq_length);
         let (inner, options) = open(py, model, args, switchyard::Embedder::open_with)?;
+        let prompts = inner.model().prompts();
         Ok(Embedder {
+            prompts: prompts.named.clone(),
+            default_prompt_name: prompts.default.clone(),
             dim: inner.dim(),
             max_seq_length: inner.model().tokenizer().max_len(),
             device: options.device.to_string(),
@@ -133,9 +143,19 @@ impl Embedder {
         })
     }
 
-    /// The embeddings of `texts`, as native-endian f32 bytes, `len(texts)` rows of `dim`.
-    fn embed<'py>(&self, py: Python<'py>, texts: Vec<String>) -> PyResult<Bound<'py, PyBytes>> {
-        let rows = py.detach(|| guarded(|| lock(&self.inner).embed(&texts)))?;
+    /// The embeddings of `texts` with the prompt chosen before each (`prompt`, else the prompt
+    /// named `prompt_name`, else the model's default), as native-endian f32 bytes,
+    /// `len(texts)` rows of `dim`.
+    #[pyo3(signature = (texts, prompt_name=None, prompt=None))]
+    fn embed<'py>(
+        &self,
+        py: Python<'py>,
+        texts: Vec<String>,
+        prompt_name: Option<&str>,
+        prompt: Option<&str>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let choice = Prompt::choose(prompt_name, prompt);
+        let rows = py.detach(|| guarded(|| lock(&self.inner).embed_with_prompt(&texts, choice)))?;
         let floats = rows.len() * self.dim;
         PyBytes::new_with(py, floats * 4, |buf| {
             for (chunk, x) in buf.chunks_exact_mut(4).zip(rows.iter().flatten()) {
@@ -275,9 +295,18 @@ impl SparseEncoder {
         Ok(SparseEncoder { device: options.device.to_string(), inner: inner.into() })
     }
 
-    /// Each text's terms, heaviest first: `(id, token or None, weight)` each.
-    fn encode(&self, py: Python<'_>, texts: Vec<String>) -> PyResult<Vec<Vec<Term>>> {
-        let got = py.detach(|| guarded(|| lock(&self.inner).encode(&texts)))?;
+    /// Each text's terms with the prompt chosen before it (as [`Embedder::embed`] chooses it),
+    /// heaviest first: `(id, token or None, weight)` each.
+    #[pyo3(signature = (texts, prompt_name=None, prompt=None))]
+    fn encode(
+        &self,
+        py: Python<'_>,
+        texts: Vec<String>,
+        prompt_name: Option<&str>,
+        prompt: Option<&str>,
+    ) -> PyResult<Vec<Vec<Term>>> {
+        let choice = Prompt::choose(prompt_name, prompt);
+        let got = py.detach(|| guarded(|| lock(&self.inner).encode_with_prompt(&texts, choice)))?;
         Ok(got
             .into_iter()
             .map(|terms| terms.into_iter().map(|t| (t.id, t.token, t.weight)).collect())

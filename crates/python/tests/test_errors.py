@@ -102,9 +102,9 @@ def test_a_batch_runs_with_the_gil_released(minilm):
         dim = native.dim
         device = native.device
 
-        def embed(self, batch):
+        def embed(self, batch, prompt_name, prompt):
             before = ticks[0]
-            out = native.embed(batch)
+            out = native.embed(batch, prompt_name, prompt)
             during.append(ticks[0] - before)
             return out
 

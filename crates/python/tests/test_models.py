@@ -1,6 +1,9 @@
 """Each model type through the Python API: equal to the `switchyard` command's outputs, and the
 real all-MiniLM-L6-v2 within the Rust tests' tolerance of sentence-transformers."""
 
+import json
+import shutil
+
 import numpy as np
 import pytest
 
@@ -47,6 +50,31 @@ def test_encode_takes_sentence_transformers_arguments(minilm):
     assert isinstance(as_list, list) and np.array_equal(as_list[2], many[2])
     sims = model.similarity(many, many)
     assert sims.shape == (4, 4) and np.allclose(np.diag(sims), 1.0, atol=1e-5)
+
+
+def test_encode_puts_the_models_prompts_before_the_texts(minilm, tmp_path):
+    # all-MiniLM-L6-v2 with E5's prompts, `query` the default.
+    e5 = tmp_path / "e5"
+    shutil.copytree(minilm, e5)
+    prompts = {"query": "query: ", "passage": "passage: "}
+    config = {"prompts": prompts, "default_prompt_name": "query"}
+    (e5 / "config_sentence_transformers.json").write_text(json.dumps(config))
+    plain, model = switchyard.Embedder(minilm), switchyard.Embedder(str(e5))
+    assert (plain.prompts, plain.default_prompt_name) == ({}, None)
+    assert (model.prompts, model.default_prompt_name) == (prompts, "query")
+
+    def prefixed(prompt):
+        return plain.encode([prompt + t for t in TEXTS])
+
+    assert np.array_equal(model.encode(TEXTS), prefixed("query: "))
+    assert np.array_equal(model.encode(TEXTS, prompt_name="passage"), prefixed("passage: "))
+    # sentence-transformers' order: the prompt name comes second; a prompt text wins over it.
+    assert np.array_equal(model.encode(TEXTS, "passage"), prefixed("passage: "))
+    assert np.array_equal(model.encode(TEXTS, "passage", prompt="q: "), prefixed("q: "))
+    assert np.array_equal(model.encode(TEXTS, prompt=""), plain.encode(TEXTS))
+    unknown = 'no prompt named "doc"; its prompts: passage, query'
+    with pytest.raises(switchyard.SwitchyardError, match=unknown):
+        model.encode(TEXTS, prompt_name="doc")
 
 
 def test_a_progress_bar_counts_every_text(minilm, capsys):
@@ -118,6 +146,12 @@ def test_sparse_terms_equal_the_commands(cli):
         assert [np.float32(w) for w in terms.values()] == [np.float32(w) for w in want.values()]
     ids = splade.encode(TEXTS[0], return_ids=True)
     assert list(ids.keys()) == [t["id"] for t in lines[0]["sparse"]]
+    # A prompt goes before each text, as the command's --prompt puts it.
+    prompted = cli(["embed", "--model", model, "--prompt", "the sea ", *TEXTS], "")
+    for terms, line in zip(splade.encode(TEXTS, prompt="the sea "), prompted):
+        keys = [t["token"] if t["token"] is not None else t["id"] for t in line["sparse"]]
+        assert list(terms) == keys
+    assert splade.encode(TEXTS, prompt="the sea ") != got
 
 
 def test_devices_lists_flex_as_available():

@@ -169,9 +169,20 @@ class Embedder(_Model):
         """The width of an embedding."""
         return self._native.dim
 
+    @property
+    def prompts(self) -> Dict[str, str]:
+        """The model's prompts by name (its ``config_sentence_transformers.json``)."""
+        return dict(self._native.prompts)
+
+    @property
+    def default_prompt_name(self) -> Optional[str]:
+        """The prompt put before texts where ``encode`` names none, if the model has one."""
+        return self._native.default_prompt_name
+
     def encode(
         self,
         sentences: Texts,
+        prompt_name: Optional[str] = None,
         prompt: Optional[str] = None,
         batch_size: int = 32,
         show_progress_bar: Optional[bool] = None,
@@ -186,9 +197,11 @@ class Embedder(_Model):
         """Embeds ``sentences``: a float32 array of shape ``(len(sentences), dim)``, or
         ``(dim,)`` for one string.
 
-        ``prompt`` is prepended to each text. ``batch_size`` sets how many texts cross into the
-        engine per call (each call runs in ragged batches sized by the model's buckets) and
-        how often the progress bar moves. ``normalize_embeddings`` scales each vector to unit
+        ``prompt_name`` puts the model's prompt of that name (see :attr:`prompts`) before each
+        text, and ``prompt`` that text instead (``""`` for none); without either, the model's
+        default prompt goes before each, if it has one. ``batch_size`` sets how many texts
+        cross into the engine per call (each call runs in ragged batches sized by the model's
+        buckets) and how often the progress bar moves. ``normalize_embeddings`` scales each vector to unit
         length; ``truncate_dim`` keeps the first dimensions (before normalising).
         ``convert_to_numpy=False`` gives a list of 1-D arrays; ``convert_to_tensor=True`` a
         torch tensor (torch must be installed). Other outputs, precisions and a per-call device
@@ -206,12 +219,10 @@ class Embedder(_Model):
                 f"this model runs on {self.device}; open another Embedder with device={device!r}"
             )
         texts, single = _texts(sentences)
-        if prompt:
-            texts = [prompt + t for t in texts]
         dim = self._native.dim
         out = np.empty((len(texts), dim), dtype=np.float32)
         for start, end in _batches(len(texts), batch_size, show_progress_bar, "Batches"):
-            raw = self._native.embed(texts[start:end])
+            raw = self._native.embed(texts[start:end], prompt_name, prompt)
             out[start:end] = np.frombuffer(raw, dtype=np.float32).reshape(end - start, dim)
         if truncate_dim is not None:
             out = out[:, :truncate_dim]
@@ -379,16 +390,19 @@ class SparseEncoder(_Model):
         batch_size: int = 32,
         show_progress_bar: Optional[bool] = None,
         return_ids: bool = False,
+        prompt_name: Optional[str] = None,
+        prompt: Optional[str] = None,
     ):
         """Each text's terms with their weights, heaviest first (one dict for one string).
 
         Keys are the vocabulary's token strings, or token ids with ``return_ids=True`` (a
-        token without text in the vocabulary is keyed by its id either way).
+        token without text in the vocabulary is keyed by its id either way). ``prompt_name``
+        and ``prompt`` choose the prompt before each text as :meth:`Embedder.encode`'s do.
         """
         texts, single = _texts(sentences)
         out: List[Dict[Union[str, int], float]] = []
         for start, end in _batches(len(texts), batch_size, show_progress_bar, "Batches"):
-            for terms in self._native.encode(texts[start:end]):
+            for terms in self._native.encode(texts[start:end], prompt_name, prompt):
                 out.append(
                     {
                         (i if return_ids or token is None else token): weight

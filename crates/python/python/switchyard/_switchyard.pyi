@@ -1,6 +1,6 @@
 """Type stubs of the native module; use the package's classes (``switchyard.Embedder``...)."""
 
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 __version__: str
 MAX_INPUT_BYTES: int
@@ -12,6 +12,8 @@ class Embedder:
     dim: int
     max_seq_length: int
     device: str
+    prompts: Dict[str, str]
+    default_prompt_name: Optional[str]
     def __init__(
         self,
         model: str,
@@ -20,7 +22,12 @@ class Embedder:
         threads: Optional[int] = None,
         max_seq_length: Optional[int] = None,
     ) -> None: ...
-    def embed(self, texts: List[str]) -> bytes: ...
+    def embed(
+        self,
+        texts: List[str],
+        prompt_name: Optional[str] = None,
+        prompt: Optional[str] = None,
+    ) -> bytes: ...
 
 class Reranker:
     device: str
@@ -59,6 +66,11 @@ class SparseEncoder:
         threads: Optional[int] = None,
         max_seq_length: Optional[int] = None,
     ) -> None: ...
-    def encode(self, texts: List[str]) -> List[List[Tuple[int, Optional[str], float]]]: ...
+    def encode(
+        self,
+        texts: List[str],
+        prompt_name: Optional[str] = None,
+        prompt: Optional[str] = None,
+    ) -> List[List[Tuple[int, Optional[str], float]]]: ...
 
 def devices() -> List[Tuple[str, bool, str]]: ...
