@@ -215,14 +215,7 @@ fn inconsistent_configs_are_errors() {
 
     // sentence-transformers' max_seq_length must be a positive whole number.
     let s = Scratch::of("bert", "maxlen");
-    let modules = serde_json::json!([
-        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}
-    ]);
-    std::fs::write(s.0.join("modules.json"), modules.to_string()).unwrap();
-    std::fs::create_dir(s.0.join("1_Pooling")).unwrap();
-    let pooling = r#"{"pooling_mode_mean_tokens": true}"#;
-    std::fs::write(s.0.join("1_Pooling/config.json"), pooling).unwrap();
+    sentence_transformers(&s.0, MEAN);
     let sbert = s.0.join("sentence_bert_config.json");
     std::fs::write(&sbert, r#"{"max_seq_length": 8}"#).unwrap();
     assert_eq!(Model::load(&s.0).unwrap().tokenizer().max_len(), 8);
@@ -236,14 +229,7 @@ fn inconsistent_configs_are_errors() {
 #[test]
 fn prompts_are_read_from_the_sentence_transformers_config() {
     let s = Scratch::of("bert", "prompts");
-    let modules = serde_json::json!([
-        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}
-    ]);
-    std::fs::write(s.0.join("modules.json"), modules.to_string()).unwrap();
-    std::fs::create_dir(s.0.join("1_Pooling")).unwrap();
-    let pooling = s.0.join("1_Pooling/config.json");
-    std::fs::write(&pooling, r#"{"pooling_mode_mean_tokens": true}"#).unwrap();
+    sentence_transformers(&s.0, MEAN);
     // Without the file, no prompts.
     let model = Model::load(&s.0).unwrap();
     assert_eq!(*model.prompts(), Prompts::default());
@@ -283,8 +269,7 @@ fn prompts_are_read_from_the_sentence_transformers_config() {
 
     // Pooling without the prompt's tokens loads; a prompt on it is refused.
     write(serde_json::json!({"prompts": {"query": "q: "}}));
-    std::fs::write(&pooling, r#"{"pooling_mode_mean_tokens": true, "include_prompt": false}"#)
-        .unwrap();
+    sentence_transformers(&s.0, r#"{"pooling_mode_mean_tokens": true, "include_prompt": false}"#);
     let model = Model::load(&s.0).unwrap();
     assert!(!model.prompts().pooled);
     assert!(model.prompts().text(Prompt::Named("query")).is_err());
@@ -464,16 +449,27 @@ fn only_heads_that_read_cls_alone_compute_the_last_layer_for_it() {
     }
 }
 
-/// `dir` as a sentence-transformers model that pools each text's `[CLS]` row, as BGE does.
-fn pool_cls(dir: &Path) {
+/// A Pooling module's configuration: mean pooling.
+const MEAN: &str = r#"{"pooling_mode_mean_tokens": true}"#;
+
+/// `dir` as a sentence-transformers model: a Transformer, then a Pooling module configured by
+/// `pooling` (JSON).
+fn sentence_transformers(dir: &Path, pooling: &str) {
     let modules = r#"[
         {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
         {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}
     ]"#;
     std::fs::write(dir.join("modules.json"), modules).unwrap();
     std::fs::create_dir_all(dir.join("1_Pooling")).unwrap();
-    let pooling = r#"{"pooling_mode_cls_token": true, "pooling_mode_mean_tokens": false}"#;
     std::fs::write(dir.join("1_Pooling/config.json"), pooling).unwrap();
+}
+
+/// `dir` as a sentence-transformers model that pools each text's `[CLS]` row, as BGE does.
+fn pool_cls(dir: &Path) {
+    sentence_transformers(
+        dir,
+        r#"{"pooling_mode_cls_token": true, "pooling_mode_mean_tokens": false}"#,
+    );
 }
 
 /// Each text's embedding against the first row of its token states, which the token graph
