@@ -105,6 +105,18 @@ impl Inputs {
         Ok((!chunk.is_empty()).then_some(chunk))
     }
 
+    /// Whether there is nothing to read: no texts, or a file or stream at its end. Waits for a
+    /// stream's first bytes or its end, not for a whole line.
+    pub fn at_end(&mut self) -> Result<bool> {
+        match &mut self.source {
+            Source::Texts(texts) => Ok(texts.is_empty()),
+            Source::Lines { name, reader } => match reader.fill_buf() {
+                Ok(buffered) => Ok(buffered.is_empty()),
+                Err(e) => fail(format!("in {name}: reading line {}: {e}", self.line + 1)),
+            },
+        }
+    }
+
     /// Every input, in one list.
     pub fn all(mut self) -> Result<Vec<String>> {
         let mut all = Vec::new();

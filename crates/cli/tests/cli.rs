@@ -120,6 +120,13 @@ fn errors_are_one_line_and_name_the_fix() {
     let o = switchyard(&["embed", "--model", m.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1));
     assert!(text(&o.stderr).contains("no input"), "{}", text(&o.stderr));
+    // Said before loading the model: an empty stdin is no input, whatever the model.
+    for command in ["embed", "classify", "similarity", "tokenize"] {
+        let o = switchyard(&[command, "--model", "/nonexistent/model"]);
+        assert_eq!(o.status.code(), Some(1));
+        let err = text(&o.stderr);
+        assert!(err.starts_with("switchyard: no input"), "{command}: {err}");
+    }
 
     let o = switchyard(&["embed"]);
     assert_eq!(o.status.code(), Some(2), "usage errors exit 2");

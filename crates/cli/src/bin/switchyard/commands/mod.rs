@@ -97,12 +97,13 @@ fn with_progress<T>(
 }
 
 /// The inputs, opened before the model loads so that a wrong path fails first; an error if no
-/// texts are given at all.
+/// texts are given at all, or the file or stream given is empty.
 fn open_inputs(input: &InputArgs) -> Result<Inputs> {
-    if input.file().is_none() && input.texts.is_empty() {
+    let mut inputs = input.inputs()?;
+    if inputs.at_end()? {
         bail!("{NO_INPUT}");
     }
-    input.inputs()
+    Ok(inputs)
 }
 
 /// `value` as one line of JSON. Serialized directly, not through `serde_json::Value`, so that an
