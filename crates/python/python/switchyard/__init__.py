@@ -201,8 +201,9 @@ class Embedder(_Model):
         text, and ``prompt`` that text instead (``""`` for none); without either, the model's
         default prompt goes before each, if it has one. ``batch_size`` sets how many texts
         cross into the engine per call (each call runs in ragged batches sized by the model's
-        buckets) and how often the progress bar moves. ``normalize_embeddings`` scales each vector to unit
-        length; ``truncate_dim`` keeps the first dimensions (before normalising).
+        buckets) and how often the progress bar moves. ``normalize_embeddings`` scales each
+        vector to unit length; ``truncate_dim`` keeps the first dimensions (before
+        normalising).
         ``convert_to_numpy=False`` gives a list of 1-D arrays; ``convert_to_tensor=True`` a
         torch tensor (torch must be installed). Other outputs, precisions and a per-call device
         are not supported and raise ``ValueError``.
