@@ -220,6 +220,7 @@ fn inspect_prints_the_plan_with_totals_and_as_json() {
         assert_eq!(o.status.code(), Some(1), "{bucket}");
         let err = text(&o.stderr);
         assert!(err.contains(why) && err.lines().count() == 1, "{bucket}: {err}");
+        assert!(!err.contains("  "), "a run of spaces from a wrapped literal: {err}");
     }
 }
 

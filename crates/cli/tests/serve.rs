@@ -137,7 +137,8 @@ fn serve_refuses_what_it_cannot_serve() {
     let tiny = Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/tests/fixtures/tiny/bert");
     let tiny = tiny.to_str().unwrap();
     let (ok, e) = run(&["--model", tiny, "--listen", "0.0.0.0:0"]);
-    assert!(!ok && e.contains("--public"), "{e}");
+    // One line, read as written: no run of spaces left by a wrapped string literal.
+    assert!(!ok && e.contains("--public") && e.lines().count() == 1 && !e.contains("  "), "{e}");
     let (ok, e) = run(&["--model", "/no/such/model", "--listen", "127.0.0.1:0"]);
     assert!(!ok && e.contains("/no/such/model") && e.lines().count() == 1, "{e}");
     let (ok, e) = run(&[

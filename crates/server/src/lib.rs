@@ -147,7 +147,9 @@ impl Drop for Running {
 pub fn bind(listen: SocketAddr, public: bool) -> Result<std::net::TcpListener> {
     if !listen.ip().is_loopback() && !public {
         return Err(Error::Setup(format!(
-            "refusing to listen on {listen}: the server listens on loopback (127.0.0.1) unless              --public says to serve the network (then set --api-key, and put TLS in front: see              docs/server.md)"
+            "refusing to listen on {listen}: the server listens on loopback (127.0.0.1) unless \
+             --public says to serve the network (then set --api-key, and put TLS in front: \
+             see docs/server.md)"
         )));
     }
     std::net::TcpListener::bind(listen).map_err(|e| {

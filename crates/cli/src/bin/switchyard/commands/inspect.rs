@@ -22,7 +22,8 @@ pub fn run(model: &str, bucket: Option<&str>, json: bool) -> Result<()> {
     };
     if bucket.tokens > bucket.seqs.saturating_mul(max_len) {
         bail!(
-            "bucket {bucket} holds more tokens than {} sequences of at most {max_len} tokens              (the model's maximum length) could fill",
+            "bucket {bucket} holds more tokens than {} sequences of at most {max_len} tokens \
+             (the model's maximum length) could fill",
             bucket.seqs
         );
     }
