@@ -71,9 +71,10 @@ impl Drop for Serving {
     }
 }
 
-/// The CLI's embeddings of `texts`, as f32.
-fn cli_embeddings(model: &Path, texts: &[&str]) -> Vec<Vec<f32>> {
+/// The CLI's embeddings of `texts`, as f32, with the flags `flags`.
+fn cli_embeddings(model: &Path, flags: &[&str], texts: &[&str]) -> Vec<Vec<f32>> {
     let mut args = vec!["embed", "--model", model.to_str().unwrap()];
+    args.extend(flags);
     args.extend(texts);
     let o = Command::new(env!("CARGO_BIN_EXE_switchyard"))
         .args(&args)
@@ -99,7 +100,7 @@ fn floats(v: &serde_json::Value) -> Vec<f32> {
 fn real_clients_get_the_clis_numbers_and_sigterm_stops_cleanly() {
     let model = model_dir();
     let clients = clients_dir();
-    let want = cli_embeddings(&model, &THREE);
+    let want = cli_embeddings(&model, &[], &THREE);
     let server = Serving::start(&["--model", model.to_str().unwrap()]);
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients.py");
     let o = Command::new("python3")
@@ -121,6 +122,40 @@ fn real_clients_get_the_clis_numbers_and_sigterm_stops_cleanly() {
     assert_eq!(similarity, [cosine(&want[0], &want[1]), cosine(&want[0], &want[2])]);
     assert!(got["openai_tokens"].as_u64().unwrap() > 3);
     assert!(server.terminate(), "SIGTERM did not end serve with success");
+}
+
+/// `POST path` with a JSON body to the server at `url` (`http://HOST:PORT`): the reply's body.
+fn post(url: &str, path: &str, body: &serde_json::Value) -> serde_json::Value {
+    use std::io::{Read, Write};
+    let addr = url.trim_start_matches("http://");
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    let body = body.to_string();
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    s.write_all([head, body].concat().as_bytes()).unwrap();
+    let mut reply = String::new();
+    s.read_to_string(&mut reply).unwrap();
+    let (status, rest) = reply.split_once("\r\n").unwrap();
+    assert!(status.ends_with("200 OK"), "{reply}");
+    serde_json::from_str(rest.split_once("\r\n\r\n").unwrap().1).unwrap()
+}
+
+#[test]
+fn a_default_prompt_goes_before_every_request_that_names_none() {
+    let model = model_dir();
+    let want = cli_embeddings(&model, &["--prompt", "query: "], &THREE);
+    assert_ne!(want, cli_embeddings(&model, &[], &THREE), "the prompt changes the embeddings");
+    let server =
+        Serving::start(&["--model", model.to_str().unwrap(), "--default-prompt", "query: "]);
+    let r = post(&server.url, "/embed", &serde_json::json!({ "inputs": THREE }));
+    let got: Vec<Vec<f32>> = r.as_array().unwrap().iter().map(floats).collect();
+    assert_eq!(got, want, "/embed differs from `embed --prompt`");
+    let r = post(&server.url, "/v1/embeddings", &serde_json::json!({ "input": THREE[0] }));
+    assert_eq!(floats(&r["data"][0]["embedding"]), want[0], "/v1/embeddings differs");
+    assert!(server.terminate());
 }
 
 #[test]
@@ -154,4 +189,10 @@ fn serve_refuses_what_it_cannot_serve() {
     assert!(!ok && e.contains("nosuch"), "{e}");
     let (ok, e) = run(&["--model", tiny, "--max-batch-tokens", "0", "--listen", "127.0.0.1:0"]);
     assert!(!ok && e.contains("--max-batch-tokens"), "{e}");
+    let (ok, e) =
+        run(&["--model", tiny, "--default-prompt-name", "query", "--listen", "127.0.0.1:0"]);
+    assert!(!ok && e.contains(r#"has no prompt named "query"; its prompts: none"#), "{e}");
+    let both = ["--default-prompt-name", "query", "--default-prompt", "query: "];
+    let (ok, e) = run(&[&["--model", tiny, "--listen", "127.0.0.1:0"][..], &both].concat());
+    assert!(!ok && e.contains("cannot be used with"), "{e}");
 }

@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use switchyard_models::Prompt;
+
 /// The server's limits and switches; [`Config::default`] has text-embeddings-inference's
 /// defaults where it has the same setting.
 #[derive(Clone, Debug)]
@@ -25,6 +27,34 @@ pub struct Config {
     pub request_timeout: Duration,
     /// Origins a browser may call the server from (none: no CORS headers are sent).
     pub cors_origins: Vec<String>,
+    /// The prompt before the texts of requests that name none, for the models that take
+    /// prompts (embedding and sparse models).
+    pub default_prompt: DefaultPrompt,
+}
+
+/// The prompt a request that names none gets (text-embeddings-inference's
+/// `--default-prompt-name` and `--default-prompt`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum DefaultPrompt {
+    /// Each model's own default (`default_prompt_name`), or none where it names none: what
+    /// sentence-transformers' `encode` does.
+    #[default]
+    Model,
+    /// The prompt each model names so; every model that takes prompts must have it.
+    Named(String),
+    /// This text (empty: none, even where a model has a default).
+    Text(String),
+}
+
+impl DefaultPrompt {
+    /// The choice it makes, as the models crate takes it.
+    pub fn choice(&self) -> Prompt<'_> {
+        match self {
+            DefaultPrompt::Model => Prompt::Default,
+            DefaultPrompt::Named(name) => Prompt::Named(name),
+            DefaultPrompt::Text(text) => Prompt::Text(text),
+        }
+    }
 }
 
 impl Default for Config {
@@ -39,6 +69,7 @@ impl Default for Config {
             payload_limit: 2_000_000,
             request_timeout: Duration::from_secs(300),
             cors_origins: Vec::new(),
+            default_prompt: DefaultPrompt::Model,
         }
     }
 }

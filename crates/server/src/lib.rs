@@ -22,8 +22,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use switchyard_core::Backend;
+use switchyard_models::{Prompt, Task};
 
-pub use config::Config;
+pub use config::{Config, DefaultPrompt};
 pub use error::{Error, Result};
 pub use pool::{ModelSpec, Opener, Replica};
 
@@ -42,10 +43,20 @@ impl Server {
         for spec in models {
             let name = spec.name.clone();
             let (pool, meta) = pool::Pool::start(spec, &config, Arc::clone(&metrics))?;
-            tracing::info!(model = %name, task = meta.task.describe(), "serving");
+            let default_prompt = default_prompt(&config.default_prompt, &name, &meta)?;
+            tracing::info!(model = %name, task = meta.task.describe(), ?default_prompt, "serving");
             let devices: Vec<String> = pool.health().into_iter().map(|(d, _)| d).collect();
             let devices = devices.join(",");
-            served.push(api::Served { name, devices, meta, pool });
+            served.push(api::Served { name, devices, meta, default_prompt, pool });
+        }
+        if config.default_prompt != DefaultPrompt::Model
+            && !served.iter().any(|s| takes_prompts(&s.meta.task))
+        {
+            return Err(Error::Setup(
+                "a default prompt goes before the texts of embedding and sparse models, and none \
+                 is served"
+                    .into(),
+            ));
         }
         Ok(Server { app: Arc::new(api::App::new(config, served, metrics)) })
     }
@@ -202,4 +213,20 @@ fn check<B: Backend>(config: &Config, models: &[ModelSpec<B>]) -> Result<()> {
         return Err(Error::Setup(format!("{flag} must be at least 1")));
     }
     Ok(())
+}
+
+/// Whether a model of this task puts prompts before its texts: embedding and sparse models do.
+pub(crate) fn takes_prompts(task: &Task) -> bool {
+    matches!(task, Task::Embed(_) | Task::Sparse)
+}
+
+/// The text model `name` puts before the texts of a request that names no prompt: the one
+/// `choice` makes where the model takes prompts, else the model's own default; an error for a
+/// name it does not have, or a prompt it cannot take.
+fn default_prompt(choice: &DefaultPrompt, name: &str, meta: &pool::Meta) -> Result<String> {
+    let choice = if takes_prompts(&meta.task) { choice.choice() } else { Prompt::Default };
+    match meta.prompts.text(choice) {
+        Ok(text) => Ok(text.to_owned()),
+        Err(e) => Err(Error::Setup(format!("model {name:?}: {e}"))),
+    }
 }

@@ -11,7 +11,7 @@ use common::{
 };
 use serde_json::json;
 use switchyard_models::{Marking, scores};
-use switchyard_server::{Config, ModelSpec};
+use switchyard_server::{Config, DefaultPrompt, ModelSpec, Server};
 
 /// Answers within 1e-6 of the runner's: the same backend on the same batch rows; only the
 /// server's normalisation (one division per value) stands between them.
@@ -121,6 +121,69 @@ fn prompts_go_before_each_text_as_the_model_names_them() {
         assert!(e.contains(r#"no prompt named "doc"; its prompts: passage, query"#), "{e}");
     }
     assert_eq!(s.post("/embed", &json!({ "inputs": "" })).status, 422);
+}
+
+#[test]
+fn the_servers_default_prompt_goes_before_requests_that_name_none() {
+    let e5 = |tag: &str| {
+        let c = Arc::new(Control::default());
+        ModelSpec {
+            name: "e5".into(),
+            replicas: vec![held_replica_at(with_prompts(tag), "held:0", &c)],
+        }
+    };
+    let config = |d: DefaultPrompt| Config { default_prompt: d, ..Config::default() };
+    let mut plain = runner("bert");
+    let mut with = |prompt: &str| {
+        let texts = TEXTS.map(|t| format!("{prompt}{t}"));
+        plain.embed(&texts.each_ref().map(String::as_str), |_| {}).unwrap()
+    };
+    let (bare, query, passage) = (with(""), with(PROMPTS[0].1), with(PROMPTS[1].1));
+    let embed = |s: &Running, body: serde_json::Value| {
+        let r = s.post("/embed", &body);
+        assert_eq!(r.status, 200, "{:?}", r.body);
+        r.body.as_array().unwrap().iter().map(floats).collect::<Vec<_>>()
+    };
+    let close = |got: &[Vec<f32>], want: &[Vec<f32>]| {
+        got.len() == want.len() && got.iter().zip(want).all(|(g, w)| worst(g, w) <= TOL)
+    };
+
+    // `passage` instead of the model's `query`, where a request names none; a name still wins.
+    let s = Running::start(config(DefaultPrompt::Named("passage".into())), vec![e5("named")]);
+    let got = embed(&s, json!({ "inputs": TEXTS, "normalize": false }));
+    assert!(close(&got, &passage), "{got:?}");
+    let got = embed(&s, json!({ "inputs": TEXTS, "normalize": false, "prompt_name": "query" }));
+    assert!(close(&got, &query), "{got:?}");
+    let r = s.post("/v1/embeddings", &json!({ "input": TEXTS[1] }));
+    let v = floats(&r.body["data"][0]["embedding"]);
+    assert!(scores::cosine(&v, &passage[1]) > 0.99999, "{:?}", r.body);
+    // /info says which prompts each model has, and which goes before a request naming none.
+    let info = s.get("/info").body;
+    assert_eq!(info["models"][0]["default_prompt"], json!(PROMPTS[1].1), "{info}");
+    assert_eq!(info["models"][0]["prompts"]["query"], json!(PROMPTS[0].1), "{info}");
+    drop(s);
+
+    // A text, empty for none even where the model has a default.
+    let s = Running::start(config(DefaultPrompt::Text(String::new())), vec![e5("none")]);
+    let got = embed(&s, json!({ "inputs": TEXTS, "normalize": false }));
+    assert!(close(&got, &bare), "{got:?}");
+    assert_eq!(s.get("/info").body["models"][0]["default_prompt"], json!(""));
+    drop(s);
+
+    // Refused at start: a name a model does not have, and a default with no model to take it.
+    let e = Server::new(config(DefaultPrompt::Named("doc".into())), vec![e5("doc")]).err();
+    let e = e.expect("an unknown default prompt is refused").to_string();
+    assert!(
+        e.contains(
+            r#"model "e5": the model has no prompt named "doc"; its prompts: passage, query"#
+        ),
+        "{e}"
+    );
+    let c = Arc::new(Control::default());
+    let reranker = vec![held_model("reranker", "bert-cross-encoder", &[&c])];
+    let e = Server::new(config(DefaultPrompt::Text("query: ".into())), reranker).err();
+    let e = e.expect("a default prompt no model takes is refused").to_string();
+    assert!(e.contains("none is served"), "{e}");
 }
 
 #[test]

@@ -30,6 +30,8 @@ pub(crate) struct Served {
     /// The devices of its replicas, comma-separated (`x-compute-type`).
     pub devices: String,
     pub meta: Meta,
+    /// The text before each input of a request that names no prompt.
+    pub default_prompt: String,
     pub pool: Pool,
 }
 
@@ -311,19 +313,22 @@ pub(crate) fn check_count(app: &App, n: usize) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// The text model `m` puts before each input: the prompt `name` names, else the model's default
-/// (none if it has none), as sentence-transformers' `encode(prompt_name=...)` chooses it; 422 for
-/// a name the model does not have.
+/// The text model `m` puts before each input: the prompt `name` names, else the server's default
+/// for it ([`Served::default_prompt`]); 422 for a name the model does not have.
 pub(crate) fn prompt<'a>(
     app: &'a App,
     m: usize,
     name: Option<&'a str>,
 ) -> Result<&'a str, ApiError> {
-    app.models[m]
-        .meta
-        .prompts
-        .text(Prompt::choose(name, None))
-        .map_err(|e| ApiError::invalid(e.to_string()))
+    let served = &app.models[m];
+    match name {
+        Some(name) => served
+            .meta
+            .prompts
+            .text(Prompt::Named(name))
+            .map_err(|e| ApiError::invalid(e.to_string())),
+        None => Ok(&served.default_prompt),
+    }
 }
 
 /// `text` with `prompt` before it; an empty text stays empty, to be refused as one.

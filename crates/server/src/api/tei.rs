@@ -705,6 +705,8 @@ pub(crate) async fn info(
                 "max_input_length": s.meta.tokenizer.max_len(),
                 "dtype": dtype_name(model_dtype(s)),
                 "devices": devices,
+                "prompts": s.meta.prompts.named,
+                "default_prompt": s.default_prompt,
             })
         })
         .collect();

@@ -193,6 +193,14 @@ pub struct ServeArgs {
     /// Truncate over-long inputs even when a request does not set `truncate`.
     #[arg(long)]
     pub auto_truncate: bool,
+    /// Put the prompt of this name before the texts of requests that name none (default: each
+    /// model's default prompt, where it names one). Every embedding model served must have it.
+    #[arg(long)]
+    pub default_prompt_name: Option<String>,
+    /// Put this text before the texts of requests that name no prompt instead (`""` for none,
+    /// even where a model has a default).
+    #[arg(long, conflicts_with = "default_prompt_name")]
+    pub default_prompt: Option<String>,
     /// The largest request body in bytes (413 past it).
     #[arg(long, default_value_t = 2_000_000)]
     pub payload_limit: usize,

@@ -15,7 +15,7 @@ pub fn run(args: &ServeArgs) -> Result<()> {
     use std::time::Duration;
 
     use switchyard::{Buckets, Options};
-    use switchyard_server::{Config, ModelSpec, Opener, Replica, Server};
+    use switchyard_server::{Config, DefaultPrompt, ModelSpec, Opener, Replica, Server};
 
     super::logs::install(args.json_logs, "info")?;
     let addr: std::net::SocketAddr = args.listen.parse().with_context(|| {
@@ -71,6 +71,11 @@ pub fn run(args: &ServeArgs) -> Result<()> {
         payload_limit: args.payload_limit,
         request_timeout: Duration::from_secs(args.request_timeout),
         cors_origins: args.cors_origins.clone(),
+        default_prompt: match (&args.default_prompt_name, &args.default_prompt) {
+            (Some(name), _) => DefaultPrompt::Named(name.clone()),
+            (None, Some(text)) => DefaultPrompt::Text(text.clone()),
+            (None, None) => DefaultPrompt::Model,
+        },
     };
     let listener = switchyard_server::bind(addr, args.public)?;
     let keyed = if config.api_key.is_some() { "an API key is required" } else { "no API key" };
