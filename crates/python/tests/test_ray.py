@@ -8,7 +8,7 @@ import pytest
 import ray
 
 import switchyard
-from switchyard.ray import embed_parquet
+from switchyard.ray import EmbedBatches, embed_parquet
 
 
 @pytest.fixture(scope="module")
@@ -68,6 +68,28 @@ def test_two_actors_embed_every_row_once_as_one_process_does(cluster, minilm, tm
     # Each text's vector depends on its own tokens only, whichever actor and batch ran it.
     worst = max(np.abs(got[i] - want[i]).max() for i, _ in rows)
     assert worst <= 1e-6, worst
+
+
+def test_a_prompt_goes_before_every_row(cluster, minilm, tmp_path):
+    rows = corpus(40)
+    source = tmp_path / "corpus"
+    source.mkdir()
+    table = pa.table({"id": [i for i, _ in rows], "text": [t for _, t in rows]})
+    pq.write_table(table, str(source / "part.parquet"))
+    dest = tmp_path / "embeddings"
+    run = dict(actors=1, threads=1, cpus_per_actor=0.5)
+    assert embed_parquet(minilm, str(source), str(dest), prompt="query: ", **run) == 40
+
+    got = embedded(dest)
+    model = switchyard.Embedder(minilm)
+    texts = [t for _, t in rows]
+    want = model.encode(texts, prompt="query: ")
+    assert not np.allclose(want, model.encode(texts)), "the prompt changes the embeddings"
+    worst = max(np.abs(got[i] - want[i]).max() for i, _ in rows)
+    assert worst <= 1e-6, worst
+    # The class Ray runs takes the model's prompt by name too (all-MiniLM-L6-v2 names none).
+    with pytest.raises(switchyard.SwitchyardError, match="no prompt named"):
+        EmbedBatches(minilm, threads=1, prompt_name="query")({"text": np.array(texts[:1])})
 
 
 def test_a_corpus_without_the_id_or_text_column_is_an_error(cluster, minilm, tmp_path):

@@ -26,7 +26,8 @@ class EmbedBatches:
     ``output_column`` (float32 rows, one per text).
 
     Ray constructs one per actor, so each actor opens the model once; the constructor's
-    arguments are :class:`switchyard.Embedder`'s.
+    arguments are :class:`switchyard.Embedder`'s, and ``prompt_name`` and ``prompt`` are
+    :meth:`switchyard.Embedder.encode`'s (default: the model's default prompt, if it names one).
     """
 
     def __init__(
@@ -38,18 +39,26 @@ class EmbedBatches:
         text_column: str = "text",
         output_column: str = "embedding",
         normalize_embeddings: bool = False,
+        prompt_name: Optional[str] = None,
+        prompt: Optional[str] = None,
     ) -> None:
         self.model = Embedder(model, device=device, dtype=dtype, threads=threads)
         self.text_column = text_column
         self.output_column = output_column
         self.normalize_embeddings = normalize_embeddings
+        self.prompt_name = prompt_name
+        self.prompt = prompt
 
     def __call__(self, batch: Dict[str, Any]) -> Dict[str, Any]:
         if self.text_column not in batch:
             raise KeyError(f"the batch has no column {self.text_column!r}: {sorted(batch)}")
         texts = [str(t) for t in batch[self.text_column]]
         vectors = self.model.encode(
-            texts, batch_size=max(len(texts), 1), normalize_embeddings=self.normalize_embeddings
+            texts,
+            prompt_name=self.prompt_name,
+            prompt=self.prompt,
+            batch_size=max(len(texts), 1),
+            normalize_embeddings=self.normalize_embeddings,
         )
         out = dict(batch)
         out[self.output_column] = vectors
@@ -80,13 +89,17 @@ def embed_parquet(
     batch_size: int = 256,
     normalize_embeddings: bool = False,
     cpus_per_actor: Optional[float] = None,
+    prompt_name: Optional[str] = None,
+    prompt: Optional[str] = None,
 ) -> int:
     """Embeds the ``text_column`` of the Parquet files at ``source`` into Parquet files at
     ``dest``, with ``actors`` Ray actors running flex on ``threads`` threads each (or one GPU
     each on a GPU ``device``). Each actor reserves ``cpus_per_actor`` of Ray's CPUs (default:
     ``threads``, else 1); leave Ray Data at least one CPU to read and write with, or the
     pipeline waits for a CPU that never frees. Resumable: rows whose ``id_column`` is already in
-    ``dest`` are skipped. Returns the number of rows embedded by this run.
+    ``dest`` are skipped. Returns the number of rows embedded by this run. ``prompt_name`` or
+    ``prompt`` choose the prompt before each text as :meth:`switchyard.Embedder.encode` does
+    (default: the model's default prompt, if it names one); keep the same choice when resuming.
 
     Rows stream through: the output is written block by block as the actors finish them, so
     memory is bounded by the blocks in flight, not the corpus.
@@ -116,6 +129,8 @@ def embed_parquet(
             "threads": None if gpu else threads,
             "text_column": text_column,
             "normalize_embeddings": normalize_embeddings,
+            "prompt_name": prompt_name,
+            "prompt": prompt,
         },
         batch_size=batch_size,
         concurrency=actors,
