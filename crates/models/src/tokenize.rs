@@ -96,6 +96,27 @@ impl Encoded {
         out
     }
 
+    /// This encoding of `prompt` followed by a text, as the text's: the prompt's tokens count as
+    /// special (framing, as `[CLS]` is), and byte ranges and word indices are the text's. A
+    /// token that straddles the two is the text's.
+    pub fn after_prompt(mut self, prompt: &str) -> Encoded {
+        let cut = prompt.len();
+        let mut first_word = None;
+        for i in 0..self.ids.len() {
+            let (start, end) = self.offsets[i];
+            if self.special[i] {
+                continue;
+            }
+            if end <= cut {
+                (self.special[i], self.words[i], self.offsets[i]) = (true, None, (0, 0));
+            } else {
+                self.offsets[i] = (start.saturating_sub(cut), end - cut);
+                self.words[i] = self.words[i].map(|w| w - *first_word.get_or_insert(w));
+            }
+        }
+        self
+    }
+
     /// The positions of every token that is not a special token, with its byte range.
     pub fn text_tokens(&self) -> Vec<(u32, (usize, usize))> {
         self.words
@@ -858,6 +879,32 @@ mod tests {
             ("unigram", unigram(true)),
             ("word level", word_level()),
         ]
+    }
+
+    #[test]
+    fn a_prompts_tokens_become_framing_and_the_texts_keep_their_own_spans() {
+        let t = wordpiece();
+        let (prompt, text) = ("new, ", "the man eats");
+        let alone = t.encode(text).unwrap();
+        let e = t.encode(&[prompt, text].concat()).unwrap().after_prompt(prompt);
+        // [CLS] new , the man eat ##s [SEP]: the prompt's two tokens join the special ones.
+        assert_eq!(e.tokens, ["[CLS]", "new", ",", "the", "man", "eat", "##s", "[SEP]"]);
+        assert_eq!(e.special, [true, true, true, false, false, false, false, true]);
+        // The text's tokens are as it alone gives them: spans in it, words counted from 0.
+        let texts =
+            |e: &Encoded| e.text_tokens().into_iter().map(|(_, span)| span).collect::<Vec<_>>();
+        assert_eq!(texts(&e), texts(&alone));
+        let words = |e: &Encoded| e.words.iter().flatten().copied().collect::<Vec<_>>();
+        assert_eq!(words(&e), words(&alone));
+        let spans = |e: &Encoded| e.word_starts().into_iter().map(|(_, s)| s).collect::<Vec<_>>();
+        assert_eq!(spans(&e), spans(&alone));
+        // No prompt: nothing changes.
+        assert_eq!(t.encode(text).unwrap().after_prompt(""), alone);
+        // A token across the boundary is the text's, from its first byte.
+        let e = t.encode("new man").unwrap().after_prompt("ne");
+        assert_eq!(e.special, [true, false, false, true]);
+        assert_eq!(e.offsets[1..3], [(0, 1), (2, 5)]);
+        assert_eq!(e.words[1..3], [Some(0), Some(1)]);
     }
 
     #[test]
