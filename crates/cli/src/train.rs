@@ -52,12 +52,16 @@ pub enum Question {
         /// The document.
         document: String,
     },
-    /// An embedding model's cosine similarity of two texts.
+    /// An embedding model's cosine similarity of two texts, each with `prompt` before it.
     Similarity {
         /// The first text.
         a: String,
         /// The second text.
         b: String,
+        /// The text before each: what [`crate::Embedder::embed`] puts there is the model's
+        /// default, `model.prompts().text(Prompt::Default)`; empty for none. It is held at the
+        /// input, as the special tokens are, so the attributions are the texts' alone.
+        prompt: String,
     },
 }
 
@@ -92,8 +96,11 @@ pub fn explain(
         (Question::Score { query, document }, Task::Classify { .. }) if labels.len() == 1 => {
             (vec![t.encode_pair(query, document)?], Aim::Score)
         }
-        (Question::Similarity { a, b }, Task::Embed(_)) => {
-            (vec![t.encode(a)?, t.encode(b)?], Aim::Similarity)
+        (Question::Similarity { a, b, prompt }, Task::Embed(_)) => {
+            let encode = |text: &str| -> Result<_> {
+                Ok(t.encode(&[prompt.as_str(), text].concat())?.after_prompt(prompt))
+            };
+            (vec![encode(a)?, encode(b)?], Aim::Similarity)
         }
         (q, task) => {
             let wants = match q {

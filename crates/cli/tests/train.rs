@@ -156,6 +156,96 @@ fn explain_prints_attributions_that_add_up() {
     assert_eq!(line.matches('[').count(), 2, "{line}");
 }
 
+/// The tiny BERT as a sentence-transformers model with E5-style prompts made of words of its
+/// vocabulary, `query` the default.
+fn tiny_with_prompts(dir: &Path) -> String {
+    std::fs::create_dir_all(dir.join("1_Pooling")).unwrap();
+    for f in ["config.json", "model.safetensors", "tokenizer.json"] {
+        std::fs::copy(Path::new(&tiny("bert")).join(f), dir.join(f)).unwrap();
+    }
+    let modules = serde_json::json!([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}
+    ]);
+    std::fs::write(dir.join("modules.json"), modules.to_string()).unwrap();
+    std::fs::write(dir.join("1_Pooling/config.json"), r#"{"pooling_mode_mean_tokens": true}"#)
+        .unwrap();
+    let config = serde_json::json!({
+        "prompts": {"query": "the sea: ", "passage": "some long text: "},
+        "default_prompt_name": "query"
+    });
+    std::fs::write(dir.join("config_sentence_transformers.json"), config.to_string()).unwrap();
+    dir.display().to_string()
+}
+
+#[test]
+fn explain_holds_the_models_prompt_as_embed_puts_it() {
+    let dir = scratch("prompts");
+    let m = tiny_with_prompts(&dir);
+    let (a, b) = ("a man is eating food", "the cat sat");
+    // The cosine of `embed`'s vectors with these prompt flags.
+    let cosine = |flags: &[&str]| {
+        let r = switchyard(&[&["embed", "--model", &m][..], flags, &[a, b]].concat());
+        assert!(r.status.success(), "{}", text(&r.stderr));
+        let v: Vec<Vec<f64>> = text(&r.stdout)
+            .lines()
+            .map(|l| {
+                let l: serde_json::Value = serde_json::from_str(l).unwrap();
+                l["embedding"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect()
+            })
+            .collect();
+        let dot = |x: &[f64], y: &[f64]| x.iter().zip(y).map(|(p, q)| p * q).sum::<f64>();
+        dot(&v[0], &v[1]) / (dot(&v[0], &v[0]) * dot(&v[1], &v[1])).sqrt()
+    };
+    let explain = |flags: &[&str]| {
+        let r = switchyard(&[&["explain", "--model", &m][..], flags, &[a, b]].concat());
+        assert!(r.status.success(), "{}", text(&r.stderr));
+        serde_json::from_str::<serde_json::Value>(text(&r.stdout).trim()).unwrap()
+    };
+    for flags in [&[][..], &["--prompt-name", "passage"], &["--prompt", ""]] {
+        let e = explain(flags);
+        // The same similarity `embed` gives with the same prompt: f32 kernels of two backends
+        // (burn's under autodiff, and flex's), which agree to a few ulps of the cosine.
+        let (value, want) = (e["value"].as_f64().unwrap(), cosine(flags));
+        assert!((value - want).abs() <= 1e-5, "{flags:?}: {value} vs {want}");
+        let input = &e["inputs"][0];
+        // The words and spans are the text's; the prompt's tokens are held as [CLS] is.
+        let words: Vec<&str> = input["words"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|w| w["word"].as_str().unwrap())
+            .collect();
+        assert_eq!(words, ["a", "man", "is", "eating", "food"], "{flags:?}");
+        let tokens = input["tokens"].as_array().unwrap();
+        let held = tokens.iter().filter(|t| t["special"] == true).count();
+        let prompt_tokens = match flags {
+            [] => 3,             // the sea :
+            [_, "passage"] => 4, // some long text :
+            _ => 0,
+        };
+        assert_eq!(held, 2 + prompt_tokens, "{flags:?}: {tokens:?}");
+        assert!(tokens.iter().filter(|t| t["special"] == true).all(|t| t["attribution"] == 0.0));
+        let sum: f64 = tokens.iter().map(|t| t["attribution"].as_f64().unwrap()).sum::<f64>()
+            + e["inputs"][1]["tokens"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t["attribution"].as_f64().unwrap())
+                .sum::<f64>();
+        let change = value - e["baseline"].as_f64().unwrap();
+        assert!((sum - change).abs() <= 1e-3 * change.abs() + 1e-5, "{sum} vs {change}");
+    }
+    assert!((explain(&[])["value"].as_f64().unwrap() - cosine(&["--prompt", ""])).abs() > 1e-4);
+
+    let r = switchyard(&["explain", "--model", &m, "--prompt-name", "doc", a, b]);
+    assert!(text(&r.stderr).contains(r#"no prompt named "doc""#), "{}", text(&r.stderr));
+    let r = switchyard(&["explain", "--model", &tiny("bert-classifier"), "--prompt", "x", a]);
+    let err = text(&r.stderr);
+    assert!(err.contains("--prompt-name and --prompt are for an embedding model"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn train_and_explain_refuse_what_they_cannot_do_in_one_line() {
     let dir = scratch("refusals");

@@ -328,6 +328,8 @@ pub struct ExplainArgs {
     #[arg(long, default_value_t = 3)]
     pub top: usize,
     #[command(flatten)]
+    pub prompt: PromptArgs,
+    #[command(flatten)]
     pub input: InputArgs,
 }
 

@@ -205,7 +205,7 @@ fn texts_of(q: &Question) -> Vec<(&str, Option<&str>)> {
     match q {
         Question::Label { text, .. } => vec![(text, None)],
         Question::Score { query, document } => vec![(query, Some(document))],
-        Question::Similarity { a, b } => vec![(a, None), (b, None)],
+        Question::Similarity { a, b, .. } => vec![(a, None), (b, None)],
     }
 }
 
@@ -222,6 +222,17 @@ pub fn explain(a: &ExplainArgs) -> Result<()> {
     if a.label.is_some() && (one_label || !matches!(model.task(), Task::Classify { .. })) {
         bail!("--label is for a sequence classifier with two or more labels");
     }
+    let chosen = a.prompt.prompt_name.is_some() || a.prompt.prompt.is_some();
+    if chosen && !matches!(model.task(), Task::Embed(_)) {
+        bail!("--prompt-name and --prompt are for an embedding model's similarity");
+    }
+    // The prompt `similarity` would put before each text, held fixed as the special tokens are.
+    let prompt = model.prompts().text(a.prompt.choice())?;
+    let similarity = |a: &str, b: &str| Question::Similarity {
+        a: a.to_owned(),
+        b: b.to_owned(),
+        prompt: prompt.to_owned(),
+    };
     let questions: Vec<Question> = match (model.task(), &a.query) {
         (Task::Classify { .. }, Some(q)) if one_label => texts
             .iter()
@@ -234,12 +245,8 @@ pub fn explain(a: &ExplainArgs) -> Result<()> {
             .iter()
             .map(|t| Question::Label { text: t.clone(), label: a.label.clone() })
             .collect(),
-        (Task::Embed(_), Some(q)) => {
-            texts.iter().map(|t| Question::Similarity { a: q.clone(), b: t.clone() }).collect()
-        }
-        (Task::Embed(_), None) if texts.len() == 2 => {
-            vec![Question::Similarity { a: texts[0].clone(), b: texts[1].clone() }]
-        }
+        (Task::Embed(_), Some(q)) => texts.iter().map(|t| similarity(q, t)).collect(),
+        (Task::Embed(_), None) if texts.len() == 2 => vec![similarity(&texts[0], &texts[1])],
         (Task::Embed(_), None) => bail!(
             "an embedding model's similarity is of two texts: give exactly two, or --query and \
              the texts to compare with it"
