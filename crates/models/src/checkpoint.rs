@@ -95,9 +95,26 @@ impl Checkpoint {
         let mut ck =
             Checkpoint { dir: dir.to_owned(), config, maps: Vec::new(), tensors: HashMap::new() };
         for path in files {
-            ck.map(&path)?;
+            ck.map(&path, "")?;
         }
         Ok(ck)
+    }
+
+    /// Maps the weights of the sentence-transformers module in `folder` (`2_Dense/`'s
+    /// `model.safetensors`), each tensor named `FOLDER.NAME` (see [`crate::st::module_tensor`]).
+    pub fn map_module(&mut self, folder: &str) -> Result<()> {
+        let dir = self.dir.join(folder);
+        let path = dir.join("model.safetensors");
+        if !is_file(&path)? {
+            let why = if dir.join("pytorch_model.bin").exists() {
+                "only pytorch_model.bin; Switchyard reads safetensors only — save the model again \
+                 with a recent sentence-transformers, which writes safetensors"
+            } else {
+                "no model.safetensors"
+            };
+            return Err(Error::format(format!("the module folder {} has {why}", dir.display())));
+        }
+        self.map(&path, &format!("{folder}."))
     }
 
     fn weight_files(dir: &Path) -> Result<Vec<PathBuf>> {
@@ -141,7 +158,8 @@ impl Checkpoint {
         }))
     }
 
-    fn map(&mut self, path: &Path) -> Result<()> {
+    /// Maps the safetensors file `path`, its tensors named with `prefix` before their names.
+    fn map(&mut self, path: &Path, prefix: &str) -> Result<()> {
         let file = File::open(path).map_err(io(path))?;
         // SAFETY: the map is read-only and private to this process. A checkpoint changed on
         // disk while mapped would change what we read, as with any reader of the file.
@@ -174,7 +192,7 @@ impl Checkpoint {
                 start,
                 end,
             };
-            self.tensors.insert(name, loc);
+            self.tensors.insert(format!("{prefix}{name}"), loc);
         }
         self.maps.push(map);
         Ok(())

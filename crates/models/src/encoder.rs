@@ -7,6 +7,7 @@ use crate::checkpoint::Checkpoint;
 use crate::{Error, Result};
 
 /// Resolves checkpoint names under a prefix, accepting old LayerNorm names (`gamma`, `beta`).
+#[derive(Clone)]
 pub(crate) struct Names<'a> {
     ck: &'a Checkpoint,
     prefix: String,
@@ -69,6 +70,7 @@ impl<'a> Names<'a> {
 }
 
 /// The encoder under construction: the builder, the resolved names, and the config.
+#[derive(Clone)]
 pub(crate) struct Encoder<'a> {
     pub(crate) g: GraphBuilder,
     pub(crate) names: Names<'a>,
@@ -85,7 +87,7 @@ impl<'a> Encoder<'a> {
     }
 
     /// Names from the checkpoint's root: heads sit beside the `bert.` / `model.` prefix.
-    fn root(&self) -> Names<'a> {
+    pub(crate) fn root(&self) -> Names<'a> {
         Names { ck: self.names.ck, prefix: String::new() }
     }
 
@@ -104,8 +106,20 @@ impl<'a> Encoder<'a> {
     /// Like [`Encoder::linear`], for a head's layer named from the checkpoint's root (heads sit
     /// beside the `bert.` / `roberta.` prefix, not under it).
     pub(crate) fn head_linear(&mut self, name: &str, x: Val, out: usize, act: Act) -> Result<Val> {
+        self.head_linear_with(name, x, out, act, None)
+    }
+
+    /// Like [`Encoder::head_linear`], plus `residual`.
+    pub(crate) fn head_linear_with(
+        &mut self,
+        name: &str,
+        x: Val,
+        out: usize,
+        act: Act,
+        residual: Option<Val>,
+    ) -> Result<Val> {
         let root = self.root();
-        linear_in(&mut self.g, &root, name, x, out, act, None)
+        linear_in(&mut self.g, &root, name, x, out, act, residual)
     }
 
     /// LayerNorm with the layer `name`'s weight and (optional) bias.

@@ -8,7 +8,7 @@ use switchyard_core::{Act, Op, PoolMode, Rows, Shape, Val};
 
 use crate::config::{Arch, EncoderConfig};
 use crate::encoder::Encoder;
-use crate::st::Pooling;
+use crate::st::{Dense, Pooling};
 use crate::{Error, Result};
 
 /// The name of the pooled-embedding output (sequence rows).
@@ -35,14 +35,50 @@ fn pooled(e: &mut Encoder<'_>, x: Val, mode: PoolMode) -> Val {
 }
 
 /// Pooled (and optionally L2-normalised) embeddings, as sentence-transformers computes them.
-pub(crate) fn embedding(e: &mut Encoder<'_>, x: Val, pooling: Pooling) -> Val {
-    let d = e.g.shape(x).width;
-    let pooled = pooled(e, x, pooling.mode);
-    if pooling.normalize {
-        e.g.op(Shape::seqs(d), |out| Op::L2Norm { x: pooled, eps: 1e-12, out })
-    } else {
-        pooled
+pub(crate) fn embedding(
+    e: &mut Encoder<'_>,
+    x: Val,
+    pooling: Pooling,
+    dense: &[Dense],
+) -> Result<Val> {
+    let mut y = pooled(e, x, pooling.mode);
+    for d in dense {
+        y = dense_module(e, y, d)?;
     }
+    let width = e.g.shape(y).width;
+    Ok(match pooling.normalize {
+        true => e.g.op(Shape::seqs(width), |out| Op::L2Norm { x: y, eps: 1e-12, out }),
+        false => y,
+    })
+}
+
+/// A sentence-transformers Dense module on the sentence rows `x`: its linear layer
+/// (`FOLDER.linear.weight`, `.bias`) and activation, plus `x` (projected by
+/// `FOLDER.residual.weight` where the widths differ) if it has a residual connection.
+fn dense_module(e: &mut Encoder<'_>, x: Val, d: &Dense) -> Result<Val> {
+    let width = e.g.shape(x).width;
+    if width != d.in_features {
+        return Err(Error::format(format!(
+            "{}/config.json: in_features {}, but the embedding before it is {width} wide",
+            d.folder, d.in_features
+        )));
+    }
+    let linear = format!("{}.linear", d.folder);
+    if d.bias && e.root().find(&format!("{linear}.bias")).is_none() {
+        return Err(Error::format(format!(
+            "{}/model.safetensors has no `linear.bias`, which its config.json's `bias` asks for",
+            d.folder
+        )));
+    }
+    let residual = match (d.residual, width == d.out_features) {
+        (false, _) => None,
+        (true, true) => Some(x),
+        (true, false) => {
+            let name = format!("{}.residual", d.folder);
+            Some(e.head_linear(&name, x, d.out_features, Act::Identity)?)
+        }
+    };
+    e.head_linear_with(&linear, x, d.out_features, d.act, residual)
 }
 
 /// ModernBERT's prediction head (`head.dense`, its activation, `head.norm`), shared by its

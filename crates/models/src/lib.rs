@@ -37,7 +37,7 @@ use switchyard_core::{Backend, Buckets, Executor, Graph, HostTensor, PoolMode};
 pub use checkpoint::Checkpoint;
 pub use config::{Arch, Dropouts, EncoderConfig, ModernConfig};
 pub use runner::{Marked, Marking, Read, Runner, TokenLogits};
-pub use st::{Pooling, Prompt, Prompts, SentenceConfig, SentenceHead, prompted};
+pub use st::{Dense, Pooling, Prompt, Prompts, SentenceConfig, SentenceHead, prompted};
 pub use tokenize::{Encoded, Tokenizer, Truncation};
 
 /// The real model `name` as `cargo xtask fetch-models` puts it in this workspace
@@ -152,7 +152,8 @@ impl Task {
 
 /// The head a checkpoint asks for, before its graph is built.
 enum HeadKind {
-    Embed(Pooling),
+    /// Pooling, then the Dense modules, then the L2 norm if the pooling asks for it.
+    Embed(Pooling, Vec<Dense>),
     Classify,
     ClassifyTokens,
     Sparse,
@@ -163,11 +164,11 @@ enum HeadKind {
 fn head_kind(ck: &Checkpoint, sentence: Option<&SentenceConfig>) -> Result<HeadKind> {
     if let Some(s) = sentence {
         return Ok(match s.head {
-            SentenceHead::Pooled(p) => HeadKind::Embed(p),
+            SentenceHead::Pooled(p) => HeadKind::Embed(p, s.dense.clone()),
             SentenceHead::Splade => HeadKind::Sparse,
         });
     }
-    let mean = HeadKind::Embed(Pooling { mode: PoolMode::Mean, normalize: false });
+    let mean = HeadKind::Embed(Pooling { mode: PoolMode::Mean, normalize: false }, Vec::new());
     let archs = architectures(ck.config());
     let Some(arch) = archs.first() else { return Ok(mean) };
     let head = arch.find("For").map_or("", |i| &arch[i..]);
@@ -190,7 +191,7 @@ fn head_kind(ck: &Checkpoint, sentence: Option<&SentenceConfig>) -> Result<HeadK
 /// sequence: the same values, with only the layer's key and value projections left per token.
 fn last_layer_on_cls(kind: &HeadKind, config: &EncoderConfig) -> bool {
     match kind {
-        HeadKind::Embed(pooling) => pooling.mode == PoolMode::Cls,
+        HeadKind::Embed(pooling, _) => pooling.mode == PoolMode::Cls,
         HeadKind::Classify => {
             config.modern.as_ref().is_none_or(|m| m.classifier_pooling == PoolMode::Cls)
         }
@@ -225,9 +226,12 @@ impl std::fmt::Debug for Model {
 impl Model {
     /// Loads the checkpoint directory `dir`.
     pub fn load(dir: &Path) -> Result<Model> {
-        let checkpoint = Checkpoint::open(dir)?;
+        let mut checkpoint = Checkpoint::open(dir)?;
         let config = EncoderConfig::from_json(checkpoint.config())?;
         let sentence = st::read(dir)?;
+        for d in sentence.iter().flat_map(|s| &s.dense) {
+            checkpoint.map_module(&d.folder)?;
+        }
         let position_limit = config.max_positions.saturating_sub(config.position_offset);
         let max_len = sentence.as_ref().and_then(|s| s.max_seq_length).unwrap_or(position_limit);
         if max_len > position_limit {
@@ -247,16 +251,18 @@ impl Model {
         let (mut enc, x) = build(cls_only)?;
         let mut token_graph = None;
         let task = match kind {
-            HeadKind::Embed(pooling) => {
-                // Pooling (and keeping the first rows) adds no weights, so both graphs read the
-                // same weight list and share one upload as two lanes of an executor.
+            HeadKind::Embed(pooling, dense) => {
+                // Both graphs share one upload as two lanes of an executor, so they must read
+                // the same weight list: the token graph builds the head too (its Dense modules
+                // declare weights), leaving it unread.
                 let (mut tokens, all) = match cls_only {
-                    true => build(false).map(|(e, all)| (e.g, all))?,
-                    false => (enc.g.clone(), x),
+                    true => build(false)?,
+                    false => (enc.clone(), x),
                 };
-                tokens.output(heads::TOKENS, all);
-                token_graph = Some(tokens.finish()?);
-                let emb = heads::embedding(&mut enc, x, pooling);
+                heads::embedding(&mut tokens, all, pooling, &dense)?;
+                tokens.g.output(heads::TOKENS, all);
+                token_graph = Some(tokens.g.finish()?);
+                let emb = heads::embedding(&mut enc, x, pooling, &dense)?;
                 enc.g.output(heads::EMBEDDING, emb);
                 Task::Embed(pooling)
             }

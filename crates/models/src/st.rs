@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde_json::Value;
-use switchyard_core::PoolMode;
+use switchyard_core::{Act, PoolMode};
 
 use crate::checkpoint::{is_file, read_json};
 use crate::{Error, Result};
@@ -30,11 +30,35 @@ pub enum SentenceHead {
     Splade,
 }
 
+/// A sentence-transformers `Dense` module: `act(x . W^T + b)` on the pooled embedding, plus `x`
+/// (or a projection of it) where it has a residual connection.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Dense {
+    /// Its folder (`2_Dense`), which also prefixes its tensors' names in the [`Checkpoint`]
+    /// (`2_Dense.linear.weight`).
+    ///
+    /// [`Checkpoint`]: crate::Checkpoint
+    pub folder: String,
+    /// The width it takes.
+    pub in_features: usize,
+    /// The width it gives.
+    pub out_features: usize,
+    /// Whether its linear layer has a bias.
+    pub bias: bool,
+    /// The activation after the linear layer.
+    pub act: Act,
+    /// Whether the input is added to the output (through `residual.weight` where the widths
+    /// differ).
+    pub residual: bool,
+}
+
 /// What the sentence-transformers files say, if the directory has them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SentenceConfig {
     /// What the modules compute.
     pub head: SentenceHead,
+    /// The Dense modules after pooling, in order (before any Normalize).
+    pub dense: Vec<Dense>,
     /// `max_seq_length`, if set.
     pub max_seq_length: Option<usize>,
     /// The prompts the model names.
@@ -131,6 +155,7 @@ pub fn read(dir: &Path) -> Result<Option<SentenceConfig>> {
     let mut pooled_prompt = true;
     let mut splade = false;
     let mut normalize = false;
+    let mut dense = Vec::new();
     for m in modules {
         let ty = kind(m);
         let path = |default: &str| {
@@ -143,6 +168,24 @@ pub fn read(dir: &Path) -> Result<Option<SentenceConfig>> {
                 pooling = Some(mode);
                 pooled_prompt = include_prompt;
             }
+            "Dense" => {
+                if pooling.is_none() || normalize {
+                    return Err(Error::unsupported(
+                        "modules.json puts a Dense module before Pooling or after Normalize; \
+                         Switchyard computes Dense modules between the two",
+                    ));
+                }
+                let folder = module_folder(&modules_path, m)?;
+                let d = dense_module(dir, folder)?;
+                let width = dense.last().map(|d: &Dense| d.out_features);
+                if let Some(w) = width.filter(|&w| w != d.in_features) {
+                    return Err(Error::format(format!(
+                        "{folder}/config.json: in_features {} after a Dense module of {w}",
+                        d.in_features
+                    )));
+                }
+                dense.push(d);
+            }
             "SpladePooling" => {
                 splade_pooling(&path("1_SpladePooling"))?;
                 splade = true;
@@ -151,7 +194,7 @@ pub fn read(dir: &Path) -> Result<Option<SentenceConfig>> {
             other => {
                 return Err(Error::unsupported(format!(
                     "sentence-transformers module `{other}` ({ty}); supported: Transformer, \
-                     Pooling, Normalize, MLMTransformer, SpladePooling"
+                     Pooling, Dense, Normalize, MLMTransformer, SpladePooling"
                 )));
             }
         }
@@ -188,7 +231,82 @@ pub fn read(dir: &Path) -> Result<Option<SentenceConfig>> {
         None
     };
     let prompts = Prompts { pooled: pooled_prompt, ..prompts(dir)? };
-    Ok(Some(SentenceConfig { head, max_seq_length, prompts }))
+    Ok(Some(SentenceConfig { head, dense, max_seq_length, prompts }))
+}
+
+/// The folder a module of `modules.json` names (`path`): one plain name inside the checkpoint
+/// directory, so that a file cannot make us read weights elsewhere.
+fn module_folder<'m>(modules_path: &Path, m: &'m Value) -> Result<&'m str> {
+    let folder = m.get("path").and_then(Value::as_str).unwrap_or("");
+    let mut parts = Path::new(folder).components();
+    match (parts.next(), parts.next()) {
+        (Some(std::path::Component::Normal(_)), None) => Ok(folder),
+        _ => Err(Error::format(format!(
+            "{}: a module's path {folder:?} is not a folder of the checkpoint directory",
+            modules_path.display()
+        ))),
+    }
+}
+
+/// A Dense module's configuration (`FOLDER/config.json`), with sentence-transformers' defaults:
+/// a bias, Tanh, on the sentence embedding, no residual connection.
+fn dense_module(dir: &Path, folder: &str) -> Result<Dense> {
+    let path = dir.join(folder).join("config.json");
+    let c = read_json(&path)?;
+    let bad = |what: String| Error::format(format!("{}: {what}", path.display()));
+    let width = |key: &str| match c.get(key).and_then(Value::as_u64) {
+        Some(n) if n > 0 => Ok(usize::try_from(n).unwrap_or(usize::MAX)),
+        _ => Err(bad(format!("`{key}` is not a positive whole number"))),
+    };
+    let flag = |key: &str, default: bool| match c.get(key) {
+        None | Some(Value::Null) => Ok(default),
+        Some(Value::Bool(b)) => Ok(*b),
+        Some(other) => Err(bad(format!("`{key}` is {other}, not true or false"))),
+    };
+    let act = match c.get("activation_function").and_then(Value::as_str) {
+        None => Act::Tanh,
+        Some(name) => match name.rsplit('.').next().unwrap_or("") {
+            "Tanh" => Act::Tanh,
+            "Identity" => Act::Identity,
+            "ReLU" => Act::Relu,
+            "GELU" => Act::Gelu,
+            "Sigmoid" => Act::Sigmoid,
+            "SiLU" => Act::Silu,
+            _ => {
+                return Err(Error::unsupported(format!(
+                    "{}: activation `{name}`; supported: torch.nn's Tanh, Identity, ReLU, GELU, \
+                     Sigmoid, SiLU",
+                    path.display()
+                )));
+            }
+        },
+    };
+    let input = c.get("module_input_name").and_then(Value::as_str).unwrap_or("sentence_embedding");
+    let output = c.get("module_output_name").and_then(Value::as_str).unwrap_or(input);
+    if input != "sentence_embedding" || output != "sentence_embedding" {
+        return Err(Error::unsupported(format!(
+            "{}: a Dense module from `{input}` to `{output}`; Switchyard computes Dense modules \
+             on the sentence embedding",
+            path.display()
+        )));
+    }
+    Ok(Dense {
+        folder: folder.to_owned(),
+        in_features: width("in_features")?,
+        out_features: width("out_features")?,
+        bias: flag("bias", true)?,
+        act,
+        residual: flag("use_residual", false)?,
+    })
+}
+
+/// For a tensor a sentence-transformers module's folder holds (named `FOLDER.NAME` in a
+/// [`crate::Checkpoint`], such as `2_Dense.linear.weight`), its folder and its name there.
+pub fn module_tensor(name: &str) -> Option<(&str, &str)> {
+    let (folder, rest) = name.split_once('.')?;
+    let (index, module) = folder.split_once('_')?;
+    let ok = !index.is_empty() && index.bytes().all(|b| b.is_ascii_digit()) && !module.is_empty();
+    ok.then_some((folder, rest))
 }
 
 /// The prompts `config_sentence_transformers.json` names, if the file is there.

@@ -575,3 +575,239 @@ fn batches_keep_to_the_size_the_backend_asks_for() {
         .map(|b| b.tokens);
     assert_eq!(Some(tiny_ask.batch_limit().tokens), smallest);
 }
+
+/// A Dense module to write: its folder, `config.json`, and tensors (name, shape, values).
+struct DenseFiles {
+    folder: &'static str,
+    config: serde_json::Value,
+    tensors: Vec<(&'static str, Vec<usize>)>,
+}
+
+/// `dir` as a sentence-transformers model: mean pooling, then `dense` in order, then Normalize
+/// if `normalize`; each Dense module's tensors random (seeded by its place). Returns the tensors
+/// written, by module, name to values.
+fn with_dense(dir: &Path, dense: &[DenseFiles], normalize: bool) -> Vec<Vec<Vec<f32>>> {
+    sentence_transformers(dir, MEAN);
+    let mut modules = vec![
+        serde_json::json!({"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"}),
+        serde_json::json!({"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}),
+    ];
+    let mut written = Vec::new();
+    for (i, d) in dense.iter().enumerate() {
+        let ty = "sentence_transformers.models.Dense";
+        modules.push(serde_json::json!({"idx": i + 2, "name": "d", "path": d.folder, "type": ty}));
+        let folder = dir.join(d.folder);
+        std::fs::create_dir_all(&folder).unwrap();
+        std::fs::write(folder.join("config.json"), d.config.to_string()).unwrap();
+        let mut r = switchyard_core::testkit::Rng::new(7 + i as u64);
+        let values: Vec<Vec<f32>> = d
+            .tensors
+            .iter()
+            .map(|(_, shape)| (0..shape.iter().product()).map(|_| r.unit() * 0.5).collect())
+            .collect();
+        let bytes: Vec<Vec<u8>> =
+            values.iter().map(|v| v.iter().flat_map(|x| x.to_le_bytes()).collect()).collect();
+        let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = d
+            .tensors
+            .iter()
+            .zip(&bytes)
+            .map(|((name, shape), b)| {
+                let view =
+                    safetensors::tensor::TensorView::new(safetensors::Dtype::F32, shape.clone(), b);
+                ((*name).to_owned(), view.unwrap())
+            })
+            .collect();
+        safetensors::serialize_to_file(views, None, &folder.join("model.safetensors")).unwrap();
+        written.push(values);
+    }
+    if normalize {
+        let ty = "sentence_transformers.models.Normalize";
+        modules.push(serde_json::json!({"idx": 9, "name": "n", "path": "9_Normalize", "type": ty}));
+    }
+    std::fs::write(dir.join("modules.json"), serde_json::Value::from(modules).to_string()).unwrap();
+    written
+}
+
+/// `act(W x + b)` for a row `x`, `W` `[out, in]` row-major, in f64.
+fn affine(w: &[f32], b: Option<&[f32]>, x: &[f64], act: fn(f64) -> f64) -> Vec<f64> {
+    w.chunks_exact(x.len())
+        .enumerate()
+        .map(|(o, row)| {
+            let dot: f64 = row.iter().zip(x).map(|(w, x)| f64::from(*w) * x).sum();
+            act(dot + b.map_or(0.0, |b| f64::from(b[o])))
+        })
+        .collect()
+}
+
+/// Dense modules after pooling project each embedding as sentence-transformers' `Dense` does:
+/// `act(W x + b)`, with a residual connection where asked (the input itself, or its projection
+/// where the widths differ), then the L2 norm. Checked against the same arithmetic in f64 on
+/// the model's own mean-pooled rows: within 1e-5 (values of about 1; f32 sums of 32 products).
+#[test]
+fn dense_modules_project_the_pooled_embedding() {
+    let texts = ["the man is eating food", "a cat", "quick brown fox jumps over the lazy dog"];
+    let mut plain = Runner::new(
+        Model::load(&tiny("bert")).unwrap(),
+        switchyard_flex::flex(),
+        Buckets::default(),
+    )
+    .unwrap();
+    let pooled: Vec<Vec<f64>> = plain
+        .embed(&texts, |_| {})
+        .unwrap()
+        .into_iter()
+        .map(|r| r.into_iter().map(f64::from).collect())
+        .collect();
+    let tanh = f64::tanh as fn(f64) -> f64;
+    let sigmoid = (|x: f64| 1.0 / (1.0 + (-x).exp())) as fn(f64) -> f64;
+    let silu = (|x: f64| x / (1.0 + (-x).exp())) as fn(f64) -> f64;
+    let normalized = |v: Vec<f64>| {
+        let n = v.iter().map(|x| x * x).sum::<f64>().sqrt();
+        v.into_iter().map(|x| x / n).collect::<Vec<_>>()
+    };
+
+    // LaBSE's and distiluse's shape: one Dense with a bias and Tanh (the default), normalised.
+    let s = Scratch::of("bert", "dense-tanh");
+    let w = with_dense(
+        &s.0,
+        &[DenseFiles {
+            folder: "2_Dense",
+            config: serde_json::json!({"in_features": 32, "out_features": 16, "bias": true}),
+            tensors: vec![("linear.weight", vec![16, 32]), ("linear.bias", vec![16])],
+        }],
+        true,
+    );
+    let want: Vec<Vec<f64>> =
+        pooled.iter().map(|x| normalized(affine(&w[0][0], Some(&w[0][1]), x, tanh))).collect();
+    let mut run =
+        Runner::new(Model::load(&s.0).unwrap(), switchyard_flex::flex(), Buckets::default())
+            .unwrap();
+    let got = run.embed(&texts, |_| {}).unwrap();
+    for (g, w) in got.iter().zip(&want) {
+        assert!(worst(g, w) <= 1e-5, "{g:?} vs {w:?}");
+    }
+    // The token states (the server's /embed_all) come from the encoder before any module.
+    let encoded: Vec<Marked> =
+        texts.iter().map(|t| (run.model().tokenizer().encode(t).unwrap(), Vec::new())).collect();
+    let states = run.run_encoded(&encoded, Read::Tokens).unwrap();
+    assert_eq!(states[0][0].len(), 32);
+    let got = Runner::new(Model::load(&s.0).unwrap(), Reference, Buckets::default())
+        .unwrap()
+        .embed(&texts, |_| {})
+        .unwrap();
+    for (g, w) in got.iter().zip(&want) {
+        assert!(worst(g, w) <= 1e-5, "reference: {g:?} vs {w:?}");
+    }
+
+    // Two in a row, with residual connections: the input itself (same width, no bias), then a
+    // projection of it (`residual.weight`) to a narrower width.
+    let s = Scratch::of("bert", "dense-residual");
+    let act = |a: &str| format!("torch.nn.modules.activation.{a}");
+    let w = with_dense(
+        &s.0,
+        &[
+            DenseFiles {
+                folder: "2_Dense",
+                config: serde_json::json!({"in_features": 32, "out_features": 32, "bias": false,
+                    "activation_function": act("Sigmoid"), "use_residual": true}),
+                tensors: vec![("linear.weight", vec![32, 32])],
+            },
+            DenseFiles {
+                folder: "3_Dense",
+                config: serde_json::json!({"in_features": 32, "out_features": 8, "bias": true,
+                    "activation_function": act("SiLU"), "use_residual": true}),
+                tensors: vec![
+                    ("linear.weight", vec![8, 32]),
+                    ("linear.bias", vec![8]),
+                    ("residual.weight", vec![8, 32]),
+                ],
+            },
+        ],
+        false,
+    );
+    let m = Model::load(&s.0).unwrap();
+    assert_eq!(
+        m.graph().shape(m.graph().output(switchyard_models::heads::EMBEDDING).unwrap()).width,
+        8
+    );
+    let got = Runner::new(m, switchyard_flex::flex(), Buckets::default())
+        .unwrap()
+        .embed(&texts, |_| {})
+        .unwrap();
+    for (g, x) in got.iter().zip(&pooled) {
+        let y: Vec<f64> =
+            affine(&w[0][0], None, x, sigmoid).iter().zip(x).map(|(a, b)| a + b).collect();
+        let projected = affine(&w[1][2], None, &y, |v| v);
+        let z: Vec<f64> = affine(&w[1][0], Some(&w[1][1]), &y, silu)
+            .iter()
+            .zip(&projected)
+            .map(|(a, b)| a + b)
+            .collect();
+        assert!(worst(g, &z) <= 1e-5, "{g:?} vs {z:?}");
+    }
+}
+
+/// Dense modules the files describe wrongly, or that Switchyard does not compute, are clear
+/// errors at load.
+#[test]
+fn dense_modules_that_cannot_be_computed_are_refused() {
+    let linear = || vec![("linear.weight", vec![16, 32]), ("linear.bias", vec![16])];
+    let one =
+        |config: serde_json::Value, tensors| DenseFiles { folder: "2_Dense", config, tensors };
+    let base = serde_json::json!({"in_features": 32, "out_features": 16});
+    let with = |key: &str, v: serde_json::Value| {
+        let mut c = base.clone();
+        c[key] = v;
+        c
+    };
+    let cases = [
+        (
+            one(with("in_features", 31.into()), linear()),
+            "in_features 31, but the embedding before it is 32 wide",
+        ),
+        (
+            one(
+                with("activation_function", "torch.nn.modules.activation.Softmax".into()),
+                linear(),
+            ),
+            "activation `torch.nn.modules.activation.Softmax`",
+        ),
+        (
+            one(with("module_input_name", "token_embeddings".into()), linear()),
+            "from `token_embeddings`",
+        ),
+        (one(with("out_features", 8.into()), linear()), "has shape [16, 32]"),
+        (one(base.clone(), vec![("linear.weight", vec![16, 32])]), "has no `linear.bias`"),
+        (one(with("use_residual", true.into()), linear()), "no tensor `2_Dense.residual.weight`"),
+        (one(with("bias", "yes".into()), linear()), "`bias` is \"yes\", not true or false"),
+    ];
+    for (i, (dense, want)) in cases.into_iter().enumerate() {
+        let s = Scratch::of("bert", &format!("dense-bad-{i}"));
+        with_dense(&s.0, &[dense], false);
+        let e = load_err(&s.0);
+        assert!(e.contains(want), "{want}: {e}");
+    }
+
+    // Weights only as PyTorch's pickle; a folder outside the checkpoint; the wrong place.
+    let s = Scratch::of("bert", "dense-bin");
+    with_dense(&s.0, &[one(base.clone(), linear())], false);
+    std::fs::rename(s.0.join("2_Dense/model.safetensors"), s.0.join("2_Dense/pytorch_model.bin"))
+        .unwrap();
+    let e = load_err(&s.0);
+    assert!(e.contains("has only pytorch_model.bin; Switchyard reads safetensors only"), "{e}");
+    let modules =
+        |m: serde_json::Value| std::fs::write(s.0.join("modules.json"), m.to_string()).unwrap();
+    let t = |idx: u32, path: &str, ty: &str| serde_json::json!({"idx": idx, "name": "m", "path": path, "type": format!("sentence_transformers.models.{ty}")});
+    modules(serde_json::json!([
+        t(0, "", "Transformer"),
+        t(1, "1_Pooling", "Pooling"),
+        t(2, "../2_Dense", "Dense")
+    ]));
+    assert!(load_err(&s.0).contains("\"../2_Dense\" is not a folder of the checkpoint directory"));
+    modules(serde_json::json!([
+        t(0, "", "Transformer"),
+        t(1, "2_Dense", "Dense"),
+        t(2, "1_Pooling", "Pooling")
+    ]));
+    assert!(load_err(&s.0).contains("a Dense module before Pooling or after Normalize"));
+}
