@@ -48,6 +48,34 @@ pub fn write_safetensors(path: &Path, tensors: &[Tensor<'_>]) -> Result<()> {
     std::fs::rename(&tmp, path).map_err(|e| Error::io(path, e))
 }
 
+/// Writes a model's tensors into `dir`: those a sentence-transformers module's folder holds
+/// (named `FOLDER.NAME`, as a [`Checkpoint`] maps them: a Dense module's) to
+/// `FOLDER/model.safetensors` as `NAME`, the rest to `model.safetensors`.
+pub fn write_model(dir: &Path, tensors: Vec<Tensor<'_>>) -> Result<()> {
+    let mut files: Vec<(PathBuf, Vec<Tensor<'_>>)> = vec![(dir.join("model.safetensors"), vec![])];
+    for mut t in tensors {
+        let path = match switchyard_models::st::module_tensor(&t.name) {
+            Some((folder, name)) => {
+                let path = dir.join(folder).join("model.safetensors");
+                t.name = name.to_owned();
+                path
+            }
+            None => dir.join("model.safetensors"),
+        };
+        match files.iter_mut().find(|(p, _)| *p == path) {
+            Some((_, list)) => list.push(t),
+            None => files.push((path, vec![t])),
+        }
+    }
+    for (path, tensors) in &files {
+        if let Some(folder) = path.parent() {
+            std::fs::create_dir_all(folder).map_err(|e| Error::io(folder, e))?;
+        }
+        write_safetensors(path, tensors)?;
+    }
+    Ok(())
+}
+
 /// `path` with `.tmp` appended to its name.
 pub(crate) fn temp(path: &Path) -> PathBuf {
     let mut name = path.file_name().unwrap_or_default().to_os_string();

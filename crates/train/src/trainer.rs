@@ -728,7 +728,7 @@ impl<B: BurnBackend> Trainer<B> {
         let trained = |n: &str| graph.weights.iter().any(|w| w.name == n);
         tensors.extend(export::kept(model.checkpoint(), &trained, &|n| n.to_owned()));
         export::copy_files(model.checkpoint().dir(), dir, None, true)?;
-        export::write_safetensors(&dir.join("model.safetensors"), &tensors)
+        export::write_model(dir, tensors)
     }
 
     /// Writes `out/checkpoint-STEP/`: the model, AdamW's state and where training stands (to
@@ -823,7 +823,9 @@ fn prepare(job: &Job) -> Result<PathBuf> {
             format!("{}{n}", head.prefix)
         }
     };
-    let mut tensors = export::kept(ck, &|_| false, &rename);
+    // A sentence-transformers module's weights (a Dense module's) stay behind with its files.
+    let module = |n: &str| switchyard_models::st::module_tensor(n).is_some();
+    let mut tensors = export::kept(ck, &module, &rename);
     let mut rng = Gauss::new(job.settings.seed);
     for (name, shape, init) in &head.tensors {
         let n: usize = shape.iter().product();

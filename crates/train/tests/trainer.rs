@@ -317,3 +317,77 @@ fn settings_and_tasks_that_do_not_fit_are_refused() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The tiny BERT as a sentence-transformers model with a Dense module (32 to 16, Tanh) after
+/// mean pooling, in `dir`.
+fn with_dense(dir: &Path) {
+    for f in ["config.json", "model.safetensors", "tokenizer.json"] {
+        std::fs::copy(tiny("bert").join(f), dir.join(f)).unwrap();
+    }
+    let t = |i: u32, path: &str, ty: &str| {
+        serde_json::json!({"idx": i, "name": i.to_string(), "path": path,
+                           "type": format!("sentence_transformers.models.{ty}")})
+    };
+    let modules = serde_json::json!([
+        t(0, "", "Transformer"),
+        t(1, "1_Pooling", "Pooling"),
+        t(2, "2_Dense", "Dense")
+    ]);
+    std::fs::write(dir.join("modules.json"), modules.to_string()).unwrap();
+    std::fs::create_dir_all(dir.join("1_Pooling")).unwrap();
+    std::fs::write(dir.join("1_Pooling/config.json"), r#"{"pooling_mode_mean_tokens": true}"#)
+        .unwrap();
+    std::fs::create_dir_all(dir.join("2_Dense")).unwrap();
+    std::fs::write(dir.join("2_Dense/config.json"), r#"{"in_features": 32, "out_features": 16}"#)
+        .unwrap();
+    let w: Vec<f32> = (0..16 * 32).map(|i| ((i * 7 % 11) as f32 - 5.0) / 20.0).collect();
+    let tensors = [
+        switchyard_train::export::Tensor::f32("linear.weight", vec![16, 32], &w),
+        switchyard_train::export::Tensor::f32("linear.bias", vec![16], &[0.1; 16]),
+    ];
+    switchyard_train::export::write_safetensors(&dir.join("2_Dense/model.safetensors"), &tensors)
+        .unwrap();
+}
+
+/// A Dense module trains with the encoder, and the export puts its weights back in its own
+/// folder, as sentence-transformers saves them; a classifier made from such a model leaves them
+/// behind with the module.
+#[test]
+fn a_dense_modules_weights_train_and_export_to_its_folder() {
+    let dir = scratch("dense");
+    let model = dir.join("model");
+    std::fs::create_dir_all(&model).unwrap();
+    with_dense(&model);
+    let lines: Vec<String> = (0..8)
+        .map(|i| serde_json::json!({"anchor": WORDS[i], "positive": WORDS[i + 4]}).to_string())
+        .collect();
+    let data = write(&dir, "pairs.jsonl", &lines);
+    let out = dir.join("out");
+    let mut j = job(model.clone(), Task::Embed, data, out.clone());
+    (j.settings.lr, j.settings.batch_size, j.settings.epochs) = (1e-2, 4, 2);
+    fit(&j).unwrap();
+
+    let names = |path: &Path| -> Vec<String> {
+        let bytes = std::fs::read(path).unwrap();
+        let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+        let mut n: Vec<String> = st.names().into_iter().map(str::to_owned).collect();
+        n.sort();
+        n
+    };
+    assert_eq!(names(&out.join("2_Dense/model.safetensors")), ["linear.bias", "linear.weight"]);
+    assert!(names(&out.join("model.safetensors")).iter().all(|n| !n.contains("Dense")));
+    assert!(out.join("2_Dense/config.json").is_file());
+    let (before, after) = (Model::load(&model).unwrap(), Model::load(&out).unwrap());
+    let g = after.graph();
+    assert_eq!(g.shape(g.output(switchyard_models::heads::EMBEDDING).unwrap()).width, 16);
+    let weight = |m: &Model| m.checkpoint().tensor("2_Dense.linear.weight").unwrap().bytes.to_vec();
+    assert_ne!(weight(&before), weight(&after), "training moved the Dense module's weights");
+
+    let data = write(&dir, "fox.jsonl", &fox_records(8));
+    let mut j = job(model, Task::Classify, data, dir.join("classifier"));
+    j.labels = Some(vec!["other".into(), "fox".into()]);
+    fit(&j).unwrap();
+    assert!(names(&dir.join("classifier/model.safetensors")).iter().all(|n| !n.contains("Dense")));
+    assert!(!dir.join("classifier/2_Dense").exists());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
