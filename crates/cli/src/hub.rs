@@ -119,12 +119,13 @@ fn fetch(arg: &str) -> Result<PathBuf> {
         ));
     }
     // The sentence-transformers files, where the repository has them: modules.json, its
-    // settings and prompts, and each module's config.json.
+    // settings and prompts, and each module's config.json and weights (a Dense module's).
     if has("modules.json") {
         for dir in module_dirs(&get("modules.json")?)? {
-            let file = format!("{dir}/config.json");
-            if has(&file) {
-                get(&file)?;
+            for file in [format!("{dir}/config.json"), format!("{dir}/model.safetensors")] {
+                if has(&file) {
+                    get(&file)?;
+                }
             }
         }
         for settings in ["sentence_bert_config.json", "config_sentence_transformers.json"] {
