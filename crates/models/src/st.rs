@@ -366,36 +366,60 @@ fn splade_pooling(path: &Path) -> Result<()> {
     Ok(())
 }
 
-/// The pooling mode, and whether pooling covers a prompt's tokens (`include_prompt`, default
-/// true).
+/// The pooling mode of a Pooling module's `config.json`, and whether pooling covers a prompt's
+/// tokens (`include_prompt`, default true). sentence-transformers 6 writes `pooling_mode` (a
+/// name, or a list of them); earlier versions one `pooling_mode_*` flag per mode. As
+/// sentence-transformers reads them, `pooling_mode` wins over the flags, and with neither (or
+/// no flag on) the mode is mean.
 fn pooling_mode(path: &Path) -> Result<(PoolMode, bool)> {
     let c = read_json(path)?;
-    let on = |k: &str| c.get(k).and_then(Value::as_bool).unwrap_or(false);
     let include_prompt = c.get("include_prompt").and_then(Value::as_bool).unwrap_or(true);
-    let modes: Vec<(&str, PoolMode)> = [
-        ("pooling_mode_cls_token", PoolMode::Cls),
-        ("pooling_mode_mean_tokens", PoolMode::Mean),
-        ("pooling_mode_max_tokens", PoolMode::Max),
-        ("pooling_mode_lasttoken", PoolMode::Last),
-    ]
-    .into_iter()
-    .filter(|(k, _)| on(k))
-    .collect();
-    if on("pooling_mode_mean_sqrt_len_tokens") || on("pooling_mode_weightedmean_tokens") {
-        return Err(Error::unsupported(format!(
-            "{}: mean-sqrt-len and weighted-mean pooling are not supported; use cls, mean, max or \
-             last token",
-            path.display()
-        )));
-    }
-    match modes.as_slice() {
-        [(_, m)] => Ok((*m, include_prompt)),
-        [] => Err(Error::format(format!("{}: no pooling mode is on", path.display()))),
-        _ => Err(Error::unsupported(format!(
-            "{}: several pooling modes at once (concatenated) are not supported",
-            path.display()
-        ))),
-    }
+    let legacy = [
+        ("pooling_mode_cls_token", "cls"),
+        ("pooling_mode_max_tokens", "max"),
+        ("pooling_mode_mean_tokens", "mean"),
+        ("pooling_mode_mean_sqrt_len_tokens", "mean_sqrt_len_tokens"),
+        ("pooling_mode_weightedmean_tokens", "weightedmean"),
+        ("pooling_mode_lasttoken", "lasttoken"),
+    ];
+    let bad = |what: String| Error::format(format!("{}: {what}", path.display()));
+    let modes: Vec<&str> = match c.get("pooling_mode") {
+        Some(Value::String(m)) => vec![m.as_str()],
+        Some(Value::Array(list)) => list
+            .iter()
+            .map(|m| m.as_str().ok_or_else(|| bad(format!("pooling mode {m} is not a name"))))
+            .collect::<Result<_>>()?,
+        Some(other) if !other.is_null() => {
+            return Err(bad(format!("`pooling_mode` is {other}, not a name or a list of names")));
+        }
+        _ => legacy
+            .iter()
+            .filter(|(k, _)| c.get(*k).and_then(Value::as_bool).unwrap_or(false))
+            .map(|(_, m)| *m)
+            .collect(),
+    };
+    let mode = match modes.as_slice() {
+        [] | ["mean"] => PoolMode::Mean,
+        ["cls"] => PoolMode::Cls,
+        ["max"] => PoolMode::Max,
+        ["lasttoken"] => PoolMode::Last,
+        ["mean_sqrt_len_tokens" | "weightedmean"] => {
+            return Err(Error::unsupported(format!(
+                "{}: mean-sqrt-len and weighted-mean pooling are not supported; use cls, mean, \
+                 max or last token",
+                path.display()
+            )));
+        }
+        [other] => return Err(bad(format!("unknown pooling mode {other:?}"))),
+        _ => {
+            return Err(Error::unsupported(format!(
+                "{}: several pooling modes at once (concatenated: {}) are not supported",
+                path.display(),
+                modes.join(", ")
+            )));
+        }
+    };
+    Ok((mode, include_prompt))
 }
 
 #[cfg(test)]
@@ -431,6 +455,67 @@ mod tests {
         let c = read(&dir).unwrap().unwrap();
         assert_eq!(c.head, SentenceHead::Splade);
         std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// The pooling mode, as sentence-transformers 6 writes it (`pooling_mode`) and as earlier
+    /// versions did (`pooling_mode_*` flags), read as sentence-transformers reads them.
+    #[test]
+    fn pooling_modes_are_read_in_both_formats() {
+        const TRANSFORMER: &str = "sentence_transformers.models.Transformer";
+        const POOLING: &str = "sentence_transformers.models.Pooling";
+        let mode = |tag: &str, config: Value| {
+            let dir =
+                folder(tag, &[(TRANSFORMER, "", Value::Null), (POOLING, "1_Pooling", config)]);
+            let got = read(&dir).map(|c| match c.unwrap().head {
+                SentenceHead::Pooled(p) => p.mode,
+                SentenceHead::Splade => unreachable!("a Pooling module"),
+            });
+            std::fs::remove_dir_all(dir).unwrap();
+            got.map_err(|e| e.to_string())
+        };
+        use serde_json::json;
+        for (tag, config, want) in [
+            ("new-cls", json!({"embedding_dimension": 8, "pooling_mode": "cls"}), PoolMode::Cls),
+            ("new-mean", json!({"pooling_mode": "mean", "include_prompt": true}), PoolMode::Mean),
+            ("new-max", json!({"pooling_mode": ["max"]}), PoolMode::Max),
+            ("new-last", json!({"pooling_mode": "lasttoken"}), PoolMode::Last),
+            // `pooling_mode` wins over the flags.
+            (
+                "both",
+                json!({"pooling_mode": "cls", "pooling_mode_mean_tokens": true}),
+                PoolMode::Cls,
+            ),
+            (
+                "old-cls",
+                json!({"pooling_mode_cls_token": true, "pooling_mode_mean_tokens": false}),
+                PoolMode::Cls,
+            ),
+            ("old-last", json!({"pooling_mode_lasttoken": true}), PoolMode::Last),
+            // No mode named: mean, as sentence-transformers defaults.
+            ("none", json!({"word_embedding_dimension": 8}), PoolMode::Mean),
+            ("off", json!({"pooling_mode_mean_tokens": false}), PoolMode::Mean),
+        ] {
+            assert_eq!(mode(tag, config), Ok(want), "{tag}");
+        }
+        for (tag, config, want) in [
+            ("new-two", json!({"pooling_mode": ["cls", "mean"]}), "concatenated: cls, mean"),
+            (
+                "old-two",
+                json!({"pooling_mode_cls_token": true, "pooling_mode_max_tokens": true}),
+                "concatenated: cls, max",
+            ),
+            (
+                "weighted",
+                json!({"pooling_mode": "weightedmean"}),
+                "weighted-mean pooling are not supported",
+            ),
+            ("sqrt", json!({"pooling_mode_mean_sqrt_len_tokens": true}), "mean-sqrt-len"),
+            ("unknown", json!({"pooling_mode": "median"}), "unknown pooling mode \"median\""),
+            ("number", json!({"pooling_mode": 3}), "`pooling_mode` is 3, not a name"),
+        ] {
+            let e = mode(tag, config).unwrap_err();
+            assert!(e.contains(want), "{tag}: {e}");
+        }
     }
 
     #[test]
