@@ -747,6 +747,47 @@ fn dense_modules_project_the_pooled_embedding() {
     }
 }
 
+/// A copy of `from`'s files and folders into `to`.
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+/// The tiny BERT with two Dense modules (the second with SiLU and a residual projection) and
+/// Normalize, as sentence-transformers 6 saves such a model (its new Pooling format included),
+/// against its `encode`: within 1e-5 (unit vectors of 8 values; the worst seen is 3.3e-7).
+#[test]
+fn dense_modules_match_sentence_transformers() {
+    let s = Scratch::of("bert", "dense-st");
+    copy_tree(&tiny("bert-dense"), &s.0);
+    let e = json("bert-dense");
+    let texts = strings(&e["sentences"]);
+    let want = rows(&e["embeddings"]);
+    let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let model = Model::load(&s.0).unwrap();
+    assert_eq!(model.task(), &Task::Embed(Pooling { mode: PoolMode::Mean, normalize: true }));
+    let got = Runner::new(model, switchyard_flex::flex(), Buckets::default())
+        .unwrap()
+        .embed(&texts, |_| {})
+        .unwrap();
+    let got_ref = Runner::new(Model::load(&s.0).unwrap(), Reference, Buckets::default())
+        .unwrap()
+        .embed(&texts, |_| {})
+        .unwrap();
+    for ((t, (g, r)), w) in texts.iter().zip(got.iter().zip(&got_ref)).zip(&want) {
+        assert!(worst(g, w) <= 1e-5, "{t:?}: {g:?} vs {w:?}");
+        assert!(worst(r, w) <= 1e-5, "reference: {t:?}: {r:?} vs {w:?}");
+    }
+}
+
 /// Dense modules the files describe wrongly, or that Switchyard does not compute, are clear
 /// errors at load.
 #[test]
