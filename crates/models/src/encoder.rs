@@ -106,20 +106,8 @@ impl<'a> Encoder<'a> {
     /// Like [`Encoder::linear`], for a head's layer named from the checkpoint's root (heads sit
     /// beside the `bert.` / `roberta.` prefix, not under it).
     pub(crate) fn head_linear(&mut self, name: &str, x: Val, out: usize, act: Act) -> Result<Val> {
-        self.head_linear_with(name, x, out, act, None)
-    }
-
-    /// Like [`Encoder::head_linear`], plus `residual`.
-    pub(crate) fn head_linear_with(
-        &mut self,
-        name: &str,
-        x: Val,
-        out: usize,
-        act: Act,
-        residual: Option<Val>,
-    ) -> Result<Val> {
         let root = self.root();
-        linear_in(&mut self.g, &root, name, x, out, act, residual)
+        linear_in(&mut self.g, &root, name, x, out, act, None)
     }
 
     /// LayerNorm with the layer `name`'s weight and (optional) bias.
@@ -160,7 +148,7 @@ fn layer_norm_in(
 }
 
 /// `act(x . W^T + b) + residual` with `names`' layer `name`.
-fn linear_in(
+pub(crate) fn linear_in(
     g: &mut GraphBuilder,
     names: &Names<'_>,
     name: &str,

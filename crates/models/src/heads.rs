@@ -7,7 +7,7 @@
 use switchyard_core::{Act, Op, PoolMode, Rows, Shape, Val};
 
 use crate::config::{Arch, EncoderConfig};
-use crate::encoder::Encoder;
+use crate::encoder::{Encoder, linear_in};
 use crate::st::{Dense, Pooling};
 use crate::{Error, Result};
 
@@ -78,7 +78,8 @@ fn dense_module(e: &mut Encoder<'_>, x: Val, d: &Dense) -> Result<Val> {
             Some(e.head_linear(&name, x, d.out_features, Act::Identity)?)
         }
     };
-    e.head_linear_with(&linear, x, d.out_features, d.act, residual)
+    let root = e.root();
+    linear_in(&mut e.g, &root, &linear, x, d.out_features, d.act, residual)
 }
 
 /// ModernBERT's prediction head (`head.dense`, its activation, `head.norm`), shared by its
