@@ -159,17 +159,8 @@ fn explain_prints_attributions_that_add_up() {
 /// The tiny BERT as a sentence-transformers model with E5-style prompts made of words of its
 /// vocabulary, `query` the default.
 fn tiny_with_prompts(dir: &Path) -> String {
-    std::fs::create_dir_all(dir.join("1_Pooling")).unwrap();
-    for f in ["config.json", "model.safetensors", "tokenizer.json"] {
-        std::fs::copy(Path::new(&tiny("bert")).join(f), dir.join(f)).unwrap();
-    }
-    let modules = serde_json::json!([
-        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}
-    ]);
-    std::fs::write(dir.join("modules.json"), modules.to_string()).unwrap();
-    std::fs::write(dir.join("1_Pooling/config.json"), r#"{"pooling_mode_mean_tokens": true}"#)
-        .unwrap();
+    let mean = r#"{"pooling_mode_mean_tokens": true}"#;
+    switchyard_models::sentence_transformers_copy(Path::new(&tiny("bert")), dir, mean).unwrap();
     let config = serde_json::json!({
         "prompts": {"query": "the sea: ", "passage": "some long text: "},
         "default_prompt_name": "query"

@@ -40,6 +40,23 @@ pub use runner::{Marked, Marking, Read, Runner, TokenLogits};
 pub use st::{Dense, Pooling, Prompt, Prompts, SentenceConfig, SentenceHead, prompted};
 pub use tokenize::{Encoded, Tokenizer, Truncation};
 
+/// Copies the checkpoint in `from` (`config.json`, `model.safetensors`, `tokenizer.json`) into
+/// `to` as a sentence-transformers model: a Transformer, then a Pooling module whose
+/// `config.json` is `pooling`. For tests (feature `testkit`).
+#[cfg(feature = "testkit")]
+pub fn sentence_transformers_copy(from: &Path, to: &Path, pooling: &str) -> std::io::Result<()> {
+    std::fs::create_dir_all(to.join("1_Pooling"))?;
+    for f in ["config.json", "model.safetensors", "tokenizer.json"] {
+        std::fs::copy(from.join(f), to.join(f))?;
+    }
+    let modules = serde_json::json!([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}
+    ]);
+    std::fs::write(to.join("modules.json"), modules.to_string())?;
+    std::fs::write(to.join("1_Pooling/config.json"), pooling)
+}
+
 /// The real model `name` as `cargo xtask fetch-models` puts it in this workspace
 /// (`.cache/models/NAME`; the environment variable `SWITCHYARD_MODELS_DIR` overrides the
 /// folder), or an error saying to fetch it. For tests (feature `testkit`).

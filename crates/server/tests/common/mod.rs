@@ -30,17 +30,8 @@ pub const PROMPTS: [(&str, &str); 2] = [("query", "the sea: "), ("passage", "som
 pub fn with_prompts(tag: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("switchyard-server-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(dir.join("1_Pooling")).unwrap();
-    for f in ["config.json", "model.safetensors", "tokenizer.json"] {
-        std::fs::copy(tiny("bert").join(f), dir.join(f)).unwrap();
-    }
-    let modules = serde_json::json!([
-        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}
-    ]);
-    std::fs::write(dir.join("modules.json"), modules.to_string()).unwrap();
-    std::fs::write(dir.join("1_Pooling/config.json"), r#"{"pooling_mode_mean_tokens": true}"#)
-        .unwrap();
+    let mean = r#"{"pooling_mode_mean_tokens": true}"#;
+    switchyard_models::sentence_transformers_copy(&tiny("bert"), &dir, mean).unwrap();
     let prompts: serde_json::Map<String, Value> =
         PROMPTS.iter().map(|(n, t)| ((*n).to_owned(), Value::from(*t))).collect();
     let config = serde_json::json!({"prompts": prompts, "default_prompt_name": "query"});
