@@ -176,14 +176,13 @@ enum HeadKind {
     Sparse,
 }
 
-/// The head: the sentence-transformers modules if present, else `config.json`'s
+/// The head: the sentence-transformers modules if they name one, else `config.json`'s
 /// `architectures` (a bare encoder embeds with mean pooling, as sentence-transformers does).
 fn head_kind(ck: &Checkpoint, sentence: Option<&SentenceConfig>) -> Result<HeadKind> {
-    if let Some(s) = sentence {
-        return Ok(match s.head {
-            SentenceHead::Pooled(p) => HeadKind::Embed(p, s.dense.clone()),
-            SentenceHead::Splade => HeadKind::Sparse,
-        });
+    match sentence.and_then(|s| s.head.map(|h| (h, s))) {
+        Some((SentenceHead::Pooled(p), s)) => return Ok(HeadKind::Embed(p, s.dense.clone())),
+        Some((SentenceHead::Splade, _)) => return Ok(HeadKind::Sparse),
+        None => {}
     }
     let mean = HeadKind::Embed(Pooling { mode: PoolMode::Mean, normalize: false }, Vec::new());
     let archs = architectures(ck.config());

@@ -55,8 +55,10 @@ pub struct Dense {
 /// What the sentence-transformers files say, if the directory has them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SentenceConfig {
-    /// What the modules compute.
-    pub head: SentenceHead,
+    /// What the modules compute after the Transformer; `None` where it is the Transformer alone
+    /// (a CrossEncoder as sentence-transformers 6 saves one), whose head `config.json`'s
+    /// `architectures` names.
+    pub head: Option<SentenceHead>,
     /// The Dense modules after pooling, in order (before any Normalize).
     pub dense: Vec<Dense>,
     /// `max_seq_length`, if set.
@@ -200,11 +202,12 @@ pub fn read(dir: &Path) -> Result<Option<SentenceConfig>> {
         }
     }
     let head = match (pooling, splade) {
-        (Some(mode), false) => SentenceHead::Pooled(Pooling { mode, normalize }),
-        (None, true) if !normalize => SentenceHead::Splade,
+        (Some(mode), false) => Some(SentenceHead::Pooled(Pooling { mode, normalize })),
+        (None, true) if !normalize => Some(SentenceHead::Splade),
+        (None, false) if !normalize => None,
         (None, false) => {
             return Err(Error::unsupported(
-                "modules.json lists no Pooling or SpladePooling module; Switchyard needs one",
+                "modules.json lists Normalize without a Pooling module before it",
             ));
         }
         _ => {
@@ -453,7 +456,7 @@ mod tests {
         let config = serde_json::json!({"pooling_strategy": "max", "activation_function": "relu"});
         let dir = folder("splade", &[(MLM, "", Value::Null), (SPLADE, "1_SpladePooling", config)]);
         let c = read(&dir).unwrap().unwrap();
-        assert_eq!(c.head, SentenceHead::Splade);
+        assert_eq!(c.head, Some(SentenceHead::Splade));
         std::fs::remove_dir_all(dir).unwrap();
     }
 
@@ -467,8 +470,8 @@ mod tests {
             let dir =
                 folder(tag, &[(TRANSFORMER, "", Value::Null), (POOLING, "1_Pooling", config)]);
             let got = read(&dir).map(|c| match c.unwrap().head {
-                SentenceHead::Pooled(p) => p.mode,
-                SentenceHead::Splade => unreachable!("a Pooling module"),
+                Some(SentenceHead::Pooled(p)) => p.mode,
+                _ => unreachable!("a Pooling module"),
             });
             std::fs::remove_dir_all(dir).unwrap();
             got.map_err(|e| e.to_string())

@@ -387,6 +387,36 @@ fn cross_encoders_score_pairs_like_transformers() {
     assert!(err.contains("is an embedding model, not a cross-encoder"), "{err}");
 }
 
+/// sentence-transformers 6 saves a CrossEncoder with a `modules.json` that lists its
+/// Transformer alone: the head is then the one `architectures` names, with transformers' logits.
+#[test]
+fn a_cross_encoder_saved_by_sentence_transformers_6_scores_as_before() {
+    let s = Scratch::of("bert-cross-encoder", "ce-st6");
+    // The files sentence-transformers 6.3 writes beside the weights, as it writes them.
+    let modules = r#"[{"idx": 0, "name": "0", "path": "",
+        "type": "sentence_transformers.base.modules.transformer.Transformer"}]"#;
+    std::fs::write(s.0.join("modules.json"), modules).unwrap();
+    let sbert = r#"{"transformer_task": "sequence-classification", "modality_config": {"text":
+        {"method": "forward", "method_output_name": "logits"}}, "module_output_name": "scores"}"#;
+    std::fs::write(s.0.join("sentence_bert_config.json"), sbert).unwrap();
+    let st = r#"{"activation_fn": "torch.nn.modules.activation.Sigmoid",
+        "default_prompt_name": null, "model_type": "CrossEncoder", "prompts": {}}"#;
+    std::fs::write(s.0.join("config_sentence_transformers.json"), st).unwrap();
+    let model = Model::load(&s.0).unwrap();
+    assert!(matches!(model.task(), Task::Classify { labels } if labels.len() == 1));
+    let e = logits("bert-cross-encoder");
+    let mut run = Runner::new(model, Reference, Buckets::default()).unwrap();
+    for ((q, d), want) in e.inputs.iter().zip(&e.logits) {
+        let got = run.classify_pairs(q, &[d.as_deref().unwrap()], |_| {}).unwrap();
+        close_rows("cross-encoder", &got, std::slice::from_ref(want));
+    }
+    // Normalize with nothing to normalise is not a model.
+    let modules = r#"[{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Normalize", "type": "sentence_transformers.models.Normalize"}]"#;
+    std::fs::write(s.0.join("modules.json"), modules).unwrap();
+    assert!(load_err(&s.0).contains("Normalize without a Pooling module"));
+}
+
 #[test]
 fn the_maximum_length_can_be_lowered_within_the_positions() {
     let mut model = Model::load(&tiny("bert")).unwrap();
