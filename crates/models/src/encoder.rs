@@ -7,7 +7,6 @@ use crate::checkpoint::Checkpoint;
 use crate::{Error, Result};
 
 /// Resolves checkpoint names under a prefix, accepting old LayerNorm names (`gamma`, `beta`).
-#[derive(Clone)]
 pub(crate) struct Names<'a> {
     ck: &'a Checkpoint,
     prefix: String,
@@ -70,7 +69,6 @@ impl<'a> Names<'a> {
 }
 
 /// The encoder under construction: the builder, the resolved names, and the config.
-#[derive(Clone)]
 pub(crate) struct Encoder<'a> {
     pub(crate) g: GraphBuilder,
     pub(crate) names: Names<'a>,

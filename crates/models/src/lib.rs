@@ -268,16 +268,12 @@ impl Model {
         let mut token_graph = None;
         let task = match kind {
             HeadKind::Embed(pooling, dense) => {
-                // Both graphs share one upload as two lanes of an executor, so they must read
-                // the same weight list: the token graph builds the head too (its Dense modules
-                // declare weights), leaving it unread.
                 let (mut tokens, all) = match cls_only {
-                    true => build(false)?,
-                    false => (enc.clone(), x),
+                    true => build(false).map(|(e, all)| (e.g, all))?,
+                    false => (enc.g.clone(), x),
                 };
-                heads::embedding(&mut tokens, all, pooling, &dense)?;
-                tokens.g.output(heads::TOKENS, all);
-                token_graph = Some(tokens.g.finish()?);
+                tokens.output(heads::TOKENS, all);
+                token_graph = Some(tokens.finish()?);
                 let emb = heads::embedding(&mut enc, x, pooling, &dense)?;
                 enc.g.output(heads::EMBEDDING, emb);
                 Task::Embed(pooling)
@@ -306,6 +302,13 @@ impl Model {
             }
         };
         let graph = enc.g.finish()?;
+        if let Some(tokens) = token_graph.as_mut() {
+            // Both graphs share one upload as two lanes of an executor, so they must list the
+            // same weights. The head's own (Dense modules') come after the encoder's, which
+            // both graphs declare alike: the token graph lists them too, unread.
+            let encoder = tokens.weights.len();
+            tokens.weights.extend_from_slice(graph.weights.get(encoder..).unwrap_or_default());
+        }
         let tokenizer = Tokenizer::load(dir, max_len)?;
         if let Some((token, id)) = tokenizer.largest_id()
             && id as usize >= config.vocab

@@ -177,16 +177,9 @@ pub fn read(dir: &Path) -> Result<Option<SentenceConfig>> {
                          Switchyard computes Dense modules between the two",
                     ));
                 }
-                let folder = module_folder(&modules_path, m)?;
-                let d = dense_module(dir, folder)?;
-                let width = dense.last().map(|d: &Dense| d.out_features);
-                if let Some(w) = width.filter(|&w| w != d.in_features) {
-                    return Err(Error::format(format!(
-                        "{folder}/config.json: in_features {} after a Dense module of {w}",
-                        d.in_features
-                    )));
-                }
-                dense.push(d);
+                // Each module's `in_features` is checked against the width before it when the
+                // head is built (heads::embedding).
+                dense.push(dense_module(dir, module_folder(&modules_path, m)?)?);
             }
             "SpladePooling" => {
                 splade_pooling(&path("1_SpladePooling"))?;
