@@ -321,9 +321,8 @@ fn settings_and_tasks_that_do_not_fit_are_refused() {
 /// The tiny BERT as a sentence-transformers model with a Dense module (32 to 16, Tanh) after
 /// mean pooling, in `dir`.
 fn with_dense(dir: &Path) {
-    for f in ["config.json", "model.safetensors", "tokenizer.json"] {
-        std::fs::copy(tiny("bert").join(f), dir.join(f)).unwrap();
-    }
+    let mean = r#"{"pooling_mode_mean_tokens": true}"#;
+    switchyard_models::sentence_transformers_copy(&tiny("bert"), dir, mean).unwrap();
     let t = |i: u32, path: &str, ty: &str| {
         serde_json::json!({"idx": i, "name": i.to_string(), "path": path,
                            "type": format!("sentence_transformers.models.{ty}")})
@@ -334,9 +333,6 @@ fn with_dense(dir: &Path) {
         t(2, "2_Dense", "Dense")
     ]);
     std::fs::write(dir.join("modules.json"), modules.to_string()).unwrap();
-    std::fs::create_dir_all(dir.join("1_Pooling")).unwrap();
-    std::fs::write(dir.join("1_Pooling/config.json"), r#"{"pooling_mode_mean_tokens": true}"#)
-        .unwrap();
     std::fs::create_dir_all(dir.join("2_Dense")).unwrap();
     std::fs::write(dir.join("2_Dense/config.json"), r#"{"in_features": 32, "out_features": 16}"#)
         .unwrap();
