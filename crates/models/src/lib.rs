@@ -57,6 +57,45 @@ pub fn sentence_transformers_copy(from: &Path, to: &Path, pooling: &str) -> std:
     std::fs::write(to.join("1_Pooling/config.json"), pooling)
 }
 
+/// Copies the sequence classifier in `from` (`config.json`, `model.safetensors`,
+/// `tokenizer.json`) into `to` as sentence-transformers 6 saves a `CrossEncoder`, naming
+/// `prompts` (a map of names to texts) and the default prompt `default`. For tests (feature
+/// `testkit`).
+#[cfg(feature = "testkit")]
+pub fn cross_encoder_copy(
+    from: &Path,
+    to: &Path,
+    prompts: serde_json::Value,
+    default: Option<&str>,
+) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for f in ["config.json", "model.safetensors", "tokenizer.json"] {
+        std::fs::copy(from.join(f), to.join(f))?;
+    }
+    let files = [
+        (
+            "modules.json",
+            serde_json::json!([{"idx": 0, "name": "0", "path": "",
+                "type": "sentence_transformers.base.modules.transformer.Transformer"}]),
+        ),
+        (
+            "sentence_bert_config.json",
+            serde_json::json!({"transformer_task": "sequence-classification",
+                "modality_config": {"text": {"method": "forward", "method_output_name": "logits"}},
+                "module_output_name": "scores"}),
+        ),
+        (
+            "config_sentence_transformers.json",
+            serde_json::json!({"activation_fn": "torch.nn.modules.activation.Sigmoid",
+                "default_prompt_name": default, "model_type": "CrossEncoder", "prompts": prompts}),
+        ),
+    ];
+    for (name, json) in files {
+        std::fs::write(to.join(name), json.to_string())?;
+    }
+    Ok(())
+}
+
 /// The real model `name` as `cargo xtask fetch-models` puts it in this workspace
 /// (`.cache/models/NAME`; the environment variable `SWITCHYARD_MODELS_DIR` overrides the
 /// folder), or an error saying to fetch it. For tests (feature `testkit`).

@@ -96,17 +96,24 @@ impl Encoded {
         out
     }
 
-    /// This encoding of `prompt` followed by a text, as the text's: the prompt's tokens count as
-    /// special (framing, as `[CLS]` is), and byte ranges and word indices are the text's. A
-    /// token that straddles the two is the text's.
+    /// This encoding of `prompt` followed by a text (or of a pair whose first text starts with
+    /// `prompt`, as a cross-encoder's query takes it), as the text's: the prompt's tokens count
+    /// as special (framing, as `[CLS]` is), and the first text's byte ranges and word indices
+    /// are its own. A token that straddles the two is the text's. A pair's second text, which
+    /// starts at the first special token after the first text's, is left as it is.
     pub fn after_prompt(mut self, prompt: &str) -> Encoded {
         let cut = prompt.len();
         let mut first_word = None;
+        let mut in_text = false;
         for i in 0..self.ids.len() {
             let (start, end) = self.offsets[i];
             if self.special[i] {
+                if in_text {
+                    break;
+                }
                 continue;
             }
+            in_text = true;
             if end <= cut {
                 (self.special[i], self.words[i], self.offsets[i]) = (true, None, (0, 0));
             } else {
@@ -905,6 +912,12 @@ mod tests {
         assert_eq!(e.special, [true, false, false, true]);
         assert_eq!(e.offsets[1..3], [(0, 1), (2, 5)]);
         assert_eq!(e.words[1..3], [Some(0), Some(1)]);
+        // A pair: the prompt goes before the first text, and the second keeps its own spans.
+        let (query, doc) = ("the man", "man eats");
+        let alone = t.encode_pair(query, doc).unwrap();
+        let e = t.encode_pair(&[prompt, query].concat(), doc).unwrap().after_prompt(prompt);
+        assert_eq!(e.special, [true, true, true, false, false, true, false, false, false, true]);
+        assert_eq!((texts(&e), words(&e)), (texts(&alone), words(&alone)));
     }
 
     #[test]

@@ -393,15 +393,8 @@ fn cross_encoders_score_pairs_like_transformers() {
 fn a_cross_encoder_saved_by_sentence_transformers_6_scores_as_before() {
     let s = Scratch::of("bert-cross-encoder", "ce-st6");
     // The files sentence-transformers 6.3 writes beside the weights, as it writes them.
-    let modules = r#"[{"idx": 0, "name": "0", "path": "",
-        "type": "sentence_transformers.base.modules.transformer.Transformer"}]"#;
-    std::fs::write(s.0.join("modules.json"), modules).unwrap();
-    let sbert = r#"{"transformer_task": "sequence-classification", "modality_config": {"text":
-        {"method": "forward", "method_output_name": "logits"}}, "module_output_name": "scores"}"#;
-    std::fs::write(s.0.join("sentence_bert_config.json"), sbert).unwrap();
-    let st = r#"{"activation_fn": "torch.nn.modules.activation.Sigmoid",
-        "default_prompt_name": null, "model_type": "CrossEncoder", "prompts": {}}"#;
-    std::fs::write(s.0.join("config_sentence_transformers.json"), st).unwrap();
+    let from = tiny("bert-cross-encoder");
+    switchyard_models::cross_encoder_copy(&from, &s.0, serde_json::json!({}), None).unwrap();
     let model = Model::load(&s.0).unwrap();
     assert!(matches!(model.task(), Task::Classify { labels } if labels.len() == 1));
     let e = logits("bert-cross-encoder");
