@@ -2,7 +2,7 @@
 
 use switchyard_dispatch::Dispatch;
 use switchyard_models::scores::{best, probabilities, softmax};
-use switchyard_models::{Marking, Model, Runner, Task};
+use switchyard_models::{Marking, Model, Prompt, Runner, Task, prompted};
 
 use crate::open::{open_for, strs};
 use crate::{Options, Result};
@@ -70,9 +70,21 @@ impl Classifier {
         self.runner.model().task().labels()
     }
 
-    /// Each text's most likely label (for a sequence classifier).
+    /// Each text's most likely label (for a sequence classifier), with the model's default
+    /// prompt (if any) before each text, as sentence-transformers' `CrossEncoder.predict` puts it.
     pub fn predict<T: AsRef<str>>(&mut self, texts: &[T]) -> Result<Vec<Prediction>> {
-        let rows = self.runner.classify(&strs(texts)?, |_| {})?;
+        self.predict_with_prompt(texts, Prompt::Default)
+    }
+
+    /// Each text's most likely label (for a sequence classifier), with the prompt `prompt`
+    /// chooses before each text: an error for a name the model does not have.
+    pub fn predict_with_prompt<T: AsRef<str>>(
+        &mut self,
+        texts: &[T],
+        prompt: Prompt<'_>,
+    ) -> Result<Vec<Prediction>> {
+        let texts = prompted(self.runner.model().prompts().text(prompt)?, texts);
+        let rows = self.runner.classify(&strs(&texts)?, |_| {})?;
         let labels = self.labels();
         Ok(rows
             .into_iter()

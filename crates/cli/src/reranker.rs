@@ -2,7 +2,7 @@
 
 use switchyard_dispatch::Dispatch;
 use switchyard_models::scores::{ranking, sigmoid};
-use switchyard_models::{Model, Runner, Task};
+use switchyard_models::{Model, Prompt, Runner, Task};
 
 use crate::open::{open_for, strs};
 use crate::{Options, Result};
@@ -20,7 +20,8 @@ pub struct Ranked {
 }
 
 /// A cross-encoder reranker: a sequence classifier with one label, run on (query, document)
-/// pairs.
+/// pairs, with its default prompt (if it names one) before the query, as sentence-transformers'
+/// `CrossEncoder.predict` puts it.
 ///
 /// ```
 /// # let model = concat!(env!("CARGO_MANIFEST_DIR"), "/../models/tests/fixtures/tiny/bert-cross-encoder");
@@ -48,9 +49,22 @@ impl Reranker {
         Ok(Reranker { runner: open_for(model, options, one_label, what)? })
     }
 
-    /// `docs` ranked against `query`, most relevant first.
+    /// `docs` ranked against `query`, most relevant first, with the model's default prompt (if
+    /// any) before the query.
     pub fn rank<T: AsRef<str>>(&mut self, query: &str, docs: &[T]) -> Result<Vec<Ranked>> {
-        let rows = self.runner.classify_pairs(query, &strs(docs)?, |_| {})?;
+        self.rank_with_prompt(query, docs, Prompt::Default)
+    }
+
+    /// `docs` ranked against `query`, most relevant first, with the prompt `prompt` chooses
+    /// before the query: an error for a name the model does not have.
+    pub fn rank_with_prompt<T: AsRef<str>>(
+        &mut self,
+        query: &str,
+        docs: &[T],
+        prompt: Prompt<'_>,
+    ) -> Result<Vec<Ranked>> {
+        let query = [self.runner.model().prompts().text(prompt)?, query].concat();
+        let rows = self.runner.classify_pairs(&query, &strs(docs)?, |_| {})?;
         let logits: Vec<f32> = rows.iter().map(|r| r.first().copied().unwrap_or(0.0)).collect();
         Ok(ranking(&logits)
             .into_iter()

@@ -38,19 +38,28 @@ pub fn train(
 /// What to explain: the output, and the texts it is of.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Question {
-    /// A sequence classifier's label (by name or index; `None`: the predicted one) for a text.
+    /// A sequence classifier's label (by name or index; `None`: the predicted one) for a text
+    /// with `prompt` before it.
     Label {
         /// The text.
         text: String,
         /// The label.
         label: Option<String>,
+        /// The text before it, held at the input as the special tokens are (what
+        /// [`crate::Classifier::predict`] puts there is the model's default prompt; empty for
+        /// none).
+        prompt: String,
     },
-    /// A cross-encoder's score (its one logit) for a query and a document.
+    /// A cross-encoder's score (its one logit) for a query with `prompt` before it and a
+    /// document.
     Score {
         /// The query.
         query: String,
         /// The document.
         document: String,
+        /// The text before the query, held at the input as the special tokens are (what
+        /// [`crate::Reranker::rank`] puts there is the model's default prompt; empty for none).
+        prompt: String,
     },
     /// An embedding model's cosine similarity of two texts, each with `prompt` before it.
     Similarity {
@@ -89,12 +98,18 @@ pub fn explain(
     let t = model.tokenizer();
     let labels = model.task().labels();
     let (inputs, aim) = match (question, model.task()) {
-        (Question::Label { text, label }, Task::Classify { .. }) if labels.len() > 1 => {
+        (Question::Label { text, label, prompt }, Task::Classify { .. }) if labels.len() > 1 => {
             let index = label.as_deref().map(|l| label_index(labels, l)).transpose()?;
-            (vec![t.encode(text)?], Aim::Label(index))
+            (
+                vec![t.encode(&[prompt.as_str(), text].concat())?.after_prompt(prompt)],
+                Aim::Label(index),
+            )
         }
-        (Question::Score { query, document }, Task::Classify { .. }) if labels.len() == 1 => {
-            (vec![t.encode_pair(query, document)?], Aim::Score)
+        (Question::Score { query, document, prompt }, Task::Classify { .. })
+            if labels.len() == 1 =>
+        {
+            let pair = t.encode_pair(&[prompt.as_str(), query].concat(), document)?;
+            (vec![pair.after_prompt(prompt)], Aim::Score)
         }
         (Question::Similarity { a, b, prompt }, Task::Embed(_)) => {
             let encode = |text: &str| -> Result<_> {

@@ -312,6 +312,74 @@ fn rerank_sorts_documents_by_cross_encoder_score() {
     assert!(err.contains("this model is an embedding model") && !err.contains("labels"), "{err}");
 }
 
+/// The tiny classifier `name` copied to a fresh folder named by `tag`, with the files
+/// sentence-transformers 6 saves for a `CrossEncoder` naming the prompts of
+/// tiny/bert-cross-encoder/expected-prompts.json (`query` the default); and that file.
+fn with_prompts(name: &str, tag: &str) -> (PathBuf, serde_json::Value) {
+    let dir = std::env::temp_dir().join(format!("switchyard-cli-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let path = PathBuf::from(tiny("bert-cross-encoder")).join("expected-prompts.json");
+    let e: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let (prompts, default) = (e["prompts"].clone(), e["default_prompt_name"].as_str());
+    switchyard_models::cross_encoder_copy(tiny(name).as_ref(), &dir, prompts, default).unwrap();
+    (dir, e)
+}
+
+#[test]
+fn rerank_puts_the_prompt_before_the_query_as_sentence_transformers_does() {
+    let (dir, e) = with_prompts("bert-cross-encoder", "rerank-prompts");
+    let m = dir.to_str().unwrap();
+    for (flags, which) in [
+        (&[][..], "default"),
+        (&["--prompt-name", "web"][..], "web"),
+        (&["--prompt", ""][..], "none"),
+    ] {
+        for (pair, want) in
+            e["pairs"].as_array().unwrap().iter().zip(e["logits"][which].as_array().unwrap())
+        {
+            let (q, d) = (pair[0].as_str().unwrap(), pair[1].as_str().unwrap());
+            let o =
+                switchyard(&[&["rerank", "--model", m, "--query", q][..], flags, &[d]].concat());
+            assert!(o.status.success(), "{}", text(&o.stderr));
+            let (got, want) = (lines(&o)[0]["logit"].as_f64().unwrap(), want.as_f64().unwrap());
+            // sentence-transformers 6.3's `CrossEncoder.predict` on the same pair, in f32 on
+            // torch: the kernels' summation orders differ by a few ulps of the logits.
+            assert!((got - want).abs() < 1e-5, "{which}: {q:?} {d:?}: {got} vs {want}");
+        }
+    }
+    let o = switchyard(&["rerank", "--model", m, "--prompt-name", "doc", "--query", "q", "d"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o.stderr).contains(r#"no prompt named "doc"; its prompts: query, web"#));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn classify_puts_the_prompt_before_each_text() {
+    let (dir, _) = with_prompts("bert-classifier", "classify-prompts");
+    let (m, plain) = (dir.to_str().unwrap(), tiny("bert-classifier"));
+    let classify = |model: &str, flags: &[&str], text: &str| {
+        let o = switchyard(&[&["classify", "--model", model][..], flags, &[text]].concat());
+        assert!(o.status.success(), "{}", self::text(&o.stderr));
+        lines(&o).remove(0)
+    };
+    let t = "the quick fox";
+    // The same text through the same kernels: the same logits.
+    let prompted = classify(m, &[], t);
+    assert_eq!(prompted["logits"], classify(&plain, &[], &format!("query: {t}"))["logits"]);
+    assert_eq!(prompted["text"], t, "the line shows the input, not the prompted text");
+    assert_ne!(prompted["logits"], classify(&plain, &[], t)["logits"]);
+    let web = classify(m, &["--prompt-name", "web"], t);
+    assert_eq!(web["logits"], classify(&plain, &[], &format!("web search: {t}"))["logits"]);
+    assert_eq!(classify(m, &["--prompt", ""], t)["logits"], classify(&plain, &[], t)["logits"]);
+    // A token classifier's words are the text's: it takes no prompt.
+    let ner = tiny("bert-token-classifier");
+    let o = switchyard(&["classify", "--model", &ner, "--prompt", "x: ", t]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o.stderr).contains("are for a sequence classifier"), "{}", text(&o.stderr));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn classify_labels_each_word_of_a_token_classifier() {
     let model = tiny("bert-token-classifier");

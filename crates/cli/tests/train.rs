@@ -231,9 +231,48 @@ fn explain_holds_the_models_prompt_as_embed_puts_it() {
 
     let r = switchyard(&["explain", "--model", &m, "--prompt-name", "doc", a, b]);
     assert!(text(&r.stderr).contains(r#"no prompt named "doc""#), "{}", text(&r.stderr));
-    let r = switchyard(&["explain", "--model", &tiny("bert-classifier"), "--prompt", "x", a]);
-    let err = text(&r.stderr);
-    assert!(err.contains("--prompt-name and --prompt are for an embedding model"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn explain_holds_a_cross_encoders_prompt_before_the_query_as_rerank_puts_it() {
+    let dir = scratch("ce-prompts");
+    let prompts = serde_json::json!({"query": "the sea: ", "web": "some long text: "});
+    let from = tiny("bert-cross-encoder");
+    switchyard_models::cross_encoder_copy(from.as_ref(), &dir, prompts, Some("query")).unwrap();
+    let m = dir.display().to_string();
+    let (q, d) = ("the quick fox", "a man is eating food");
+    let logit = |flags: &[&str]| {
+        let r = switchyard(&[&["rerank", "--model", &m, "--query", q][..], flags, &[d]].concat());
+        assert!(r.status.success(), "{}", text(&r.stderr));
+        let l: serde_json::Value = serde_json::from_str(text(&r.stdout).trim()).unwrap();
+        l["logit"].as_f64().unwrap()
+    };
+    for (flags, prompt_tokens) in
+        [(&[][..], 3), (&["--prompt-name", "web"][..], 4), (&["--prompt", ""][..], 0)]
+    {
+        let r = switchyard(&[&["explain", "--model", &m, "--query", q][..], flags, &[d]].concat());
+        assert!(r.status.success(), "{}", text(&r.stderr));
+        let e: serde_json::Value = serde_json::from_str(text(&r.stdout).trim()).unwrap();
+        // The logit `rerank` gives with the same prompt, from burn's kernels under autodiff
+        // and flex's: a few ulps apart.
+        let (value, want) = (e["value"].as_f64().unwrap(), logit(flags));
+        assert!((value - want).abs() <= 1e-5, "{flags:?}: {value} vs {want}");
+        let input = &e["inputs"][0];
+        // The query's words and spans are its own and the document's are untouched; the
+        // prompt's tokens are held as [CLS] and [SEP] are.
+        let words = |segment: u64| -> Vec<&str> {
+            let words = input["words"].as_array().unwrap().iter();
+            words.filter(|w| w["segment"] == segment).map(|w| w["word"].as_str().unwrap()).collect()
+        };
+        assert_eq!(words(0), ["the", "quick", "fox"], "{flags:?}");
+        assert_eq!(words(1), ["a", "man", "is", "eating", "food"], "{flags:?}");
+        let tokens = input["tokens"].as_array().unwrap();
+        let held: Vec<&serde_json::Value> =
+            tokens.iter().filter(|t| t["special"] == true).collect();
+        assert_eq!(held.len(), 3 + prompt_tokens, "{flags:?}: {tokens:?}");
+        assert!(held.iter().all(|t| t["attribution"] == 0.0));
+    }
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -50,6 +50,8 @@ pub enum Command {
         model: ModelArgs,
         #[command(flatten)]
         input: InputArgs,
+        #[command(flatten)]
+        prompt: PromptArgs,
         /// With a token classifier, label every token rather than each word's first sub-token.
         #[arg(long)]
         every_token: bool,
@@ -64,9 +66,12 @@ pub enum Command {
         /// The documents (arguments, --input, or lines piped to stdin).
         #[command(flatten)]
         input: InputArgs,
+        /// The prompt before the query.
+        #[command(flatten)]
+        prompt: PromptArgs,
     },
-    /// Show how texts tokenize: ids and tokens, one JSON line per input (with the prompt an
-    /// embedding model puts before them).
+    /// Show how texts tokenize: ids and tokens, one JSON line per input (with the prompt the
+    /// model puts before them).
     Tokenize {
         #[command(flatten)]
         model: ModelArgs,
@@ -358,16 +363,16 @@ pub struct ModelArgs {
     pub threads: Option<NonZeroUsize>,
 }
 
-/// Which prompt goes before each text: a sentence-transformers model's own
-/// (config_sentence_transformers.json), or one given.
+/// Which prompt goes before each text (a cross-encoder's query): a sentence-transformers
+/// model's own (config_sentence_transformers.json), or one given.
 #[derive(clap::Args)]
 pub struct PromptArgs {
-    /// Put the model's prompt of this name before each text (such as E5's `query` or
-    /// `passage`). Default: the model's default prompt, where it names one.
+    /// Put the model's prompt of this name before each text, or a cross-encoder's query (such
+    /// as E5's `query` or `passage`). Default: the model's default prompt, where it names one.
     #[arg(long)]
     pub prompt_name: Option<String>,
-    /// Put this text before each text instead (`--prompt ""` for none, even where the model
-    /// has a default).
+    /// Put this text there instead (`--prompt ""` for none, even where the model has a
+    /// default).
     #[arg(long, conflicts_with = "prompt_name")]
     pub prompt: Option<String>,
 }
@@ -376,6 +381,11 @@ impl PromptArgs {
     /// The prompt these flags choose.
     pub fn choice(&self) -> Prompt<'_> {
         Prompt::choose(self.prompt_name.as_deref(), self.prompt.as_deref())
+    }
+
+    /// Whether a flag chose a prompt (rather than leaving the model's default).
+    pub fn chosen(&self) -> bool {
+        self.prompt_name.is_some() || self.prompt.is_some()
     }
 }
 

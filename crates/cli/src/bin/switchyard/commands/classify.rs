@@ -1,13 +1,13 @@
 //! `switchyard classify`: a label per text, or per word for a token classifier, streamed.
 
-use anyhow::Result;
+use anyhow::{Result, bail};
 use serde::Serialize;
 use switchyard::Task;
-use switchyard::models::Marking;
 use switchyard::models::scores::{best, probabilities, softmax};
+use switchyard::models::{Marking, prompted};
 
 use super::{json_line, open_inputs, runner, streamed};
-use crate::args::{InputArgs, ModelArgs};
+use crate::args::{InputArgs, ModelArgs, PromptArgs};
 
 /// The line of a classified text (fields in the order the lines have always had them).
 #[derive(Serialize)]
@@ -36,14 +36,27 @@ struct Word<'a> {
     text: Option<&'a str>,
 }
 
-/// Classifies each input (or labels its words, or with `every_token` its tokens), printing one
-/// JSON line per input, a chunk of inputs at a time.
-pub fn run(args: &ModelArgs, input: &InputArgs, every_token: bool) -> Result<()> {
+/// Classifies each input with the prompt `prompt` chooses before it (or labels its words, or
+/// with `every_token` its tokens), printing one JSON line per input, a chunk of inputs at a
+/// time.
+pub fn run(
+    args: &ModelArgs,
+    input: &InputArgs,
+    prompt: &PromptArgs,
+    every_token: bool,
+) -> Result<()> {
     let marking = if every_token { Marking::EveryToken } else { Marking::FirstSubToken };
     let inputs = open_inputs(input)?;
     let mut run = runner(args, None)?;
     let labels = run.model().task().labels().to_vec();
     let per_token = matches!(run.model().task(), Task::ClassifyTokens { .. });
+    if per_token && prompt.chosen() {
+        bail!(
+            "--prompt-name and --prompt are for a sequence classifier; this is a token classifier"
+        );
+    }
+    let prompt = if per_token { "" } else { run.model().prompts().text(prompt.choice())? };
+    let prompt = prompt.to_owned();
     streamed(input, inputs, |texts, progress| {
         if per_token {
             let rows = run.classify_tokens(texts, marking, progress)?;
@@ -64,7 +77,9 @@ pub fn run(args: &ModelArgs, input: &InputArgs, every_token: bool) -> Result<()>
                 })
                 .collect();
         }
-        let rows = run.classify(texts, progress)?;
+        let prompted = prompted(&prompt, texts);
+        let inputs: Vec<&str> = prompted.iter().map(String::as_str).collect();
+        let rows = run.classify(&inputs, progress)?;
         texts
             .iter()
             .zip(rows)

@@ -31,10 +31,12 @@ pub fn run(cli: Cli) -> Result<()> {
             embed::run(&model, &input, &prompt, buckets.as_deref())
         }
         Command::Similarity { model, input, prompt } => similarity::run(&model, &input, &prompt),
-        Command::Classify { model, input, every_token } => {
-            classify::run(&model, &input, every_token)
+        Command::Classify { model, input, prompt, every_token } => {
+            classify::run(&model, &input, &prompt, every_token)
         }
-        Command::Rerank { model, query, input } => rerank::run(&model, &query, &input),
+        Command::Rerank { model, query, input, prompt } => {
+            rerank::run(&model, &query, &input, &prompt)
+        }
         Command::Tokenize { model, input, prompt } => tokenize::run(&model, &input, &prompt),
         Command::Devices => devices::run(),
         Command::Inspect { model, bucket, json } => inspect::run(&model, bucket.as_deref(), json),

@@ -7,7 +7,7 @@ use switchyard::Task;
 use switchyard::models::scores::{ranking, sigmoid};
 
 use super::{json_line, runner, with_progress};
-use crate::args::{InputArgs, ModelArgs};
+use crate::args::{InputArgs, ModelArgs, PromptArgs};
 
 /// The line of a ranked document (fields in the order the lines have always had them).
 #[derive(serde::Serialize)]
@@ -18,8 +18,9 @@ struct Ranked<'a> {
     score: f32,
 }
 
-/// Ranks the inputs against `query`, printing one JSON line per document, best first.
-pub fn run(args: &ModelArgs, query: &str, input: &InputArgs) -> Result<()> {
+/// Ranks the inputs against `query` (with the prompt `prompt` chooses before it), printing one
+/// JSON line per document, best first.
+pub fn run(args: &ModelArgs, query: &str, input: &InputArgs, prompt: &PromptArgs) -> Result<()> {
     let docs = input.read()?;
     let mut run = runner(args, None)?;
     let task = run.model().task();
@@ -33,7 +34,8 @@ pub fn run(args: &ModelArgs, query: &str, input: &InputArgs) -> Result<()> {
             task.describe(),
         );
     }
-    let rows = with_progress(input, &docs, |t, p| run.classify_pairs(query, t, p))?;
+    let query = [run.model().prompts().text(prompt.choice())?, query].concat();
+    let rows = with_progress(input, &docs, |t, p| run.classify_pairs(&query, t, p))?;
     let logits: Vec<f32> = rows.iter().map(|r| r[0]).collect();
     let mut out = std::io::stdout().lock();
     for index in ranking(&logits) {

@@ -204,7 +204,7 @@ struct Line<'a> {
 fn texts_of(q: &Question) -> Vec<(&str, Option<&str>)> {
     match q {
         Question::Label { text, .. } => vec![(text, None)],
-        Question::Score { query, document } => vec![(query, Some(document))],
+        Question::Score { query, document, .. } => vec![(query, Some(document))],
         Question::Similarity { a, b, .. } => vec![(a, None), (b, None)],
     }
 }
@@ -222,28 +222,33 @@ pub fn explain(a: &ExplainArgs) -> Result<()> {
     if a.label.is_some() && (one_label || !matches!(model.task(), Task::Classify { .. })) {
         bail!("--label is for a sequence classifier with two or more labels");
     }
-    let chosen = a.prompt.prompt_name.is_some() || a.prompt.prompt.is_some();
-    if chosen && !matches!(model.task(), Task::Embed(_)) {
-        bail!("--prompt-name and --prompt are for an embedding model's similarity");
-    }
-    // The prompt `similarity` would put before each text, held fixed as the special tokens are.
-    let prompt = model.prompts().text(a.prompt.choice())?;
+    // The prompt `similarity`, `classify` or `rerank` would put before each text (a
+    // cross-encoder's query), held fixed as the special tokens are.
+    let prompt = model.prompts().text(a.prompt.choice())?.to_owned();
     let similarity = |a: &str, b: &str| Question::Similarity {
         a: a.to_owned(),
         b: b.to_owned(),
-        prompt: prompt.to_owned(),
+        prompt: prompt.clone(),
     };
     let questions: Vec<Question> = match (model.task(), &a.query) {
         (Task::Classify { .. }, Some(q)) if one_label => texts
             .iter()
-            .map(|d| Question::Score { query: q.clone(), document: d.clone() })
+            .map(|d| Question::Score {
+                query: q.clone(),
+                document: d.clone(),
+                prompt: prompt.clone(),
+            })
             .collect(),
         (Task::Classify { .. }, None) if one_label => {
             bail!("a cross-encoder scores pairs: give --query and the documents")
         }
         (Task::Classify { .. }, None) => texts
             .iter()
-            .map(|t| Question::Label { text: t.clone(), label: a.label.clone() })
+            .map(|t| Question::Label {
+                text: t.clone(),
+                label: a.label.clone(),
+                prompt: prompt.clone(),
+            })
             .collect(),
         (Task::Embed(_), Some(q)) => texts.iter().map(|t| similarity(q, t)).collect(),
         (Task::Embed(_), None) if texts.len() == 2 => vec![similarity(&texts[0], &texts[1])],
