@@ -278,6 +278,58 @@ fn rerank_orders_texts_by_the_cross_encoders_sigmoid() {
 }
 
 #[test]
+fn a_classifiers_default_prompt_goes_before_each_first_text() {
+    let prompts = json!({ "query": "the sea: " });
+    let copy = |fixture: &str| {
+        let dir = std::env::temp_dir()
+            .join(format!("switchyard-server-{fixture}-prompts-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let (from, p) = (common::tiny(fixture), prompts.clone());
+        switchyard_models::cross_encoder_copy(&from, &dir, p, Some("query")).unwrap();
+        dir
+    };
+    let c = Arc::new(Control::default());
+    let spec = |name: &str, fixture: &str| ModelSpec {
+        name: name.into(),
+        replicas: vec![held_replica_at(copy(fixture), "held:0", &c)],
+    };
+    let models =
+        vec![spec("reranker", "bert-cross-encoder"), spec("classifier", "bert-classifier")];
+    let s = Running::start(Config::default(), models);
+    let query = "what is the man eating";
+    // The models without prompts, on texts with the prompt written before the first.
+    let logits = runner("bert-cross-encoder")
+        .classify_pairs(&format!("the sea: {query}"), &TEXTS, |_| {})
+        .unwrap();
+    let r = s.post(
+        "/rerank?model=reranker",
+        &json!({ "query": query, "texts": TEXTS, "raw_scores": true }),
+    );
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    for x in r.body.as_array().unwrap() {
+        let i = x["index"].as_u64().unwrap() as usize;
+        assert!((x["score"].as_f64().unwrap() as f32 - logits[i][0]).abs() <= TOL, "{x}");
+    }
+    let mut classifier = runner("bert-classifier");
+    let prompted = format!("the sea: {}", TEXTS[0]);
+    let one = classifier.classify(&[&prompted], |_| {}).unwrap().remove(0);
+    let pair = classifier.classify_pairs(&prompted, &[TEXTS[1]], |_| {}).unwrap().remove(0);
+    let r = s.post(
+        "/predict?model=classifier",
+        &json!({ "inputs": [[TEXTS[0]], [TEXTS[0], TEXTS[1]]], "raw_scores": true }),
+    );
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    let labels = classifier.model().task().labels().to_vec();
+    for (got, want) in r.body.as_array().unwrap().iter().zip([one, pair]) {
+        for x in got.as_array().unwrap() {
+            let i = labels.iter().position(|l| *l == x["label"]).unwrap();
+            assert!((x["score"].as_f64().unwrap() as f32 - want[i]).abs() <= TOL, "{x}");
+        }
+    }
+    assert_eq!(s.get("/info").body["models"][0]["default_prompt"], json!("the sea: "));
+}
+
+#[test]
 fn predict_labels_texts_pairs_and_words() {
     let s = every_task(Config::default());
     let mut classifier = runner("bert-classifier");

@@ -360,7 +360,10 @@ pub(crate) async fn rerank(
         return Err(ApiError::invalid("`query` cannot be empty"));
     }
     let encoding = req.truncation.encoding();
-    let pairs = req.texts.iter().map(|t| Text::Pair(req.query.clone(), t.clone())).collect();
+    // The model's default prompt goes before the query, as sentence-transformers'
+    // `CrossEncoder.predict` puts it.
+    let query = prompted(&app.models[m].default_prompt, req.query.clone());
+    let pairs = req.texts.iter().map(|t| Text::Pair(query.clone(), t.clone())).collect();
     let c = compute(&app, m, pairs, encoding).await?;
     let logits: Vec<f32> = c.rows.iter().map(|r| r.first().map_or(0.0, |l| l[0])).collect();
     let score = |l: f32| if req.raw_scores { l } else { scores::sigmoid(l) };
@@ -462,6 +465,18 @@ async fn predict_with(app: &Arc<App>, m: usize, req: PredictRequest) -> Result<R
     if tokens && inputs.iter().any(|t| matches!(t, Text::Pair(..))) {
         return Err(ApiError::invalid("a token classifier labels single texts, not pairs"));
     }
+    // A sequence classifier's default prompt goes before each input's (first) text, as
+    // sentence-transformers' `CrossEncoder.predict` puts it; a token classifier's words are
+    // the text's alone.
+    let prompt = if tokens { "" } else { app.models[m].default_prompt.as_str() };
+    let inputs: Vec<Text> = inputs
+        .into_iter()
+        .map(|t| match t {
+            Text::One(a) => Text::One(prompted(prompt, a)),
+            Text::Pair(a, b) => Text::Pair(prompted(prompt, a), b),
+            ids @ Text::Ids(_) => ids,
+        })
+        .collect();
     let texts: Vec<String> = inputs
         .iter()
         .map(|t| match t {
