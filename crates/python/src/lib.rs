@@ -90,6 +90,12 @@ type Word = (usize, usize, String, String, f32);
 /// A sparse term as Python gets it: `(id, token or None, weight)`.
 type Term = (u32, Option<String>, f32);
 
+/// A model's prompts by name, and the name of its default prompt, if any.
+fn prompts_of(model: &switchyard::Model) -> (BTreeMap<String, String>, Option<String>) {
+    let prompts = model.prompts();
+    (prompts.named.clone(), prompts.default.clone())
+}
+
 /// Locks a model for one call; a lock poisoned by a panic is still usable, since every call
 /// starts from the model's own state.
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -132,10 +138,10 @@ impl Embedder {
     ) -> PyResult<Self> {
         let args = (device, dtype, threads, max_seq_length);
         let (inner, options) = open(py, model, args, switchyard::Embedder::open_with)?;
-        let prompts = inner.model().prompts();
+        let (prompts, default_prompt_name) = prompts_of(inner.model());
         Ok(Embedder {
-            prompts: prompts.named.clone(),
-            default_prompt_name: prompts.default.clone(),
+            prompts,
+            default_prompt_name,
             dim: inner.dim(),
             max_seq_length: inner.model().tokenizer().max_len(),
             device: options.device.to_string(),
@@ -170,6 +176,12 @@ impl Embedder {
 #[pyclass(module = "switchyard._switchyard", frozen)]
 struct Reranker {
     inner: Mutex<switchyard::Reranker>,
+    /// The model's prompts by name.
+    #[pyo3(get)]
+    prompts: BTreeMap<String, String>,
+    /// The prompt put before the query where a call names none, if any.
+    #[pyo3(get)]
+    default_prompt_name: Option<String>,
     /// The device it runs on.
     #[pyo3(get)]
     device: String,
@@ -190,18 +202,30 @@ impl Reranker {
     ) -> PyResult<Self> {
         let args = (device, dtype, threads, max_seq_length);
         let (inner, options) = open(py, model, args, switchyard::Reranker::open_with)?;
-        Ok(Reranker { device: options.device.to_string(), inner: inner.into() })
+        let (prompts, default_prompt_name) = prompts_of(inner.model());
+        Ok(Reranker {
+            prompts,
+            default_prompt_name,
+            device: options.device.to_string(),
+            inner: inner.into(),
+        })
     }
 
-    /// `docs` ranked against `query`, most relevant first: `(index, score, logit)` each, the
-    /// score being the logit's sigmoid.
+    /// `docs` ranked against `query` with the prompt chosen before it (as [`Embedder::embed`]
+    /// chooses it), most relevant first: `(index, score, logit)` each, the score being the
+    /// logit's sigmoid.
+    #[pyo3(signature = (query, docs, prompt_name=None, prompt=None))]
     fn rank(
         &self,
         py: Python<'_>,
         query: String,
         docs: Vec<String>,
+        prompt_name: Option<&str>,
+        prompt: Option<&str>,
     ) -> PyResult<Vec<(usize, f32, f32)>> {
-        let ranked = py.detach(|| guarded(|| lock(&self.inner).rank(&query, &docs)))?;
+        let choice = Prompt::choose(prompt_name, prompt);
+        let ranked =
+            py.detach(|| guarded(|| lock(&self.inner).rank_with_prompt(&query, &docs, choice)))?;
         Ok(ranked.into_iter().map(|r| (r.index, r.score, r.logit)).collect())
     }
 }
@@ -216,6 +240,12 @@ struct Classifier {
     /// Whether it labels each word (a token classifier) rather than each text.
     #[pyo3(get)]
     tokens: bool,
+    /// The model's prompts by name.
+    #[pyo3(get)]
+    prompts: BTreeMap<String, String>,
+    /// The prompt put before texts where a call names none, if any.
+    #[pyo3(get)]
+    default_prompt_name: Option<String>,
     /// The device it runs on.
     #[pyo3(get)]
     device: String,
@@ -237,21 +267,30 @@ impl Classifier {
         let args = (device, dtype, threads, max_seq_length);
         let (inner, options) = open(py, model, args, switchyard::Classifier::open_with)?;
         let tokens = matches!(inner.model().task(), switchyard::Task::ClassifyTokens { .. });
+        let (prompts, default_prompt_name) = prompts_of(inner.model());
         Ok(Classifier {
             labels: inner.labels().to_vec(),
             tokens,
+            prompts,
+            default_prompt_name,
             device: options.device.to_string(),
             inner: inner.into(),
         })
     }
 
-    /// Each text's most likely label: `(label, score, logits)` (a sequence classifier).
+    /// Each text's most likely label with the prompt chosen before it (as [`Embedder::embed`]
+    /// chooses it): `(label, score, logits)` (a sequence classifier).
+    #[pyo3(signature = (texts, prompt_name=None, prompt=None))]
     fn predict(
         &self,
         py: Python<'_>,
         texts: Vec<String>,
+        prompt_name: Option<&str>,
+        prompt: Option<&str>,
     ) -> PyResult<Vec<(String, f32, Vec<f32>)>> {
-        let got = py.detach(|| guarded(|| lock(&self.inner).predict(&texts)))?;
+        let choice = Prompt::choose(prompt_name, prompt);
+        let got =
+            py.detach(|| guarded(|| lock(&self.inner).predict_with_prompt(&texts, choice)))?;
         Ok(got.into_iter().map(|p| (p.label, p.score, p.logits)).collect())
     }
 
@@ -272,6 +311,12 @@ impl Classifier {
 #[pyclass(module = "switchyard._switchyard", frozen)]
 struct SparseEncoder {
     inner: Mutex<switchyard::SparseEncoder>,
+    /// The model's prompts by name.
+    #[pyo3(get)]
+    prompts: BTreeMap<String, String>,
+    /// The prompt put before texts where a call names none, if any.
+    #[pyo3(get)]
+    default_prompt_name: Option<String>,
     /// The device it runs on.
     #[pyo3(get)]
     device: String,
@@ -292,7 +337,13 @@ impl SparseEncoder {
     ) -> PyResult<Self> {
         let args = (device, dtype, threads, max_seq_length);
         let (inner, options) = open(py, model, args, switchyard::SparseEncoder::open_with)?;
-        Ok(SparseEncoder { device: options.device.to_string(), inner: inner.into() })
+        let (prompts, default_prompt_name) = prompts_of(inner.model());
+        Ok(SparseEncoder {
+            prompts,
+            default_prompt_name,
+            device: options.device.to_string(),
+            inner: inner.into(),
+        })
     }
 
     /// Each text's terms with the prompt chosen before it (as [`Embedder::embed`] chooses it),

@@ -102,6 +102,52 @@ def test_rerank_and_predict_equal_the_commands(cli):
     assert reranker.predict(pairs[0]) == scores[0]
 
 
+def st6_cross_encoder(fixture: str, to, prompts: dict, default: str) -> str:
+    """The tiny classifier ``fixture`` copied to ``to`` with the files sentence-transformers 6
+    saves for a ``CrossEncoder`` naming ``prompts``, ``default`` the default."""
+    to.mkdir()
+    for f in ["config.json", "model.safetensors", "tokenizer.json"]:
+        shutil.copy(f"{tiny(fixture)}/{f}", to / f)
+    transformer = "sentence_transformers.base.modules.transformer.Transformer"
+    modules = [{"idx": 0, "name": "0", "path": "", "type": transformer}]
+    (to / "modules.json").write_text(json.dumps(modules))
+    config = {"model_type": "CrossEncoder", "prompts": prompts, "default_prompt_name": default}
+    (to / "config_sentence_transformers.json").write_text(json.dumps(config))
+    return str(to)
+
+
+def test_rank_and_predict_put_the_prompt_before_the_query_as_sentence_transformers_does(tmp_path):
+    expected = json.loads(open(f"{tiny('bert-cross-encoder')}/expected-prompts.json").read())
+    model = st6_cross_encoder(
+        "bert-cross-encoder", tmp_path / "ce", expected["prompts"], expected["default_prompt_name"]
+    )
+    reranker = switchyard.CrossEncoder(model)
+    assert (reranker.prompts, reranker.default_prompt_name) == (expected["prompts"], "query")
+    pairs = [tuple(p) for p in expected["pairs"]]
+    for which, kw in [("default", {}), ("web", {"prompt_name": "web"}), ("none", {"prompt": ""})]:
+        # sentence-transformers 6.3's logits, through its sigmoid; f32 kernels summing in
+        # other orders than torch's, a few ulps apart.
+        want = 1 / (1 + np.exp(-np.array(expected["logits"][which])))
+        assert np.abs(reranker.predict(pairs, **kw) - want).max() <= 1e-5, which
+        ranked = reranker.rank(pairs[0][0], [pairs[0][1]], **kw)
+        assert abs(ranked[0]["score"] - want[0]) <= 1e-5, which
+    # sentence-transformers' order: the prompt name comes second.
+    assert np.array_equal(reranker.predict(pairs, "web"), reranker.predict(pairs, prompt_name="web"))
+    with pytest.raises(switchyard.SwitchyardError, match='no prompt named "doc"'):
+        reranker.rank("q", ["d"], prompt_name="doc")
+
+
+def test_a_classifiers_prompt_goes_before_each_text(tmp_path):
+    model = st6_cross_encoder("bert-classifier", tmp_path / "c", {"query": "the sea: "}, "query")
+    prompted, plain = switchyard.Classifier(model), switchyard.Classifier(tiny("bert-classifier"))
+    assert prompted.predict(TEXTS) == plain.predict(["the sea: " + t for t in TEXTS])
+    assert prompted.predict(TEXTS, prompt="") == plain.predict(TEXTS)
+    assert prompted.predict(TEXTS, prompt="x ") == plain.predict(["x " + t for t in TEXTS])
+    tagger = switchyard.Classifier(tiny("bert-token-classifier"))
+    with pytest.raises(ValueError, match="for a sequence classifier"):
+        tagger.predict(TEXTS, prompt="x ")
+
+
 def test_sequence_labels_equal_the_commands(cli):
     model = tiny("bert-classifier")
     classifier = switchyard.Classifier(model)

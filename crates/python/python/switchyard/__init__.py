@@ -145,6 +145,17 @@ class _Model:
         """The device the model runs on."""
         return self._native.device
 
+    @property
+    def prompts(self) -> Dict[str, str]:
+        """The model's prompts by name (its ``config_sentence_transformers.json``)."""
+        return dict(self._native.prompts)
+
+    @property
+    def default_prompt_name(self) -> Optional[str]:
+        """The prompt put before texts (a cross-encoder's query) where a call names none, if the
+        model has one."""
+        return self._native.default_prompt_name
+
 
 class Embedder(_Model):
     """A sentence embedder, with sentence-transformers' ``SentenceTransformer`` interface.
@@ -168,16 +179,6 @@ class Embedder(_Model):
     def get_sentence_embedding_dimension(self) -> int:
         """The width of an embedding."""
         return self._native.dim
-
-    @property
-    def prompts(self) -> Dict[str, str]:
-        """The model's prompts by name (its ``config_sentence_transformers.json``)."""
-        return dict(self._native.prompts)
-
-    @property
-    def default_prompt_name(self) -> Optional[str]:
-        """The prompt put before texts where ``encode`` names none, if the model has one."""
-        return self._native.default_prompt_name
 
     def encode(
         self,
@@ -257,7 +258,9 @@ class Embedder(_Model):
 class Reranker(_Model):
     """A cross-encoder, with sentence-transformers' ``CrossEncoder`` interface.
 
-    Scores are the sigmoid of the model's one logit, as sentence-transformers gives them.
+    Scores are the sigmoid of the model's one logit, as sentence-transformers gives them. The
+    prompt ``prompt_name`` names, else ``prompt`` (``""`` for none), else the model's default
+    prompt, if it has one, goes before each query, as sentence-transformers 6 puts it.
     Parameters as :class:`Embedder`'s.
     """
 
@@ -269,6 +272,8 @@ class Reranker(_Model):
         documents: Sequence[str],
         top_k: Optional[int] = None,
         return_documents: bool = False,
+        prompt_name: Optional[str] = None,
+        prompt: Optional[str] = None,
         batch_size: int = 32,
         show_progress_bar: Optional[bool] = None,
     ) -> List[Dict[str, Any]]:
@@ -279,7 +284,9 @@ class Reranker(_Model):
         docs, _ = _texts(documents, "documents")
         scores = np.empty(len(docs), dtype=np.float32)
         for start, end in _batches(len(docs), batch_size, show_progress_bar, "Batches"):
-            for index, score, _logit in self._native.rank(query, docs[start:end]):
+            for index, score, _logit in self._native.rank(
+                query, docs[start:end], prompt_name, prompt
+            ):
                 scores[start + index] = score
         # A stable sort keeps equal scores in input order, as the engine's own ranking does.
         order = np.argsort(-scores, kind="stable")
@@ -296,6 +303,8 @@ class Reranker(_Model):
     def predict(
         self,
         sentences: Union[Tuple[str, str], Sequence[Tuple[str, str]]],
+        prompt_name: Optional[str] = None,
+        prompt: Optional[str] = None,
         batch_size: int = 32,
         show_progress_bar: Optional[bool] = None,
         convert_to_numpy: bool = True,
@@ -315,7 +324,8 @@ class Reranker(_Model):
         for q, idx in by_query.items():
             for start, end in _batches(len(idx), batch_size, show_progress_bar, "Batches"):
                 chunk = idx[start:end]
-                for index, score, _logit in self._native.rank(q, [pairs[i][1] for i in chunk]):
+                docs = [pairs[i][1] for i in chunk]
+                for index, score, _logit in self._native.rank(q, docs, prompt_name, prompt):
                     scores[chunk[index]] = score
         if single:
             return float(scores[0])
@@ -346,16 +356,22 @@ class Classifier(_Model):
     def predict(
         self,
         texts: Texts,
+        prompt_name: Optional[str] = None,
+        prompt: Optional[str] = None,
         batch_size: int = 32,
         show_progress_bar: Optional[bool] = None,
     ):
         """Each text's prediction, in order (one prediction for one string).
 
         A sequence classifier gives ``{"label", "score", "logits"}`` per text (``score``: the
-        label's softmax probability, the sigmoid for a one-label model). A token classifier
-        gives, per text, a list of ``{"word", "start", "end", "label", "score"}``, one per word,
-        read at each word's first sub-token; ``start`` and ``end`` index the Python string.
+        label's softmax probability, the sigmoid for a one-label model), with the prompt
+        ``prompt_name`` and ``prompt`` choose before each text as :meth:`Embedder.encode`'s do.
+        A token classifier gives, per text, a list of ``{"word", "start", "end", "label",
+        "score"}``, one per word, read at each word's first sub-token; ``start`` and ``end``
+        index the Python string; it takes no prompt.
         """
+        if self._native.tokens and (prompt_name is not None or prompt is not None):
+            raise ValueError("prompt_name and prompt are for a sequence classifier")
         items, single = _texts(texts, "texts")
         out: List[Any] = []
         for start, end in _batches(len(items), batch_size, show_progress_bar, "Batches"):
@@ -364,7 +380,7 @@ class Classifier(_Model):
                 for text, words in zip(chunk, self._native.label_words(chunk)):
                     out.append([_word(text, *w) for w in words])
             else:
-                for label, score, logits in self._native.predict(chunk):
+                for label, score, logits in self._native.predict(chunk, prompt_name, prompt):
                     out.append({"label": label, "score": score, "logits": list(logits)})
         return out[0] if single else out
 

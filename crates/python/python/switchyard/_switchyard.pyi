@@ -31,6 +31,8 @@ class Embedder:
 
 class Reranker:
     device: str
+    prompts: Dict[str, str]
+    default_prompt_name: Optional[str]
     def __init__(
         self,
         model: str,
@@ -39,12 +41,20 @@ class Reranker:
         threads: Optional[int] = None,
         max_seq_length: Optional[int] = None,
     ) -> None: ...
-    def rank(self, query: str, docs: List[str]) -> List[Tuple[int, float, float]]: ...
+    def rank(
+        self,
+        query: str,
+        docs: List[str],
+        prompt_name: Optional[str] = None,
+        prompt: Optional[str] = None,
+    ) -> List[Tuple[int, float, float]]: ...
 
 class Classifier:
     labels: List[str]
     tokens: bool
     device: str
+    prompts: Dict[str, str]
+    default_prompt_name: Optional[str]
     def __init__(
         self,
         model: str,
@@ -53,11 +63,18 @@ class Classifier:
         threads: Optional[int] = None,
         max_seq_length: Optional[int] = None,
     ) -> None: ...
-    def predict(self, texts: List[str]) -> List[Tuple[str, float, List[float]]]: ...
+    def predict(
+        self,
+        texts: List[str],
+        prompt_name: Optional[str] = None,
+        prompt: Optional[str] = None,
+    ) -> List[Tuple[str, float, List[float]]]: ...
     def label_words(self, texts: List[str]) -> List[List[Tuple[int, int, str, str, float]]]: ...
 
 class SparseEncoder:
     device: str
+    prompts: Dict[str, str]
+    default_prompt_name: Optional[str]
     def __init__(
         self,
         model: str,
