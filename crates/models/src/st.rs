@@ -160,13 +160,17 @@ pub fn read(dir: &Path) -> Result<Option<SentenceConfig>> {
     let mut dense = Vec::new();
     for m in modules {
         let ty = kind(m);
-        let path = |default: &str| {
-            dir.join(m.get("path").and_then(Value::as_str).unwrap_or(default)).join("config.json")
+        // A pooling module's `config.json`, in the folder it names (checked as a Dense
+        // module's is), else in sentence-transformers' usual one.
+        let path = |default: &str| -> Result<std::path::PathBuf> {
+            let folder =
+                if m.get("path").is_some() { module_folder(&modules_path, m)? } else { default };
+            Ok(dir.join(folder).join("config.json"))
         };
         match ty.rsplit('.').next().unwrap_or("") {
             "Transformer" | "MLMTransformer" => {}
             "Pooling" => {
-                let (mode, include_prompt) = pooling_mode(&path("1_Pooling"))?;
+                let (mode, include_prompt) = pooling_mode(&path("1_Pooling")?)?;
                 pooling = Some(mode);
                 pooled_prompt = include_prompt;
             }
@@ -182,7 +186,7 @@ pub fn read(dir: &Path) -> Result<Option<SentenceConfig>> {
                 dense.push(dense_module(dir, module_folder(&modules_path, m)?)?);
             }
             "SpladePooling" => {
-                splade_pooling(&path("1_SpladePooling"))?;
+                splade_pooling(&path("1_SpladePooling")?)?;
                 splade = true;
             }
             "Normalize" => normalize = true,
@@ -525,6 +529,42 @@ mod tests {
             assert!(e.contains("supported: `max` with `relu`"), "{tag}: {e}");
             std::fs::remove_dir_all(dir).unwrap();
         }
+    }
+
+    #[test]
+    fn a_pooling_modules_folder_must_be_one_of_the_checkpoint() {
+        const TRANSFORMER: &str = "sentence_transformers.models.Transformer";
+        const POOLING: &str = "sentence_transformers.models.Pooling";
+        let mean = serde_json::json!({"pooling_mode": "mean"});
+        for (ty, tag) in [(POOLING, "pool"), (SPLADE, "splade")] {
+            // The folder exists beside the checkpoint, where a path with `..` would find it.
+            let dir = folder(&format!("{tag}-out"), &[(TRANSFORMER, "", Value::Null)]);
+            let outside = dir.with_extension("pooling");
+            std::fs::create_dir_all(&outside).unwrap();
+            std::fs::write(outside.join("config.json"), mean.to_string()).unwrap();
+            let name = outside.file_name().unwrap().to_str().unwrap();
+            for path in [format!("../{name}"), outside.display().to_string(), String::new()] {
+                let modules = serde_json::json!([
+                    {"idx": 0, "name": "0", "path": "", "type": TRANSFORMER},
+                    {"idx": 1, "name": "1", "path": path, "type": ty},
+                ]);
+                std::fs::write(dir.join("modules.json"), modules.to_string()).unwrap();
+                let e = read(&dir).unwrap_err().to_string();
+                assert!(e.contains("is not a folder of the checkpoint directory"), "{path}: {e}");
+            }
+            std::fs::remove_dir_all(outside).unwrap();
+            std::fs::remove_dir_all(dir).unwrap();
+        }
+        // Without a path, sentence-transformers' usual folder.
+        let dir =
+            folder("pool-default", &[(TRANSFORMER, "", Value::Null), (POOLING, "1_Pooling", mean)]);
+        let modules = serde_json::json!([
+            {"idx": 0, "name": "0", "path": "", "type": TRANSFORMER},
+            {"idx": 1, "name": "1", "type": POOLING},
+        ]);
+        std::fs::write(dir.join("modules.json"), modules.to_string()).unwrap();
+        assert!(matches!(read(&dir).unwrap().unwrap().head, Some(SentenceHead::Pooled(_))));
+        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]
