@@ -266,6 +266,8 @@ pub struct Model {
     token_graph: Option<Graph>,
     /// The prompts its sentence-transformers configuration names.
     prompts: Prompts,
+    /// How its embeddings are compared.
+    similarity: scores::Similarity,
 }
 
 impl std::fmt::Debug for Model {
@@ -358,8 +360,8 @@ impl Model {
                 config.vocab
             )));
         }
-        let prompts = sentence.map(|s| s.prompts).unwrap_or_default();
-        Ok(Model { checkpoint, graph, task, tokenizer, config, token_graph, prompts })
+        let (prompts, similarity) = sentence.map(|s| (s.prompts, s.similarity)).unwrap_or_default();
+        Ok(Model { checkpoint, graph, task, tokenizer, config, token_graph, prompts, similarity })
     }
 
     /// The checkpoint it was read from.
@@ -381,6 +383,12 @@ impl Model {
     /// What the graph computes.
     pub fn task(&self) -> &Task {
         &self.task
+    }
+
+    /// How an embedding model's vectors are compared: its sentence-transformers configuration's
+    /// `similarity_fn_name`, else cosine.
+    pub fn similarity(&self) -> scores::Similarity {
+        self.similarity
     }
 
     /// The prompts its sentence-transformers configuration names (none for other checkpoints).

@@ -10,6 +10,53 @@ pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
     if n > 0.0 { dot / n } else { 0.0 }
 }
 
+/// How an embedding model's vectors are compared: sentence-transformers' `similarity_fn_name`
+/// (`config_sentence_transformers.json`), cosine where a model names none.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Similarity {
+    /// The cosine of the angle between them.
+    #[default]
+    Cosine,
+    /// Their dot product.
+    Dot,
+    /// Minus their Euclidean distance.
+    Euclidean,
+    /// Minus their Manhattan (L1) distance.
+    Manhattan,
+}
+
+impl Similarity {
+    /// Every function, in sentence-transformers' order.
+    pub const ALL: [Similarity; 4] =
+        [Similarity::Cosine, Similarity::Dot, Similarity::Euclidean, Similarity::Manhattan];
+
+    /// The function sentence-transformers calls `name`, if it is one of these.
+    pub fn named(name: &str) -> Option<Similarity> {
+        Similarity::ALL.into_iter().find(|s| s.name() == name)
+    }
+
+    /// Its name in sentence-transformers (`cosine`, `dot`, `euclidean`, `manhattan`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Similarity::Cosine => "cosine",
+            Similarity::Dot => "dot",
+            Similarity::Euclidean => "euclidean",
+            Similarity::Manhattan => "manhattan",
+        }
+    }
+
+    /// The similarity of `a` and `b` (higher is more similar).
+    pub fn of(self, a: &[f32], b: &[f32]) -> f32 {
+        let pairs = || a.iter().zip(b);
+        match self {
+            Similarity::Cosine => cosine(a, b),
+            Similarity::Dot => pairs().map(|(x, y)| x * y).sum(),
+            Similarity::Euclidean => -pairs().map(|(x, y)| (x - y) * (x - y)).sum::<f32>().sqrt(),
+            Similarity::Manhattan => -pairs().map(|(x, y)| (x - y).abs()).sum::<f32>(),
+        }
+    }
+}
+
 /// The logistic function.
 pub fn sigmoid(x: f32) -> f32 {
     1.0 / (1.0 + (-x).exp())
@@ -65,6 +112,19 @@ pub fn sparse_terms(row: &[f32]) -> Vec<(u32, f32)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_similarity_is_sentence_transformers_function_of_its_name() {
+        let (a, b) = ([1.0, 2.0, -2.0], [4.0, 0.0, 1.0]);
+        // a·b = 2, |a| = 3, |b| = √17, a - b = (-3, 2, -3).
+        let want = [2.0 / (3.0 * 17f32.sqrt()), 2.0, -22f32.sqrt(), -8.0];
+        for (s, want) in Similarity::ALL.into_iter().zip(want) {
+            assert!((s.of(&a, &b) - want).abs() < 1e-6, "{s:?}");
+            assert_eq!(Similarity::named(s.name()), Some(s));
+        }
+        assert_eq!(Similarity::named("maxsim"), None);
+        assert_eq!(Similarity::default(), Similarity::Cosine);
+    }
 
     #[test]
     fn cosine_of_parallel_orthogonal_and_zero_vectors() {

@@ -9,6 +9,7 @@ use serde_json::Value;
 use switchyard_core::{Act, PoolMode};
 
 use crate::checkpoint::{is_file, read_json};
+use crate::scores::Similarity;
 use crate::{Error, Result};
 
 /// How sentence-transformers turns token rows into one embedding.
@@ -65,6 +66,8 @@ pub struct SentenceConfig {
     pub max_seq_length: Option<usize>,
     /// The prompts the model names.
     pub prompts: Prompts,
+    /// How its embeddings are compared (`similarity_fn_name`).
+    pub similarity: Similarity,
 }
 
 /// The prompts of a sentence-transformers model (`config_sentence_transformers.json`): texts put
@@ -230,8 +233,9 @@ pub fn read(dir: &Path) -> Result<Option<SentenceConfig>> {
     } else {
         None
     };
-    let prompts = Prompts { pooled: pooled_prompt, ..prompts(dir)? };
-    Ok(Some(SentenceConfig { head, dense, max_seq_length, prompts }))
+    let (prompts, similarity) = model_config(dir)?;
+    let prompts = Prompts { pooled: pooled_prompt, ..prompts };
+    Ok(Some(SentenceConfig { head, dense, max_seq_length, prompts, similarity }))
 }
 
 /// The folder a module of `modules.json` names (`path`): one plain name inside the checkpoint
@@ -309,11 +313,12 @@ pub fn module_tensor(name: &str) -> Option<(&str, &str)> {
     ok.then_some((folder, rest))
 }
 
-/// The prompts `config_sentence_transformers.json` names, if the file is there.
-fn prompts(dir: &Path) -> Result<Prompts> {
+/// The prompts and the similarity function `config_sentence_transformers.json` names, if the
+/// file is there.
+fn model_config(dir: &Path) -> Result<(Prompts, Similarity)> {
     let path = dir.join("config_sentence_transformers.json");
     if !is_file(&path)? {
-        return Ok(Prompts::default());
+        return Ok((Prompts::default(), Similarity::default()));
     }
     let c = read_json(&path)?;
     let bad = |what: String| Error::format(format!("{}: {what}", path.display()));
@@ -348,7 +353,18 @@ fn prompts(dir: &Path) -> Result<Prompts> {
             )));
         }
     };
-    Ok(Prompts { named, default, pooled: true })
+    let similarity = match c.get("similarity_fn_name") {
+        None | Some(Value::Null) => Similarity::default(),
+        Some(Value::String(name)) => Similarity::named(name).ok_or_else(|| {
+            Error::unsupported(format!(
+                "{}: similarity_fn_name {name:?}; supported: {}",
+                path.display(),
+                Similarity::ALL.map(Similarity::name).join(", ")
+            ))
+        })?,
+        Some(other) => return Err(bad(format!("similarity_fn_name {other} is not a name"))),
+    };
+    Ok((Prompts { named, default, pooled: true }, similarity))
 }
 
 /// Checks a `SpladePooling` configuration: max pooling with `relu` is what Switchyard computes.

@@ -276,6 +276,35 @@ fn prompts_are_read_from_the_sentence_transformers_config() {
 }
 
 #[test]
+fn the_similarity_function_is_read_from_the_sentence_transformers_config() {
+    use switchyard_models::scores::Similarity;
+    let s = Scratch::of("bert", "similarity");
+    sentence_transformers(&s.0, MEAN);
+    assert_eq!(Model::load(&s.0).unwrap().similarity(), Similarity::Cosine, "no file");
+    let config = s.0.join("config_sentence_transformers.json");
+    let write = |c: serde_json::Value| std::fs::write(&config, c.to_string()).unwrap();
+    for (name, want) in [
+        (serde_json::Value::Null, Similarity::Cosine),
+        ("cosine".into(), Similarity::Cosine),
+        ("dot".into(), Similarity::Dot),
+        ("euclidean".into(), Similarity::Euclidean),
+        ("manhattan".into(), Similarity::Manhattan),
+    ] {
+        write(serde_json::json!({ "similarity_fn_name": name }));
+        assert_eq!(Model::load(&s.0).unwrap().similarity(), want, "{name}");
+    }
+    // A multi-vector model's MaxSim is not a function of two embeddings.
+    write(serde_json::json!({ "similarity_fn_name": "maxsim" }));
+    let e = load_err(&s.0);
+    assert!(
+        e.contains(r#"similarity_fn_name "maxsim"; supported: cosine, dot, euclidean, manhattan"#),
+        "{e}"
+    );
+    write(serde_json::json!({ "similarity_fn_name": 1 }));
+    assert!(load_err(&s.0).contains("similarity_fn_name 1 is not a name"));
+}
+
+#[test]
 fn sharded_checkpoints_load_from_their_index() {
     // One shard listed in an index is still the sharded path.
     let s = Scratch::of("bert", "shard");
