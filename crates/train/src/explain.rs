@@ -17,6 +17,7 @@ use switchyard_burn::generic::{dims, rows};
 use switchyard_burn::{floats, read_f32};
 use switchyard_core::{BatchBuf, Op, Val};
 use switchyard_models::Encoded;
+use switchyard_models::scores::Similarity;
 
 use crate::loss;
 use crate::{Ad, Error, Graded, Result};
@@ -27,8 +28,9 @@ pub enum Target {
     /// The logit of this label, of a sequence classifier or a cross-encoder (a pair's score
     /// before its sigmoid is label 0).
     Logit(usize),
-    /// The cosine similarity of the two inputs' embeddings (an embedding model).
-    Similarity,
+    /// The similarity of the two inputs' embeddings by this function (an embedding model's,
+    /// [`switchyard_models::Model::similarity`]).
+    Similarity(Similarity),
 }
 
 /// One token's share of the output's change.
@@ -110,7 +112,7 @@ impl Explanation {
 /// The most tokens one pass of path points holds.
 const PASS_TOKENS: usize = 8192;
 
-/// Explains `target` for `inputs` (one tokenized input; two for [`Target::Similarity`]) of
+/// Explains `target` for `inputs` (one tokenized input; two for a [`Target::Similarity`]) of
 /// `graded`, with `steps` path points; `pad` is the padding token's id, if the vocabulary has
 /// one.
 pub fn integrated_gradients<B: BurnBackend>(
@@ -121,7 +123,7 @@ pub fn integrated_gradients<B: BurnBackend>(
     pad: Option<u32>,
 ) -> Result<Explanation> {
     let _span = tracing::info_span!("explain", steps).entered();
-    let want = if target == Target::Similarity { 2 } else { 1 };
+    let want = if matches!(target, Target::Similarity(_)) { 2 } else { 1 };
     if inputs.len() != want {
         return Err(Error::Config(format!(
             "{target:?} explains {want} inputs, not {}",
@@ -293,14 +295,24 @@ fn objective<B: BurnBackend>(
             let col = switchyard_burn::generic::cols::<B>(out, label, label + 1);
             Ok(B::float_sum(col))
         }
-        Target::Similarity => {
+        Target::Similarity(similarity) => {
             if n != 2 * copies {
                 return Err(Error::Config(format!("{n} embeddings for {copies} pairs")));
             }
             let (a, b) = (rows::<B>(out.clone(), 0, copies), rows::<B>(out, copies, 2 * copies));
-            let cos =
-                B::float_sum_dim(B::float_mul(loss::normalize::<B>(a), loss::normalize::<B>(b)), 1);
-            Ok(B::float_sum(cos))
+            let dot = |a, b| B::float_sum_dim(B::float_mul(a, b), 1);
+            let per_pair = match similarity {
+                Similarity::Cosine => dot(loss::normalize::<B>(a), loss::normalize::<B>(b)),
+                Similarity::Dot => dot(a, b),
+                Similarity::Euclidean => {
+                    let d = B::float_sub(a, b);
+                    B::float_neg(B::float_sqrt(dot(d.clone(), d)))
+                }
+                Similarity::Manhattan => {
+                    B::float_neg(B::float_sum_dim(B::float_abs(B::float_sub(a, b)), 1))
+                }
+            };
+            Ok(B::float_sum(per_pair))
         }
     }
 }

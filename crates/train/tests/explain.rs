@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use burn_flex::{Flex, FlexDevice};
 use switchyard_core::{Act, Caps, DeviceKind, GraphBuilder, Op, PoolMode, Shape};
+use switchyard_models::scores::Similarity;
 use switchyard_models::{Encoded, Model};
 use switchyard_train::Graded;
 use switchyard_train::explain::{Target, integrated_gradients};
@@ -24,7 +25,8 @@ fn graded(model: &Model) -> Graded<Flex> {
 
 /// Completeness: `|sum - (F(x) - F(x'))| <= 1e-3 |F(x) - F(x')|` at 64 steps, where the midpoint
 /// rule's error on these tiny models measures 2.6e-5 to 1.9e-4 of the change; and the error at
-/// 64 steps is below the error at 4 (measured 250 to 330 times, as `1 / steps^2` predicts).
+/// 64 steps is below the error at 4 (measured 250 to 330 times, as `1 / steps^2` predicts). The
+/// exception is the Manhattan similarity, which is not smooth (below).
 #[test]
 fn attributions_add_up_to_the_change_of_each_kind_of_output() {
     let classifier = Model::load(&tiny("bert-classifier")).unwrap();
@@ -37,19 +39,23 @@ fn attributions_add_up_to_the_change_of_each_kind_of_output() {
         embedder.tokenizer().encode("a man is eating food").unwrap(),
         embedder.tokenizer().encode("the man eats").unwrap(),
     );
-    let cases: [(&Model, Vec<&Encoded>, Target); 3] = [
-        (&classifier, vec![&text], Target::Logit(2)),
-        (&cross, vec![&pair], Target::Logit(0)),
-        (&embedder, vec![&a, &b], Target::Similarity),
-    ];
+    let mut cases: Vec<(&Model, Vec<&Encoded>, Target)> =
+        vec![(&classifier, vec![&text], Target::Logit(2)), (&cross, vec![&pair], Target::Logit(0))];
+    for s in Similarity::ALL {
+        cases.push((&embedder, vec![&a, &b], Target::Similarity(s)));
+    }
     for (model, inputs, target) in cases {
         let g = graded(model);
         let fine = integrated_gradients(&g, &inputs, target, 64, Some(0)).unwrap();
         let coarse = integrated_gradients(&g, &inputs, target, 4, Some(0)).unwrap();
         let change = (fine.value - fine.baseline).abs();
         assert!(change > 1e-3, "{target:?}: the output must move for the test to mean anything");
+        // Manhattan's `|a_i - b_i|` has a kink wherever a coordinate of `a - b` changes sign on
+        // the path; the integrand jumps there, and the midpoint rule's error falls as
+        // `1 / steps` instead (measured 1.3e-3 of the change, 61 times less than at 4 steps).
+        let bound = if target == Target::Similarity(Similarity::Manhattan) { 1e-2 } else { 1e-3 };
         assert!(
-            fine.error <= 1e-3 * change,
+            fine.error <= bound * change,
             "{target:?}: error {} for a change of {change}",
             fine.error
         );
@@ -129,7 +135,8 @@ fn mistaken_requests_are_errors() {
     let t = model.tokenizer().encode("the dog").unwrap();
     let e = integrated_gradients(&g, &[&t], Target::Logit(7), 8, Some(0)).unwrap_err();
     assert!(e.to_string().contains("label 7 of a model with 3 labels"), "{e}");
-    let e = integrated_gradients(&g, &[&t], Target::Similarity, 8, Some(0)).unwrap_err();
+    let e = integrated_gradients(&g, &[&t], Target::Similarity(Similarity::Cosine), 8, Some(0))
+        .unwrap_err();
     assert!(e.to_string().contains("explains 2 inputs, not 1"), "{e}");
     let e = integrated_gradients(&g, &[&t], Target::Logit(0), 0, Some(0)).unwrap_err();
     assert!(e.to_string().contains("at least one step"), "{e}");
