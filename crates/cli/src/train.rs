@@ -61,7 +61,8 @@ pub enum Question {
         /// [`crate::Reranker::rank`] puts there is the model's default prompt; empty for none).
         prompt: String,
     },
-    /// An embedding model's cosine similarity of two texts, each with `prompt` before it.
+    /// An embedding model's similarity of two texts (by its function,
+    /// [`switchyard_models::Model::similarity`]), each with `prompt` before it.
     Similarity {
         /// The first text.
         a: String,
@@ -146,7 +147,7 @@ pub fn explain(
                 Aim::Label(Some(i)) => Target::Logit(i),
                 Aim::Label(None) => Target::Logit(predicted(&graded, &refs)?),
                 Aim::Score => Target::Logit(0),
-                Aim::Similarity => Target::Similarity,
+                Aim::Similarity => Target::Similarity(self.model.similarity()),
             };
             let e = switchyard_train::explain::integrated_gradients(
                 &graded, &refs, target, self.steps, self.pad,
@@ -157,12 +158,12 @@ pub fn explain(
     let backend = crate::open::backend(device, threads)?;
     let work = Work { model, inputs: &inputs, aim, steps, pad: pad_id(model) };
     let (explanation, target) = backend.on_burn(work)??;
-    let (target, label) = match (aim, target) {
-        (Aim::Label(_), Target::Logit(i)) => {
+    let (target, label) = match target {
+        Target::Logit(i) if matches!(aim, Aim::Label(_)) => {
             (format!("logit of `{}`", labels[i]), Some(labels[i].clone()))
         }
-        (Aim::Score, _) => ("score (logit)".to_owned(), None),
-        _ => ("cosine similarity".to_owned(), None),
+        Target::Logit(_) => ("score (logit)".to_owned(), None),
+        Target::Similarity(s) => (format!("{} similarity", s.name()), None),
     };
     Ok(Explained { target, label, explanation })
 }

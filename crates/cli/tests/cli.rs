@@ -237,6 +237,42 @@ fn similarity_ranks_pairs_by_cosine() {
     assert_eq!(o.status.code(), Some(1));
 }
 
+#[test]
+fn similarity_and_explain_compare_by_the_models_function() {
+    let dir = std::env::temp_dir().join(format!("switchyard-cli-dot-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mean = r#"{"pooling_mode": "mean"}"#;
+    switchyard_models::sentence_transformers_copy(tiny("bert").as_ref(), &dir, mean).unwrap();
+    let config = dir.join("config_sentence_transformers.json");
+    let m = dir.to_str().unwrap();
+    let (a, b) = ("the man is eating food", "a cat sat on the mat");
+    let o = switchyard(&["embed", "--model", m, a, b]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let v: Vec<Vec<f32>> = lines(&o)
+        .iter()
+        .map(|l| {
+            l["embedding"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect()
+        })
+        .collect();
+    for s in switchyard_models::scores::Similarity::ALL {
+        std::fs::write(&config, serde_json::json!({ "similarity_fn_name": s.name() }).to_string())
+            .unwrap();
+        let o = switchyard(&["similarity", "--model", m, a, b]);
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        // Printed to four decimals.
+        let want = format!("{:.4}  {a:?}  {b:?}", s.of(&v[0], &v[1]));
+        assert_eq!(text(&o.stdout).trim(), want, "{s:?}");
+        let o = switchyard(&["explain", "--model", m, a, b]);
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        let e = &lines(&o)[0];
+        assert_eq!(e["target"], format!("{} similarity", s.name()));
+        // burn's kernels under autodiff against flex's: a few ulps of values near 1 to 10.
+        let value = e["value"].as_f64().unwrap() as f32;
+        assert!((value - s.of(&v[0], &v[1])).abs() < 1e-4, "{s:?}: {value}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 fn tiny(name: &str) -> String {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../models/tests/fixtures/tiny")

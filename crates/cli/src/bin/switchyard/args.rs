@@ -34,7 +34,9 @@ pub enum Command {
         #[arg(long)]
         buckets: Option<PathBuf>,
     },
-    /// Embed texts and print the cosine similarity of every pair, most similar first.
+    /// Embed texts and print the similarity of every pair, most similar first (cosine, or the
+    /// function the model's sentence-transformers configuration names: dot, euclidean,
+    /// manhattan).
     Similarity {
         #[command(flatten)]
         model: ModelArgs,
