@@ -74,6 +74,8 @@ pub(crate) struct Meta {
     pub limit: Bucket,
     /// The prompts its sentence-transformers configuration names.
     pub prompts: Prompts,
+    /// How an embedding model's vectors are compared.
+    pub similarity: switchyard_models::scores::Similarity,
 }
 
 /// A request in flight: its inputs' slots, filled as batches finish.
@@ -359,6 +361,7 @@ fn opening<B: Backend + 'static>(
         },
         limit: runner.batch_limit(),
         prompts: model.prompts().clone(),
+        similarity: model.similarity(),
     };
     let dtype = runner.executor().caps().dtype;
     let (go_tx, go) = mpsc::channel();

@@ -278,6 +278,28 @@ fn rerank_orders_texts_by_the_cross_encoders_sigmoid() {
 }
 
 #[test]
+fn similarity_compares_by_the_models_function() {
+    let dir = std::env::temp_dir().join(format!("switchyard-server-dot-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mean = r#"{"pooling_mode": "mean"}"#;
+    switchyard_models::sentence_transformers_copy(&common::tiny("bert"), &dir, mean).unwrap();
+    let config = json!({ "similarity_fn_name": "dot" }).to_string();
+    std::fs::write(dir.join("config_sentence_transformers.json"), config).unwrap();
+    let c = Arc::new(Control::default());
+    let replicas = vec![held_replica_at(dir, "held:0", &c)];
+    let s = Running::start(Config::default(), vec![ModelSpec { name: "dot".into(), replicas }]);
+    let want = runner("bert").embed(&TEXTS, |_| {}).unwrap();
+    let body = json!({ "inputs": { "source_sentence": TEXTS[0], "sentences": &TEXTS[1..] } });
+    let r = s.post("/similarity", &body);
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    let dots: Vec<f32> =
+        want[1..].iter().map(|v| scores::Similarity::Dot.of(&want[0], v)).collect();
+    // The same vectors as the runner's; the dot products of vectors about 1 long.
+    assert!(worst(&floats(&r.body), &dots) <= 1e-5, "{:?} vs {dots:?}", r.body);
+    assert_eq!(s.get("/info").body["models"][0]["similarity_fn_name"], json!("dot"));
+}
+
+#[test]
 fn a_classifiers_default_prompt_goes_before_each_first_text() {
     let prompts = json!({ "query": "the sea: " });
     let copy = |fixture: &str| {

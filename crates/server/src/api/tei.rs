@@ -230,10 +230,11 @@ pub(crate) struct SimilarityInputs {
     sentences: Vec<String>,
 }
 
-/// `POST /similarity`: the cosine similarity of the source sentence to each of the others.
+/// `POST /similarity`: the similarity of the source sentence to each of the others (cosine,
+/// unless the model names another function).
 #[utoipa::path(post, path = "/similarity", params(ModelQuery), request_body = SimilarityRequest,
     responses(
-        (status = 200, description = "The cosine similarity of the source sentence to each sentence", body = Vec<f32>),
+        (status = 200, description = "The similarity of the source sentence to each sentence: cosine, unless the model's sentence-transformers configuration names dot, euclidean or manhattan", body = Vec<f32>),
         (status = "4XX", description = "A refused request", body = ErrorBody),
         (status = "5XX", description = "A failed device or no healthy one", body = ErrorBody)
     ))]
@@ -262,7 +263,8 @@ async fn similarity_with(
     let c = compute(app, m, texts, encoding).await?;
     let vectors: Vec<&[f32]> =
         c.rows.iter().map(|r| r.first().map_or(&[][..], Vec::as_slice)).collect();
-    let sims: Vec<f32> = vectors[1..].iter().map(|v| scores::cosine(vectors[0], v)).collect();
+    let similarity = app.models[m].meta.similarity;
+    let sims: Vec<f32> = vectors[1..].iter().map(|v| similarity.of(vectors[0], v)).collect();
     Ok((c.headers(), Json(sims)).into_response())
 }
 
@@ -722,6 +724,7 @@ pub(crate) async fn info(
                 "devices": devices,
                 "prompts": s.meta.prompts.named,
                 "default_prompt": s.default_prompt,
+                "similarity_fn_name": s.meta.similarity.name(),
             })
         })
         .collect();
