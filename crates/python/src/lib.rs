@@ -112,6 +112,9 @@ struct Embedder {
     /// The prompt used where a call names none, if any.
     #[pyo3(get)]
     default_prompt_name: Option<String>,
+    /// How its embeddings are compared: `cosine`, `dot`, `euclidean` or `manhattan`.
+    #[pyo3(get)]
+    similarity_fn_name: &'static str,
     /// The width of an embedding.
     #[pyo3(get)]
     dim: usize,
@@ -142,6 +145,7 @@ impl Embedder {
         Ok(Embedder {
             prompts,
             default_prompt_name,
+            similarity_fn_name: inner.model().similarity().name(),
             dim: inner.dim(),
             max_seq_length: inner.model().tokenizer().max_len(),
             device: options.device.to_string(),

@@ -77,6 +77,35 @@ def test_encode_puts_the_models_prompts_before_the_texts(minilm, tmp_path):
         model.encode(TEXTS, prompt_name="doc")
 
 
+def test_similarity_is_the_models_function(tmp_path):
+    vectors = np.array([[1.0, 2.0, -2.0], [4.0, 0.0, 1.0], [0.0, 0.0, 0.0]], dtype=np.float32)
+    a, b = vectors[:2], vectors
+    # sentence-transformers' functions, written out: the distances are negated.
+    want = {
+        "cosine": np.array([[1.0, 2 / (3 * 17**0.5), 0.0], [2 / (3 * 17**0.5), 1.0, 0.0]]),
+        "dot": a @ b.T,
+        "euclidean": -np.array([[0.0, 22**0.5, 3.0], [22**0.5, 0.0, 17**0.5]]),
+        "manhattan": -np.array([[0.0, 8.0, 5.0], [8.0, 0.0, 5.0]]),
+    }
+    for name, expected in [(None, want["cosine"]), *want.items()]:
+        model_dir = tmp_path / str(name)
+        shutil.copytree(tiny("bert"), model_dir)
+        modules = [
+            {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+            {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+        ]
+        (model_dir / "modules.json").write_text(json.dumps(modules))
+        (model_dir / "1_Pooling").mkdir()
+        (model_dir / "1_Pooling" / "config.json").write_text('{"pooling_mode": "mean"}')
+        config = {"similarity_fn_name": name}
+        (model_dir / "config_sentence_transformers.json").write_text(json.dumps(config))
+        model = switchyard.Embedder(str(model_dir))
+        assert model.similarity_fn_name == (name or "cosine")
+        got = model.similarity(a, b)
+        assert got.shape == (2, 3) and np.allclose(got, expected, atol=1e-6), name
+        assert np.allclose(model.similarity_pairwise(a, b[:2]), np.diag(expected[:, :2]), atol=1e-6)
+
+
 def test_a_progress_bar_counts_every_text(minilm, capsys):
     model = switchyard.Embedder(minilm)
     model.encode(TEXTS, batch_size=3, show_progress_bar=True)

@@ -242,14 +242,43 @@ class Embedder(_Model):
             return list(out)
         return out
 
-    @staticmethod
-    def similarity(a, b) -> np.ndarray:
-        """Cosine similarities of every row of ``a`` with every row of ``b``."""
-        a = np.atleast_2d(np.asarray(a, dtype=np.float32))
-        b = np.atleast_2d(np.asarray(b, dtype=np.float32))
-        a = a / np.maximum(np.linalg.norm(a, axis=1, keepdims=True), 1e-12)
-        b = b / np.maximum(np.linalg.norm(b, axis=1, keepdims=True), 1e-12)
-        return a @ b.T
+    @property
+    def similarity_fn_name(self) -> str:
+        """How the model's embeddings are compared: ``cosine`` (unless its
+        ``config_sentence_transformers.json`` names another), ``dot``, ``euclidean`` or
+        ``manhattan``, as in sentence-transformers."""
+        return self._native.similarity_fn_name
+
+    def similarity(self, a, b) -> np.ndarray:
+        """The similarity of every row of ``a`` to every row of ``b``, by the model's function
+        (:attr:`similarity_fn_name`; the distances negated): shape ``(len(a), len(b))``."""
+        a, b = _rows(a), _rows(b)
+        name = self.similarity_fn_name
+        if name in ("cosine", "dot"):
+            if name == "cosine":
+                a, b = _unit(a), _unit(b)
+            return a @ b.T
+        order = 2 if name == "euclidean" else 1
+        out = np.empty((len(a), len(b)), dtype=np.float32)
+        # A few rows of ``a`` at a time, so the differences stay small in memory.
+        step = max(1, (1 << 22) // max(1, b.size))
+        for i in range(0, len(a), step):
+            diff = a[i : i + step, None, :] - b[None, :, :]
+            out[i : i + step] = -np.linalg.norm(diff, ord=order, axis=-1)
+        return out
+
+    def similarity_pairwise(self, a, b) -> np.ndarray:
+        """The similarity of each row of ``a`` to the same row of ``b``, by the model's
+        function: shape ``(len(a),)``."""
+        a, b = _rows(a), _rows(b)
+        if a.shape != b.shape:
+            raise ValueError(f"pairs need equal shapes, not {a.shape} and {b.shape}")
+        name = self.similarity_fn_name
+        if name == "cosine":
+            a, b = _unit(a), _unit(b)
+        if name in ("cosine", "dot"):
+            return np.einsum("ij,ij->i", a, b)
+        return -np.linalg.norm(a - b, ord=2 if name == "euclidean" else 1, axis=1)
 
     def __repr__(self) -> str:
         return f"Embedder(dim={self._native.dim}, device={self.device!r})"
@@ -387,6 +416,16 @@ class Classifier(_Model):
     def __repr__(self) -> str:
         kind = "tokens" if self.is_token_classifier else "sequences"
         return f"Classifier({kind}, labels={self.labels!r}, device={self.device!r})"
+
+
+def _rows(x) -> np.ndarray:
+    """``x`` as a float32 matrix of one vector per row."""
+    return np.atleast_2d(np.asarray(x, dtype=np.float32))
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    """Each row scaled to unit length (a zero row stays zero)."""
+    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
 
 
 def _word(text: str, start: int, end: int, word: str, label: str, score: float) -> Dict[str, Any]:

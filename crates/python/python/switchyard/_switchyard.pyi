@@ -9,6 +9,7 @@ class SwitchyardError(Exception):
     """An error from Switchyard: a model that cannot be opened or run, or inputs it cannot take."""
 
 class Embedder:
+    similarity_fn_name: str
     dim: int
     max_seq_length: int
     device: str
