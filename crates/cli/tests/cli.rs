@@ -132,6 +132,65 @@ fn errors_are_one_line_and_name_the_fix() {
     assert_eq!(o.status.code(), Some(2), "usage errors exit 2");
 }
 
+/// A pseudo-terminal: its controlling side, and a handle on its terminal to give a child as
+/// its stdin.
+#[cfg(unix)]
+fn terminal() -> (std::fs::File, std::os::fd::OwnedFd) {
+    use std::ffi::CStr;
+    use std::os::fd::FromRawFd;
+    // SAFETY: posix_openpt returns a new descriptor or -1, and nothing else owns it.
+    let fd = unsafe { libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY) };
+    assert!(fd >= 0, "posix_openpt: {}", std::io::Error::last_os_error());
+    // SAFETY: `fd` is the open descriptor just made, owned from here on by `control`.
+    let control = unsafe { std::fs::File::from_raw_fd(fd) };
+    // SAFETY: `fd` is a pseudo-terminal's controlling side, open for the calls' duration;
+    // ptsname's result is read before any other call could overwrite it.
+    let name = unsafe {
+        assert_eq!(libc::grantpt(fd), 0, "grantpt");
+        assert_eq!(libc::unlockpt(fd), 0, "unlockpt");
+        let name = libc::ptsname(fd);
+        assert!(!name.is_null(), "ptsname");
+        CStr::from_ptr(name).to_str().unwrap().to_owned()
+    };
+    let tty = std::fs::OpenOptions::new().read(true).write(true).open(name).unwrap();
+    (control, tty.into())
+}
+
+#[cfg(unix)]
+#[test]
+fn at_a_terminal_without_texts_the_commands_say_so_instead_of_waiting() {
+    let (_control, tty) = terminal();
+    for command in
+        [&["embed"][..], &["classify"], &["similarity"], &["tokenize"], &["rerank", "--query", "q"]]
+    {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_switchyard"))
+            .args(command)
+            .args(["--model", "/nonexistent/model"])
+            .env_remove("SWITCHYARD_DEVICE")
+            .stdin(Stdio::from(tty.try_clone().unwrap()))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Nothing is typed at the terminal: a command reading it would wait for ever.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while child.try_wait().unwrap().is_none() {
+            if std::time::Instant::now() > deadline {
+                child.kill().unwrap();
+                panic!("{command:?} waited for input at a terminal");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let o = child.wait_with_output().unwrap();
+        assert_eq!(o.status.code(), Some(1), "{command:?}");
+        let err = text(&o.stderr);
+        assert!(
+            err.starts_with("switchyard: no input: give texts as arguments"),
+            "{command:?}: {err}"
+        );
+    }
+}
+
 #[test]
 fn tokenize_shows_ids_and_tokens() {
     let m = model_dir();
