@@ -260,6 +260,35 @@ mod tests {
         assert!(e.to_string().contains("text 2: an input of 1048577 bytes"), "{e:#}");
     }
 
+    /// A stream that gives `data`, then fails.
+    struct Failing(std::io::Cursor<Vec<u8>>);
+
+    impl Read for Failing {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            match self.0.read(buf)? {
+                0 => Err(std::io::Error::other("the disk went away")),
+                n => Ok(n),
+            }
+        }
+    }
+
+    fn failing(data: &str) -> Inputs {
+        let reader = BufReader::new(Failing(std::io::Cursor::new(data.as_bytes().to_vec())));
+        Inputs::lines("in.txt".into(), Box::new(reader), Format::Auto)
+    }
+
+    #[test]
+    fn read_errors_name_the_stream_and_the_line() {
+        // Before any line: asking whether there is input at all.
+        let e = failing("").at_end().unwrap_err().to_string();
+        assert_eq!(e, "in in.txt: reading line 1: the disk went away");
+        // After a line that was read whole.
+        let mut inputs = failing("one\n");
+        assert!(!inputs.at_end().unwrap());
+        let e = inputs.next_chunk().unwrap_err().to_string();
+        assert_eq!(e, "in in.txt: reading line 2: the disk went away");
+    }
+
     #[test]
     fn a_file_comes_a_chunk_at_a_time() {
         let text: String = (0..CHUNK * 2 + 3).map(|i| format!("line {i}\n")).collect();
