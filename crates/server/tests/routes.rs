@@ -63,6 +63,56 @@ fn embed_gives_the_runners_vectors_normalised_or_not() {
 }
 
 #[test]
+fn embed_cuts_to_the_dimensions_asked_for_and_normalises_after_the_cut() {
+    let s = every_task(Config::default());
+    let want = runner("bert").embed(&TEXTS, |_| {}).unwrap();
+    let post = |body: serde_json::Value| {
+        let r = s.post("/embed", &body);
+        assert_eq!(r.status, 200, "{:?}", r.body);
+        r.body.as_array().unwrap().iter().map(floats).collect::<Vec<_>>()
+    };
+    let cut = post(json!({ "inputs": TEXTS, "dimensions": 8 }));
+    let raw = post(json!({ "inputs": TEXTS, "dimensions": 8, "normalize": false }));
+    for ((cut, raw), want) in cut.iter().zip(&raw).zip(&want) {
+        assert_eq!(raw.len(), 8);
+        assert!(worst(raw, &want[..8]) <= TOL, "the first dimensions, as they are");
+        let norm = want[..8].iter().map(|x| x * x).sum::<f32>().sqrt();
+        let unit: Vec<f32> = want[..8].iter().map(|x| x / norm).collect();
+        assert!(worst(cut, &unit) <= TOL, "normalised after the cut");
+    }
+    // A model that normalises its whole embedding normalises the cut one again.
+    let dir = std::env::temp_dir().join(format!("switchyard-server-unit-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mean = r#"{"pooling_mode": "mean"}"#;
+    switchyard_models::sentence_transformers_copy(&common::tiny("bert"), &dir, mean).unwrap();
+    let modules = dir.join("modules.json");
+    let mut list: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&modules).unwrap()).unwrap();
+    let normalize = json!({"idx": 2, "name": "2", "path": "2_Normalize",
+        "type": "sentence_transformers.models.Normalize"});
+    list.as_array_mut().unwrap().push(normalize);
+    std::fs::write(&modules, list.to_string()).unwrap();
+    let c = Arc::new(Control::default());
+    let replicas = vec![held_replica_at(dir, "held:0", &c)];
+    let unit = Running::start(Config::default(), vec![ModelSpec { name: "unit".into(), replicas }]);
+    let r = unit.post("/embed", &json!({ "inputs": TEXTS[0], "dimensions": 8 }));
+    let v = floats(&r.body[0]);
+    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    assert!((v.len(), (norm - 1.0).abs() < 1e-5) == (8, true), "{v:?}: norm {norm}");
+    drop(unit);
+    // Outside the model's width, and on routes with nothing to cut, refused.
+    for (route, body) in [
+        ("/embed", json!({ "inputs": "x", "dimensions": 0 })),
+        ("/embed", json!({ "inputs": "x", "dimensions": 33 })),
+        ("/embed_all", json!({ "inputs": "x", "dimensions": 4 })),
+        ("/embed_sparse?model=splade", json!({ "inputs": "x", "dimensions": 4 })),
+    ] {
+        let r = s.post(route, &body);
+        assert_eq!(r.status, 422, "{route} {body}: {:?}", r.body);
+    }
+}
+
+#[test]
 fn prompts_go_before_each_text_as_the_model_names_them() {
     let c = Arc::new(Control::default());
     let replicas = vec![held_replica_at(with_prompts("routes"), "held:0", &c)];

@@ -313,6 +313,21 @@ pub(crate) fn check_count(app: &App, n: usize) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// Checks a request's `dimensions` against model `m`'s embedding width: 422 outside 1 to it.
+pub(crate) fn check_dimensions(
+    app: &App,
+    m: usize,
+    dimensions: Option<usize>,
+) -> Result<(), ApiError> {
+    let dim = app.models[m].meta.dim;
+    match dimensions {
+        Some(d) if d == 0 || d > dim => Err(ApiError::invalid(format!(
+            "dimensions {d}: this model's embeddings have 1 to {dim}"
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// The text model `m` puts before each input: the prompt `name` names, else the server's default
 /// for it ([`Served::default_prompt`]); 422 for a name the model does not have.
 pub(crate) fn prompt<'a>(

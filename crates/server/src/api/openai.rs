@@ -14,7 +14,8 @@ use utoipa::ToSchema;
 
 use super::tei::{normalized, normalizes};
 use super::{
-    ApiError, App, Encoding, OpenAiError, OpenAiErrorBody, Text, compute, prompt, prompted,
+    ApiError, App, Encoding, OpenAiError, OpenAiErrorBody, Text, check_dimensions, compute, prompt,
+    prompted,
 };
 
 /// The body of `/v1/embeddings`.
@@ -105,13 +106,7 @@ pub(crate) async fn embeddings(
             .into());
         }
     };
-    let dim = served.meta.dim;
-    if let Some(d) = req.dimensions
-        && (d == 0 || d > dim)
-    {
-        let msg = format!("dimensions {d}: this model's embeddings have 1 to {dim}");
-        return Err(ApiError::invalid(msg).into());
-    }
+    check_dimensions(&app, m, req.dimensions)?;
     // The model's default prompt goes before texts (this API names no prompt); ids are taken
     // as they are.
     let p = prompt(&app, m, None)?;

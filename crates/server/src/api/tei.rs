@@ -14,8 +14,8 @@ use switchyard_models::{Marking, Read, Task, Truncation, scores};
 use utoipa::ToSchema;
 
 use super::{
-    ApiError, App, Encoding, ErrorBody, Served, Text, blocking, check_count, compute, prompt,
-    prompted,
+    ApiError, App, Encoding, ErrorBody, Served, Text, blocking, check_count, check_dimensions,
+    compute, prompt, prompted,
 };
 
 /// `?model=NAME`: which model a route uses (default: the first).
@@ -89,9 +89,23 @@ pub(crate) struct EmbedRequest {
     /// The model's prompt to put before each input (default: the model's default prompt).
     #[serde(default)]
     prompt_name: Option<String>,
+    /// `/embed` only: keep each embedding's first this many dimensions (a Matryoshka model's
+    /// shorter embedding), normalised after the cut unless `normalize` is false.
+    #[serde(default)]
+    dimensions: Option<usize>,
 }
 
 impl EmbedRequest {
+    /// 422 for `dimensions` on a route other than `/embed`, which would leave it unused.
+    fn no_dimensions(&self, route: &str) -> Result<(), ApiError> {
+        match self.dimensions {
+            Some(_) => Err(ApiError::invalid(format!(
+                "`dimensions` cuts /embed's dense embeddings; {route} has none to cut"
+            ))),
+            None => Ok(()),
+        }
+    }
+
     /// The inputs with model `m`'s prompt before each, and the encoding asked for.
     fn inputs(self, app: &App, m: usize) -> Result<(Vec<Text>, Encoding), ApiError> {
         let p = prompt(app, m, self.prompt_name.as_deref())?;
@@ -154,14 +168,20 @@ pub(crate) async fn embed(
 
 /// `/embed` on model `m`.
 async fn embed_with(app: &Arc<App>, m: usize, req: EmbedRequest) -> Result<Response, ApiError> {
-    let normalize = req.normalize && !normalizes(app, m);
+    let cut = req.dimensions;
+    check_dimensions(app, m, cut)?;
+    // A cut embedding is normalised again, even where the graph normalised the whole one.
+    let normalize = req.normalize && (cut.is_some() || !normalizes(app, m));
     let (texts, encoding) = req.inputs(app, m)?;
     let c = compute(app, m, texts, encoding).await?;
     let vectors: Vec<Vec<f32>> = c
         .rows
         .iter()
         .map(|r| {
-            let v = r.first().cloned().unwrap_or_default();
+            let mut v = r.first().cloned().unwrap_or_default();
+            if let Some(d) = cut {
+                v.truncate(d);
+            }
             if normalize { normalized(v) } else { v }
         })
         .collect();
@@ -198,6 +218,7 @@ async fn embed_sparse_with(
     m: usize,
     req: EmbedRequest,
 ) -> Result<Response, ApiError> {
+    req.no_dimensions("/embed_sparse")?;
     let (texts, encoding) = req.inputs(app, m)?;
     let c = compute(app, m, texts, encoding).await?;
     let terms: Vec<Vec<SparseValue>> = c
@@ -315,6 +336,7 @@ pub(crate) async fn embed_all(
 ) -> Result<Response, ApiError> {
     let m = pick(&app, query, |t| matches!(t, Task::Embed(_)), "/embed_all", "an embedding model")?;
     let Json(req) = body?;
+    req.no_dimensions("/embed_all")?;
     let (texts, encoding) = req.inputs(&app, m)?;
     let encoding = Encoding { read: Read::Tokens, ..encoding };
     let c = compute(&app, m, texts, encoding).await?;
