@@ -350,8 +350,8 @@ fn similarity_compares_by_the_models_function() {
 }
 
 #[test]
-fn a_classifiers_default_prompt_goes_before_each_first_text() {
-    let prompts = json!({ "query": "the sea: " });
+fn a_classifiers_prompt_goes_before_each_first_text() {
+    let prompts = json!({ "query": "the sea: ", "web": "some long text: " });
     let copy = |fixture: &str| {
         let dir = std::env::temp_dir()
             .join(format!("switchyard-server-{fixture}-prompts-{}", std::process::id()));
@@ -365,22 +365,27 @@ fn a_classifiers_default_prompt_goes_before_each_first_text() {
         name: name.into(),
         replicas: vec![held_replica_at(copy(fixture), "held:0", &c)],
     };
-    let models =
-        vec![spec("reranker", "bert-cross-encoder"), spec("classifier", "bert-classifier")];
+    let models = vec![
+        spec("reranker", "bert-cross-encoder"),
+        spec("classifier", "bert-classifier"),
+        held_model("tagger", "bert-token-classifier", &[&c]),
+    ];
     let s = Running::start(Config::default(), models);
     let query = "what is the man eating";
-    // The models without prompts, on texts with the prompt written before the first.
-    let logits = runner("bert-cross-encoder")
-        .classify_pairs(&format!("the sea: {query}"), &TEXTS, |_| {})
-        .unwrap();
-    let r = s.post(
-        "/rerank?model=reranker",
-        &json!({ "query": query, "texts": TEXTS, "raw_scores": true }),
-    );
-    assert_eq!(r.status, 200, "{:?}", r.body);
-    for x in r.body.as_array().unwrap() {
-        let i = x["index"].as_u64().unwrap() as usize;
-        assert!((x["score"].as_f64().unwrap() as f32 - logits[i][0]).abs() <= TOL, "{x}");
+    // The models without prompts, on texts with the prompt written before the first: the
+    // model's default, or the one a request names.
+    for (name, text) in [(None, "the sea: "), (Some("web"), "some long text: ")] {
+        let logits = runner("bert-cross-encoder")
+            .classify_pairs(&format!("{text}{query}"), &TEXTS, |_| {})
+            .unwrap();
+        let body =
+            json!({ "query": query, "texts": TEXTS, "raw_scores": true, "prompt_name": name });
+        let r = s.post("/rerank?model=reranker", &body);
+        assert_eq!(r.status, 200, "{:?}", r.body);
+        for x in r.body.as_array().unwrap() {
+            let i = x["index"].as_u64().unwrap() as usize;
+            assert!((x["score"].as_f64().unwrap() as f32 - logits[i][0]).abs() <= TOL, "{x}");
+        }
     }
     let mut classifier = runner("bert-classifier");
     let prompted = format!("the sea: {}", TEXTS[0]);
@@ -398,7 +403,22 @@ fn a_classifiers_default_prompt_goes_before_each_first_text() {
             assert!((x["score"].as_f64().unwrap() as f32 - want[i]).abs() <= TOL, "{x}");
         }
     }
+    let named = s.post(
+        "/predict?model=classifier",
+        &json!({ "inputs": [TEXTS[0]], "raw_scores": true, "prompt_name": "web" }),
+    );
+    let web = classifier.classify(&[&format!("some long text: {}", TEXTS[0])], |_| {}).unwrap();
+    for x in named.body.as_array().unwrap() {
+        let i = labels.iter().position(|l| *l == x["label"]).unwrap();
+        assert!((x["score"].as_f64().unwrap() as f32 - web[0][i]).abs() <= TOL, "{x}");
+    }
     assert_eq!(s.get("/info").body["models"][0]["default_prompt"], json!("the sea: "));
+    // A name the model does not have, and any name for a token classifier, are refused.
+    let bad = json!({ "query": query, "texts": TEXTS, "prompt_name": "doc" });
+    assert_eq!(s.post("/rerank?model=reranker", &bad).status, 422);
+    let tagged = json!({ "inputs": TEXTS[0], "prompt_name": "web" });
+    let r = s.post("/predict?model=tagger", &tagged);
+    assert_eq!(r.status, 422, "{:?}", r.body);
 }
 
 #[test]

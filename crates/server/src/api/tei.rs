@@ -354,6 +354,9 @@ pub(crate) struct RerankRequest {
     raw_scores: bool,
     #[serde(default)]
     return_text: bool,
+    /// The model's prompt to put before the query (default: the model's default prompt).
+    #[serde(default)]
+    prompt_name: Option<String>,
 }
 
 /// One ranked text.
@@ -384,9 +387,9 @@ pub(crate) async fn rerank(
         return Err(ApiError::invalid("`query` cannot be empty"));
     }
     let encoding = req.truncation.encoding();
-    // The model's default prompt goes before the query, as sentence-transformers'
-    // `CrossEncoder.predict` puts it.
-    let query = prompted(&app.models[m].default_prompt, req.query.clone());
+    // The prompt goes before the query, as sentence-transformers' `CrossEncoder.predict` puts
+    // it.
+    let query = prompted(prompt(&app, m, req.prompt_name.as_deref())?, req.query.clone());
     let pairs = req.texts.iter().map(|t| Text::Pair(query.clone(), t.clone())).collect();
     let c = compute(&app, m, pairs, encoding).await?;
     let logits: Vec<f32> = c.rows.iter().map(|r| r.first().map_or(0.0, |l| l[0])).collect();
@@ -415,6 +418,10 @@ pub(crate) struct PredictRequest {
     /// A token classifier labels every token, not only each word's first.
     #[serde(default)]
     every_token: bool,
+    /// A sequence classifier's prompt to put before each input's (first) text (default: the
+    /// model's default prompt).
+    #[serde(default)]
+    prompt_name: Option<String>,
 }
 
 /// `/predict`'s inputs: a text, a pair `[a, b]`, or a batch `[[a], [a, b], ...]`; whether it
@@ -489,10 +496,15 @@ async fn predict_with(app: &Arc<App>, m: usize, req: PredictRequest) -> Result<R
     if tokens && inputs.iter().any(|t| matches!(t, Text::Pair(..))) {
         return Err(ApiError::invalid("a token classifier labels single texts, not pairs"));
     }
-    // A sequence classifier's default prompt goes before each input's (first) text, as
+    // A sequence classifier's prompt goes before each input's (first) text, as
     // sentence-transformers' `CrossEncoder.predict` puts it; a token classifier's words are
     // the text's alone.
-    let prompt = if tokens { "" } else { app.models[m].default_prompt.as_str() };
+    if tokens && req.prompt_name.is_some() {
+        return Err(ApiError::invalid(
+            "a token classifier takes no prompt: its words are the text's",
+        ));
+    }
+    let prompt = if tokens { "" } else { prompt(app, m, req.prompt_name.as_deref())? };
     let inputs: Vec<Text> = inputs
         .into_iter()
         .map(|t| match t {
