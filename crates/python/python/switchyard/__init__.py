@@ -287,9 +287,9 @@ class Embedder(_Model):
 class Reranker(_Model):
     """A cross-encoder, with sentence-transformers' ``CrossEncoder`` interface.
 
-    Scores are the sigmoid of the model's one logit, as sentence-transformers gives them. The
-    prompt ``prompt_name`` names, else ``prompt`` (``""`` for none), else the model's default
-    prompt, if it has one, goes before each query, as sentence-transformers 6 puts it.
+    Scores are the sigmoid of the model's one logit, as sentence-transformers gives them.
+    ``prompt`` (``""`` for none), else the prompt ``prompt_name`` names, else the model's
+    default prompt, if it has one, goes before each query, as sentence-transformers 6 puts it.
     Parameters as :class:`Embedder`'s.
     """
 
