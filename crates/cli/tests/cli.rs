@@ -66,6 +66,37 @@ fn embed_prints_one_normalised_embedding_per_input_in_order() {
 }
 
 #[test]
+fn embed_truncate_dim_keeps_the_first_dimensions_as_they_are() {
+    let m = model_dir();
+    let m = m.to_str().unwrap();
+    let embedding = |args: &[&str]| {
+        let o = switchyard(args);
+        assert!(o.status.success(), "{args:?}: {}", text(&o.stderr));
+        lines(&o).remove(0)["embedding"].clone()
+    };
+    let full = embedding(&["embed", "--model", m, THREE[0]]);
+    let cut = embedding(&["embed", "--model", m, "--truncate-dim", "8", THREE[0]]);
+    // The same kernels on the same text: the first eight values, not normalised again.
+    assert_eq!(cut.as_array().unwrap()[..], full.as_array().unwrap()[..8]);
+    for (args, want) in [
+        (
+            vec!["--model", m, "--truncate-dim", "385"],
+            "--truncate-dim 385: this model's embeddings have 384 dimensions",
+        ),
+        (
+            vec!["--model", &tiny("bert-splade"), "--truncate-dim", "8"],
+            "cuts dense embeddings; this is a sparse encoder",
+        ),
+    ] {
+        let o = switchyard(&[&["embed"][..], &args, &["x"]].concat());
+        assert_eq!(o.status.code(), Some(1), "{args:?}");
+        assert!(text(&o.stderr).contains(want), "{}", text(&o.stderr));
+    }
+    let o = switchyard(&["embed", "--model", m, "--truncate-dim", "0", "x"]);
+    assert_eq!(o.status.code(), Some(2), "zero is a usage error");
+}
+
+#[test]
 fn embed_reads_json_lines_from_a_file_and_runs_on_other_devices() {
     let m = model_dir();
     let dir = std::env::temp_dir().join(format!("switchyard-cli-{}", std::process::id()));

@@ -33,6 +33,10 @@ pub enum Command {
         /// A bucket table file (STAGE TOKENS SEQS MARKERS per line) instead of the built-in one.
         #[arg(long)]
         buckets: Option<PathBuf>,
+        /// Keep each dense embedding's first N dimensions (a Matryoshka model's shorter
+        /// embedding), as sentence-transformers' truncate_dim does: not normalised again.
+        #[arg(long)]
+        truncate_dim: Option<NonZeroUsize>,
     },
     /// Embed texts and print the similarity of every pair, most similar first (cosine, or the
     /// function the model's sentence-transformers configuration names: dot, euclidean,

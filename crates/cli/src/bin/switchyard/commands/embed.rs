@@ -1,8 +1,9 @@
 //! `switchyard embed`: one JSON line per input, dense or sparse, streamed.
 
+use std::num::NonZeroUsize;
 use std::path::Path;
 
-use anyhow::Result;
+use anyhow::{Result, bail};
 use serde::Serialize;
 use switchyard::Task;
 use switchyard::models::prompted;
@@ -32,17 +33,36 @@ struct Term {
     weight: f32,
 }
 
-/// Embeds the inputs with the prompt chosen before each, printing `{"text", "embedding"}` (or
-/// `"sparse"` terms for SPLADE) per line, a chunk of inputs at a time.
+/// Embeds the inputs with the prompt chosen before each, printing `{"text", "embedding"}` (the
+/// first `truncate_dim` dimensions, where given; or `"sparse"` terms for SPLADE) per line, a
+/// chunk of inputs at a time.
 pub fn run(
     args: &ModelArgs,
     input: &InputArgs,
     prompt: &PromptArgs,
     buckets: Option<&Path>,
+    truncate_dim: Option<NonZeroUsize>,
 ) -> Result<()> {
     let inputs = open_inputs(input)?;
     let mut run = runner(args, buckets)?;
     let sparse = *run.model().task() == Task::Sparse;
+    let keep = match truncate_dim.map(NonZeroUsize::get) {
+        Some(_) if sparse => {
+            bail!("--truncate-dim cuts dense embeddings; this is a sparse encoder")
+        }
+        Some(d) => {
+            let g = run.model().graph();
+            // A model with no embedding (a classifier) is refused by `embed` below.
+            if let Some(width) =
+                g.output(switchyard::models::heads::EMBEDDING).map(|v| g.shape(v).width)
+                && d > width
+            {
+                bail!("--truncate-dim {d}: this model's embeddings have {width} dimensions");
+            }
+            d
+        }
+        None => usize::MAX,
+    };
     let prompt = run.model().prompts().text(prompt.choice())?.to_owned();
     streamed(input, inputs, |texts, progress| {
         let prompted = prompted(&prompt, texts);
@@ -66,7 +86,7 @@ pub fn run(
         texts
             .iter()
             .zip(rows)
-            .map(|(text, row)| json_line(&Dense { embedding: &row, text }))
+            .map(|(text, row)| json_line(&Dense { embedding: &row[..keep.min(row.len())], text }))
             .collect()
     })
 }

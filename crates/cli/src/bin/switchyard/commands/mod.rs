@@ -27,8 +27,8 @@ use switchyard::input::Inputs;
 /// Runs the command the command line asks for.
 pub fn run(cli: Cli) -> Result<()> {
     match cli.command {
-        Command::Embed { model, input, prompt, buckets } => {
-            embed::run(&model, &input, &prompt, buckets.as_deref())
+        Command::Embed { model, input, prompt, buckets, truncate_dim } => {
+            embed::run(&model, &input, &prompt, buckets.as_deref(), truncate_dim)
         }
         Command::Similarity { model, input, prompt } => similarity::run(&model, &input, &prompt),
         Command::Classify { model, input, prompt, every_token } => {
