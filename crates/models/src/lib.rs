@@ -206,6 +206,29 @@ impl Task {
     }
 }
 
+/// A one-label cross-encoder's score function, found as sentence-transformers finds its
+/// `activation_fn`: in `config_sentence_transformers.json` (`from_st`), else in `config.json`
+/// under `sentence_transformers` (sentence-transformers 4 and 5), else as its older
+/// `sbert_ce_default_activation_function`; the sigmoid where none is named. A path outside
+/// `torch` is passed over, as sentence-transformers passes over an untrusted one; another
+/// `torch.nn` class is an error.
+fn score_fn(config: &serde_json::Value, from_st: Option<&str>) -> Result<scores::ScoreFn> {
+    let named = from_st
+        .or_else(|| config.pointer("/sentence_transformers/activation_fn")?.as_str())
+        .or_else(|| config.get("sbert_ce_default_activation_function")?.as_str());
+    match named {
+        Some(path) if path.starts_with("torch.") => {
+            scores::ScoreFn::of_torch(path).ok_or_else(|| {
+                Error::unsupported(format!(
+                    "the cross-encoder's activation_fn `{path}`; supported: torch.nn's Sigmoid, \
+                 Identity and Tanh"
+                ))
+            })
+        }
+        _ => Ok(scores::ScoreFn::default()),
+    }
+}
+
 /// The head a checkpoint asks for, before its graph is built.
 enum HeadKind {
     /// Pooling, then the Dense modules, then the L2 norm if the pooling asks for it.
@@ -268,6 +291,8 @@ pub struct Model {
     prompts: Prompts,
     /// How its embeddings are compared.
     similarity: scores::Similarity,
+    /// A one-label cross-encoder's score of its logit.
+    score_fn: scores::ScoreFn,
 }
 
 impl std::fmt::Debug for Model {
@@ -360,8 +385,25 @@ impl Model {
                 config.vocab
             )));
         }
+        let one_label = matches!(&task, Task::Classify { labels } if labels.len() == 1);
+        let activation_fn = sentence.as_ref().and_then(|s| s.activation_fn.as_deref());
+        let score_fn = if one_label {
+            score_fn(checkpoint.config(), activation_fn)?
+        } else {
+            scores::ScoreFn::default()
+        };
         let (prompts, similarity) = sentence.map(|s| (s.prompts, s.similarity)).unwrap_or_default();
-        Ok(Model { checkpoint, graph, task, tokenizer, config, token_graph, prompts, similarity })
+        Ok(Model {
+            checkpoint,
+            graph,
+            task,
+            tokenizer,
+            config,
+            token_graph,
+            prompts,
+            similarity,
+            score_fn,
+        })
     }
 
     /// The checkpoint it was read from.
@@ -383,6 +425,12 @@ impl Model {
     /// What the graph computes.
     pub fn task(&self) -> &Task {
         &self.task
+    }
+
+    /// What a one-label cross-encoder's score is of its logit: sentence-transformers'
+    /// `activation_fn` where the model names one, else the sigmoid.
+    pub fn score_fn(&self) -> scores::ScoreFn {
+        self.score_fn
     }
 
     /// How an embedding model's vectors are compared: its sentence-transformers configuration's

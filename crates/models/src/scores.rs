@@ -57,6 +57,50 @@ impl Similarity {
     }
 }
 
+/// What a one-label cross-encoder's score is of its logit: sentence-transformers'
+/// `activation_fn`, the sigmoid where a model names none.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ScoreFn {
+    /// The logistic function: scores in (0, 1).
+    #[default]
+    Sigmoid,
+    /// The logit itself (`torch.nn.Identity`, as the ms-marco cross-encoders name it).
+    Identity,
+    /// The hyperbolic tangent: scores in (-1, 1).
+    Tanh,
+}
+
+impl ScoreFn {
+    /// The function of `torch.nn` named by the class path `path` (such as
+    /// `torch.nn.modules.activation.Sigmoid`), if it is one of these.
+    pub fn of_torch(path: &str) -> Option<ScoreFn> {
+        match path.rsplit('.').next()? {
+            "Sigmoid" => Some(ScoreFn::Sigmoid),
+            "Identity" => Some(ScoreFn::Identity),
+            "Tanh" => Some(ScoreFn::Tanh),
+            _ => None,
+        }
+    }
+
+    /// The score of `logit`.
+    pub fn apply(self, logit: f32) -> f32 {
+        match self {
+            ScoreFn::Sigmoid => sigmoid(logit),
+            ScoreFn::Identity => logit,
+            ScoreFn::Tanh => logit.tanh(),
+        }
+    }
+
+    /// Its name, as in messages and `/info`.
+    pub fn name(self) -> &'static str {
+        match self {
+            ScoreFn::Sigmoid => "sigmoid",
+            ScoreFn::Identity => "identity",
+            ScoreFn::Tanh => "tanh",
+        }
+    }
+}
+
 /// The logistic function.
 pub fn sigmoid(x: f32) -> f32 {
     1.0 / (1.0 + (-x).exp())

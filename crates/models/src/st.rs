@@ -68,6 +68,8 @@ pub struct SentenceConfig {
     pub prompts: Prompts,
     /// How its embeddings are compared (`similarity_fn_name`).
     pub similarity: Similarity,
+    /// A cross-encoder's `activation_fn`, as the class path written (ST 6 and later).
+    pub activation_fn: Option<String>,
 }
 
 /// The prompts of a sentence-transformers model (`config_sentence_transformers.json`): texts put
@@ -233,9 +235,9 @@ pub fn read(dir: &Path) -> Result<Option<SentenceConfig>> {
     } else {
         None
     };
-    let (prompts, similarity) = model_config(dir)?;
+    let (prompts, similarity, activation_fn) = model_config(dir)?;
     let prompts = Prompts { pooled: pooled_prompt, ..prompts };
-    Ok(Some(SentenceConfig { head, dense, max_seq_length, prompts, similarity }))
+    Ok(Some(SentenceConfig { head, dense, max_seq_length, prompts, similarity, activation_fn }))
 }
 
 /// The folder a module of `modules.json` names (`path`): one plain name inside the checkpoint
@@ -313,12 +315,12 @@ pub fn module_tensor(name: &str) -> Option<(&str, &str)> {
     ok.then_some((folder, rest))
 }
 
-/// The prompts and the similarity function `config_sentence_transformers.json` names, if the
-/// file is there.
-fn model_config(dir: &Path) -> Result<(Prompts, Similarity)> {
+/// The prompts, the similarity function and a cross-encoder's activation function
+/// `config_sentence_transformers.json` names, if the file is there.
+fn model_config(dir: &Path) -> Result<(Prompts, Similarity, Option<String>)> {
     let path = dir.join("config_sentence_transformers.json");
     if !is_file(&path)? {
-        return Ok((Prompts::default(), Similarity::default()));
+        return Ok((Prompts::default(), Similarity::default(), None));
     }
     let c = read_json(&path)?;
     let bad = |what: String| Error::format(format!("{}: {what}", path.display()));
@@ -364,7 +366,8 @@ fn model_config(dir: &Path) -> Result<(Prompts, Similarity)> {
         })?,
         Some(other) => return Err(bad(format!("similarity_fn_name {other} is not a name"))),
     };
-    Ok((Prompts { named, default, pooled: true }, similarity))
+    let activation_fn = c.get("activation_fn").and_then(Value::as_str).map(str::to_owned);
+    Ok((Prompts { named, default, pooled: true }, similarity, activation_fn))
 }
 
 /// Checks a `SpladePooling` configuration: max pooling with `relu` is what Switchyard computes.

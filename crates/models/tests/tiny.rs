@@ -439,6 +439,49 @@ fn a_cross_encoder_saved_by_sentence_transformers_6_scores_as_before() {
     assert!(load_err(&s.0).contains("Normalize without a Pooling module"));
 }
 
+/// A cross-encoder's score is of its logit as sentence-transformers' `activation_fn` says,
+/// found where each version of sentence-transformers saves it.
+#[test]
+fn a_cross_encoders_score_function_is_read_where_sentence_transformers_saves_it() {
+    use switchyard_models::scores::ScoreFn;
+    let s = Scratch::of("bert-cross-encoder", "score-fn");
+    assert_eq!(Model::load(&s.0).unwrap().score_fn(), ScoreFn::Sigmoid, "none named");
+    let config_path = s.0.join("config.json");
+    let original: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&config_path).unwrap()).unwrap();
+    let with = |key: &str, value: serde_json::Value| {
+        let mut c = original.clone();
+        c[key] = value;
+        std::fs::write(&config_path, c.to_string()).unwrap();
+    };
+    // Before sentence-transformers 4, as the ms-marco cross-encoders have it.
+    with("sbert_ce_default_activation_function", "torch.nn.modules.linear.Identity".into());
+    assert_eq!(Model::load(&s.0).unwrap().score_fn(), ScoreFn::Identity);
+    // Sentence-transformers 4 and 5.
+    with(
+        "sentence_transformers",
+        serde_json::json!({"activation_fn": "torch.nn.modules.activation.Tanh"}),
+    );
+    assert_eq!(Model::load(&s.0).unwrap().score_fn(), ScoreFn::Tanh);
+    // A class outside torch is passed over, as sentence-transformers passes over an untrusted one.
+    with("sbert_ce_default_activation_function", "my_package.Scaled".into());
+    assert_eq!(Model::load(&s.0).unwrap().score_fn(), ScoreFn::Sigmoid);
+    with("sbert_ce_default_activation_function", "torch.nn.Softmax".into());
+    assert!(load_err(&s.0).contains("activation_fn `torch.nn.Softmax`; supported"));
+    // Sentence-transformers 6 writes it beside the prompts, and that one wins.
+    let from = tiny("bert-cross-encoder");
+    switchyard_models::cross_encoder_copy(&from, &s.0, serde_json::json!({}), None).unwrap();
+    with("sbert_ce_default_activation_function", "torch.nn.modules.linear.Identity".into());
+    assert_eq!(Model::load(&s.0).unwrap().score_fn(), ScoreFn::Sigmoid, "ST 6's Sigmoid wins");
+    // A classifier of several labels scores by softmax whatever it names.
+    let c = Scratch::of("bert-classifier", "score-fn-labels");
+    let mut config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(c.0.join("config.json")).unwrap()).unwrap();
+    config["sbert_ce_default_activation_function"] = "torch.nn.Softmax".into();
+    std::fs::write(c.0.join("config.json"), config.to_string()).unwrap();
+    assert!(Model::load(&c.0).is_ok());
+}
+
 #[test]
 fn the_maximum_length_can_be_lowered_within_the_positions() {
     let mut model = Model::load(&tiny("bert")).unwrap();
