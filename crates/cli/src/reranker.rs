@@ -1,7 +1,7 @@
 //! Reranking documents against a query with a cross-encoder.
 
 use switchyard_dispatch::Dispatch;
-use switchyard_models::scores::{ranking, sigmoid};
+use switchyard_models::scores::ranking;
 use switchyard_models::{Model, Prompt, Runner, Task};
 
 use crate::open::{open_for, strs};
@@ -12,8 +12,9 @@ use crate::{Options, Result};
 pub struct Ranked {
     /// The document's index in the input.
     pub index: usize,
-    /// Its relevance: the sigmoid of the logit, as sentence-transformers scores a
-    /// cross-encoder.
+    /// Its relevance, as sentence-transformers' `CrossEncoder` scores it: the model's
+    /// `activation_fn` of the logit, the sigmoid unless the model names another
+    /// ([`Model::score_fn`]).
     pub score: f32,
     /// The cross-encoder's raw logit.
     pub logit: f32,
@@ -66,9 +67,10 @@ impl Reranker {
         let query = [self.runner.model().prompts().text(prompt)?, query].concat();
         let rows = self.runner.classify_pairs(&query, &strs(docs)?, |_| {})?;
         let logits: Vec<f32> = rows.iter().map(|r| r.first().copied().unwrap_or(0.0)).collect();
+        let score = self.runner.model().score_fn();
         Ok(ranking(&logits)
             .into_iter()
-            .map(|index| Ranked { index, score: sigmoid(logits[index]), logit: logits[index] })
+            .map(|index| Ranked { index, score: score.apply(logits[index]), logit: logits[index] })
             .collect())
     }
 

@@ -481,6 +481,34 @@ fn rerank_puts_the_prompt_before_the_query_as_sentence_transformers_does() {
 }
 
 #[test]
+fn rerank_scores_by_the_activation_the_model_names() {
+    // The tiny cross-encoder, naming Identity as the ms-marco cross-encoders do.
+    let dir = std::env::temp_dir().join(format!("switchyard-cli-identity-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let from = PathBuf::from(tiny("bert-cross-encoder"));
+    for f in ["model.safetensors", "tokenizer.json"] {
+        std::fs::copy(from.join(f), dir.join(f)).unwrap();
+    }
+    let mut config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(from.join("config.json")).unwrap()).unwrap();
+    config["sbert_ce_default_activation_function"] = "torch.nn.modules.linear.Identity".into();
+    std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
+    let rank = |m: &str| {
+        let o = switchyard(&["rerank", "--model", m, "--query", "the quick fox", "a brown fox"]);
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        let l = lines(&o).remove(0);
+        (l["logit"].as_f64().unwrap(), l["score"].as_f64().unwrap())
+    };
+    let (logit, score) = rank(dir.to_str().unwrap());
+    assert_eq!(score, logit, "Identity: the score is the logit");
+    let (plain_logit, sigmoid) = rank(&tiny("bert-cross-encoder"));
+    assert_eq!(plain_logit, logit);
+    assert!((sigmoid - 1.0 / (1.0 + (-logit).exp())).abs() < 1e-6, "none named: the sigmoid");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
 fn classify_puts_the_prompt_before_each_text() {
     let (dir, _) = with_prompts("bert-classifier", "classify-prompts");
     let (m, plain) = (dir.to_str().unwrap(), tiny("bert-classifier"));

@@ -217,7 +217,7 @@ impl Reranker {
 
     /// `docs` ranked against `query` with the prompt chosen before it (as [`Embedder::embed`]
     /// chooses it), most relevant first: `(index, score, logit)` each, the score being the
-    /// logit's sigmoid.
+    /// model's `activation_fn` of the logit (the sigmoid unless it names another).
     #[pyo3(signature = (query, docs, prompt_name=None, prompt=None))]
     fn rank(
         &self,

@@ -166,6 +166,20 @@ def test_rank_and_predict_put_the_prompt_before_the_query_as_sentence_transforme
         reranker.rank("q", ["d"], prompt_name="doc")
 
 
+def test_scores_go_through_the_activation_the_model_names(tmp_path):
+    # The ms-marco cross-encoders name Identity: sentence-transformers gives their logits.
+    model = tmp_path / "identity"
+    shutil.copytree(tiny("bert-cross-encoder"), model)
+    config = json.loads((model / "config.json").read_text())
+    config["sbert_ce_default_activation_function"] = "torch.nn.modules.linear.Identity"
+    (model / "config.json").write_text(json.dumps(config))
+    expected = json.loads(open(f"{tiny('bert-cross-encoder')}/expected-prompts.json").read())
+    pairs = [tuple(p) for p in expected["pairs"]]
+    got = switchyard.CrossEncoder(str(model)).predict(pairs)
+    # sentence-transformers 6.3's logits; f32 kernels a few ulps apart.
+    assert np.abs(got - np.array(expected["logits"]["none"])).max() <= 1e-5
+
+
 def test_a_classifiers_prompt_goes_before_each_text(tmp_path):
     model = st6_cross_encoder("bert-classifier", tmp_path / "c", {"query": "the sea: "}, "query")
     prompted, plain = switchyard.Classifier(model), switchyard.Classifier(tiny("bert-classifier"))

@@ -287,7 +287,9 @@ class Embedder(_Model):
 class Reranker(_Model):
     """A cross-encoder, with sentence-transformers' ``CrossEncoder`` interface.
 
-    Scores are the sigmoid of the model's one logit, as sentence-transformers gives them.
+    Scores are the model's one logit through its ``activation_fn`` (the sigmoid unless the
+    model names another, as the ms-marco cross-encoders name ``Identity``), as
+    sentence-transformers gives them.
     ``prompt`` (``""`` for none), else the prompt ``prompt_name`` names, else the model's
     default prompt, if it has one, goes before each query, as sentence-transformers 6 puts it.
     Parameters as :class:`Embedder`'s.

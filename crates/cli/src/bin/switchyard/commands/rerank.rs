@@ -4,7 +4,7 @@ use std::io::Write;
 
 use anyhow::{Result, bail};
 use switchyard::Task;
-use switchyard::models::scores::{ranking, sigmoid};
+use switchyard::models::scores::ranking;
 
 use super::{json_line, runner, with_progress};
 use crate::args::{InputArgs, ModelArgs, PromptArgs};
@@ -37,10 +37,11 @@ pub fn run(args: &ModelArgs, query: &str, input: &InputArgs, prompt: &PromptArgs
     let query = [run.model().prompts().text(prompt.choice())?, query].concat();
     let rows = with_progress(input, &docs, |t, p| run.classify_pairs(&query, t, p))?;
     let logits: Vec<f32> = rows.iter().map(|r| r[0]).collect();
+    let score = run.model().score_fn();
     let mut out = std::io::stdout().lock();
     for index in ranking(&logits) {
         let (document, logit) = (&docs[index], logits[index]);
-        let line = json_line(&Ranked { document, index, logit, score: sigmoid(logit) })?;
+        let line = json_line(&Ranked { document, index, logit, score: score.apply(logit) })?;
         writeln!(out, "{line}")?;
     }
     Ok(())
