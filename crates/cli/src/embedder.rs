@@ -65,8 +65,7 @@ impl Embedder {
 
     /// The width of an embedding.
     pub fn dim(&self) -> usize {
-        let g = self.runner.model().graph();
-        g.output(switchyard_models::heads::EMBEDDING).map_or(0, |v| g.shape(v).width)
+        self.runner.model().embedding_dim().unwrap_or(0)
     }
 
     /// The model.

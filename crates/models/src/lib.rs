@@ -45,16 +45,25 @@ pub use tokenize::{Encoded, Tokenizer, Truncation};
 /// `config.json` is `pooling`. For tests (feature `testkit`).
 #[cfg(feature = "testkit")]
 pub fn sentence_transformers_copy(from: &Path, to: &Path, pooling: &str) -> std::io::Result<()> {
+    copy_checkpoint(from, to)?;
     std::fs::create_dir_all(to.join("1_Pooling"))?;
-    for f in ["config.json", "model.safetensors", "tokenizer.json"] {
-        std::fs::copy(from.join(f), to.join(f))?;
-    }
     let modules = serde_json::json!([
         {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
         {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}
     ]);
     std::fs::write(to.join("modules.json"), modules.to_string())?;
     std::fs::write(to.join("1_Pooling/config.json"), pooling)
+}
+
+/// Copies `config.json`, `model.safetensors` and `tokenizer.json` from `from` into `to`, made
+/// if it is not there.
+#[cfg(feature = "testkit")]
+fn copy_checkpoint(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for f in ["config.json", "model.safetensors", "tokenizer.json"] {
+        std::fs::copy(from.join(f), to.join(f))?;
+    }
+    Ok(())
 }
 
 /// Copies the sequence classifier in `from` (`config.json`, `model.safetensors`,
@@ -68,10 +77,7 @@ pub fn cross_encoder_copy(
     prompts: serde_json::Value,
     default: Option<&str>,
 ) -> std::io::Result<()> {
-    std::fs::create_dir_all(to)?;
-    for f in ["config.json", "model.safetensors", "tokenizer.json"] {
-        std::fs::copy(from.join(f), to.join(f))?;
-    }
+    copy_checkpoint(from, to)?;
     let files = [
         (
             "modules.json",
@@ -425,6 +431,11 @@ impl Model {
     /// What the graph computes.
     pub fn task(&self) -> &Task {
         &self.task
+    }
+
+    /// The width of an embedding model's embeddings (`None` for other tasks).
+    pub fn embedding_dim(&self) -> Option<usize> {
+        self.graph.output(heads::EMBEDDING).map(|v| self.graph.shape(v).width)
     }
 
     /// What a one-label cross-encoder's score is of its logit: sentence-transformers'

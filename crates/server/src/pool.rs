@@ -355,10 +355,7 @@ fn opening<B: Backend + 'static>(
         tokenizer: model.tokenizer().clone(),
         task: model.task().clone(),
         vocab: model.config().vocab,
-        dim: {
-            let g = model.graph();
-            g.output(switchyard_models::heads::EMBEDDING).map_or(0, |v| g.shape(v).width)
-        },
+        dim: model.embedding_dim().unwrap_or(0),
         limit: runner.batch_limit(),
         prompts: model.prompts().clone(),
         similarity: model.similarity(),

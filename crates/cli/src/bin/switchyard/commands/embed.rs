@@ -51,10 +51,8 @@ pub fn run(
             bail!("--truncate-dim cuts dense embeddings; this is a sparse encoder")
         }
         Some(d) => {
-            let g = run.model().graph();
             // A model with no embedding (a classifier) is refused by `embed` below.
-            if let Some(width) =
-                g.output(switchyard::models::heads::EMBEDDING).map(|v| g.shape(v).width)
+            if let Some(width) = run.model().embedding_dim()
                 && d > width
             {
                 bail!("--truncate-dim {d}: this model's embeddings have {width} dimensions");
