@@ -90,15 +90,6 @@ impl ScoreFn {
             ScoreFn::Tanh => logit.tanh(),
         }
     }
-
-    /// Its name, as in messages and `/info`.
-    pub fn name(self) -> &'static str {
-        match self {
-            ScoreFn::Sigmoid => "sigmoid",
-            ScoreFn::Identity => "identity",
-            ScoreFn::Tanh => "tanh",
-        }
-    }
 }
 
 /// The logistic function.
