@@ -98,13 +98,14 @@ pub fn explain(
 ) -> Result<Explained> {
     let t = model.tokenizer();
     let labels = model.task().labels();
+    // A text with its prompt, the prompt's tokens held as the special tokens are.
+    let prompted = |prompt: &str, text: &str| -> Result<switchyard_models::Encoded> {
+        Ok(t.encode(&[prompt, text].concat())?.after_prompt(prompt))
+    };
     let (inputs, aim) = match (question, model.task()) {
         (Question::Label { text, label, prompt }, Task::Classify { .. }) if labels.len() > 1 => {
             let index = label.as_deref().map(|l| label_index(labels, l)).transpose()?;
-            (
-                vec![t.encode(&[prompt.as_str(), text].concat())?.after_prompt(prompt)],
-                Aim::Label(index),
-            )
+            (vec![prompted(prompt, text)?], Aim::Label(index))
         }
         (Question::Score { query, document, prompt }, Task::Classify { .. })
             if labels.len() == 1 =>
@@ -113,10 +114,7 @@ pub fn explain(
             (vec![pair.after_prompt(prompt)], Aim::Score)
         }
         (Question::Similarity { a, b, prompt }, Task::Embed(_)) => {
-            let encode = |text: &str| -> Result<_> {
-                Ok(t.encode(&[prompt.as_str(), text].concat())?.after_prompt(prompt))
-            };
-            (vec![encode(a)?, encode(b)?], Aim::Similarity)
+            (vec![prompted(prompt, a)?, prompted(prompt, b)?], Aim::Similarity)
         }
         (q, task) => {
             let wants = match q {

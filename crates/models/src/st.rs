@@ -464,6 +464,8 @@ mod tests {
         dir
     }
 
+    const TRANSFORMER: &str = "sentence_transformers.models.Transformer";
+    const POOLING: &str = "sentence_transformers.models.Pooling";
     const MLM: &str = "sentence_transformers.sparse_encoder.models.MLMTransformer";
     const SPLADE: &str = "sentence_transformers.sparse_encoder.models.SpladePooling";
 
@@ -480,8 +482,6 @@ mod tests {
     /// versions did (`pooling_mode_*` flags), read as sentence-transformers reads them.
     #[test]
     fn pooling_modes_are_read_in_both_formats() {
-        const TRANSFORMER: &str = "sentence_transformers.models.Transformer";
-        const POOLING: &str = "sentence_transformers.models.Pooling";
         let mode = |tag: &str, config: Value| {
             let dir =
                 folder(tag, &[(TRANSFORMER, "", Value::Null), (POOLING, "1_Pooling", config)]);
@@ -552,8 +552,6 @@ mod tests {
 
     #[test]
     fn a_pooling_modules_folder_must_be_one_of_the_checkpoint() {
-        const TRANSFORMER: &str = "sentence_transformers.models.Transformer";
-        const POOLING: &str = "sentence_transformers.models.Pooling";
         let mean = serde_json::json!({"pooling_mode": "mean"});
         for (ty, tag) in [(POOLING, "pool"), (SPLADE, "splade")] {
             // The folder exists beside the checkpoint, where a path with `..` would find it.

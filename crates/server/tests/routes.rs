@@ -344,7 +344,8 @@ fn similarity_compares_by_the_models_function() {
     assert_eq!(r.status, 200, "{:?}", r.body);
     let dots: Vec<f32> =
         want[1..].iter().map(|v| scores::Similarity::Dot.of(&want[0], v)).collect();
-    // The same vectors as the runner's; the dot products of vectors about 1 long.
+    // The same backend on the same rows as the runner's; the products (tens) differ in their
+    // last bits at most.
     assert!(worst(&floats(&r.body), &dots) <= 1e-5, "{:?} vs {dots:?}", r.body);
     assert_eq!(s.get("/info").body["models"][0]["similarity_fn_name"], json!("dot"));
 }
