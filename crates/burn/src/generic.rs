@@ -8,7 +8,7 @@ use burn_backend::ops::AttentionModuleOptions;
 use burn_backend::tensor::{BoolTensor, FloatTensor};
 use burn_backend::{Backend as BurnBackend, Distribution, Shape, Slice, TensorMetadata};
 use burn_std::IndexingUpdateOp;
-use switchyard_core::{Act, Op, PoolMode};
+use switchyard_core::{Act, Op, PoolMode, RelativeBias};
 
 use crate::{Bound, Inputs, RunCx};
 
@@ -96,6 +96,10 @@ pub enum MaskMeaning {
     TrueIncludes,
 }
 
+/// An attention op's relative position bias ([`switchyard_core::RelativeBias`]) with its
+/// `[buckets, heads]` table on the device.
+pub type PositionBias<'a, B> = Option<(RelativeBias, &'a FloatTensor<B>)>;
+
 /// Self-attention of each sequence on its own, with no padding: one Burn attention call per
 /// sequence, on `[1, heads, len, head_dim]` views of its rows.
 #[allow(clippy::too_many_arguments)]
@@ -107,10 +111,11 @@ pub fn attention<B: BurnBackend>(
     head_dim: usize,
     scale: f32,
     window: Option<usize>,
+    bias: PositionBias<'_, B>,
     cx: &RunCx<'_, B>,
 ) -> FloatTensor<B> {
     let meaning = MaskMeaning::TrueExcludes;
-    attention_masked::<B>(q, k, v, heads, head_dim, scale, window, meaning, cx)
+    attention_masked::<B>(q, k, v, heads, head_dim, scale, window, bias, meaning, cx)
 }
 
 /// [`attention`] on a backend whose `attention` reads its sliding-window mask as `meaning` says.
@@ -123,17 +128,20 @@ pub fn attention_masked<B: BurnBackend>(
     head_dim: usize,
     scale: f32,
     window: Option<usize>,
+    bias: PositionBias<'_, B>,
     meaning: MaskMeaning,
     cx: &RunCx<'_, B>,
 ) -> FloatTensor<B> {
     let options = AttentionModuleOptions { scale: Some(f64::from(scale)), ..Default::default() };
-    per_sequence::<B>(&q, &k, &v, heads, head_dim, window, meaning, cx, |q, k, v, mask| {
-        B::attention(q, k, v, mask, None, options)
+    let shape = Heads { heads, head_dim, window, bias, meaning };
+    per_sequence::<B>(&q, &k, &v, shape, cx, |q, k, v, mask, bias| {
+        B::attention(q, k, v, mask, bias, options)
     })
 }
 
 /// [`attention`] with dropout `p` on the attention probabilities, as training runs it: scores,
-/// the window's mask, softmax, dropout, then the values, in Burn's primitive ops.
+/// the position bias, the window's mask, softmax, dropout, then the values, in Burn's primitive
+/// ops.
 #[allow(clippy::too_many_arguments)]
 pub fn attention_dropped<B: BurnBackend>(
     q: FloatTensor<B>,
@@ -143,13 +151,19 @@ pub fn attention_dropped<B: BurnBackend>(
     head_dim: usize,
     scale: f32,
     window: Option<usize>,
+    bias: PositionBias<'_, B>,
     p: f32,
     cx: &RunCx<'_, B>,
 ) -> FloatTensor<B> {
     let meaning = MaskMeaning::TrueExcludes;
-    per_sequence::<B>(&q, &k, &v, heads, head_dim, window, meaning, cx, |q, k, v, mask| {
+    let shape = Heads { heads, head_dim, window, bias, meaning };
+    per_sequence::<B>(&q, &k, &v, shape, cx, |q, k, v, mask, bias| {
         let scores =
             B::float_mul_scalar(B::float_matmul(q, B::float_transpose(k)), f64::from(scale).into());
+        let scores = match bias {
+            Some(b) => B::float_add(scores, b),
+            None => scores,
+        };
         let scores = match mask {
             Some(m) => B::float_mask_fill(scores, m, f32::NEG_INFINITY.into()),
             None => scores,
@@ -159,28 +173,48 @@ pub fn attention_dropped<B: BurnBackend>(
     })
 }
 
+/// An attention op's position bias with the table `lower` bound for it.
+pub fn position_bias_of<B: BurnBackend>(
+    bias: Option<RelativeBias>,
+    w: &Bound<B>,
+) -> PositionBias<'_, B> {
+    match (bias, w) {
+        (Some(b), Bound::Table(table)) => Some((b, table)),
+        (None, _) => None,
+        (Some(_), _) => unreachable!("lower binds a position bias's table"),
+    }
+}
+
+/// What [`per_sequence`] needs of an attention op besides its inputs.
+struct Heads<'a, B: BurnBackend> {
+    heads: usize,
+    head_dim: usize,
+    window: Option<usize>,
+    bias: PositionBias<'a, B>,
+    meaning: MaskMeaning,
+}
+
 /// Runs `attend` on each sequence's `[1, heads, len, head_dim]` views of `q`, `k` and `v`, with
 /// the sliding window's `[1, heads, len, len]` mask (`true` meaning what `meaning` says) where the
-/// window is shorter than the sequence, and joins the results back into token rows. Where `q`
-/// has one row per sequence (its first token's query), its views are `[1, heads, 1, head_dim]`,
-/// the mask `[1, heads, 1, len]`, and the result is one row per sequence.
-#[allow(clippy::too_many_arguments)]
+/// window is shorter than the sequence, and the position bias's `[1, heads, len, len]` scores
+/// where the op has one; and joins the results back into token rows. Where `q` has one row per
+/// sequence (its first token's query), its views are `[1, heads, 1, head_dim]`, the mask and
+/// bias `[1, heads, 1, len]`, and the result is one row per sequence.
 fn per_sequence<B: BurnBackend>(
     q: &FloatTensor<B>,
     k: &FloatTensor<B>,
     v: &FloatTensor<B>,
-    heads: usize,
-    head_dim: usize,
-    window: Option<usize>,
-    meaning: MaskMeaning,
+    h: Heads<'_, B>,
     cx: &RunCx<'_, B>,
     attend: impl Fn(
         FloatTensor<B>,
         FloatTensor<B>,
         FloatTensor<B>,
         Option<BoolTensor<B>>,
+        Option<FloatTensor<B>>,
     ) -> FloatTensor<B>,
 ) -> FloatTensor<B> {
+    let Heads { heads, head_dim, window, bias, meaning } = h;
     let outside = meaning == MaskMeaning::TrueExcludes;
     let b = cx.batch();
     let w = heads * head_dim;
@@ -191,6 +225,21 @@ fn per_sequence<B: BurnBackend>(
         let r = rows::<B>(t.clone(), first, first + l);
         B::float_swap_dims(reshape::<B>(r, &[1, l, heads, head_dim]), 1, 2)
     };
+    // The bias of the longest sequence's queries, `[heads, queries, keys]`: a sequence's is its
+    // corner, as positions count from each sequence's start.
+    let longest = (0..b.seqs()).map(|s| b.seq(s).len()).max().unwrap_or(0);
+    let lq_most = if per_seq { 1 } else { longest };
+    let biases = bias.filter(|_| longest > 0).map(|(rb, table)| {
+        let by_distance: Vec<i64> =
+            (0..2 * longest - 1).map(|r| rb.bucket(r as i64 - longest as i64 + 1) as i64).collect();
+        let idx = (0..lq_most * longest)
+            .map(|ij| by_distance[ij % longest + longest - 1 - ij / longest])
+            .collect();
+        let idx = crate::convert::ints::<B>(idx, cx.device);
+        let picked =
+            reshape::<B>(B::float_select(table.clone(), 0, idx), &[lq_most, longest, heads]);
+        B::float_permute(picked, &[2, 0, 1])
+    });
     let mut outs = Vec::with_capacity(b.seqs());
     for s in 0..b.seqs() {
         let (start, l) = (b.cu[s] as usize, b.seq(s).len());
@@ -202,7 +251,11 @@ fn per_sequence<B: BurnBackend>(
             let m = crate::convert::bools::<B>(&m, &[1, 1, lq, l], cx.device);
             B::bool_expand(m, Shape::from(vec![1, heads, lq, l]))
         });
-        let o = attend(split(q, q0, lq), split(k, start, l), split(v, start, l), mask);
+        let bias = biases.as_ref().map(|all| {
+            let corner = B::float_slice(all.clone(), &[Slice::from(..), range(0, lq), range(0, l)]);
+            reshape::<B>(corner, &[1, heads, lq, l])
+        });
+        let o = attend(split(q, q0, lq), split(k, start, l), split(v, start, l), mask, bias);
         outs.push(reshape::<B>(B::float_swap_dims(o, 1, 2), &[lq, w]));
     }
     if outs.len() == 1 { outs.pop().expect("one sequence") } else { B::float_cat(outs, 0) }
@@ -320,9 +373,10 @@ pub fn run_op_dropped<B: BurnBackend>(
             let y = dropout::<B>(y, p, cx.device);
             B::float_add(y, r.expect("a linear layer's residual"))
         }
-        (Op::Attention { heads, head_dim, scale, window, .. }, _) => {
+        (Op::Attention { heads, head_dim, scale, window, position_bias, .. }, _) => {
             let [q, k, v] = ins.map(|t| t.expect("attention's query, key and value"));
-            attention_dropped::<B>(q, k, v, *heads, *head_dim, *scale, *window, p, cx)
+            let bias = position_bias_of::<B>(*position_bias, w);
+            attention_dropped::<B>(q, k, v, *heads, *head_dim, *scale, *window, bias, p, cx)
         }
         _ => dropout::<B>(run_op::<B>(op, ins, w, cx), p, cx.device),
     }
@@ -365,8 +419,10 @@ pub fn run_op<B: BurnBackend>(
         (Op::Rope { heads, head_dim, .. }, Bound::Rope { cos, sin }) => {
             rope::<B>(need(a), *heads, *head_dim, cos, sin, cx)
         }
-        (Op::Attention { heads, head_dim, scale, window, .. }, _) => {
-            attention::<B>(need(a), need(b), need(c), *heads, *head_dim, *scale, *window, cx)
+        (Op::Attention { heads, head_dim, scale, window, position_bias, .. }, _) => {
+            let bias = position_bias_of::<B>(*position_bias, w);
+            let (hs, hd) = (*heads, *head_dim);
+            attention::<B>(need(a), need(b), need(c), hs, hd, *scale, *window, bias, cx)
         }
         (Op::Activation { act, .. }, _) => activation::<B>(need(a), *act),
         (Op::Pool { mode, .. }, _) => pool::<B>(need(a), *mode, cx),

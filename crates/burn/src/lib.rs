@@ -43,7 +43,8 @@ pub type Inputs<B> = [Option<FloatTensor<B>>; 3];
 pub enum Bound<B: BurnBackend> {
     /// The op reads no weights.
     None,
-    /// An embedding table, `[rows, width]`.
+    /// A lookup table, `[rows, width]`: an embedding's, or a relative position bias's
+    /// `[buckets, heads]`.
     Table(FloatTensor<B>),
     /// A norm's scale and shift: `[width]` for LayerNorm, `[1, width]` for RmsNorm.
     Norm {
@@ -706,6 +707,7 @@ impl<B: BurnBackend, K: Kernels<B>> Backend for Burn<B, K> {
                     wt: w.transposed(weight)?,
                     bias: bias.map(|b| w.row(b)).transpose()?,
                 },
+                Op::Attention { position_bias: Some(b), .. } => Bound::Table(w.plain(b.table)?),
                 Op::Rope { head_dim, theta, .. } => {
                     let (cos, sin) = rope_cache
                         .entry((head_dim, theta.to_bits()))

@@ -36,6 +36,7 @@ fn records_upload_lower_and_run() {
         head_dim: 8,
         scale: 0.3,
         window: None,
+        position_bias: None,
         out,
     });
     let p =
@@ -112,6 +113,7 @@ fn a_query_per_sequence_costs_one_row_of_scores() {
             head_dim: 4,
             scale: 0.5,
             window,
+            position_bias: None,
             out,
         });
         g.output("a", a);

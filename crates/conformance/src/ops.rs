@@ -3,7 +3,7 @@
 
 use switchyard_core::testkit::Rng;
 use switchyard_core::{
-    Act, Backend, BatchBuf, Buckets, Graph, GraphBuilder, Op, PoolMode, Shape, Val,
+    Act, Backend, BatchBuf, Buckets, Graph, GraphBuilder, Op, PoolMode, RelativeBias, Shape, Val,
 };
 
 use crate::ACTS;
@@ -141,11 +141,27 @@ fn cases() -> Vec<(String, Graph)> {
         }
     }
     for (heads, head_dim) in [(1, 1), (2, 3), (4, 16), (3, 32), (12, 25)] {
-        for (window, per_seq) in [(None, false), (Some(2), false), (None, true), (Some(2), true)] {
+        // Relative position biases: MPNet's 32 buckets up to 128, and 8 up to 10, which
+        // sequences of up to 20 tokens take to their farthest buckets.
+        let (mpnet, near) = (Some((32, 128)), Some((8, 10)));
+        for (window, per_seq, bias) in [
+            (None, false, None),
+            (Some(2), false, None),
+            (None, true, None),
+            (Some(2), true, None),
+            (None, false, mpnet),
+            (None, true, mpnet),
+            (Some(2), false, near),
+            (None, false, near),
+        ] {
             let w = heads * head_dim;
             let queries = if per_seq { ", a query per sequence" } else { "" };
+            let biased = match bias {
+                Some((buckets, most)) => format!(", {buckets} position buckets to {most}"),
+                None => String::new(),
+            };
             c.push((
-                format!("Attention {heads}x{head_dim} window {window:?}{queries}"),
+                format!("Attention {heads}x{head_dim} window {window:?}{queries}{biased}"),
                 single(w, |g, q, k| {
                     let table = g.weight("input.v", &[VOCAB, w]);
                     let v = g.op(Shape::tokens(w), |out| Op::Embed { table, out });
@@ -156,6 +172,11 @@ fn cases() -> Vec<(String, Graph)> {
                         }
                         false => q,
                     };
+                    let position_bias = bias.map(|(buckets, max_distance)| RelativeBias {
+                        table: g.weight("attention.position_bias", &[buckets, heads]),
+                        buckets,
+                        max_distance,
+                    });
                     g.op(g.shape(q), |out| Op::Attention {
                         q,
                         k,
@@ -164,6 +185,7 @@ fn cases() -> Vec<(String, Graph)> {
                         head_dim,
                         scale,
                         window,
+                        position_bias,
                         out,
                     })
                 }),

@@ -261,7 +261,8 @@ impl Ctx<'_> {
                     }
                 }
             }
-            Op::Attention { q, k, v, heads, head_dim, scale, window, .. } => {
+            Op::Attention { q, k, v, heads, head_dim, scale, window, position_bias, .. } => {
+                let position_bias = position_bias.map(|b| (b, self.w(b.table)));
                 let (qs, ks, vs) = (self.val(q), self.val(k), self.val(v));
                 let w = heads * head_dim;
                 let per_seq = self.plan.graph.shape(q).rows == crate::Rows::Seqs;
@@ -285,6 +286,9 @@ impl Ctx<'_> {
                                 let kj = &ks[j * w..][col.clone()];
                                 *sv = f64::from(scale)
                                     * qi.iter().zip(kj).map(|(a, b)| a * b).sum::<f64>();
+                                if let Some((b, table)) = &position_bias {
+                                    *sv += table[b.bucket(j as i64 - i as i64) * heads + h];
+                                }
                             }
                             let max = sc.iter().copied().fold(f64::NEG_INFINITY, f64::max);
                             sc.iter_mut().for_each(|sv| *sv = (*sv - max).exp());

@@ -162,6 +162,7 @@ fn bert_body(s: EncoderSpec, cls_only: bool) -> (GraphBuilder, Val) {
             head_dim: hd,
             scale,
             window: None,
+            position_bias: None,
             out,
         });
         let h =
@@ -220,6 +221,7 @@ fn modernbert_graph(s: EncoderSpec, cls_only: bool) -> Graph {
             head_dim: hd,
             scale: 1.0 / (hd as f32).sqrt(),
             window: if global { None } else { Some(2) },
+            position_bias: None,
             out,
         });
         x = linear(&mut g, &format!("{pre}.attn.Wo"), a, d, Act::Identity, Some(x));

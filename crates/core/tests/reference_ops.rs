@@ -250,6 +250,7 @@ fn attention_softmaxes_within_each_sequence_only() {
         head_dim: 1,
         scale: 1.0,
         window: None,
+        position_bias: None,
         out,
     });
     // Scores [0, ln 3] give weights [1/4, 3/4]: 1 + 6 = 7. The third token is alone.
@@ -270,6 +271,7 @@ fn attention_heads_are_independent_and_scaled() {
         head_dim: 1,
         scale: 2.0,
         window: None,
+        position_bias: None,
         out,
     });
     // Head 0: scores 2 * [0, ln 2] -> weights [1/5, 4/5] -> 0.6 + 4.8 = 5.4.
@@ -294,6 +296,7 @@ fn sliding_window_limits_the_keys() {
             head_dim: 1,
             scale: 1.0,
             window: Some(window),
+            position_bias: None,
             out,
         });
         close(&c.run(y, &[3, 1]), want);
@@ -322,6 +325,7 @@ fn sequence_queries_attend_as_each_first_token() {
             head_dim: 1,
             scale: 1.0,
             window,
+            position_bias: None,
             out,
         });
         close(&c.run(y, &[3, 1]), want);
@@ -344,6 +348,7 @@ fn sequence_queries_attend_as_each_first_token() {
             head_dim: 1,
             scale: 0.7,
             window: None,
+            position_bias: None,
             out,
         });
         c.run(y, &[3, 2])

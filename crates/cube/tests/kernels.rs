@@ -138,7 +138,17 @@ fn attention_over(heads: usize, head_dim: usize, window: Option<usize>, per_seq:
         q = g.op(rows, |out| Op::Pool { x: q, mode: PoolMode::Cls, out });
     }
     let scale = 1.0 / (head_dim as f32).sqrt();
-    let y = g.op(rows, |out| Op::Attention { q, k, v, heads, head_dim, scale, window, out });
+    let y = g.op(rows, |out| Op::Attention {
+        q,
+        k,
+        v,
+        heads,
+        head_dim,
+        scale,
+        window,
+        position_bias: None,
+        out,
+    });
     g.output("y", y);
     g.finish().expect("a valid graph")
 }
@@ -304,6 +314,7 @@ fn projected_attention(order: [usize; 3], read: bool) -> Graph {
         head_dim,
         scale,
         window,
+        position_bias: None,
         out,
     });
     g.output("y", y);
@@ -461,12 +472,22 @@ fn attention_ops_of_both_kinds_in_one_run_share_the_batch_tables_of_their_kind()
         head_dim,
         scale,
         window,
+        position_bias: None,
         out,
     });
     let first = g.op(Shape::seqs(w), |out| Op::Pool { x: a, mode: PoolMode::Cls, out });
     let q = first;
-    let b =
-        g.op(Shape::seqs(w), |out| Op::Attention { q, k, v, heads, head_dim, scale, window, out });
+    let b = g.op(Shape::seqs(w), |out| Op::Attention {
+        q,
+        k,
+        v,
+        heads,
+        head_dim,
+        scale,
+        window,
+        position_bias: None,
+        out,
+    });
     let q = a;
     let c = g.op(Shape::tokens(w), |out| Op::Attention {
         q,
@@ -476,6 +497,7 @@ fn attention_ops_of_both_kinds_in_one_run_share_the_batch_tables_of_their_kind()
         head_dim,
         scale,
         window,
+        position_bias: None,
         out,
     });
     g.output("per sequence", b);

@@ -15,7 +15,8 @@ use std::sync::Arc;
 
 use rayon::prelude::*;
 use switchyard_core::{
-    Batch, Bucket, Caps, Error, Graph, HostTensor, Layout, Op, Outputs, Result, Rows, W,
+    Batch, Bucket, Caps, Error, Graph, HostTensor, Layout, Op, Outputs, RelativeBias, Result, Rows,
+    W,
 };
 
 use crate::buf::AlignedBuf;
@@ -96,7 +97,8 @@ struct RopeTables {
     sin: Vec<f32>,
 }
 
-/// A graph lowered for one bucket: the weights it reads, its arena's layout, its rotary tables.
+/// A graph lowered for one bucket: the weights it reads, its arena's layout, its rotary tables
+/// and its attention's position biases by distance.
 #[derive(Debug)]
 pub struct NativePlan {
     weights: Arc<NativeWeights>,
@@ -104,6 +106,9 @@ pub struct NativePlan {
     bucket: Bucket,
     layout: Layout,
     rope: Vec<RopeTables>,
+    /// Each relative position bias's table by distance ([`RelativeBias::by_distance`]), for
+    /// the longest sequence the plan takes.
+    position: Vec<(RelativeBias, Vec<f32>)>,
 }
 
 /// What one run writes: the arena, the kernels' scratch for each thread of the pool, and in
@@ -185,12 +190,22 @@ pub(crate) fn lower(w: &Arc<NativeWeights>, graph: &Graph, bucket: Bucket) -> Re
             rope.push(RopeTables { head_dim, theta, cos, sin });
         }
     }
+    let longest = bucket.tokens.min(graph.limits().max_len as usize);
+    let mut position: Vec<(RelativeBias, Vec<f32>)> = Vec::new();
+    for op in &graph.ops {
+        if let Op::Attention { heads, position_bias: Some(b), .. } = *op
+            && !position.iter().any(|(p, _)| *p == b)
+        {
+            position.push((b, b.by_distance(w.plain(b.table)?, heads, longest)));
+        }
+    }
     Ok(NativePlan {
         weights: Arc::clone(w),
         graph: graph.clone(),
         bucket,
         layout: Layout::plan(graph, bucket, F32),
         rope,
+        position,
     })
 }
 
@@ -219,7 +234,7 @@ pub(crate) fn state(isa: Isa, plan: &NativePlan, threads: usize) -> Result<Nativ
                 });
             }
             Op::Attention { heads, head_dim, scale, window, .. } => {
-                let h = Heads { heads, head_dim, scale, window };
+                let h = Heads { heads, head_dim, scale, window, position_bias: None };
                 let products = plan.weights.products;
                 size = size.max(attention::scratch_size(h, longest, isa, products));
             }
@@ -242,9 +257,11 @@ impl NativeWeights {
 }
 
 impl NativePlan {
-    /// Bytes held besides the weights (the rotary tables).
+    /// Bytes held besides the weights (the rotary tables, the position biases).
     pub(crate) fn bytes(&self) -> usize {
-        self.rope.iter().map(|r| (r.cos.len() + r.sin.len()) * F32).sum()
+        let rope: usize = self.rope.iter().map(|r| r.cos.len() + r.sin.len()).sum();
+        let position: usize = self.position.iter().map(|(_, b)| b.len()).sum();
+        (rope + position) * F32
     }
 }
 
@@ -359,8 +376,18 @@ pub(crate) fn run(
                         .expect("lower made a table for every rotary op");
                     rows::rope(at(o), at(x), batch, heads, head_dim, &t.cos, &t.sin);
                 }
-                Op::Attention { q, k, v, heads, head_dim, scale, window, .. } => {
-                    let h = Heads { heads, head_dim, scale, window };
+                Op::Attention {
+                    q, k, v, heads, head_dim, scale, window, position_bias, ..
+                } => {
+                    let position_bias = position_bias.map(|b| {
+                        let (_, by_distance) = plan
+                            .position
+                            .iter()
+                            .find(|(p, _)| *p == b)
+                            .expect("lower made the biases of every position-biased op");
+                        &by_distance[..]
+                    });
+                    let h = Heads { heads, head_dim, scale, window, position_bias };
                     let per_seq = g.shape(q).rows == Rows::Seqs;
                     let (q, k, v, o) = (at(q), at(k), at(v), at(o));
                     let products = w.products;

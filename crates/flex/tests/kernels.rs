@@ -621,6 +621,7 @@ fn attention_out<B: Backend>(
         head_dim,
         scale,
         window,
+        position_bias: None,
         out,
     });
     g.output("y", y);
@@ -733,7 +734,8 @@ fn bf16_attention_is_its_roundings_of_f64() {
             values(&mut r, tokens * width, 2.0),
             values(&mut r, tokens * width, 2.0),
         );
-        let h = Heads { heads, head_dim: d, scale: 1.0 / (d as f32).sqrt(), window };
+        let scale = 1.0 / (d as f32).sqrt();
+        let h = Heads { heads, head_dim: d, scale, window, position_bias: None };
         let run = |products| {
             let mut out = vec![f32::NAN; tokens * width];
             let scratch = Scratches::for_current_pool();

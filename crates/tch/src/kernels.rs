@@ -8,7 +8,8 @@ use switchyard_core::Op;
 /// burn-tch 0.22.1 hands Burn's attention mask (`true` excludes a key) to PyTorch's
 /// `scaled_dot_product_attention` unconverted, where `true` includes it: sliding-window
 /// attention would attend to exactly the wrong keys. These kernels build the mask the way
-/// PyTorch reads it; every other op runs the generic lowering.
+/// PyTorch reads it; every other op runs the generic lowering. (With a position bias burn-tch
+/// runs Burn's own attention, which reads the mask as Burn documents it: the generic path's.)
 #[derive(Clone, Copy, Debug, Default)]
 pub struct TchKernels;
 
@@ -22,7 +23,14 @@ impl Kernels<LibTorch> for TchKernels {
     ) -> Outcome<LibTorch> {
         match (op, ins) {
             (
-                &Op::Attention { heads, head_dim, scale, window: Some(window), .. },
+                &Op::Attention {
+                    heads,
+                    head_dim,
+                    scale,
+                    window: Some(window),
+                    position_bias: None,
+                    ..
+                },
                 [Some(q), Some(k), Some(v)],
             ) => Outcome::Done(attention_masked::<LibTorch>(
                 q,
@@ -32,6 +40,7 @@ impl Kernels<LibTorch> for TchKernels {
                 head_dim,
                 scale,
                 Some(window),
+                None,
                 MaskMeaning::TrueIncludes,
                 cx,
             )),

@@ -98,6 +98,7 @@ fn a_token_that_cannot_reach_the_output_gets_zero() {
         head_dim: 4,
         scale: 0.5,
         window: Some(1),
+        position_bias: None,
         out,
     });
     let cls = g.op(Shape::seqs(4), |out| Op::Pool { x: a, mode: PoolMode::Cls, out });

@@ -16,7 +16,7 @@ use burn_backend::ops::FloatTensorOps;
 use switchyard_core::testkit::{self, EncoderSpec, Rng};
 use switchyard_core::{
     Act, BatchBuf, Caps, DeviceKind, Graph, GraphBuilder, HostTensor, Op, PoolMode, Reference,
-    Shape, Val,
+    RelativeBias, Shape, Val,
 };
 use switchyard_train::Graded;
 
@@ -242,6 +242,7 @@ fn attention_whole_and_windowed() {
             head_dim: 4,
             scale: 0.5,
             window,
+            position_bias: None,
             out,
         });
         check(
@@ -249,6 +250,36 @@ fn attention_whole_and_windowed() {
             &c.finish(y),
             &counting_batch(&LENS, &[], false),
         );
+    }
+}
+
+/// A relative position bias of 8 buckets up to distance 4: keys up to 4 positions from their
+/// query (sequences of up to 5 tokens) reach every bucket on both sides, each bucket's
+/// gradient the sum over the scores that share it.
+#[test]
+fn attention_with_a_relative_position_bias() {
+    for per_seq in [false, true] {
+        let mut c = Case::new(tokens());
+        let (q, k, v) = (c.input(8), c.input(8), c.input(8));
+        let q = match per_seq {
+            true => c.g.op(Shape::seqs(8), |out| Op::Pool { x: q, mode: PoolMode::Cls, out }),
+            false => q,
+        };
+        let table = c.g.weight("position_bias", &[8, 2]);
+        let position_bias = Some(RelativeBias { table, buckets: 8, max_distance: 4 });
+        let y = c.g.op(c.g.shape(q), |out| Op::Attention {
+            q,
+            k,
+            v,
+            heads: 2,
+            head_dim: 4,
+            scale: 0.5,
+            window: None,
+            position_bias,
+            out,
+        });
+        let what = format!("attention with a position bias, a query per sequence {per_seq}");
+        check(&what, &c.finish(y), &counting_batch(&LENS, &[], false));
     }
 }
 

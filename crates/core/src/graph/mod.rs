@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 
 pub use builder::GraphBuilder;
 pub use ids::{Rows, Shape, Val, W};
-pub use op::{Act, Op, PoolMode};
+pub use op::{Act, Op, PoolMode, RelativeBias};
 
 use crate::{Error, Result};
 
@@ -268,6 +268,7 @@ pub(crate) mod tests {
             head_dim: 4,
             scale: 0.5,
             window: Some(3),
+            position_bias: None,
             out,
         });
         let y = g.op(t, |out| Op::Linear {
@@ -337,8 +338,17 @@ pub(crate) mod tests {
         let [q, k, v] = projections(&mut g, x, xq, biased);
         edit(&mut g, [q, k, v]);
         let (heads, head_dim, scale, window) = (2, 4, 0.5, None);
-        let a =
-            g.op(g.shape(q), |out| Op::Attention { q, k, v, heads, head_dim, scale, window, out });
+        let a = g.op(g.shape(q), |out| Op::Attention {
+            q,
+            k,
+            v,
+            heads,
+            head_dim,
+            scale,
+            window,
+            position_bias: None,
+            out,
+        });
         g.output("a", a);
         g.finish().unwrap()
     }

@@ -69,6 +69,53 @@ pub enum PoolMode {
     Max,
 }
 
+/// A learned bias on each attention score by the key's position relative to the query's, in
+/// buckets: exact for near keys, logarithmic up to `max_distance`, half the buckets for keys
+/// before the query and half for keys after it (MPNet's, T5's bidirectional form).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct RelativeBias {
+    /// `[buckets, heads]`: each bucket's bias, per head.
+    pub table: W,
+    /// Buckets of relative position; even.
+    pub buckets: usize,
+    /// The distance from which keys share the farthest bucket of their side.
+    pub max_distance: usize,
+}
+
+impl RelativeBias {
+    /// The bucket of a key `rel` positions after its query (before it where `rel < 0`),
+    /// computed in f32 as transformers' MPNet computes it.
+    pub fn bucket(self, rel: i64) -> usize {
+        let half = self.buckets / 2;
+        // transformers buckets `query - key`; keys after the query take the upper half.
+        let side = if rel > 0 { half } else { 0 };
+        let n = rel.unsigned_abs() as usize;
+        let exact = half / 2;
+        if n < exact {
+            return side + n;
+        }
+        let ratio = (n as f32 / exact as f32).ln();
+        let span = (self.max_distance as f64 / exact as f64).ln() as f32;
+        let far = exact + (ratio / span * (half - exact) as f32) as usize;
+        side + far.min(half - 1)
+    }
+
+    /// Each head's bias for relative positions `-(len - 1)..=len - 1`: `[heads, 2 len - 1]`,
+    /// bias of head `h` at relative position `r` at `h * (2 len - 1) + r + len - 1`, read from
+    /// the `[buckets, heads]` table `table`.
+    pub fn by_distance(self, table: &[f32], heads: usize, len: usize) -> Vec<f32> {
+        let span = (2 * len).saturating_sub(1);
+        let mut out = vec![0.0; heads * span];
+        for r in 0..span {
+            let b = self.bucket(r as i64 - len as i64 + 1);
+            for h in 0..heads {
+                out[h * span + r] = table[b * heads + h];
+            }
+        }
+        out
+    }
+}
+
 /// One step of a graph. Every op writes exactly one value, `out`.
 ///
 /// Accumulation: backends accumulate sums (GEMM dot products, norms' statistics, softmax
@@ -194,7 +241,8 @@ pub enum Op {
     ///
     /// Per head `h` and query token `i` of a sequence: `s_j = scale * q_i . k_j` over the key
     /// tokens `j` of the same sequence (and, with `window = Some(w)`, only those with
-    /// `|i - j| <= w`), `a = softmax(s)` computed with the maximum subtracted, and
+    /// `|i - j| <= w`), plus, with a [`RelativeBias`] `b`, `table[b.bucket(j - i)][h]` (positions
+    /// counted within the sequence), `a = softmax(s)` computed with the maximum subtracted, and
     /// `out_i = sum_j a_j v_j`. Heads are consecutive `head_dim`-column blocks. No token attends
     /// across a sequence boundary, and there is no padding to mask.
     ///
@@ -217,6 +265,8 @@ pub enum Op {
         scale: f32,
         /// Sliding window: the largest `|i - j|` attended, or `None` for the whole sequence.
         window: Option<usize>,
+        /// A learned bias on each score by relative position, or `None`.
+        position_bias: Option<RelativeBias>,
         /// Output rows, the shape of `q`.
         out: Val,
     },
@@ -354,11 +404,11 @@ impl Op {
             Op::LayerNorm { gamma, beta, .. } => [Some(gamma), beta],
             Op::RmsNorm { gamma, .. } => [Some(gamma), None],
             Op::Linear { weight, bias, .. } => [Some(weight), bias],
+            Op::Attention { position_bias, .. } => [position_bias.map(|b| b.table), None],
             Op::Add { .. }
             | Op::Glu { .. }
             | Op::Slice { .. }
             | Op::Rope { .. }
-            | Op::Attention { .. }
             | Op::Activation { .. }
             | Op::Pool { .. }
             | Op::Gather { .. }
@@ -370,6 +420,71 @@ impl Op {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// transformers 5.25's `MPNetEncoder.relative_position_bucket` (32 buckets up to distance
+    /// 128) over relative positions -1100..=1100, as runs: the first position of each run and
+    /// its bucket. At distances 16, 32 and 64 the logarithms' quotient is a whole number, where
+    /// a rounding error below it would move the distance into the bucket before.
+    const MPNET_BUCKETS: [(i64, usize); 31] = [
+        (-1100, 15),
+        (-90, 14),
+        (-63, 13),
+        (-45, 12),
+        (-31, 11),
+        (-22, 10),
+        (-15, 9),
+        (-11, 8),
+        (-7, 7),
+        (-6, 6),
+        (-5, 5),
+        (-4, 4),
+        (-3, 3),
+        (-2, 2),
+        (-1, 1),
+        (0, 0),
+        (1, 17),
+        (2, 18),
+        (3, 19),
+        (4, 20),
+        (5, 21),
+        (6, 22),
+        (7, 23),
+        (8, 24),
+        (12, 25),
+        (16, 26),
+        (23, 27),
+        (32, 28),
+        (46, 29),
+        (64, 30),
+        (91, 31),
+    ];
+
+    #[test]
+    fn relative_buckets_are_mpnets() {
+        let b = RelativeBias { table: W(0), buckets: 32, max_distance: 128 };
+        for (i, &(first, bucket)) in MPNET_BUCKETS.iter().enumerate() {
+            let end = MPNET_BUCKETS.get(i + 1).map_or(1101, |r| r.0);
+            for rel in first..end {
+                assert_eq!(b.bucket(rel), bucket, "relative position {rel}");
+            }
+        }
+    }
+
+    #[test]
+    fn biases_by_distance_read_each_heads_bucket() {
+        let b = RelativeBias { table: W(0), buckets: 32, max_distance: 128 };
+        // Two heads: bucket k's bias is k for head 0 and -k for head 1.
+        let table: Vec<f32> = (0..32).flat_map(|k| [k as f32, -(k as f32)]).collect();
+        let len = 20;
+        let d = b.by_distance(&table, 2, len);
+        let span = 2 * len - 1;
+        assert_eq!(d.len(), 2 * span);
+        for r in -(len as i64 - 1)..len as i64 {
+            let at = (r + len as i64 - 1) as usize;
+            assert_eq!(d[at], b.bucket(r) as f32, "head 0 at {r}");
+            assert_eq!(d[span + at], -(b.bucket(r) as f32), "head 1 at {r}");
+        }
+    }
 
     #[test]
     fn activations_match_known_values() {

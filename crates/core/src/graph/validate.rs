@@ -181,7 +181,7 @@ impl Graph {
                 }
                 positive("theta", theta)?;
             }
-            Op::Attention { q, k, v, heads, head_dim, scale, window: _, out } => {
+            Op::Attention { q, k, v, heads, head_dim, scale, window: _, position_bias, out } => {
                 if sh(q).rows == Rows::Markers {
                     return Err(format!("queries are {}, expected tokens or seqs rows", sh(q)));
                 }
@@ -192,6 +192,16 @@ impl Graph {
                 same("output differs from queries", q, out)?;
                 if !scale.is_finite() {
                     return Err(format!("scale must be finite, got {scale}"));
+                }
+                if let Some(b) = position_bias {
+                    if b.buckets < 4 || b.buckets % 2 != 0 || b.max_distance <= b.buckets / 4 {
+                        return Err(format!(
+                            "relative position bias: {} buckets up to distance {}; expected an \
+                             even count of at least 4, and a distance past a quarter of it",
+                            b.buckets, b.max_distance
+                        ));
+                    }
+                    want_w(b.table, &[b.buckets, heads])?;
                 }
             }
             Op::Activation { x, act: _, out } => same("output differs from input", x, out)?,
@@ -232,7 +242,7 @@ fn same_width(a: Shape, b: Shape) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::super::tests::block;
-    use super::super::{Act, GraphBuilder, Output, PoolMode};
+    use super::super::{Act, GraphBuilder, Output, PoolMode, RelativeBias};
     use super::*;
 
     fn invalid(g: &Graph) -> String {
@@ -316,6 +326,7 @@ mod tests {
             head_dim: 4,
             scale: 1.0,
             window: None,
+            position_bias: None,
             out: Val(6),
         };
         cases.push((g, "op 6 (Attention): reads value 8 before any op defines it"));
@@ -361,6 +372,7 @@ mod tests {
             head_dim: 4,
             scale: 0.5,
             window: None,
+            position_bias: None,
             out,
         });
         g.output("y", a);
@@ -380,6 +392,39 @@ mod tests {
         ] {
             let e = attention_graph(q, kv, out).unwrap_err().to_string();
             assert!(e.contains("(Attention)") && e.contains(want), "{q:?} {kv:?} {out:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_position_bias_needs_a_table_of_its_buckets_by_heads_and_a_sound_bucketing() {
+        let graph = |rows: usize, buckets: usize, max_distance: usize| {
+            let mut g = GraphBuilder::new();
+            let emb = g.weight("emb", &[4, 8]);
+            let table = g.weight("bias", &[rows, 2]);
+            let x = g.op(Shape::tokens(8), |out| Op::Embed { table: emb, out });
+            let position_bias = Some(RelativeBias { table, buckets, max_distance });
+            let a = g.op(Shape::tokens(8), |out| Op::Attention {
+                q: x,
+                k: x,
+                v: x,
+                heads: 2,
+                head_dim: 4,
+                scale: 0.5,
+                window: None,
+                position_bias,
+                out,
+            });
+            g.output("y", a);
+            g.finish()
+        };
+        graph(32, 32, 128).unwrap();
+        graph(4, 4, 2).unwrap();
+        let err = |g: Result<Graph>| g.unwrap_err().to_string();
+        let e = err(graph(16, 32, 128));
+        assert!(e.contains("weight 1 `bias` has shape [16, 2], expected [32, 2]"), "{e}");
+        for (buckets, max_distance) in [(31, 128), (2, 128), (32, 8)] {
+            let e = err(graph(buckets, buckets, max_distance));
+            assert!(e.contains("expected an even count of at least 4"), "{buckets}: {e}");
         }
     }
 

@@ -24,7 +24,7 @@ use burn_cubecl::CubeBackend;
 use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 use switchyard_burn::RunCx;
-use switchyard_core::{Batch, Bucket};
+use switchyard_core::{Batch, Bucket, RelativeBias};
 
 /// Query rows per cube (units per cube).
 pub(crate) const BLOCK: usize = 32;
@@ -49,8 +49,10 @@ fn tile_keys(head_dim: usize) -> usize {
     (TILE_FLOATS / head_dim).clamp(1, BLOCK)
 }
 
-/// `out[i] = softmax(q[i] . k[j] * scale over the keys j of i's sequence (within the window)) . v`,
-/// for each head. Rows are `[tokens, heads * head_dim]` of `F` (with `per_seq`, `q` and `out`
+/// `out[i] = softmax(q[i] . k[j] * scale (+ the position bias) over the keys j of i's sequence
+/// (within the window)) . v`, for each head. With `has_pos`, the bias of key `j` is
+/// `pos[pos_bucket[j + pos_mid - i] * heads + head]`: `pos` the `[buckets, heads]` table,
+/// `pos_bucket` the bucket of each relative position from `-pos_mid` on. Rows are `[tokens, heads * head_dim]` of `F` (with `per_seq`, `q` and `out`
 /// are `[seqs, heads * head_dim]`, each sequence's row its first token's); arithmetic is f32.
 #[cfg_attr(not(all(test, feature = "wgpu")), cube(launch))]
 #[cfg_attr(all(test, feature = "wgpu"), cube(launch, create_dummy_kernel))]
@@ -60,6 +62,8 @@ fn varlen_attention<F: Float>(
     k: &[F],
     v: &[F],
     bias: &[F],
+    pos: &[F],
+    pos_bucket: &[u32],
     out: &mut [F],
     cu: &[u32],
     block_seq: &[u32],
@@ -73,12 +77,14 @@ fn varlen_attention<F: Float>(
     heads: u32,
     scale: f32,
     window: u32,
+    pos_mid: u32,
     #[comptime] head_dim: usize,
     #[comptime] tile: usize,
     #[comptime] windowed: bool,
     #[comptime] per_seq: bool,
     #[comptime] group: usize,
     #[comptime] has_bias: bool,
+    #[comptime] has_pos: bool,
     #[define(F)] _dtype: ElemType,
 ) {
     let block = CUBE_POS_X as usize;
@@ -169,6 +175,12 @@ fn varlen_attention<F: Float>(
                         #[unroll]
                         for d in 0..head_dim {
                             dot += query[d] * keys[at + d];
+                        }
+                        if has_pos {
+                            // The key is in the query's sequence, at most `pos_mid` before it.
+                            let key = t0 + min(r, n - 1);
+                            let b = pos_bucket[key + pos_mid as usize - row] as usize;
+                            dot += f32::cast_from(pos[b * heads as usize + head]);
                         }
                         let mut seen = r < n;
                         if windowed {
@@ -359,6 +371,7 @@ pub(crate) fn run(
     per_seq: bool,
     group: usize,
     bias: Option<&QkvBias>,
+    position: Option<&PositionArgs>,
     cx: &RunCx<'_, CubeBackend>,
 ) -> CubeTensor {
     let Launch {
@@ -371,6 +384,7 @@ pub(crate) fn run(
         client,
         dtype,
     } = Launch::new([q, k, v], bias, cx, BLOCK, per_seq);
+    let (pos, pos_bucket, pos_mid) = PositionArgs::args(position, &q, &tables);
     let (cubes, cu, block_seq, block_first) = tables.args();
     varlen_attention::launch(
         &client,
@@ -380,6 +394,8 @@ pub(crate) fn run(
         k.into_buffer_arg(),
         v.into_buffer_arg(),
         bias.into_buffer_arg(),
+        pos.into_buffer_arg(),
+        pos_bucket,
         out.clone().into_buffer_arg(),
         cu,
         block_seq,
@@ -393,12 +409,14 @@ pub(crate) fn run(
         heads as u32,
         scale,
         window_arg(window),
+        pos_mid,
         head_dim,
         tile_keys(head_dim),
         window.is_some(),
         per_seq,
         group,
         has_bias,
+        position.is_some(),
         dtype,
     );
     out
@@ -446,6 +464,67 @@ impl Launch {
     }
 }
 
+/// The buckets by relative position uploaded this run, by the bias they are for.
+type MadeBuckets = std::sync::Arc<std::sync::Mutex<Vec<(RelativeBias, super::U32s)>>>;
+
+/// A relative position bias as the row kernel reads it: the `[buckets, heads]` table in the
+/// rows' dtype, and the bucket of each relative position from `-mid` to `mid` (`mid` one less
+/// than the longest sequence the graph takes).
+pub(crate) struct PositionArgs {
+    /// The table.
+    pub(crate) table: CubeTensor,
+    /// The buckets by relative position.
+    pub(crate) buckets: super::U32s,
+    /// The relative position of the buckets' first entry, negated.
+    pub(crate) mid: u32,
+}
+
+impl PositionArgs {
+    /// The bias `b` with its bound `table`, its buckets uploaded once a run.
+    pub(crate) fn new(
+        b: RelativeBias,
+        table: &CubeTensor,
+        cx: &RunCx<'_, CubeBackend>,
+    ) -> PositionArgs {
+        // The longest sequence a batch of the run's sizes may hold, not this batch's, so that
+        // a recorded run's launch replays any batch of those sizes.
+        let longest = cx.sizes().tokens.min(cx.graph.limits().max_len as usize).max(1);
+        let client = table.client.clone();
+        // Uploaded once a run for each bucketing: every layer of a model shares one.
+        let made = cx.memo("cube attention: position buckets", MadeBuckets::default);
+        let mut made = made.lock().expect("not poisoned");
+        let buckets = match made
+            .iter()
+            .find(|(m, _)| m.buckets == b.buckets && m.max_distance == b.max_distance)
+        {
+            Some((_, u)) => u.clone(),
+            None => {
+                let v: Vec<u32> = (0..2 * longest - 1)
+                    .map(|r| b.bucket(r as i64 - longest as i64 + 1) as u32)
+                    .collect();
+                let u = super::u32s(&client, &v);
+                made.push((b, u.clone()));
+                u
+            }
+        };
+        let mid = (longest - 1) as u32;
+        PositionArgs { table: super::contiguous(table.clone()), buckets, mid }
+    }
+
+    /// A kernel's position arguments: the table, the buckets and `mid`; without a bias, `like`
+    /// and the batch's offsets bound in their place (unread) and zero.
+    fn args(
+        position: Option<&PositionArgs>,
+        like: &CubeTensor,
+        tables: &Tables,
+    ) -> (CubeTensor, BufferArg, u32) {
+        match position {
+            Some(p) => (p.table.clone(), super::u32s_arg(&p.buckets), p.mid),
+            None => (like.clone(), super::u32s_arg(&tables.cu), 0),
+        }
+    }
+}
+
 /// A joined query, key and value projection's bias, left to the attention kernels to add as
 /// they read each value: the joined `[1, n]` bias, in the rows' dtype, and the columns where the
 /// query's, the key's and the value's biases start in it.
@@ -487,7 +566,7 @@ pub(crate) fn window_arg(window: Option<usize>) -> u32 {
 #[cfg(all(test, feature = "wgpu"))]
 pub(super) fn cuda_variants(sm: &super::cuda_check::Sm) -> Vec<super::cuda_check::Variant> {
     use cubecl::ir::FloatKind::{BF16, F16, F32};
-    let build = |dtype, head_dim: usize, windowed, per_seq, group, bias| {
+    let build = |dtype, head_dim: usize, windowed, per_seq, group, bias, pos| {
         let width = 2 * head_dim;
         let kernel = varlen_attention::create_dummy_kernel(
             sm.props(),
@@ -498,6 +577,8 @@ pub(super) fn cuda_variants(sm: &super::cuda_check::Sm) -> Vec<super::cuda_check
             sm.buffer(64 * width),
             sm.buffer(64 * width),
             sm.buffer(3 * width),
+            sm.buffer(64),
+            sm.buffer(127),
             sm.buffer(64 * width),
             sm.buffer(2),
             sm.buffer(1),
@@ -511,19 +592,22 @@ pub(super) fn cuda_variants(sm: &super::cuda_check::Sm) -> Vec<super::cuda_check
             2,
             0.125,
             8,
+            63,
             head_dim,
             tile_keys(head_dim),
             windowed,
             per_seq,
             group,
             bias,
+            pos,
             ElemType::Float(dtype),
         );
         let name = format!(
-            "attention {dtype:?} heads {head_dim}{}{}{}, keys {group} a step",
+            "attention {dtype:?} heads {head_dim}{}{}{}{}, keys {group} a step",
             if windowed { " windowed" } else { "" },
             if per_seq { " a query a sequence" } else { "" },
             if bias { " adding the projections' bias" } else { "" },
+            if pos { " with a position bias" } else { "" },
         );
         let mut v = sm.variant(name, kernel);
         v.may_spill = head_dim >= 128 || group >= 8;
@@ -531,23 +615,26 @@ pub(super) fn cuda_variants(sm: &super::cuda_check::Sm) -> Vec<super::cuda_check
     };
     let mut all = Vec::new();
     if !sm.every() {
-        return [F32, F16, BF16].map(|dtype| build(dtype, 64, false, false, 1, true)).into();
+        return [F32, F16, BF16].map(|dtype| build(dtype, 64, false, false, 1, true, false)).into();
     }
     for dtype in [F32, F16, BF16] {
         for head_dim in [32, 64, 128] {
-            all.push(build(dtype, head_dim, false, false, 1, false));
+            all.push(build(dtype, head_dim, false, false, 1, false, false));
         }
         // As encoders run it: adding the projections' bias.
-        all.push(build(dtype, 64, false, false, 1, true));
+        all.push(build(dtype, 64, false, false, 1, true, false));
     }
-    all.push(build(F32, MAX_HEAD_DIM, false, false, 1, false));
-    all.push(build(F16, MAX_HEAD_DIM, false, false, 1, false));
-    all.push(build(F16, 64, true, false, 1, false));
-    all.push(build(F16, 64, false, true, 1, false));
+    all.push(build(F32, MAX_HEAD_DIM, false, false, 1, false, false));
+    all.push(build(F16, MAX_HEAD_DIM, false, false, 1, false, false));
+    all.push(build(F16, 64, true, false, 1, false, false));
+    all.push(build(F16, 64, false, true, 1, false, false));
+    // MPNet's relative position bias, in f32 and f16.
+    all.push(build(F32, 64, false, false, 1, true, true));
+    all.push(build(F16, 64, false, false, 1, true, true));
     // The groups the benchmarks time (`with_key_group`); more keys a step take longer to
     // compile (32: 25 s) than the check is worth.
     for group in [4, 8] {
-        all.push(build(F16, 64, false, false, group, false));
+        all.push(build(F16, 64, false, false, group, false, false));
     }
     all
 }

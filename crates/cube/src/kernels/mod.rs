@@ -504,9 +504,9 @@ impl Kernels<burn_cubecl::CubeBackend> for CubeKernels {
     ) -> Outcome<burn_cubecl::CubeBackend> {
         match (op, ins, w) {
             (
-                &Op::Attention { q: qv, heads, head_dim, scale, window, .. },
+                &Op::Attention { q: qv, heads, head_dim, scale, window, position_bias, .. },
                 [Some(q), Some(k), Some(v)],
-                _,
+                w,
             ) if self.takes_attention(head_dim, cx) && all_float(&[&q, &k, &v]) => {
                 self.attention.fetch_add(1, Ordering::Relaxed);
                 // The bias of the projections before, where they left it to this op.
@@ -520,7 +520,9 @@ impl Kernels<burn_cubecl::CubeBackend> for CubeKernels {
                 }
                 let bias = bias.as_ref();
                 let per_seq = cx.graph.shape(qv).rows == switchyard_core::Rows::Seqs;
-                if self.tiles && !per_seq && tiles::takes(&q, head_dim, cx) {
+                let position = switchyard_burn::generic::position_bias_of(position_bias, w)
+                    .map(|(b, table)| attention::PositionArgs::new(b, table, cx));
+                if self.tiles && !per_seq && position.is_none() && tiles::takes(&q, head_dim, cx) {
                     self.tiled.fetch_add(1, Ordering::Relaxed);
                     return Outcome::Done(tiles::run(
                         q, k, v, heads, head_dim, scale, window, bias, cx,
@@ -528,7 +530,18 @@ impl Kernels<burn_cubecl::CubeBackend> for CubeKernels {
                 }
                 let g = self.key_group();
                 Outcome::Done(attention::run(
-                    q, k, v, heads, head_dim, scale, window, per_seq, g, bias, cx,
+                    q,
+                    k,
+                    v,
+                    heads,
+                    head_dim,
+                    scale,
+                    window,
+                    per_seq,
+                    g,
+                    bias,
+                    position.as_ref(),
+                    cx,
                 ))
             }
             (&Op::Linear { act, .. }, [Some(x), residual, None], Bound::Linear { wt, bias })
@@ -728,7 +741,7 @@ const POSITIONS: &str = "cube: positions from an offset";
 
 /// `values` uploaded to a device buffer, and their count.
 #[cfg(not(feature = "fusion"))]
-fn u32s(client: &cubecl::client::Client, values: &[u32]) -> U32s {
+pub(crate) fn u32s(client: &cubecl::client::Client, values: &[u32]) -> U32s {
     (client.create_from_slice(<u32 as cubecl::CubeElement>::as_bytes(values)), values.len())
 }
 
@@ -961,6 +974,7 @@ mod tests {
             head_dim,
             scale,
             window,
+            position_bias: None,
             out,
         });
         let weight = g.weight("w", &[n, head_dim]);

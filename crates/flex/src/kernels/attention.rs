@@ -51,7 +51,7 @@ use crate::buf::AlignedBuf;
 
 /// The shape of one attention op.
 #[derive(Clone, Copy, Debug)]
-pub struct Heads {
+pub struct Heads<'a> {
     /// Number of heads.
     pub heads: usize,
     /// Columns per head.
@@ -60,6 +60,10 @@ pub struct Heads {
     pub scale: f32,
     /// The largest `|i - j|` attended, if any.
     pub window: Option<usize>,
+    /// Each head's bias by relative position, added to the scaled scores, as
+    /// [`switchyard_core::RelativeBias::by_distance`] lays it out for sequences of up to
+    /// `(len / heads + 1) / 2` tokens, if any.
+    pub position_bias: Option<&'a [f32]>,
 }
 
 /// What attention multiplies in.
@@ -115,7 +119,7 @@ impl Products {
 
 /// The scratch attention of `h` over sequences of at most `max_len` tokens, asked for in
 /// `products` on `isa`, needs per thread.
-pub fn scratch_size(h: Heads, max_len: usize, isa: Isa, products: Products) -> ScratchSize {
+pub fn scratch_size(h: Heads<'_>, max_len: usize, isa: Isa, products: Products) -> ScratchSize {
     let products = products.taken(isa, h.head_dim);
     let lpad = products.lpad(max_len);
     let keys = products.key_words(h.head_dim, lpad);
@@ -143,13 +147,13 @@ pub unsafe fn attention(
     out: *mut f32,
     batch: &Batch<'_>,
     per_seq: bool,
-    h: Heads,
+    h: Heads<'_>,
     scratch: &Scratches,
 ) {
     let ptrs = [SendPtr(q.cast_mut()), SendPtr(k.cast_mut()), SendPtr(v.cast_mut()), SendPtr(out)];
     let products = products.taken(isa, h.head_dim);
     let split = Split::new(batch, h, per_seq, rayon::current_num_threads());
-    let run = |task: Task| {
+    let run = |task: Task<'_>| {
         scratch.with(|sc| {
             // SAFETY: the caller's contract; a task writes the columns of one head in its rows
             // of queries, which no other task writes.
@@ -208,7 +212,7 @@ struct Split {
 
 impl Split {
     /// The cut of attention of `h` over `batch` on `threads` threads (none with `per_seq`).
-    fn new(batch: &Batch<'_>, h: Heads, per_seq: bool, threads: usize) -> Split {
+    fn new(batch: &Batch<'_>, h: Heads<'_>, per_seq: bool, threads: usize) -> Split {
         let cut = |most| Split { most, window: h.window };
         if per_seq || threads <= 1 {
             return cut(usize::MAX);
@@ -275,7 +279,7 @@ const AMX_STEP: usize = amx::ROW_BYTES / 2;
 /// head `head`; `queries` queries, in rows `q0..q0 + queries` of `q` and `out`, the first at
 /// position `first` among the keys.
 #[derive(Clone, Copy)]
-struct Task {
+struct Task<'a> {
     ptrs: [SendPtr; 4],
     start: usize,
     len: usize,
@@ -283,7 +287,7 @@ struct Task {
     queries: usize,
     first: usize,
     head: usize,
-    h: Heads,
+    h: Heads<'a>,
 }
 
 /// What a head's inner loops share: its columns, the batch's row width, the padded length of
@@ -317,25 +321,25 @@ struct Reads {
 unsafe fn one_head(
     isa: Isa,
     products: Products,
-    task: Task,
+    task: Task<'_>,
     keys: &mut AlignedBuf,
     scores: &mut AlignedBuf,
 ) {
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f,avx2,fma")]
-    unsafe fn avx512(task: Task, keys: &mut AlignedBuf, scores: &mut AlignedBuf) {
+    unsafe fn avx512(task: Task<'_>, keys: &mut AlignedBuf, scores: &mut AlignedBuf) {
         // SAFETY: the caller's contract.
         unsafe { head_body::<x86::Avx512>(task, keys, scores) }
     }
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f,avx512bw,avx512bf16,avx2,fma")]
-    unsafe fn avx512_bf16(task: Task, keys: &mut AlignedBuf, scores: &mut AlignedBuf) {
+    unsafe fn avx512_bf16(task: Task<'_>, keys: &mut AlignedBuf, scores: &mut AlignedBuf) {
         // SAFETY: the caller's contract.
         unsafe { head_body::<x86::Avx512Bf16>(task, keys, scores) }
     }
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn avx2(task: Task, keys: &mut AlignedBuf, scores: &mut AlignedBuf) {
+    unsafe fn avx2(task: Task<'_>, keys: &mut AlignedBuf, scores: &mut AlignedBuf) {
         // SAFETY: the caller's contract.
         unsafe { head_body::<x86::Avx2>(task, keys, scores) }
     }
@@ -1346,6 +1350,35 @@ mod x86 {
     }
 }
 
+/// Adds head `head`'s position bias, where `h` has one, to the first `nq` rows of a block's
+/// scores (`lpad` apart): row `qi`, the query at position `at + qi` among the task's keys, over
+/// the keys `seen(qi)` it sees.
+#[inline(always)]
+fn add_position_bias(
+    sc: &mut [f32],
+    lpad: usize,
+    nq: usize,
+    h: Heads<'_>,
+    head: usize,
+    at: usize,
+    seen: impl Fn(usize) -> (usize, usize),
+) {
+    let Some(bias) = h.position_bias else { return };
+    let span = bias.len() / h.heads;
+    let row = &bias[head * span..(head + 1) * span];
+    // The bias of a key `r` positions after its query is at `r + longest - 1`.
+    let longest = span.div_ceil(2);
+    for qi in 0..nq {
+        let (a, b) = seen(qi);
+        // Queries lie within the longest sequence's positions, so this does not underflow.
+        let from = longest - 1 - (at + qi);
+        let scores = &mut sc[qi * lpad + a..qi * lpad + b];
+        for (s, &x) in scores.iter_mut().zip(&row[a + from..b + from]) {
+            *s += x;
+        }
+    }
+}
+
 /// The softmax of a block of queries, in place in its rows of scores (`lpad` apart): for each of
 /// the first `inv.len()` rows, query `qi` seeing the keys `seen(qi)`, the exponentials of its
 /// scores over the whole blocks of sixteen keys they fall in, with their maximum subtracted and
@@ -1392,7 +1425,7 @@ unsafe fn softmax<B: Block>(
 /// width is a multiple of 32.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512bf16,avx2,fma")]
-unsafe fn amx_head(task: Task, keys: &mut AlignedBuf, scores: &mut AlignedBuf) {
+unsafe fn amx_head(task: Task<'_>, keys: &mut AlignedBuf, scores: &mut AlignedBuf) {
     type B = x86::Avx512Bf16;
     const F32: usize = size_of::<f32>();
     let Task { ptrs, start, len, q0, queries, first, head, h } = task;
@@ -1448,6 +1481,7 @@ unsafe fn amx_head(task: Task, keys: &mut AlignedBuf, scores: &mut AlignedBuf) {
         }
         // SAFETY: rows below nq of the scores, keys slo..shi <= lpad, whole blocks.
         unsafe { x86::scale_rows(scp, lpad, nq, slo..shi, h.scale) };
+        add_position_bias(sc, lpad, nq, h, head, first + i0, |qi| seen(i0 + qi));
         let mut inv = [0.0f32; AMX_QB];
         // SAFETY: the caller enabled B's instructions.
         unsafe { softmax::<B>(sc, lpad, |qi| seen(i0 + qi), slo..shi, &mut inv[..nq]) };
@@ -1479,7 +1513,7 @@ unsafe fn amx_head(task: Task, keys: &mut AlignedBuf, scores: &mut AlignedBuf) {
 /// # Safety
 /// As [`attention`]'s, for the task's rows and columns.
 #[inline(always)]
-unsafe fn head_body<B: Block>(task: Task, keys: &mut AlignedBuf, scores: &mut AlignedBuf) {
+unsafe fn head_body<B: Block>(task: Task<'_>, keys: &mut AlignedBuf, scores: &mut AlignedBuf) {
     let Task { ptrs, start, len, q0, queries, first, head, h } = task;
     let qb = B::QB;
     let (d, width) = (h.head_dim, h.heads * h.head_dim);
@@ -1539,6 +1573,7 @@ unsafe fn head_body<B: Block>(task: Task, keys: &mut AlignedBuf, scores: &mut Al
         // (zero for the keys of the block it does not see); the weighted sums are multiplied
         // by the reciprocal of its sum. The exponentials run over whole blocks of keys, those
         // outside the query's keys set to zero.
+        add_position_bias(sc, lpad, nq, h, head, first + i0, |qi| seen(i0 + qi));
         let mut inv = [0.0f32; MAX_QB];
         // SAFETY: the caller enabled B's instructions.
         unsafe { softmax::<B>(sc, lpad, |qi| seen(i0 + qi), slo..shi, &mut inv[..nq]) };
@@ -1617,7 +1652,7 @@ mod tests {
 
     #[test]
     fn long_sequences_are_cut_only_where_whole_heads_leave_threads_idle() {
-        let h = Heads { heads: 12, head_dim: 32, scale: 1.0, window: None };
+        let h = Heads { heads: 12, head_dim: 32, scale: 1.0, window: None, position_bias: None };
         let one = batch_of(&[512]);
         // Twelve heads of one sequence on two threads: six each, no cut.
         assert_eq!(parts(Split::new(&one.batch(), h, false, 2), 512).len(), 1);
@@ -1642,7 +1677,7 @@ mod tests {
 
     #[test]
     fn a_windowed_part_takes_the_keys_its_queries_see_from_a_whole_block() {
-        let h = Heads { heads: 1, head_dim: 32, scale: 1.0, window: Some(20) };
+        let h = Heads { heads: 1, head_dim: 32, scale: 1.0, window: Some(20), position_bias: None };
         let one = batch_of(&[1000]);
         let cut = parts(Split::new(&one.batch(), h, false, 16), 1000);
         assert!(cut.len() > 2, "{cut:?}");
