@@ -1,16 +1,17 @@
-//! Graph builder for BERT-shaped encoders: BERT, RoBERTa / XLM-R and DistilBERT.
+//! Graph builder for BERT-shaped encoders: BERT, RoBERTa / XLM-R, DistilBERT and MPNet.
 //!
-//! All three are post-norm: embeddings (word + position [+ type]) then LayerNorm, and per layer
-//! `x = LN(x + attn(x))`, `x = LN(x + ffn(x))`. They differ in weight names, in RoBERTa's
-//! position offset and in DistilBERT's lack of token types. Dropout (training only) is marked
+//! All four are post-norm: embeddings (word + position [+ type]) then LayerNorm, and per layer
+//! `x = LN(x + attn(x))`, `x = LN(x + ffn(x))`. They differ in weight names, in RoBERTa's and
+//! MPNet's position offset, in DistilBERT's and MPNet's lack of token types, and in MPNet's
+//! relative position bias (one table for all layers) on the attention scores. Dropout (training only) is marked
 //! where transformers applies it: after the embeddings' norm, on the attention probabilities,
 //! and on each block's output before its residual (DistilBERT: the feed-forward block's only).
 
-use switchyard_core::{Act, Op, Shape, Val};
+use switchyard_core::{Act, Op, RelativeBias, Shape, Val};
 
 use crate::Result;
 use crate::checkpoint::Checkpoint;
-use crate::config::{Arch, EncoderConfig};
+use crate::config::{Arch, EncoderConfig, MPNET_BUCKETS};
 use crate::encoder::{Encoder, Names};
 
 /// Per-family weight names, relative to the prefix.
@@ -62,6 +63,22 @@ const DISTILBERT: Scheme = Scheme {
     out_norm: "output_layer_norm",
 };
 
+const MPNET: Scheme = Scheme {
+    word: "embeddings.word_embeddings",
+    position: "embeddings.position_embeddings",
+    token_type: None,
+    emb_norm: "embeddings.LayerNorm",
+    layer: "encoder.layer",
+    q: "attention.attn.q",
+    k: "attention.attn.k",
+    v: "attention.attn.v",
+    o: "attention.attn.o",
+    attn_norm: "attention.LayerNorm",
+    ffn_in: "intermediate.dense",
+    ffn_out: "output.dense",
+    out_norm: "output.LayerNorm",
+};
+
 /// Builds the encoder body; returns it with the final token rows, or with `cls_only` each
 /// sequence's first row, the last layer computed for that row alone (see
 /// [`crate::last_layer_on_cls`]).
@@ -70,7 +87,11 @@ pub(crate) fn build<'a>(
     cfg: &EncoderConfig,
     cls_only: bool,
 ) -> Result<(Encoder<'a>, Val)> {
-    let s = if cfg.arch == Arch::DistilBert { &DISTILBERT } else { &BERT };
+    let s = match cfg.arch {
+        Arch::DistilBert => &DISTILBERT,
+        Arch::MpNet => &MPNET,
+        Arch::Bert | Arch::Roberta | Arch::ModernBert => &BERT,
+    };
     let names = Names::detect(ck, &format!("{}.weight", s.word))?;
     let d = cfg.hidden;
     let hd = cfg.head_dim()?;
@@ -94,6 +115,15 @@ pub(crate) fn build<'a>(
     x = e.layer_norm(s.emb_norm, x, cfg.eps)?;
     let drop = cfg.dropout;
     e.g.dropout(x, drop.embeddings);
+    let position_bias = match cfg.arch {
+        Arch::MpNet => {
+            let (buckets, max_distance) = MPNET_BUCKETS;
+            let name = "encoder.relative_attention_bias.weight";
+            let table = e.names.weight(&mut e.g, name, &[buckets, cfg.heads])?;
+            Some(RelativeBias { table, buckets, max_distance })
+        }
+        _ => None,
+    };
     for l in 0..cfg.layers {
         let pre = format!("{}.{l}", s.layer);
         // Keys and values from every token; the query, and all that follows it, from the rows
@@ -114,6 +144,7 @@ pub(crate) fn build<'a>(
             head_dim: hd,
             scale,
             window: None,
+            position_bias,
             out,
         });
         e.g.dropout(a, drop.attention);

@@ -14,6 +14,9 @@ pub enum Arch {
     Roberta,
     /// DistilBERT: BERT's shape with its own weight names and no token types.
     DistilBert,
+    /// MPNet: BERT's shape with its own weight names, no token types, positions offset past
+    /// the padding index, and a relative position bias on every layer's attention scores.
+    MpNet,
     /// ModernBERT: pre-norm, rotary positions, GeGLU, alternating local and global attention,
     /// no biases.
     ModernBert,
@@ -106,7 +109,12 @@ pub struct EncoderConfig {
     pub dropout: Dropouts,
 }
 
-const SUPPORTED: &str = "bert, roberta, xlm-roberta, distilbert, modernbert";
+const SUPPORTED: &str = "bert, roberta, xlm-roberta, distilbert, mpnet, modernbert";
+
+/// The relative position buckets MPNet computes its attention bias with (transformers buckets
+/// relative positions into 32 whatever `relative_attention_num_buckets` says), and the distance
+/// from which they share the farthest.
+pub(crate) const MPNET_BUCKETS: (usize, usize) = (32, 128);
 
 fn get_usize(c: &Value, key: &str) -> Result<usize> {
     c.get(key).and_then(Value::as_u64).map(|v| v as usize).ok_or_else(|| {
@@ -170,8 +178,22 @@ impl EncoderConfig {
     fn read(c: &Value) -> Result<EncoderConfig> {
         let model_type = c.get("model_type").and_then(Value::as_str).unwrap_or("");
         match model_type {
-            "bert" | "roberta" | "xlm-roberta" => {
-                let arch = if model_type == "bert" { Arch::Bert } else { Arch::Roberta };
+            "bert" | "roberta" | "xlm-roberta" | "mpnet" => {
+                let arch = match model_type {
+                    "bert" => Arch::Bert,
+                    "mpnet" => Arch::MpNet,
+                    _ => Arch::Roberta,
+                };
+                if arch == Arch::MpNet {
+                    let buckets = get_usize_or(c, "relative_attention_num_buckets", 32)?;
+                    if buckets != MPNET_BUCKETS.0 {
+                        return Err(Error::unsupported(format!(
+                            "config.json: relative_attention_num_buckets {buckets}; \
+                             transformers' MPNet buckets positions into {} (its table's rows)",
+                            MPNET_BUCKETS.0
+                        )));
+                    }
+                }
                 let act =
                     activation(c.get("hidden_act").and_then(Value::as_str).unwrap_or("gelu"))?;
                 if let Some(p) = c.get("position_embedding_type").and_then(Value::as_str)
@@ -181,7 +203,11 @@ impl EncoderConfig {
                         "position_embedding_type `{p}`; only absolute positions are supported"
                     )));
                 }
-                let pad = c.get("pad_token_id").and_then(Value::as_u64).unwrap_or(1) as usize;
+                // MPNet's padding index is 1 whatever `pad_token_id` says.
+                let pad = match arch {
+                    Arch::MpNet => 1,
+                    _ => c.get("pad_token_id").and_then(Value::as_u64).unwrap_or(1) as usize,
+                };
                 let hidden = get_f32(c, "hidden_dropout_prob", 0.1)?;
                 let classifier = get_f32(c, "classifier_dropout", hidden)?;
                 let dropout = Dropouts {
@@ -202,7 +228,7 @@ impl EncoderConfig {
                     act,
                     eps: get_f32(c, "layer_norm_eps", 1e-12)?,
                     max_positions: get_usize(c, "max_position_embeddings")?,
-                    position_offset: if arch == Arch::Roberta { pad + 1 } else { 0 },
+                    position_offset: if arch == Arch::Bert { 0 } else { pad + 1 },
                     modern: None,
                     dropout: dropout.checked()?,
                 })
@@ -366,6 +392,19 @@ mod tests {
             "max_position_embeddings": 64});
         let c = EncoderConfig::from_json(&distil).unwrap();
         assert_eq!((c.arch, c.act, c.ffn), (Arch::DistilBert, Act::Relu, 64));
+    }
+
+    #[test]
+    fn reads_mpnet_with_positions_from_two_and_refuses_another_bucket_count() {
+        let mut mpnet = serde_json::json!({"model_type": "mpnet", "vocab_size": 100,
+            "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+            "intermediate_size": 48, "max_position_embeddings": 64, "pad_token_id": 0});
+        let c = EncoderConfig::from_json(&mpnet).unwrap();
+        // MPNet's padding index is 1 whatever pad_token_id says.
+        assert_eq!((c.arch, c.position_offset, c.act), (Arch::MpNet, 2, Act::Gelu));
+        mpnet["relative_attention_num_buckets"] = 64.into();
+        let e = EncoderConfig::from_json(&mpnet).unwrap_err().to_string();
+        assert!(e.contains("relative_attention_num_buckets 64"), "{e}");
     }
 
     fn modern() -> Value {

@@ -15,7 +15,7 @@ pub(crate) struct Names<'a> {
 impl<'a> Names<'a> {
     /// Finds the prefix (``, `bert.`, `roberta.`, ...) under which `probe` exists.
     pub(crate) fn detect(ck: &'a Checkpoint, probe: &str) -> Result<Names<'a>> {
-        for prefix in ["", "bert.", "roberta.", "distilbert.", "model.", "encoder."] {
+        for prefix in ["", "bert.", "roberta.", "distilbert.", "mpnet.", "model.", "encoder."] {
             let n = Names { ck, prefix: prefix.to_owned() };
             if n.find(probe).is_some() {
                 return Ok(n);
@@ -23,7 +23,7 @@ impl<'a> Names<'a> {
         }
         Err(Error::format(format!(
             "the checkpoint has no `{probe}` (under any of the prefixes bert., roberta., \
-             distilbert., model., encoder.); is it the architecture its config.json names?"
+             distilbert., mpnet., model., encoder.); is it the architecture its config.json names?"
         )))
     }
 

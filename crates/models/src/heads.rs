@@ -107,7 +107,7 @@ pub(crate) fn sequence_classifier(
     let p = cfg.dropout.classifier;
     let h = match cfg.arch {
         Arch::Bert => e.linear("pooler.dense", cls, d, Act::Tanh, None)?,
-        Arch::Roberta => {
+        Arch::Roberta | Arch::MpNet => {
             e.g.dropout(cls, p);
             e.head_linear("classifier.dense", cls, d, Act::Tanh)?
         }
@@ -115,7 +115,10 @@ pub(crate) fn sequence_classifier(
         Arch::ModernBert => modern_head(e, cfg, cls)?,
     };
     e.g.dropout(h, p);
-    let out = if cfg.arch == Arch::Roberta { "classifier.out_proj" } else { "classifier" };
+    let out = match cfg.arch {
+        Arch::Roberta | Arch::MpNet => "classifier.out_proj",
+        Arch::Bert | Arch::DistilBert | Arch::ModernBert => "classifier",
+    };
     e.head_linear(out, h, n, Act::Identity)
 }
 
@@ -132,7 +135,7 @@ pub(crate) fn token_classifier(
     let marked = e.g.op(Shape::markers(cfg.hidden), |out| Op::Gather { x, out });
     let h = match cfg.arch {
         Arch::ModernBert => modern_head(e, cfg, marked)?,
-        Arch::Bert | Arch::Roberta | Arch::DistilBert => marked,
+        Arch::Bert | Arch::Roberta | Arch::DistilBert | Arch::MpNet => marked,
     };
     e.g.dropout(h, cfg.dropout.token_classifier);
     e.head_linear("classifier", h, n, Act::Identity)
@@ -162,8 +165,8 @@ pub(crate) fn splade(e: &mut Encoder<'_>, cfg: &EncoderConfig, x: Val, tied: boo
             cfg.act,
             cfg.eps,
         ),
-        // RobertaLMHead applies GELU whatever the encoder's activation.
-        Arch::Roberta => (
+        // RobertaLMHead and MPNetLMHead apply GELU whatever the encoder's activation.
+        Arch::Roberta | Arch::MpNet => (
             MlmNames {
                 dense: "lm_head.dense",
                 norm: "lm_head.layer_norm",
@@ -272,6 +275,7 @@ pub fn new_head(
         "roberta" => ("Roberta", "roberta."),
         "xlm-roberta" => ("XLMRoberta", "roberta."),
         "distilbert" => ("DistilBert", "distilbert."),
+        "mpnet" => ("MPNet", "mpnet."),
         "modernbert" => ("ModernBert", "model."),
         other => return Err(Error::unsupported(format!("a new head for model type `{other}`"))),
     };
@@ -292,7 +296,7 @@ pub fn new_head(
             }
             linear("classifier", n, true);
         }
-        (Arch::Roberta, NewHeadKind::Sequence) => {
+        (Arch::Roberta | Arch::MpNet, NewHeadKind::Sequence) => {
             linear("classifier.dense", d, true);
             linear("classifier.out_proj", n, true);
         }

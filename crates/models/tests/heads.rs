@@ -14,10 +14,11 @@ use switchyard_models::{Marking, Model, Runner, Task};
 /// with room to spare (the worst seen is about 1e-6).
 const TOL: f64 = 1e-5;
 
-const TOKEN_CLASSIFIERS: [&str; 4] = [
+const TOKEN_CLASSIFIERS: [&str; 5] = [
     "bert-token-classifier",
     "roberta-token-classifier",
     "distilbert-token-classifier",
+    "mpnet-token-classifier",
     "modernbert-token-classifier",
 ];
 
@@ -78,7 +79,9 @@ fn first_sub_token_spans_cover_whole_words() {
 
 #[test]
 fn splade_heads_match_transformers_tied_and_untied() {
-    for name in ["bert-splade", "roberta-splade", "distilbert-splade", "modernbert-splade"] {
+    for name in
+        ["bert-splade", "roberta-splade", "distilbert-splade", "mpnet-splade", "modernbert-splade"]
+    {
         let v = expected(name);
         let sentences = strings(&v["sentences"]);
         let want = rows(&v["weights"]);

@@ -1,4 +1,5 @@
-//! Tiny random BERT, RoBERTa and DistilBERT checkpoints against transformers.
+//! Tiny random BERT, RoBERTa, DistilBERT, MPNet and ModernBERT checkpoints against
+//! transformers.
 //!
 //! `fixtures/make_fixtures.py` made each checkpoint (fixed seeds, every weight random, LayerNorm
 //! shifts and biases non-zero) and recorded transformers' token ids and mean-pooled last hidden
@@ -67,6 +68,21 @@ fn distilbert_matches_transformers() {
     assert_eq!(Model::load(&tiny("distilbert")).unwrap().config().arch, Arch::DistilBert);
     check("distilbert", switchyard_flex::flex());
     check("distilbert", Reference);
+}
+
+/// MPNet's relative position bias: its fixture's last sentence is 142 tokens long, so keys
+/// reach every bucket on both sides of their queries, the shared farthest ones included.
+#[test]
+fn mpnet_matches_transformers_with_its_relative_position_bias() {
+    let m = Model::load(&tiny("mpnet")).unwrap();
+    assert_eq!((m.config().arch, m.config().position_offset), (Arch::MpNet, 2));
+    let biased = |op: &Op| matches!(op, Op::Attention { position_bias: Some(_), .. });
+    assert_eq!(m.graph().ops.iter().filter(|op| biased(op)).count(), 2, "one a layer");
+    let tables = m.graph().weights.iter().filter(|w| w.name.contains("relative_attention_bias"));
+    assert_eq!(tables.count(), 1, "one table for every layer");
+    assert!(expected("mpnet").ids.iter().any(|ids| ids.len() > 128 + 1));
+    check("mpnet", switchyard_flex::flex());
+    check("mpnet", Reference);
 }
 
 /// Rotary positions with two bases, GeGLU, no biases, and a sliding window (two tokens each
@@ -191,7 +207,7 @@ fn inconsistent_configs_are_errors() {
     assert!(load_err(&s.0).contains("the vocabulary size is 0"));
     // A tokenizer that gives ids past the embedding rows is another model's: refused at load,
     // not at the first text that meets such a token.
-    for arch in ["bert", "roberta", "distilbert", "modernbert"] {
+    for arch in ["bert", "roberta", "distilbert", "mpnet", "modernbert"] {
         assert!(Model::load(&tiny(arch)).is_ok(), "{arch}: every fixture's ids fit");
         let s = Scratch::of(arch, "pastrows");
         let path = s.0.join("tokenizer.json");
@@ -376,14 +392,18 @@ fn close_rows(name: &str, got: &[Vec<f32>], want: &[Vec<f64>]) {
     }
 }
 
-/// BERT (pooler + classifier), RoBERTa (classifier.dense + out_proj), DistilBERT
+/// BERT (pooler + classifier), RoBERTa and MPNet (classifier.dense + out_proj), DistilBERT
 /// (pre_classifier + ReLU + classifier) and ModernBERT (mean pooling, head.dense + GELU +
 /// head.norm + classifier) heads: logits within 1e-5 of transformers', labels from `id2label`.
 #[test]
 fn sequence_classifiers_match_transformers() {
-    for name in
-        ["bert-classifier", "roberta-classifier", "distilbert-classifier", "modernbert-classifier"]
-    {
+    for name in [
+        "bert-classifier",
+        "roberta-classifier",
+        "distilbert-classifier",
+        "mpnet-classifier",
+        "modernbert-classifier",
+    ] {
         let e = logits(name);
         let model = Model::load(&tiny(name)).unwrap();
         let Task::Classify { labels } = model.task() else { panic!("{name}: {:?}", model.task()) };
@@ -532,6 +552,7 @@ fn only_heads_that_read_cls_alone_compute_the_last_layer_for_it() {
         ("bert-classifier", 1),
         ("roberta-classifier", 1),
         ("distilbert-classifier", 1),
+        ("mpnet-classifier", 1),
         ("bert-cross-encoder", 1),
         ("modernbert-classifier", 0),
         ("bert", 0),
