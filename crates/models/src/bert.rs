@@ -1,10 +1,12 @@
-//! Graph builder for BERT-shaped encoders: BERT, RoBERTa / XLM-R, DistilBERT and MPNet.
+//! Graph builder for BERT-shaped encoders: BERT, RoBERTa / XLM-R, DistilBERT, MPNet and
+//! ELECTRA.
 //!
-//! All four are post-norm: embeddings (word + position [+ type]) then LayerNorm, and per layer
+//! All are post-norm: embeddings (word + position [+ type]) then LayerNorm, and per layer
 //! `x = LN(x + attn(x))`, `x = LN(x + ffn(x))`. They differ in weight names, in RoBERTa's and
-//! MPNet's position offset, in DistilBERT's and MPNet's lack of token types, and in MPNet's
-//! relative position bias (one table for all layers) on the attention scores. Dropout (training only) is marked
-//! where transformers applies it: after the embeddings' norm, on the attention probabilities,
+//! MPNet's position offset, in DistilBERT's and MPNet's lack of token types, in MPNet's relative
+//! position bias (one table for all layers) on the attention scores, and in ELECTRA's
+//! embeddings, which may be narrower than its layers and then pass through a projection.
+//! Dropout (training only) is marked where transformers applies it: after the embeddings' norm, on the attention probabilities,
 //! and on each block's output before its residual (DistilBERT: the feed-forward block's only).
 
 use switchyard_core::{Act, Op, RelativeBias, Shape, Val};
@@ -90,16 +92,18 @@ pub(crate) fn build<'a>(
     let s = match cfg.arch {
         Arch::DistilBert => &DISTILBERT,
         Arch::MpNet => &MPNET,
-        Arch::Bert | Arch::Roberta | Arch::ModernBert => &BERT,
+        Arch::Bert | Arch::Roberta | Arch::Electra | Arch::ModernBert => &BERT,
     };
     let names = Names::detect(ck, &format!("{}.weight", s.word))?;
     let d = cfg.hidden;
     let hd = cfg.head_dim()?;
-    let mut e = Encoder::start(names, &format!("{}.weight", s.word), cfg.vocab, d)?;
-    let t = Shape::tokens(d);
+    // The embeddings' width: the hidden width, or ELECTRA's own, projected to it below.
+    let de = cfg.embedding;
+    let mut e = Encoder::start(names, &format!("{}.weight", s.word), cfg.vocab, de)?;
+    let t = Shape::tokens(de);
     let word = e.word;
     let pos =
-        e.names.weight(&mut e.g, &format!("{}.weight", s.position), &[cfg.max_positions, d])?;
+        e.names.weight(&mut e.g, &format!("{}.weight", s.position), &[cfg.max_positions, de])?;
     let mut x = e.g.op(t, |out| Op::Embed { table: word, out });
     let p = e.g.op(t, |out| Op::PosEmbed { table: pos, offset: cfg.position_offset, out });
     x = e.g.op(t, |out| Op::Add { a: x, b: p, out });
@@ -107,7 +111,7 @@ pub(crate) fn build<'a>(
         let name = format!("{tt}.weight");
         if let Some(full) = e.names.find(&name) {
             let rows = ck.shape(&full).and_then(|sh| sh.first().copied()).unwrap_or(0);
-            let table = e.names.weight(&mut e.g, &name, &[rows, d])?;
+            let table = e.names.weight(&mut e.g, &name, &[rows, de])?;
             let ty = e.g.op(t, |out| Op::TypeEmbed { table, out });
             x = e.g.op(t, |out| Op::Add { a: x, b: ty, out });
         }
@@ -115,6 +119,9 @@ pub(crate) fn build<'a>(
     x = e.layer_norm(s.emb_norm, x, cfg.eps)?;
     let drop = cfg.dropout;
     e.g.dropout(x, drop.embeddings);
+    if de != d {
+        x = e.linear("embeddings_project", x, d, Act::Identity, None)?;
+    }
     let position_bias = match cfg.arch {
         Arch::MpNet => {
             let (buckets, max_distance) = MPNET_BUCKETS;

@@ -17,6 +17,9 @@ pub enum Arch {
     /// MPNet: BERT's shape with its own weight names, no token types, positions offset past
     /// the padding index, and a relative position bias on every layer's attention scores.
     MpNet,
+    /// ELECTRA's discriminator: BERT's names and shape, its embeddings `embedding_size` wide and
+    /// projected to the hidden width where the two differ.
+    Electra,
     /// ModernBERT: pre-norm, rotary positions, GeGLU, alternating local and global attention,
     /// no biases.
     ModernBert,
@@ -89,6 +92,8 @@ pub struct EncoderConfig {
     pub vocab: usize,
     /// Hidden width.
     pub hidden: usize,
+    /// The embeddings' width: the hidden width but for ELECTRA, which projects them to it.
+    pub embedding: usize,
     /// Layers.
     pub layers: usize,
     /// Attention heads.
@@ -109,7 +114,8 @@ pub struct EncoderConfig {
     pub dropout: Dropouts,
 }
 
-const SUPPORTED: &str = "bert, roberta, xlm-roberta, distilbert, mpnet, modernbert";
+const SUPPORTED: &str =
+    "bert, roberta, xlm-roberta, camembert, distilbert, mpnet, electra, modernbert";
 
 /// The relative position buckets MPNet computes its attention bias with (transformers buckets
 /// relative positions into 32 whatever `relative_attention_num_buckets` says), and the distance
@@ -165,6 +171,7 @@ impl EncoderConfig {
             ("number of layers", config.layers),
             ("number of attention heads", config.heads),
             ("hidden size", config.hidden),
+            ("embedding size", config.embedding),
             ("feed-forward size", config.ffn),
             ("vocabulary size", config.vocab),
             ("number of positions", config.max_positions.saturating_sub(config.position_offset)),
@@ -178,10 +185,11 @@ impl EncoderConfig {
     fn read(c: &Value) -> Result<EncoderConfig> {
         let model_type = c.get("model_type").and_then(Value::as_str).unwrap_or("");
         match model_type {
-            "bert" | "roberta" | "xlm-roberta" | "mpnet" => {
+            "bert" | "roberta" | "xlm-roberta" | "camembert" | "mpnet" | "electra" => {
                 let arch = match model_type {
                     "bert" => Arch::Bert,
                     "mpnet" => Arch::MpNet,
+                    "electra" => Arch::Electra,
                     _ => Arch::Roberta,
                 };
                 if arch == Arch::MpNet {
@@ -204,6 +212,7 @@ impl EncoderConfig {
                     )));
                 }
                 // MPNet's padding index is 1 whatever `pad_token_id` says.
+                let (vocab, width) = (get_usize(c, "vocab_size")?, get_usize(c, "hidden_size")?);
                 let pad = match arch {
                     Arch::MpNet => 1,
                     _ => c.get("pad_token_id").and_then(Value::as_u64).unwrap_or(1) as usize,
@@ -220,15 +229,22 @@ impl EncoderConfig {
                 };
                 Ok(EncoderConfig {
                     arch,
-                    vocab: get_usize(c, "vocab_size")?,
-                    hidden: get_usize(c, "hidden_size")?,
+                    vocab,
+                    hidden: width,
+                    embedding: match arch {
+                        Arch::Electra => get_usize_or(c, "embedding_size", width)?,
+                        _ => width,
+                    },
                     layers: get_usize(c, "num_hidden_layers")?,
                     heads: get_usize(c, "num_attention_heads")?,
                     ffn: get_usize(c, "intermediate_size")?,
                     act,
                     eps: get_f32(c, "layer_norm_eps", 1e-12)?,
                     max_positions: get_usize(c, "max_position_embeddings")?,
-                    position_offset: if arch == Arch::Bert { 0 } else { pad + 1 },
+                    position_offset: match arch {
+                        Arch::Bert | Arch::Electra => 0,
+                        _ => pad + 1,
+                    },
                     modern: None,
                     dropout: dropout.checked()?,
                 })
@@ -237,6 +253,7 @@ impl EncoderConfig {
                 arch: Arch::DistilBert,
                 vocab: get_usize(c, "vocab_size")?,
                 hidden: get_usize(c, "dim")?,
+                embedding: get_usize(c, "dim")?,
                 layers: get_usize(c, "n_layers")?,
                 heads: get_usize(c, "n_heads")?,
                 ffn: get_usize(c, "hidden_dim")?,
@@ -337,10 +354,12 @@ fn modernbert(c: &Value) -> Result<EncoderConfig> {
             )));
         }
     };
+    let hidden = get_usize(c, "hidden_size")?;
     Ok(EncoderConfig {
         arch: Arch::ModernBert,
         vocab: get_usize(c, "vocab_size")?,
-        hidden: get_usize(c, "hidden_size")?,
+        hidden,
+        embedding: hidden,
         layers,
         heads: get_usize(c, "num_attention_heads")?,
         ffn: get_usize(c, "intermediate_size")?,

@@ -15,7 +15,8 @@ pub(crate) struct Names<'a> {
 impl<'a> Names<'a> {
     /// Finds the prefix (``, `bert.`, `roberta.`, ...) under which `probe` exists.
     pub(crate) fn detect(ck: &'a Checkpoint, probe: &str) -> Result<Names<'a>> {
-        for prefix in ["", "bert.", "roberta.", "distilbert.", "mpnet.", "model.", "encoder."] {
+        let prefixes = ["", "bert.", "roberta.", "distilbert.", "mpnet.", "electra.", "model."];
+        for prefix in prefixes.into_iter().chain(["encoder."]) {
             let n = Names { ck, prefix: prefix.to_owned() };
             if n.find(probe).is_some() {
                 return Ok(n);
@@ -23,7 +24,7 @@ impl<'a> Names<'a> {
         }
         Err(Error::format(format!(
             "the checkpoint has no `{probe}` (under any of the prefixes bert., roberta., \
-             distilbert., mpnet., model., encoder.); is it the architecture its config.json names?"
+             distilbert., mpnet., electra., model., encoder.); is it the architecture its config.json names?"
         )))
     }
 

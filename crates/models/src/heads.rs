@@ -111,12 +111,17 @@ pub(crate) fn sequence_classifier(
             e.g.dropout(cls, p);
             e.head_linear("classifier.dense", cls, d, Act::Tanh)?
         }
+        // ElectraClassificationHead: GELU where RoBERTa's has tanh.
+        Arch::Electra => {
+            e.g.dropout(cls, p);
+            e.head_linear("classifier.dense", cls, d, Act::Gelu)?
+        }
         Arch::DistilBert => e.head_linear("pre_classifier", cls, d, Act::Relu)?,
         Arch::ModernBert => modern_head(e, cfg, cls)?,
     };
     e.g.dropout(h, p);
     let out = match cfg.arch {
-        Arch::Roberta | Arch::MpNet => "classifier.out_proj",
+        Arch::Roberta | Arch::MpNet | Arch::Electra => "classifier.out_proj",
         Arch::Bert | Arch::DistilBert | Arch::ModernBert => "classifier",
     };
     e.head_linear(out, h, n, Act::Identity)
@@ -135,7 +140,7 @@ pub(crate) fn token_classifier(
     let marked = e.g.op(Shape::markers(cfg.hidden), |out| Op::Gather { x, out });
     let h = match cfg.arch {
         Arch::ModernBert => modern_head(e, cfg, marked)?,
-        Arch::Bert | Arch::Roberta | Arch::DistilBert | Arch::MpNet => marked,
+        Arch::Bert | Arch::Roberta | Arch::DistilBert | Arch::MpNet | Arch::Electra => marked,
     };
     e.g.dropout(h, cfg.dropout.token_classifier);
     e.head_linear("classifier", h, n, Act::Identity)
@@ -186,6 +191,12 @@ pub(crate) fn splade(e: &mut Encoder<'_>, cfg: &EncoderConfig, x: Val, tied: boo
             cfg.act,
             cfg.eps,
         ),
+        // ElectraForMaskedLM is the generator, whose head narrows to the embedding width.
+        Arch::Electra => {
+            return Err(Error::unsupported(
+                "ELECTRA's masked-language model (its generator) as a SPLADE encoder",
+            ));
+        }
         Arch::ModernBert => (
             MlmNames {
                 dense: "head.dense",
@@ -276,6 +287,8 @@ pub fn new_head(
         "xlm-roberta" => ("XLMRoberta", "roberta."),
         "distilbert" => ("DistilBert", "distilbert."),
         "mpnet" => ("MPNet", "mpnet."),
+        "electra" => ("Electra", "electra."),
+        "camembert" => ("Camembert", "roberta."),
         "modernbert" => ("ModernBert", "model."),
         other => return Err(Error::unsupported(format!("a new head for model type `{other}`"))),
     };
@@ -296,7 +309,7 @@ pub fn new_head(
             }
             linear("classifier", n, true);
         }
-        (Arch::Roberta | Arch::MpNet, NewHeadKind::Sequence) => {
+        (Arch::Roberta | Arch::MpNet | Arch::Electra, NewHeadKind::Sequence) => {
             linear("classifier.dense", d, true);
             linear("classifier.out_proj", n, true);
         }

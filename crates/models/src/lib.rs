@@ -332,7 +332,7 @@ impl Model {
         let cls_only = last_layer_on_cls(&kind, &config);
         let build = |cls_only| match config.arch {
             Arch::ModernBert => modernbert::build(&checkpoint, &config, cls_only),
-            Arch::Bert | Arch::Roberta | Arch::DistilBert | Arch::MpNet => {
+            Arch::Bert | Arch::Roberta | Arch::DistilBert | Arch::MpNet | Arch::Electra => {
                 bert::build(&checkpoint, &config, cls_only)
             }
         };

@@ -14,11 +14,12 @@ use switchyard_models::{Marking, Model, Runner, Task};
 /// with room to spare (the worst seen is about 1e-6).
 const TOL: f64 = 1e-5;
 
-const TOKEN_CLASSIFIERS: [&str; 5] = [
+const TOKEN_CLASSIFIERS: [&str; 6] = [
     "bert-token-classifier",
     "roberta-token-classifier",
     "distilbert-token-classifier",
     "mpnet-token-classifier",
+    "electra-token-classifier",
     "modernbert-token-classifier",
 ];
 

@@ -1,4 +1,4 @@
-//! Tiny random BERT, RoBERTa, DistilBERT, MPNet and ModernBERT checkpoints against
+//! Tiny random BERT, RoBERTa, DistilBERT, MPNet, ELECTRA and ModernBERT checkpoints against
 //! transformers.
 //!
 //! `fixtures/make_fixtures.py` made each checkpoint (fixed seeds, every weight random, LayerNorm
@@ -85,6 +85,29 @@ fn mpnet_matches_transformers_with_its_relative_position_bias() {
     check("mpnet", Reference);
 }
 
+/// ELECTRA's embeddings, 24 wide, projected to its layers' 32.
+#[test]
+fn electra_matches_transformers_with_its_embeddings_projected() {
+    let m = Model::load(&tiny("electra")).unwrap();
+    assert_eq!((m.config().arch, m.config().embedding, m.config().hidden), (Arch::Electra, 24, 32));
+    check("electra", switchyard_flex::flex());
+    check("electra", Reference);
+}
+
+/// CamemBERT is RoBERTa under another name (transformers' class is a copy of RoBERTa's).
+#[test]
+fn camembert_reads_as_roberta() {
+    let s = edited("roberta", "camembert", &|c| c["model_type"] = "camembert".into());
+    let m = Model::load(&s.0).unwrap();
+    assert_eq!((m.config().arch, m.config().position_offset), (Arch::Roberta, 1));
+    let e = expected("roberta");
+    let mut run = Runner::new(m, switchyard_flex::flex(), Buckets::default()).unwrap();
+    let texts: Vec<&str> = e.sentences.iter().map(String::as_str).collect();
+    for (a, b) in run.embed(&texts, |_| {}).unwrap().iter().zip(&e.mean) {
+        assert!(worst(a, b) <= 1e-5, "{}", worst(a, b));
+    }
+}
+
 /// Rotary positions with two bases, GeGLU, no biases, and a sliding window (two tokens each
 /// side) shorter than most test sentences on two of the three layers.
 #[test]
@@ -116,6 +139,17 @@ impl Drop for Scratch {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
+}
+
+/// A copy of the fixture `arch` with its `config.json` changed by `f`.
+fn edited(arch: &str, tag: &str, f: &dyn Fn(&mut serde_json::Value)) -> Scratch {
+    let s = Scratch::of(arch, tag);
+    let path = s.0.join("config.json");
+    let mut c: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    f(&mut c);
+    std::fs::write(&path, c.to_string()).unwrap();
+    s
 }
 
 fn load_err(dir: &Path) -> String {
@@ -192,22 +226,14 @@ fn unreadable_files_are_not_reported_missing() {
 
 #[test]
 fn inconsistent_configs_are_errors() {
-    let edit = |arch: &str, tag: &str, f: &dyn Fn(&mut serde_json::Value)| {
-        let s = Scratch::of(arch, tag);
-        let path = s.0.join("config.json");
-        let mut c: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-        f(&mut c);
-        std::fs::write(&path, c.to_string()).unwrap();
-        s
-    };
+    let edit = edited;
     let s = edit("bert", "nolayers", &|c| c["num_hidden_layers"] = 0.into());
     assert!(load_err(&s.0).contains("config.json: the number of layers is 0"));
     let s = edit("distilbert", "novocab", &|c| c["vocab_size"] = 0.into());
     assert!(load_err(&s.0).contains("the vocabulary size is 0"));
     // A tokenizer that gives ids past the embedding rows is another model's: refused at load,
     // not at the first text that meets such a token.
-    for arch in ["bert", "roberta", "distilbert", "mpnet", "modernbert"] {
+    for arch in ["bert", "roberta", "distilbert", "mpnet", "electra", "modernbert"] {
         assert!(Model::load(&tiny(arch)).is_ok(), "{arch}: every fixture's ids fit");
         let s = Scratch::of(arch, "pastrows");
         let path = s.0.join("tokenizer.json");
@@ -392,7 +418,8 @@ fn close_rows(name: &str, got: &[Vec<f32>], want: &[Vec<f64>]) {
     }
 }
 
-/// BERT (pooler + classifier), RoBERTa and MPNet (classifier.dense + out_proj), DistilBERT
+/// BERT (pooler + classifier), RoBERTa and MPNet (classifier.dense + tanh + out_proj), ELECTRA
+/// (classifier.dense + GELU + out_proj), DistilBERT
 /// (pre_classifier + ReLU + classifier) and ModernBERT (mean pooling, head.dense + GELU +
 /// head.norm + classifier) heads: logits within 1e-5 of transformers', labels from `id2label`.
 #[test]
@@ -402,6 +429,7 @@ fn sequence_classifiers_match_transformers() {
         "roberta-classifier",
         "distilbert-classifier",
         "mpnet-classifier",
+        "electra-classifier",
         "modernbert-classifier",
     ] {
         let e = logits(name);
@@ -553,6 +581,7 @@ fn only_heads_that_read_cls_alone_compute_the_last_layer_for_it() {
         ("roberta-classifier", 1),
         ("distilbert-classifier", 1),
         ("mpnet-classifier", 1),
+        ("electra-classifier", 1),
         ("bert-cross-encoder", 1),
         ("modernbert-classifier", 0),
         ("bert", 0),
