@@ -1,11 +1,12 @@
-//! Graph builder for BERT-shaped encoders: BERT, RoBERTa / XLM-R, DistilBERT, MPNet and
-//! ELECTRA.
+//! Graph builder for BERT-shaped encoders: BERT, RoBERTa / XLM-R, DistilBERT, MPNet, ELECTRA
+//! and ALBERT.
 //!
 //! All are post-norm: embeddings (word + position [+ type]) then LayerNorm, and per layer
 //! `x = LN(x + attn(x))`, `x = LN(x + ffn(x))`. They differ in weight names, in RoBERTa's and
 //! MPNet's position offset, in DistilBERT's and MPNet's lack of token types, in MPNet's relative
-//! position bias (one table for all layers) on the attention scores, and in ELECTRA's
-//! embeddings, which may be narrower than its layers and then pass through a projection.
+//! position bias (one table for all layers) on the attention scores, in ELECTRA's and ALBERT's
+//! embeddings, which may be narrower than their layers and then pass through a projection, and
+//! in ALBERT's layers, which share their weights.
 //! Dropout (training only) is marked where transformers applies it: after the embeddings' norm, on the attention probabilities,
 //! and on each block's output before its residual (DistilBERT: the feed-forward block's only).
 
@@ -81,6 +82,41 @@ const MPNET: Scheme = Scheme {
     out_norm: "output.LayerNorm",
 };
 
+/// ALBERT's names; its layers sit under `encoder.albert_layer_groups.G.albert_layers.J`.
+const ALBERT: Scheme = Scheme {
+    word: "embeddings.word_embeddings",
+    position: "embeddings.position_embeddings",
+    token_type: Some("embeddings.token_type_embeddings"),
+    emb_norm: "embeddings.LayerNorm",
+    layer: "encoder.albert_layer_groups",
+    q: "attention.query",
+    k: "attention.key",
+    v: "attention.value",
+    o: "attention.dense",
+    attn_norm: "attention.LayerNorm",
+    ffn_in: "ffn",
+    ffn_out: "ffn_output",
+    out_norm: "full_layer_layer_norm",
+};
+
+/// The weight prefix of each layer the encoder runs, in order: `LAYER.i`, or for ALBERT the
+/// shared layers of each layer's group, as transformers indexes them.
+fn layer_prefixes(s: &Scheme, cfg: &EncoderConfig) -> Vec<String> {
+    match cfg.arch {
+        Arch::Albert => {
+            let (groups, inner) = cfg.groups;
+            (0..cfg.layers)
+                .flat_map(|i| {
+                    // As transformers computes it, in floating point: `int(i / (L / G))`.
+                    let g = (i as f64 / (cfg.layers as f64 / groups as f64)) as usize;
+                    (0..inner).map(move |j| format!("{}.{g}.albert_layers.{j}", s.layer))
+                })
+                .collect()
+        }
+        _ => (0..cfg.layers).map(|l| format!("{}.{l}", s.layer)).collect(),
+    }
+}
+
 /// Builds the encoder body; returns it with the final token rows, or with `cls_only` each
 /// sequence's first row, the last layer computed for that row alone (see
 /// [`crate::last_layer_on_cls`]).
@@ -92,6 +128,7 @@ pub(crate) fn build<'a>(
     let s = match cfg.arch {
         Arch::DistilBert => &DISTILBERT,
         Arch::MpNet => &MPNET,
+        Arch::Albert => &ALBERT,
         Arch::Bert | Arch::Roberta | Arch::Electra | Arch::ModernBert => &BERT,
     };
     let names = Names::detect(ck, &format!("{}.weight", s.word))?;
@@ -119,7 +156,9 @@ pub(crate) fn build<'a>(
     x = e.layer_norm(s.emb_norm, x, cfg.eps)?;
     let drop = cfg.dropout;
     e.g.dropout(x, drop.embeddings);
-    if de != d {
+    if cfg.arch == Arch::Albert {
+        x = e.linear("encoder.embedding_hidden_mapping_in", x, d, Act::Identity, None)?;
+    } else if de != d {
         x = e.linear("embeddings_project", x, d, Act::Identity, None)?;
     }
     let position_bias = match cfg.arch {
@@ -131,12 +170,12 @@ pub(crate) fn build<'a>(
         }
         _ => None,
     };
-    for l in 0..cfg.layers {
-        let pre = format!("{}.{l}", s.layer);
+    let layers = layer_prefixes(s, cfg);
+    for (l, pre) in layers.iter().enumerate() {
         // Keys and values from every token; the query, and all that follows it, from the rows
         // the head reads.
         let kv = x;
-        if cls_only && l + 1 == cfg.layers {
+        if cls_only && l + 1 == layers.len() {
             x = e.first_rows(kv);
         }
         let q = e.linear(&format!("{pre}.{}", s.q), x, d, Act::Identity, None)?;

@@ -20,6 +20,10 @@ pub enum Arch {
     /// ELECTRA's discriminator: BERT's names and shape, its embeddings `embedding_size` wide and
     /// projected to the hidden width where the two differ.
     Electra,
+    /// ALBERT: BERT's shape with its embeddings `embedding_size` wide and always projected, and
+    /// its layers' weights shared: layer `i` of `num_hidden_layers` runs the `inner_group_num`
+    /// layers of group `i * num_hidden_groups / num_hidden_layers`.
+    Albert,
     /// ModernBERT: pre-norm, rotary positions, GeGLU, alternating local and global attention,
     /// no biases.
     ModernBert,
@@ -92,8 +96,12 @@ pub struct EncoderConfig {
     pub vocab: usize,
     /// Hidden width.
     pub hidden: usize,
-    /// The embeddings' width: the hidden width but for ELECTRA, which projects them to it.
+    /// The embeddings' width: the hidden width but for ELECTRA and ALBERT, which project them to
+    /// it.
     pub embedding: usize,
+    /// ALBERT's groups of shared layers and the layers in each (`num_hidden_groups`,
+    /// `inner_group_num`); one of one for the other families.
+    pub groups: (usize, usize),
     /// Layers.
     pub layers: usize,
     /// Attention heads.
@@ -115,7 +123,7 @@ pub struct EncoderConfig {
 }
 
 const SUPPORTED: &str =
-    "bert, roberta, xlm-roberta, camembert, distilbert, mpnet, electra, modernbert";
+    "bert, roberta, xlm-roberta, camembert, distilbert, mpnet, electra, albert, modernbert";
 
 /// The relative position buckets MPNet computes its attention bias with (transformers buckets
 /// relative positions into 32 whatever `relative_attention_num_buckets` says), and the distance
@@ -147,6 +155,21 @@ fn get_f32(c: &Value, key: &str, default: f32) -> Result<f32> {
             .map(|x| x as f32)
             .ok_or_else(|| Error::format(format!("config.json: `{key}` is not a number"))),
     }
+}
+
+/// ALBERT's `(num_hidden_groups, inner_group_num)`: each at least 1, the groups dividing the
+/// layers as transformers indexes them.
+fn albert_groups(c: &Value) -> Result<(usize, usize)> {
+    let layers = get_usize(c, "num_hidden_layers")?;
+    let groups = get_usize_or(c, "num_hidden_groups", 1)?;
+    let inner = get_usize_or(c, "inner_group_num", 1)?;
+    if groups == 0 || inner == 0 || groups > layers.max(1) {
+        return Err(Error::format(format!(
+            "config.json: {groups} groups of {inner} layers for {layers} layers; ALBERT needs at \
+             least one of each, and no more groups than layers"
+        )));
+    }
+    Ok((groups, inner))
 }
 
 /// Maps a Hugging Face activation name to ours.
@@ -185,11 +208,12 @@ impl EncoderConfig {
     fn read(c: &Value) -> Result<EncoderConfig> {
         let model_type = c.get("model_type").and_then(Value::as_str).unwrap_or("");
         match model_type {
-            "bert" | "roberta" | "xlm-roberta" | "camembert" | "mpnet" | "electra" => {
+            "bert" | "roberta" | "xlm-roberta" | "camembert" | "mpnet" | "electra" | "albert" => {
                 let arch = match model_type {
                     "bert" => Arch::Bert,
                     "mpnet" => Arch::MpNet,
                     "electra" => Arch::Electra,
+                    "albert" => Arch::Albert,
                     _ => Arch::Roberta,
                 };
                 if arch == Arch::MpNet {
@@ -218,7 +242,10 @@ impl EncoderConfig {
                     _ => c.get("pad_token_id").and_then(Value::as_u64).unwrap_or(1) as usize,
                 };
                 let hidden = get_f32(c, "hidden_dropout_prob", 0.1)?;
-                let classifier = get_f32(c, "classifier_dropout", hidden)?;
+                let classifier = match arch {
+                    Arch::Albert => get_f32(c, "classifier_dropout_prob", 0.1)?,
+                    _ => get_f32(c, "classifier_dropout", hidden)?,
+                };
                 let dropout = Dropouts {
                     embeddings: hidden,
                     attention: get_f32(c, "attention_probs_dropout_prob", 0.1)?,
@@ -233,7 +260,12 @@ impl EncoderConfig {
                     hidden: width,
                     embedding: match arch {
                         Arch::Electra => get_usize_or(c, "embedding_size", width)?,
+                        Arch::Albert => get_usize_or(c, "embedding_size", 128)?,
                         _ => width,
+                    },
+                    groups: match arch {
+                        Arch::Albert => albert_groups(c)?,
+                        _ => (1, 1),
                     },
                     layers: get_usize(c, "num_hidden_layers")?,
                     heads: get_usize(c, "num_attention_heads")?,
@@ -242,7 +274,7 @@ impl EncoderConfig {
                     eps: get_f32(c, "layer_norm_eps", 1e-12)?,
                     max_positions: get_usize(c, "max_position_embeddings")?,
                     position_offset: match arch {
-                        Arch::Bert | Arch::Electra => 0,
+                        Arch::Bert | Arch::Electra | Arch::Albert => 0,
                         _ => pad + 1,
                     },
                     modern: None,
@@ -254,6 +286,7 @@ impl EncoderConfig {
                 vocab: get_usize(c, "vocab_size")?,
                 hidden: get_usize(c, "dim")?,
                 embedding: get_usize(c, "dim")?,
+                groups: (1, 1),
                 layers: get_usize(c, "n_layers")?,
                 heads: get_usize(c, "n_heads")?,
                 ffn: get_usize(c, "hidden_dim")?,
@@ -360,6 +393,7 @@ fn modernbert(c: &Value) -> Result<EncoderConfig> {
         vocab: get_usize(c, "vocab_size")?,
         hidden,
         embedding: hidden,
+        groups: (1, 1),
         layers,
         heads: get_usize(c, "num_attention_heads")?,
         ffn: get_usize(c, "intermediate_size")?,
@@ -424,6 +458,22 @@ mod tests {
         mpnet["relative_attention_num_buckets"] = 64.into();
         let e = EncoderConfig::from_json(&mpnet).unwrap_err().to_string();
         assert!(e.contains("relative_attention_num_buckets 64"), "{e}");
+    }
+
+    #[test]
+    fn reads_albert_groups_and_refuses_impossible_ones() {
+        let mut albert = serde_json::json!({"model_type": "albert", "vocab_size": 100,
+            "hidden_size": 32, "num_hidden_layers": 4, "num_attention_heads": 4,
+            "intermediate_size": 48, "max_position_embeddings": 64, "num_hidden_groups": 2});
+        let c = EncoderConfig::from_json(&albert).unwrap();
+        // transformers' defaults: embeddings 128 wide, one layer a group.
+        assert_eq!((c.arch, c.embedding, c.groups), (Arch::Albert, 128, (2, 1)));
+        for (groups, inner) in [(0, 1), (5, 1), (2, 0)] {
+            albert["num_hidden_groups"] = groups.into();
+            albert["inner_group_num"] = inner.into();
+            let e = EncoderConfig::from_json(&albert).unwrap_err().to_string();
+            assert!(e.contains(&format!("{groups} groups of {inner} layers for 4")), "{e}");
+        }
     }
 
     fn modern() -> Value {

@@ -15,8 +15,8 @@ pub(crate) struct Names<'a> {
 impl<'a> Names<'a> {
     /// Finds the prefix (``, `bert.`, `roberta.`, ...) under which `probe` exists.
     pub(crate) fn detect(ck: &'a Checkpoint, probe: &str) -> Result<Names<'a>> {
-        let prefixes = ["", "bert.", "roberta.", "distilbert.", "mpnet.", "electra.", "model."];
-        for prefix in prefixes.into_iter().chain(["encoder."]) {
+        let prefixes = ["", "bert.", "roberta.", "distilbert.", "mpnet.", "electra.", "albert."];
+        for prefix in prefixes.into_iter().chain(["model.", "encoder."]) {
             let n = Names { ck, prefix: prefix.to_owned() };
             if n.find(probe).is_some() {
                 return Ok(n);
@@ -24,7 +24,7 @@ impl<'a> Names<'a> {
         }
         Err(Error::format(format!(
             "the checkpoint has no `{probe}` (under any of the prefixes bert., roberta., \
-             distilbert., mpnet., electra., model., encoder.); is it the architecture its config.json names?"
+             distilbert., mpnet., electra., albert., model., encoder.); is it the architecture its config.json names?"
         )))
     }
 
@@ -41,7 +41,8 @@ impl<'a> Names<'a> {
         self.ck.has(&legacy).then_some(legacy)
     }
 
-    /// Declares the weight `name` in `g` with its checkpoint shape, checked against `want`.
+    /// Declares the weight `name` in `g` with its checkpoint shape, checked against `want`; a
+    /// tensor declared before (ALBERT's layers share theirs) is the same weight again.
     pub(crate) fn weight(&self, g: &mut GraphBuilder, name: &str, want: &[usize]) -> Result<W> {
         let full = self.find(name).ok_or_else(|| {
             Error::format(format!("the checkpoint has no tensor `{}{name}`", self.prefix))
@@ -52,7 +53,7 @@ impl<'a> Names<'a> {
                 "tensor `{full}` has shape {shape:?}; config.json implies {want:?}"
             )));
         }
-        Ok(g.weight(full, want))
+        Ok(g.weight_named(&full).unwrap_or_else(|| g.weight(full, want)))
     }
 
     /// Like [`Names::weight`], or `None` if the tensor is absent.

@@ -107,6 +107,7 @@ pub(crate) fn sequence_classifier(
     let p = cfg.dropout.classifier;
     let h = match cfg.arch {
         Arch::Bert => e.linear("pooler.dense", cls, d, Act::Tanh, None)?,
+        Arch::Albert => e.linear("pooler", cls, d, Act::Tanh, None)?,
         Arch::Roberta | Arch::MpNet => {
             e.g.dropout(cls, p);
             e.head_linear("classifier.dense", cls, d, Act::Tanh)?
@@ -122,7 +123,7 @@ pub(crate) fn sequence_classifier(
     e.g.dropout(h, p);
     let out = match cfg.arch {
         Arch::Roberta | Arch::MpNet | Arch::Electra => "classifier.out_proj",
-        Arch::Bert | Arch::DistilBert | Arch::ModernBert => "classifier",
+        Arch::Bert | Arch::DistilBert | Arch::Albert | Arch::ModernBert => "classifier",
     };
     e.head_linear(out, h, n, Act::Identity)
 }
@@ -140,7 +141,12 @@ pub(crate) fn token_classifier(
     let marked = e.g.op(Shape::markers(cfg.hidden), |out| Op::Gather { x, out });
     let h = match cfg.arch {
         Arch::ModernBert => modern_head(e, cfg, marked)?,
-        Arch::Bert | Arch::Roberta | Arch::DistilBert | Arch::MpNet | Arch::Electra => marked,
+        Arch::Bert
+        | Arch::Roberta
+        | Arch::DistilBert
+        | Arch::MpNet
+        | Arch::Electra
+        | Arch::Albert => marked,
     };
     e.g.dropout(h, cfg.dropout.token_classifier);
     e.head_linear("classifier", h, n, Act::Identity)
@@ -191,11 +197,15 @@ pub(crate) fn splade(e: &mut Encoder<'_>, cfg: &EncoderConfig, x: Val, tied: boo
             cfg.act,
             cfg.eps,
         ),
-        // ElectraForMaskedLM is the generator, whose head narrows to the embedding width.
+        // ElectraForMaskedLM is the generator, whose head narrows to the embedding width, as
+        // ALBERT's does.
         Arch::Electra => {
             return Err(Error::unsupported(
                 "ELECTRA's masked-language model (its generator) as a SPLADE encoder",
             ));
+        }
+        Arch::Albert => {
+            return Err(Error::unsupported("ALBERT's masked-language model as a SPLADE encoder"));
         }
         Arch::ModernBert => (
             MlmNames {
@@ -288,6 +298,7 @@ pub fn new_head(
         "distilbert" => ("DistilBert", "distilbert."),
         "mpnet" => ("MPNet", "mpnet."),
         "electra" => ("Electra", "electra."),
+        "albert" => ("Albert", "albert."),
         "camembert" => ("Camembert", "roberta."),
         "modernbert" => ("ModernBert", "model."),
         other => return Err(Error::unsupported(format!("a new head for model type `{other}`"))),
@@ -312,6 +323,12 @@ pub fn new_head(
         (Arch::Roberta | Arch::MpNet | Arch::Electra, NewHeadKind::Sequence) => {
             linear("classifier.dense", d, true);
             linear("classifier.out_proj", n, true);
+        }
+        (Arch::Albert, NewHeadKind::Sequence) => {
+            if !has("albert.pooler.weight") {
+                linear("albert.pooler", d, true);
+            }
+            linear("classifier", n, true);
         }
         (Arch::DistilBert, NewHeadKind::Sequence) => {
             linear("pre_classifier", d, true);

@@ -332,9 +332,12 @@ impl Model {
         let cls_only = last_layer_on_cls(&kind, &config);
         let build = |cls_only| match config.arch {
             Arch::ModernBert => modernbert::build(&checkpoint, &config, cls_only),
-            Arch::Bert | Arch::Roberta | Arch::DistilBert | Arch::MpNet | Arch::Electra => {
-                bert::build(&checkpoint, &config, cls_only)
-            }
+            Arch::Bert
+            | Arch::Roberta
+            | Arch::DistilBert
+            | Arch::MpNet
+            | Arch::Electra
+            | Arch::Albert => bert::build(&checkpoint, &config, cls_only),
         };
         let (mut enc, x) = build(cls_only)?;
         let mut token_graph = None;

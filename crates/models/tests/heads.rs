@@ -14,12 +14,13 @@ use switchyard_models::{Marking, Model, Runner, Task};
 /// with room to spare (the worst seen is about 1e-6).
 const TOL: f64 = 1e-5;
 
-const TOKEN_CLASSIFIERS: [&str; 6] = [
+const TOKEN_CLASSIFIERS: [&str; 7] = [
     "bert-token-classifier",
     "roberta-token-classifier",
     "distilbert-token-classifier",
     "mpnet-token-classifier",
     "electra-token-classifier",
+    "albert-token-classifier",
     "modernbert-token-classifier",
 ];
 

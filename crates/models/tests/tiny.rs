@@ -1,5 +1,5 @@
-//! Tiny random BERT, RoBERTa, DistilBERT, MPNet, ELECTRA and ModernBERT checkpoints against
-//! transformers.
+//! Tiny random BERT, RoBERTa, DistilBERT, MPNet, ELECTRA, ALBERT and ModernBERT checkpoints
+//! against transformers.
 //!
 //! `fixtures/make_fixtures.py` made each checkpoint (fixed seeds, every weight random, LayerNorm
 //! shifts and biases non-zero) and recorded transformers' token ids and mean-pooled last hidden
@@ -92,6 +92,22 @@ fn electra_matches_transformers_with_its_embeddings_projected() {
     assert_eq!((m.config().arch, m.config().embedding, m.config().hidden), (Arch::Electra, 24, 32));
     check("electra", switchyard_flex::flex());
     check("electra", Reference);
+}
+
+/// ALBERT: 24-wide embeddings projected to 32, and three layers that run two groups of two
+/// shared layers (0 and 1 run group 0, 2 runs group 1): six layers over eight layers' weights,
+/// each declared once.
+#[test]
+fn albert_matches_transformers_with_its_layers_shared() {
+    let m = Model::load(&tiny("albert")).unwrap();
+    assert_eq!((m.config().arch, m.config().groups), (Arch::Albert, (2, 2)));
+    let g = m.graph();
+    let attention = g.ops.iter().filter(|op| matches!(op, Op::Attention { .. })).count();
+    assert_eq!(attention, 6, "three layers of two");
+    let queries = g.weights.iter().filter(|w| w.name.ends_with("attention.query.weight"));
+    assert_eq!(queries.count(), 4, "two groups of two, each weight declared once");
+    check("albert", switchyard_flex::flex());
+    check("albert", Reference);
 }
 
 /// CamemBERT is RoBERTa under another name (transformers' class is a copy of RoBERTa's).
@@ -233,7 +249,7 @@ fn inconsistent_configs_are_errors() {
     assert!(load_err(&s.0).contains("the vocabulary size is 0"));
     // A tokenizer that gives ids past the embedding rows is another model's: refused at load,
     // not at the first text that meets such a token.
-    for arch in ["bert", "roberta", "distilbert", "mpnet", "electra", "modernbert"] {
+    for arch in ["bert", "roberta", "distilbert", "mpnet", "electra", "albert", "modernbert"] {
         assert!(Model::load(&tiny(arch)).is_ok(), "{arch}: every fixture's ids fit");
         let s = Scratch::of(arch, "pastrows");
         let path = s.0.join("tokenizer.json");
@@ -419,7 +435,7 @@ fn close_rows(name: &str, got: &[Vec<f32>], want: &[Vec<f64>]) {
 }
 
 /// BERT (pooler + classifier), RoBERTa and MPNet (classifier.dense + tanh + out_proj), ELECTRA
-/// (classifier.dense + GELU + out_proj), DistilBERT
+/// (classifier.dense + GELU + out_proj), ALBERT (pooler + classifier), DistilBERT
 /// (pre_classifier + ReLU + classifier) and ModernBERT (mean pooling, head.dense + GELU +
 /// head.norm + classifier) heads: logits within 1e-5 of transformers', labels from `id2label`.
 #[test]
@@ -430,6 +446,7 @@ fn sequence_classifiers_match_transformers() {
         "distilbert-classifier",
         "mpnet-classifier",
         "electra-classifier",
+        "albert-classifier",
         "modernbert-classifier",
     ] {
         let e = logits(name);
@@ -582,6 +599,7 @@ fn only_heads_that_read_cls_alone_compute_the_last_layer_for_it() {
         ("distilbert-classifier", 1),
         ("mpnet-classifier", 1),
         ("electra-classifier", 1),
+        ("albert-classifier", 1),
         ("bert-cross-encoder", 1),
         ("modernbert-classifier", 0),
         ("bert", 0),

@@ -21,6 +21,12 @@ impl GraphBuilder {
         W(u32::try_from(self.graph.weights.len() - 1).expect("fewer than 2^32 weights"))
     }
 
+    /// The weight declared so far under `name`, if one was.
+    pub fn weight_named(&self, name: &str) -> Option<W> {
+        let i = self.graph.weights.iter().position(|w| w.name == name)?;
+        Some(W(u32::try_from(i).expect("fewer than 2^32 weights")))
+    }
+
     /// Declares a new value of the given shape.
     pub fn val(&mut self, shape: Shape) -> Val {
         self.graph.vals.push(shape);
