@@ -399,6 +399,7 @@ pub fn run_op<B: BurnBackend>(
             B::float_select(t.clone(), 0, cx.positions_from(*offset))
         }
         (Op::Add { .. }, _) => B::float_add(need(a), need(b)),
+        (Op::Mul { .. }, _) => B::float_mul(need(a), need(b)),
         (Op::LayerNorm { eps, .. }, Bound::Norm { gamma, beta }) => {
             B::layer_norm(need(a), gamma.clone(), beta.clone(), f64::from(*eps))
         }

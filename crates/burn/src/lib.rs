@@ -725,6 +725,7 @@ impl<B: BurnBackend, K: Kernels<B>> Backend for Burn<B, K> {
                     Bound::Rope { cos, sin }
                 }
                 Op::Add { .. }
+                | Op::Mul { .. }
                 | Op::Glu { .. }
                 | Op::Slice { .. }
                 | Op::Attention { .. }

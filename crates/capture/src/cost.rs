@@ -47,7 +47,7 @@ fn op_record(graph: &Graph, index: usize, op: &Op, s: &Sizes<'_>) -> OpRecord {
         // A lookup reads one table row per output row, not the whole table.
         Op::Embed { .. } | Op::TypeEmbed { .. } => (0, String::new(), 8 * n * w),
         Op::PosEmbed { offset, .. } => (0, format!("offset {offset}"), 8 * n * w),
-        Op::Add { .. } => (n * w, String::new(), io_bytes),
+        Op::Add { .. } | Op::Mul { .. } => (n * w, String::new(), io_bytes),
         Op::LayerNorm { eps, beta, .. } => (
             8 * n * w,
             format!("eps {eps:e}{}", if beta.is_some() { "" } else { ", no beta" }),

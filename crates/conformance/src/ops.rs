@@ -68,6 +68,7 @@ fn cases() -> Vec<(String, Graph)> {
             }),
         ));
         c.push((format!("Add {w}"), single(w, |g, a, b| g.op(t, |out| Op::Add { a, b, out }))));
+        c.push((format!("Mul {w}"), single(w, |g, a, b| g.op(t, |out| Op::Mul { a, b, out }))));
         for beta in [true, false] {
             c.push((
                 format!("LayerNorm {w} beta {beta}"),

@@ -125,6 +125,7 @@ fn read_otherwise(op: &Op, c: Val) -> bool {
         | Op::TypeEmbed { .. }
         | Op::PosEmbed { .. }
         | Op::Add { .. }
+        | Op::Mul { .. }
         | Op::LayerNorm { .. }
         | Op::RmsNorm { .. }
         | Op::Glu { .. }

@@ -197,6 +197,11 @@ impl Ctx<'_> {
                     *y = a + c;
                 }
             }
+            Op::Mul { a, b: c, .. } => {
+                for ((y, a), c) in y.iter_mut().zip(self.val(a)).zip(self.val(c)) {
+                    *y = a * c;
+                }
+            }
             Op::LayerNorm { x, gamma, beta, eps, .. } => {
                 let (g, w) = (self.w(gamma), self.width(x));
                 for (yr, xr) in y.chunks_exact_mut(w).zip(self.val(x).chunks_exact(w)) {

@@ -24,6 +24,7 @@ use crate::kernels::attention::{self, Heads, Products};
 use crate::kernels::gemm::{self, PackedWeight};
 use crate::kernels::gemm8::{self, Isa8, PackedWeight8, QuantizedRows};
 use crate::kernels::gemm16::{self, Isa16, PackedWeight16};
+use crate::kernels::rows::Combine;
 use crate::kernels::scratch::{ScratchSize, Scratches};
 use crate::kernels::{Isa, rows};
 
@@ -328,7 +329,12 @@ pub(crate) fn run(
                     };
                     rows::lookup(at(o), w.plain(table)?, rows, width, pos);
                 }
-                Op::Add { a, b, .. } => rows::add(isa, at(o), at(a), at(b), rows * width),
+                Op::Add { a, b, .. } => {
+                    rows::combine(isa, Combine::Add, at(o), at(a), at(b), rows * width);
+                }
+                Op::Mul { a, b, .. } => {
+                    rows::combine(isa, Combine::Mul, at(o), at(a), at(b), rows * width);
+                }
                 Op::LayerNorm { x, gamma, beta, eps, .. } => {
                     let beta = beta.map(|b| w.plain(b)).transpose()?;
                     rows::layer_norm(isa, at(o), at(x), rows, width, w.plain(gamma)?, beta, eps);

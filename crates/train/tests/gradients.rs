@@ -209,13 +209,18 @@ fn linear_with_each_epilogue() {
 }
 
 #[test]
-fn gated_units_slices_activations_and_rotary() {
+fn gated_units_products_slices_activations_and_rotary() {
     for act in [Act::Gelu, Act::Silu] {
         let mut c = Case::new(tokens());
         let x = c.input(8);
         let y = c.g.op(Shape::tokens(4), |out| Op::Glu { x, act, out });
         check(&format!("glu {act:?}"), &c.finish(y), &counting_batch(&LENS, &[], false));
     }
+    let mut c = Case::new(tokens());
+    let (a, b) = (c.input(6), c.input(6));
+    let y = c.g.op(Shape::tokens(6), |out| Op::Mul { a, b, out });
+    check("product", &c.finish(y), &counting_batch(&LENS, &[], false));
+
     let mut c = Case::new(tokens());
     let x = c.input(8);
     let y = c.g.op(Shape::tokens(3), |out| Op::Slice { x, start: 4, out });

@@ -204,6 +204,7 @@ impl Graph {
                 }
                 // The other ops read no ids, types or positions.
                 Op::Add { .. }
+                | Op::Mul { .. }
                 | Op::LayerNorm { .. }
                 | Op::RmsNorm { .. }
                 | Op::Linear { .. }

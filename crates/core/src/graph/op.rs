@@ -157,6 +157,16 @@ pub enum Op {
         /// The sum.
         out: Val,
     },
+    /// `out = a * b`, element-wise, all three of one shape (a gated feed-forward's gate times
+    /// its value, where the two come from separate layers).
+    Mul {
+        /// First factor.
+        a: Val,
+        /// Second factor.
+        b: Val,
+        /// The product.
+        out: Val,
+    },
     /// Layer normalisation of each row: `(x - mean) / sqrt(var + eps) * gamma + beta`, with the
     /// biased variance (divided by the width). `beta` absent means zero (ModernBERT).
     LayerNorm {
@@ -315,6 +325,7 @@ impl Op {
             Op::TypeEmbed { .. } => "TypeEmbed",
             Op::PosEmbed { .. } => "PosEmbed",
             Op::Add { .. } => "Add",
+            Op::Mul { .. } => "Mul",
             Op::LayerNorm { .. } => "LayerNorm",
             Op::RmsNorm { .. } => "RmsNorm",
             Op::Linear { .. } => "Linear",
@@ -336,6 +347,7 @@ impl Op {
             | Op::TypeEmbed { out, .. }
             | Op::PosEmbed { out, .. }
             | Op::Add { out, .. }
+            | Op::Mul { out, .. }
             | Op::LayerNorm { out, .. }
             | Op::RmsNorm { out, .. }
             | Op::Linear { out, .. }
@@ -354,7 +366,7 @@ impl Op {
     pub fn inputs(&self) -> [Option<Val>; 3] {
         match *self {
             Op::Embed { .. } | Op::TypeEmbed { .. } | Op::PosEmbed { .. } => [None; 3],
-            Op::Add { a, b, .. } => [Some(a), Some(b), None],
+            Op::Add { a, b, .. } | Op::Mul { a, b, .. } => [Some(a), Some(b), None],
             Op::Linear { x, residual, .. } => [Some(x), residual, None],
             Op::Attention { q, k, v, .. } => [Some(q), Some(k), Some(v)],
             Op::LayerNorm { x, .. }
@@ -376,7 +388,7 @@ impl Op {
     /// them in place.
     pub fn in_place_candidates(&self) -> [Option<Val>; 2] {
         match *self {
-            Op::Add { a, b, .. } => [Some(a), Some(b)],
+            Op::Add { a, b, .. } | Op::Mul { a, b, .. } => [Some(a), Some(b)],
             Op::Linear { residual, .. } => [residual, None],
             Op::LayerNorm { x, .. }
             | Op::RmsNorm { x, .. }
@@ -406,6 +418,7 @@ impl Op {
             Op::Linear { weight, bias, .. } => [Some(weight), bias],
             Op::Attention { position_bias, .. } => [position_bias.map(|b| b.table), None],
             Op::Add { .. }
+            | Op::Mul { .. }
             | Op::Glu { .. }
             | Op::Slice { .. }
             | Op::Rope { .. }

@@ -128,6 +128,10 @@ impl Graph {
                 same("addends differ", a, b)?;
                 same("output differs from input", a, out)?;
             }
+            Op::Mul { a, b, out } => {
+                same("factors differ", a, b)?;
+                same("output differs from input", a, out)?;
+            }
             Op::LayerNorm { x, gamma, beta, eps, out } => {
                 same("output differs from input", x, out)?;
                 positive("eps", eps)?;

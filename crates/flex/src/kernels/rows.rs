@@ -118,37 +118,65 @@ pub unsafe fn lookup(
     });
 }
 
-/// `out = a + b`, `len` values; `out` may be `a` or `b`.
+/// How [`combine`] joins two values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Combine {
+    /// `a + b`.
+    Add,
+    /// `a * b`.
+    Mul,
+}
+
+/// `out = a + b` or `a * b`, as `how` says, `len` values; `out` may be `a` or `b`.
 ///
 /// # Safety
 /// Each holds `len` values (readable, `out` writable); `out` is `a`, `b`, or overlaps neither.
-pub unsafe fn add(isa: Isa, out: *mut f32, a: *const f32, b: *const f32, len: usize) {
-    // `out` starts as whichever input it is not the other of, then gains the other.
+pub unsafe fn combine(
+    isa: Isa,
+    how: Combine,
+    out: *mut f32,
+    a: *const f32,
+    b: *const f32,
+    len: usize,
+) {
+    // `out` starts as whichever input it is not the other of, then takes in the other (both
+    // ways of joining commute).
     let (first, other) = if b == out.cast_const() { (b, a) } else { (a, b) };
     let (o, f, other) = (SendPtr(out), SendPtr(first.cast_mut()), SendPtr(other.cast_mut()));
     par_rows(len.div_ceil(1024), 1024, |range| {
         let (s, e) = (range.start * 1024, (range.end * 1024).min(len));
         // SAFETY: values s..e of each, only this chunk's.
-        unsafe { add_range(isa, o, f, other, s, e) }
+        unsafe { combine_range(isa, how, o, f, other, s, e) }
     });
 }
 
 multiversion! {
-    /// Values `s..e` of `add`.
+    /// Values `s..e` of `combine`.
     ///
     /// # Safety
-    /// As [`add`]'s, for those values.
-    unsafe fn add_range(out: SendPtr, first: SendPtr, other: SendPtr, s: usize, e: usize) {
+    /// As [`combine`]'s, for those values.
+    unsafe fn combine_range(
+        how: Combine,
+        out: SendPtr,
+        first: SendPtr,
+        other: SendPtr,
+        s: usize,
+        e: usize,
+    ) {
         // SAFETY: the caller's contract, for values s..e only; `other` is read through `dst`
         // when it is `out`.
         unsafe {
             let at = |p: SendPtr| SendPtr(p.get().add(s));
             let dst = in_place(at(out), at(first), 0, e - s);
+            let join = |x: &mut f32, y: f32| match how {
+                Combine::Add => *x += y,
+                Combine::Mul => *x *= y,
+            };
             if other.get() == out.get() {
-                dst.iter_mut().for_each(|x| *x += *x);
+                dst.iter_mut().for_each(|x| join(x, *x));
             } else {
                 let src = std::slice::from_raw_parts(other.get().add(s), e - s);
-                dst.iter_mut().zip(src).for_each(|(x, y)| *x += y);
+                dst.iter_mut().zip(src).for_each(|(x, y)| join(x, *y));
             }
         }
     }
