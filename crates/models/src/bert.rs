@@ -129,7 +129,7 @@ pub(crate) fn build<'a>(
         Arch::DistilBert => &DISTILBERT,
         Arch::MpNet => &MPNET,
         Arch::Albert => &ALBERT,
-        Arch::Bert | Arch::Roberta | Arch::Electra | Arch::ModernBert => &BERT,
+        Arch::Bert | Arch::Roberta | Arch::Electra | Arch::ModernBert | Arch::T5 => &BERT,
     };
     let names = Names::detect(ck, &format!("{}.weight", s.word))?;
     let d = cfg.hidden;

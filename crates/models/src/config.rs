@@ -20,6 +20,9 @@ pub enum Arch {
     /// ELECTRA's discriminator: BERT's names and shape, its embeddings `embedding_size` wide and
     /// projected to the hidden width where the two differ.
     Electra,
+    /// T5's encoder: pre-norm with RMS norms, no biases, unscaled attention scores with a
+    /// relative position bias from the first layer's table, and a plain or gated feed-forward.
+    T5,
     /// ALBERT: BERT's shape with its embeddings `embedding_size` wide and always projected, and
     /// its layers' weights shared: layer `i` of `num_hidden_layers` runs the `inner_group_num`
     /// layers of group `i * num_hidden_groups / num_hidden_layers`.
@@ -27,6 +30,19 @@ pub enum Arch {
     /// ModernBERT: pre-norm, rotary positions, GeGLU, alternating local and global attention,
     /// no biases.
     ModernBert,
+}
+
+/// T5's settings beyond the common sizes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct T5Config {
+    /// Columns per head (`d_kv`); heads times it need not be the hidden width.
+    pub head_dim: usize,
+    /// Relative position buckets (`relative_attention_num_buckets`).
+    pub buckets: usize,
+    /// The distance from which keys share the farthest bucket (`relative_attention_max_distance`).
+    pub max_distance: usize,
+    /// Whether the feed-forward is gated: `act(x W0) * (x W1)` (`feed_forward_proj` `gated-*`).
+    pub gated: bool,
 }
 
 /// ModernBERT's settings beyond the common sizes.
@@ -118,12 +134,14 @@ pub struct EncoderConfig {
     pub position_offset: usize,
     /// ModernBERT's own settings (`None` for the other families).
     pub modern: Option<ModernConfig>,
+    /// T5's own settings (`None` for the other families).
+    pub t5: Option<T5Config>,
     /// Where training drops activations, and how much.
     pub dropout: Dropouts,
 }
 
 const SUPPORTED: &str =
-    "bert, roberta, xlm-roberta, camembert, distilbert, mpnet, electra, albert, modernbert";
+    "bert, roberta, xlm-roberta, camembert, distilbert, mpnet, electra, albert, modernbert, t5";
 
 /// The relative position buckets MPNet computes its attention bias with (transformers buckets
 /// relative positions into 32 whatever `relative_attention_num_buckets` says), and the distance
@@ -278,6 +296,7 @@ impl EncoderConfig {
                         _ => pad + 1,
                     },
                     modern: None,
+                    t5: None,
                     dropout: dropout.checked()?,
                 })
             }
@@ -295,6 +314,7 @@ impl EncoderConfig {
                 max_positions: get_usize(c, "max_position_embeddings")?,
                 position_offset: 0,
                 modern: None,
+                t5: None,
                 dropout: Dropouts {
                     embeddings: get_f32(c, "dropout", 0.1)?,
                     attention: get_f32(c, "attention_dropout", 0.1)?,
@@ -306,6 +326,7 @@ impl EncoderConfig {
                 .checked()?,
             }),
             "modernbert" => modernbert(c),
+            "t5" => t5(c),
             "" => Err(Error::format(format!(
                 "config.json has no `model_type`; supported model types: {SUPPORTED}"
             ))),
@@ -337,6 +358,60 @@ impl EncoderConfig {
 
 /// ModernBERT's `config.json`, as transformers 4.48 and later write it (`layer_types` and
 /// `rope_parameters`, or the older `global_attn_every_n_layers` and `*_rope_theta`).
+/// T5's encoder from its `config.json`.
+fn t5(c: &Value) -> Result<EncoderConfig> {
+    let proj = get_str(c, "feed_forward_proj", "relu");
+    let (gated, act) = match proj.split_once('-') {
+        Some(("gated", act)) => (true, act),
+        None => (false, proj),
+        Some(_) => {
+            return Err(Error::format(format!(
+                "config.json: feed_forward_proj `{proj}` is not `ACT` or `gated-ACT`"
+            )));
+        }
+    };
+    // transformers reads `gated-gelu` as the tanh approximation, for T5 v1.1's checkpoints.
+    let act = if proj == "gated-gelu" { Act::GeluTanh } else { activation(act)? };
+    let hidden = get_usize(c, "d_model")?;
+    let p = get_f32(c, "dropout_rate", 0.1)?;
+    let t5 = T5Config {
+        head_dim: get_usize(c, "d_kv")?,
+        buckets: get_usize_or(c, "relative_attention_num_buckets", 32)?,
+        max_distance: get_usize_or(c, "relative_attention_max_distance", 128)?,
+        gated,
+    };
+    if t5.head_dim == 0 {
+        return Err(Error::format("config.json: d_kv is 0"));
+    }
+    Ok(EncoderConfig {
+        arch: Arch::T5,
+        vocab: get_usize(c, "vocab_size")?,
+        hidden,
+        embedding: hidden,
+        groups: (1, 1),
+        layers: get_usize(c, "num_layers")?,
+        heads: get_usize(c, "num_heads")?,
+        ffn: get_usize(c, "d_ff")?,
+        act,
+        eps: get_f32(c, "layer_norm_epsilon", 1e-6)?,
+        // Relative positions have no table to run out of; `n_positions` is what its
+        // tokenizers truncate at.
+        max_positions: get_usize_or(c, "n_positions", 512)?,
+        position_offset: 0,
+        modern: None,
+        t5: Some(t5),
+        dropout: Dropouts {
+            embeddings: p,
+            attention: p,
+            attention_out: p,
+            ffn: p,
+            classifier: p,
+            token_classifier: p,
+        }
+        .checked()?,
+    })
+}
+
 fn modernbert(c: &Value) -> Result<EncoderConfig> {
     let layers = get_usize(c, "num_hidden_layers")?;
     let local = match c.get("layer_types") {
@@ -401,6 +476,7 @@ fn modernbert(c: &Value) -> Result<EncoderConfig> {
         eps: get_f32(c, "norm_eps", 1e-5)?,
         max_positions: get_usize_or(c, "max_position_embeddings", 8192)?,
         position_offset: 0,
+        t5: None,
         modern: Some(ModernConfig {
             local,
             window: get_usize_or(c, "local_attention", 128)? / 2,

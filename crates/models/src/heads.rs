@@ -108,6 +108,7 @@ pub(crate) fn sequence_classifier(
     let h = match cfg.arch {
         Arch::Bert => e.linear("pooler.dense", cls, d, Act::Tanh, None)?,
         Arch::Albert => e.linear("pooler", cls, d, Act::Tanh, None)?,
+        Arch::T5 => return Err(t5_head("a sequence classifier")),
         Arch::Roberta | Arch::MpNet => {
             e.g.dropout(cls, p);
             e.head_linear("classifier.dense", cls, d, Act::Tanh)?
@@ -123,9 +124,16 @@ pub(crate) fn sequence_classifier(
     e.g.dropout(h, p);
     let out = match cfg.arch {
         Arch::Roberta | Arch::MpNet | Arch::Electra => "classifier.out_proj",
-        Arch::Bert | Arch::DistilBert | Arch::Albert | Arch::ModernBert => "classifier",
+        Arch::Bert | Arch::DistilBert | Arch::Albert | Arch::ModernBert | Arch::T5 => "classifier",
     };
     e.head_linear(out, h, n, Act::Identity)
+}
+
+/// The error for a head Switchyard does not build on T5's encoder.
+pub(crate) fn t5_head(what: &str) -> Error {
+    Error::unsupported(format!(
+        "T5 as {what}: Switchyard runs T5's encoder as an embedding model only"
+    ))
 }
 
 /// Token classification logits (`n` labels), one row per marker.
@@ -147,6 +155,7 @@ pub(crate) fn token_classifier(
         | Arch::MpNet
         | Arch::Electra
         | Arch::Albert => marked,
+        Arch::T5 => return Err(t5_head("a token classifier")),
     };
     e.g.dropout(h, cfg.dropout.token_classifier);
     e.head_linear("classifier", h, n, Act::Identity)
@@ -207,6 +216,7 @@ pub(crate) fn splade(e: &mut Encoder<'_>, cfg: &EncoderConfig, x: Val, tied: boo
         Arch::Albert => {
             return Err(Error::unsupported("ALBERT's masked-language model as a SPLADE encoder"));
         }
+        Arch::T5 => return Err(t5_head("a SPLADE encoder")),
         Arch::ModernBert => (
             MlmNames {
                 dense: "head.dense",
@@ -343,6 +353,7 @@ pub fn new_head(
                 tensors.push(("head.norm.bias".into(), vec![d], Init::Zeros));
             }
         }
+        (Arch::T5, _) => return Err(t5_head("a classifier")),
         (_, NewHeadKind::Tokens) => linear("classifier", n, true),
     }
     let what = match kind {

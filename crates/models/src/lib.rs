@@ -28,6 +28,7 @@ mod par;
 mod runner;
 pub mod scores;
 pub mod st;
+mod t5;
 mod tokenize;
 
 use std::path::Path;
@@ -274,6 +275,9 @@ fn head_kind(ck: &Checkpoint, sentence: Option<&SentenceConfig>) -> Result<HeadK
 /// every token's keys and values, and its output projection and feed-forward run on one row per
 /// sequence: the same values, with only the layer's key and value projections left per token.
 fn last_layer_on_cls(kind: &HeadKind, config: &EncoderConfig) -> bool {
+    if config.arch == Arch::T5 {
+        return false;
+    }
     match kind {
         HeadKind::Embed(pooling, _) => pooling.mode == PoolMode::Cls,
         HeadKind::Classify => {
@@ -328,10 +332,20 @@ impl Model {
             )));
         }
         let kind = head_kind(&checkpoint, sentence.as_ref())?;
+        if config.arch == Arch::T5 {
+            match kind {
+                HeadKind::Embed(..) => {}
+                HeadKind::Classify => return Err(heads::t5_head("a sequence classifier")),
+                HeadKind::ClassifyTokens => return Err(heads::t5_head("a token classifier")),
+                HeadKind::Sparse => return Err(heads::t5_head("a SPLADE encoder")),
+            }
+        }
         let _span = tracing::info_span!("build", arch = ?config.arch).entered();
         let cls_only = last_layer_on_cls(&kind, &config);
         let build = |cls_only| match config.arch {
             Arch::ModernBert => modernbert::build(&checkpoint, &config, cls_only),
+            // Its heads pool the final norm's rows: no last layer for the first row alone.
+            Arch::T5 => t5::build(&checkpoint, &config),
             Arch::Bert
             | Arch::Roberta
             | Arch::DistilBert

@@ -1,4 +1,4 @@
-//! Tiny random BERT, RoBERTa, DistilBERT, MPNet, ELECTRA, ALBERT and ModernBERT checkpoints
+//! Tiny random BERT, RoBERTa, DistilBERT, MPNet, ELECTRA, ALBERT, ModernBERT and T5 checkpoints
 //! against transformers.
 //!
 //! `fixtures/make_fixtures.py` made each checkpoint (fixed seeds, every weight random, LayerNorm
@@ -108,6 +108,32 @@ fn albert_matches_transformers_with_its_layers_shared() {
     assert_eq!(queries.count(), 4, "two groups of two, each weight declared once");
     check("albert", switchyard_flex::flex());
     check("albert", Reference);
+}
+
+/// T5's encoder: RMS pre-norms, unscaled scores with the first layer's position bias on every
+/// layer (8 buckets up to 20, which the 142-token sentence passes), heads of 4 x 6 columns in a
+/// model 32 wide, and a ReLU or a gated-GELU feed-forward.
+#[test]
+fn t5_encoders_match_transformers_plain_and_gated() {
+    for (name, gated) in [("t5", false), ("t5-gated", true)] {
+        let m = Model::load(&tiny(name)).unwrap();
+        let t5 = m.config().t5.unwrap();
+        assert_eq!((m.config().arch, t5.head_dim, t5.gated), (Arch::T5, 6, gated), "{name}");
+        let products = m.graph().ops.iter().filter(|op| matches!(op, Op::Mul { .. })).count();
+        assert_eq!(products, if gated { 2 } else { 0 }, "{name}: a product a gated layer");
+        check(name, switchyard_flex::flex());
+        check(name, Reference);
+    }
+    let e = Model::load(
+        &edited("t5", "t5-classifier", &|c| {
+            c["architectures"] = serde_json::json!(["T5ForSequenceClassification"]);
+        })
+        .0,
+    )
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(e.contains("T5 as a sequence classifier"), "{e}");
 }
 
 /// CamemBERT is RoBERTa under another name (transformers' class is a copy of RoBERTa's).
@@ -249,7 +275,8 @@ fn inconsistent_configs_are_errors() {
     assert!(load_err(&s.0).contains("the vocabulary size is 0"));
     // A tokenizer that gives ids past the embedding rows is another model's: refused at load,
     // not at the first text that meets such a token.
-    for arch in ["bert", "roberta", "distilbert", "mpnet", "electra", "albert", "modernbert"] {
+    for arch in ["bert", "roberta", "distilbert", "mpnet", "electra", "albert", "modernbert", "t5"]
+    {
         assert!(Model::load(&tiny(arch)).is_ok(), "{arch}: every fixture's ids fit");
         let s = Scratch::of(arch, "pastrows");
         let path = s.0.join("tokenizer.json");
