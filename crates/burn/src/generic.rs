@@ -4,6 +4,8 @@
 //! documented on [`switchyard_core::Op`]. Backends replace single ops through
 //! [`crate::Kernels`] and may call these for the cases they do not handle.
 
+use std::sync::{Arc, Mutex};
+
 use burn_backend::ops::AttentionModuleOptions;
 use burn_backend::tensor::{BoolTensor, FloatTensor};
 use burn_backend::{Backend as BurnBackend, Distribution, Shape, Slice, TensorMetadata};
@@ -225,21 +227,7 @@ fn per_sequence<B: BurnBackend>(
         let r = rows::<B>(t.clone(), first, first + l);
         B::float_swap_dims(reshape::<B>(r, &[1, l, heads, head_dim]), 1, 2)
     };
-    // The bias of the longest sequence's queries, `[heads, queries, keys]`: a sequence's is its
-    // corner, as positions count from each sequence's start.
-    let longest = (0..b.seqs()).map(|s| b.seq(s).len()).max().unwrap_or(0);
-    let lq_most = if per_seq { 1 } else { longest };
-    let biases = bias.filter(|_| longest > 0).map(|(rb, table)| {
-        let by_distance: Vec<i64> =
-            (0..2 * longest - 1).map(|r| rb.bucket(r as i64 - longest as i64 + 1) as i64).collect();
-        let idx = (0..lq_most * longest)
-            .map(|ij| by_distance[ij % longest + longest - 1 - ij / longest])
-            .collect();
-        let idx = crate::convert::ints::<B>(idx, cx.device);
-        let picked =
-            reshape::<B>(B::float_select(table.clone(), 0, idx), &[lq_most, longest, heads]);
-        B::float_permute(picked, &[2, 0, 1])
-    });
+    let biases = bias.and_then(|(rb, table)| longest_biases::<B>(rb, table, heads, cx));
     let mut outs = Vec::with_capacity(b.seqs());
     for s in 0..b.seqs() {
         let (start, l) = (b.cu[s] as usize, b.seq(s).len());
@@ -259,6 +247,35 @@ fn per_sequence<B: BurnBackend>(
         outs.push(reshape::<B>(B::float_swap_dims(o, 1, 2), &[lq, w]));
     }
     if outs.len() == 1 { outs.pop().expect("one sequence") } else { B::float_cat(outs, 0) }
+}
+
+/// The biases of the batch's longest sequence, `[heads, queries, keys]`, made once a run for
+/// each bias: every layer of a model shares one table. A sequence's are their corner, as
+/// positions count from each sequence's start; a query per sequence (its first token's) reads
+/// the corner's first row. `None` for an empty batch.
+fn longest_biases<B: BurnBackend>(
+    rb: RelativeBias,
+    table: &FloatTensor<B>,
+    heads: usize,
+    cx: &RunCx<'_, B>,
+) -> Option<FloatTensor<B>> {
+    type Made<B> = Arc<Mutex<Vec<(RelativeBias, FloatTensor<B>)>>>;
+    let b = cx.batch();
+    let longest = (0..b.seqs()).map(|s| b.seq(s).len()).max().filter(|&l| l > 0)?;
+    let made = cx.memo("generic attention: position biases", Made::<B>::default);
+    let mut made = made.lock().expect("not poisoned");
+    if let Some((_, t)) = made.iter().find(|(key, _)| *key == rb) {
+        return Some(t.clone());
+    }
+    let by_distance = rb.buckets_by_distance(longest);
+    let idx = (0..longest * longest)
+        .map(|ij| by_distance[ij % longest + longest - 1 - ij / longest] as i64)
+        .collect();
+    let idx = crate::convert::ints::<B>(idx, cx.device);
+    let picked = reshape::<B>(B::float_select(table.clone(), 0, idx), &[longest, longest, heads]);
+    let t = B::float_permute(picked, &[2, 0, 1]);
+    made.push((rb, t.clone()));
+    Some(t)
 }
 
 /// Zeroes each element with probability `p` and scales the others by `1 / (1 - p)`

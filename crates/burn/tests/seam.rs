@@ -8,7 +8,7 @@ use switchyard_burn::{
 use switchyard_core::testkit::{self, EncoderSpec};
 use switchyard_core::{
     Act, Backend, Batch, BatchBuf, Bucket, Caps, DType, DeviceKind, Error, Graph, GraphBuilder, Op,
-    Outputs, Reference, Result, Shape,
+    Outputs, PoolMode, Reference, RelativeBias, Result, Shape,
 };
 
 fn caps() -> Caps {
@@ -632,4 +632,36 @@ fn a_run_pads_the_batch_to_the_tokens_its_kernels_ask_for_and_returns_its_own_ro
             assert_outputs_match(&got, &want, &what);
         }
     }
+}
+
+/// Two attention layers read one relative position bias table, the second with a query per
+/// sequence: the generic path makes the longest sequence's biases once a run, and the second
+/// layer reads the first rows of each sequence's corner of them.
+#[test]
+fn one_position_bias_serves_layers_with_token_and_sequence_queries() {
+    let mut g = GraphBuilder::new();
+    let emb = g.weight("emb", &[12, 8]);
+    let table = g.weight("bias", &[8, 2]);
+    let position_bias = Some(RelativeBias { table, buckets: 8, max_distance: 3 });
+    let x = g.op(Shape::tokens(8), |out| Op::Embed { table: emb, out });
+    let attend = |g: &mut GraphBuilder, q, k| {
+        g.op(g.shape(q), |out| Op::Attention {
+            q,
+            k,
+            v: k,
+            heads: 2,
+            head_dim: 4,
+            scale: 0.5,
+            window: None,
+            position_bias,
+            out,
+        })
+    };
+    let h = attend(&mut g, x, x);
+    let first = g.op(Shape::seqs(8), |out| Op::Pool { x: h, mode: PoolMode::Cls, out });
+    let y = attend(&mut g, first, h);
+    g.output("logits", y);
+    let g = g.finish().unwrap();
+    let be = Burn::<Flex>::new(FlexDevice, Generic, caps());
+    assert_matches_reference(&run(&be, &g, &sample()).unwrap(), &g);
 }

@@ -6,8 +6,8 @@
 //! MPNet's position offset, in DistilBERT's and MPNet's lack of token types, in MPNet's relative
 //! position bias (one table for all layers) on the attention scores, in ELECTRA's and ALBERT's
 //! embeddings, which may be narrower than their layers and then pass through a projection, and
-//! in ALBERT's layers, which share their weights.
-//! Dropout (training only) is marked where transformers applies it: after the embeddings' norm, on the attention probabilities,
+//! in ALBERT's layers, which share their weights. Dropout (training only) is marked where
+//! transformers applies it: after the embeddings' norm, on the attention probabilities,
 //! and on each block's output before its residual (DistilBERT: the feed-forward block's only).
 
 use switchyard_core::{Act, Op, RelativeBias, Shape, Val};
@@ -134,7 +134,8 @@ pub(crate) fn build<'a>(
     let names = Names::detect(ck, &format!("{}.weight", s.word))?;
     let d = cfg.hidden;
     let hd = cfg.head_dim()?;
-    // The embeddings' width: the hidden width, or ELECTRA's own, projected to it below.
+    // The embeddings' width: the hidden width, or ELECTRA's or ALBERT's own, projected to it
+    // below.
     let de = cfg.embedding;
     let mut e = Encoder::start(names, &format!("{}.weight", s.word), cfg.vocab, de)?;
     let t = Shape::tokens(de);

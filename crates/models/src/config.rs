@@ -25,7 +25,7 @@ pub enum Arch {
     T5,
     /// ALBERT: BERT's shape with its embeddings `embedding_size` wide and always projected, and
     /// its layers' weights shared: layer `i` of `num_hidden_layers` runs the `inner_group_num`
-    /// layers of group `i * num_hidden_groups / num_hidden_layers`.
+    /// layers of group `int(i / (num_hidden_layers / num_hidden_groups))`.
     Albert,
     /// ModernBERT: pre-norm, rotary positions, GeGLU, alternating local and global attention,
     /// no biases.
@@ -550,6 +550,30 @@ mod tests {
             let e = EncoderConfig::from_json(&albert).unwrap_err().to_string();
             assert!(e.contains(&format!("{groups} groups of {inner} layers for 4")), "{e}");
         }
+    }
+
+    #[test]
+    fn reads_t5_feed_forwards_and_refuses_malformed_ones() {
+        let mut t5 = serde_json::json!({"model_type": "t5", "vocab_size": 100, "d_model": 32,
+            "d_kv": 6, "d_ff": 48, "num_layers": 2, "num_heads": 4});
+        let c = EncoderConfig::from_json(&t5).unwrap();
+        let want = T5Config { head_dim: 6, buckets: 32, max_distance: 128, gated: false };
+        assert_eq!((c.arch, c.act, c.t5, c.max_positions), (Arch::T5, Act::Relu, Some(want), 512));
+        // `gated-gelu` is the tanh approximation; another gated activation is its own.
+        for (proj, act) in [("gated-gelu", Act::GeluTanh), ("gated-silu", Act::Silu)] {
+            t5["feed_forward_proj"] = proj.into();
+            let c = EncoderConfig::from_json(&t5).unwrap();
+            assert_eq!((c.act, c.t5.map(|t| t.gated)), (act, Some(true)), "{proj}");
+        }
+        for (proj, want) in [("gelu-gated", "is not `ACT` or `gated-ACT`"), ("mish", "`mish`")] {
+            t5["feed_forward_proj"] = proj.into();
+            let e = EncoderConfig::from_json(&t5).unwrap_err().to_string();
+            assert!(e.contains(want), "{proj}: {e}");
+        }
+        t5["feed_forward_proj"] = "relu".into();
+        t5["d_kv"] = 0.into();
+        let e = EncoderConfig::from_json(&t5).unwrap_err().to_string();
+        assert!(e.contains("d_kv is 0"), "{e}");
     }
 
     fn modern() -> Value {

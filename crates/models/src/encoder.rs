@@ -24,7 +24,8 @@ impl<'a> Names<'a> {
         }
         Err(Error::format(format!(
             "the checkpoint has no `{probe}` (under any of the prefixes bert., roberta., \
-             distilbert., mpnet., electra., albert., model., encoder.); is it the architecture its config.json names?"
+             distilbert., mpnet., electra., albert., model., encoder.); is it the architecture \
+             its config.json names?"
         )))
     }
 

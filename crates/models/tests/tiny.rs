@@ -136,6 +136,21 @@ fn t5_encoders_match_transformers_plain_and_gated() {
     assert!(e.contains("T5 as a sequence classifier"), "{e}");
 }
 
+/// ELECTRA's and ALBERT's masked-language heads narrow to the embedding width: not SPLADE.
+#[test]
+fn masked_language_models_that_narrow_are_refused_as_splade() {
+    for (arch, class, want) in [
+        ("electra", "ElectraForMaskedLM", "ELECTRA's masked-language model"),
+        ("albert", "AlbertForMaskedLM", "ALBERT's masked-language model"),
+    ] {
+        let s = edited(arch, &format!("{arch}-mlm"), &|c| {
+            c["architectures"] = serde_json::json!([class]);
+        });
+        let e = Model::load(&s.0).err().unwrap().to_string();
+        assert!(e.contains(want), "{arch}: {e}");
+    }
+}
+
 /// CamemBERT is RoBERTa under another name (transformers' class is a copy of RoBERTa's).
 #[test]
 fn camembert_reads_as_roberta() {

@@ -100,14 +100,21 @@ impl RelativeBias {
         side + far.min(half - 1)
     }
 
+    /// The bucket of each relative position `-(len - 1)..=len - 1`, in order: that of `r` at
+    /// `r + len - 1`.
+    pub fn buckets_by_distance(self, len: usize) -> Vec<usize> {
+        let span = (2 * len).saturating_sub(1);
+        (0..span).map(|r| self.bucket(r as i64 - len as i64 + 1)).collect()
+    }
+
     /// Each head's bias for relative positions `-(len - 1)..=len - 1`: `[heads, 2 len - 1]`,
     /// bias of head `h` at relative position `r` at `h * (2 len - 1) + r + len - 1`, read from
     /// the `[buckets, heads]` table `table`.
     pub fn by_distance(self, table: &[f32], heads: usize, len: usize) -> Vec<f32> {
-        let span = (2 * len).saturating_sub(1);
+        let buckets = self.buckets_by_distance(len);
+        let span = buckets.len();
         let mut out = vec![0.0; heads * span];
-        for r in 0..span {
-            let b = self.bucket(r as i64 - len as i64 + 1);
+        for (r, b) in buckets.into_iter().enumerate() {
             for h in 0..heads {
                 out[h * span + r] = table[b * heads + h];
             }

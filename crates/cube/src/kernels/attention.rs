@@ -52,8 +52,9 @@ fn tile_keys(head_dim: usize) -> usize {
 /// `out[i] = softmax(q[i] . k[j] * scale (+ the position bias) over the keys j of i's sequence
 /// (within the window)) . v`, for each head. With `has_pos`, the bias of key `j` is
 /// `pos[pos_bucket[j + pos_mid - i] * heads + head]`: `pos` the `[buckets, heads]` table,
-/// `pos_bucket` the bucket of each relative position from `-pos_mid` on. Rows are `[tokens, heads * head_dim]` of `F` (with `per_seq`, `q` and `out`
-/// are `[seqs, heads * head_dim]`, each sequence's row its first token's); arithmetic is f32.
+/// `pos_bucket` the bucket of each relative position from `-pos_mid` on. Rows are
+/// `[tokens, heads * head_dim]` of `F` (with `per_seq`, `q` and `out` are
+/// `[seqs, heads * head_dim]`, each sequence's row its first token's); arithmetic is f32.
 #[cfg_attr(not(all(test, feature = "wgpu")), cube(launch))]
 #[cfg_attr(all(test, feature = "wgpu"), cube(launch, create_dummy_kernel))]
 #[allow(clippy::too_many_arguments)]
@@ -469,7 +470,7 @@ type MadeBuckets = std::sync::Arc<std::sync::Mutex<Vec<(RelativeBias, super::U32
 
 /// A relative position bias as the row kernel reads it: the `[buckets, heads]` table in the
 /// rows' dtype, and the bucket of each relative position from `-mid` to `mid` (`mid` one less
-/// than the longest sequence the graph takes).
+/// than the longest sequence a batch of the run's sizes may hold).
 pub(crate) struct PositionArgs {
     /// The table.
     pub(crate) table: CubeTensor,
@@ -499,9 +500,8 @@ impl PositionArgs {
         {
             Some((_, u)) => u.clone(),
             None => {
-                let v: Vec<u32> = (0..2 * longest - 1)
-                    .map(|r| b.bucket(r as i64 - longest as i64 + 1) as u32)
-                    .collect();
+                let v: Vec<u32> =
+                    b.buckets_by_distance(longest).into_iter().map(|k| k as u32).collect();
                 let u = super::u32s(&client, &v);
                 made.push((b, u.clone()));
                 u
