@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use switchyard_core::{Backend, Buckets, DType};
 use switchyard_dispatch::{Device, Dispatch};
@@ -20,13 +20,20 @@ fn fixture() -> (Vec<String>, Vec<Vec<f64>>) {
         serde_json::from_str(include_str!("../../models/tests/fixtures/minilm.json")).unwrap();
     let sentences =
         fixture["sentences"].as_array().unwrap().iter().map(|s| s.as_str().unwrap().into());
-    let want = fixture["embeddings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect())
-        .collect();
-    (sentences.collect(), want)
+    (sentences.collect(), rows(&fixture["embeddings"]))
+}
+
+/// A JSON array of arrays of numbers.
+fn rows(v: &serde_json::Value) -> Vec<Vec<f64>> {
+    let row =
+        |r: &serde_json::Value| r.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
+    v.as_array().unwrap().iter().map(row).collect()
+}
+
+/// The largest absolute difference between two rows of the same length.
+fn worst(got: &[f32], want: &[f64]) -> f64 {
+    assert_eq!(got.len(), want.len(), "row lengths differ");
+    got.iter().zip(want).map(|(x, y)| (f64::from(*x) - y).abs()).fold(0.0, f64::max)
 }
 
 /// On a cube device, a check to call after the run that its kernels folded what they fold on
@@ -79,8 +86,40 @@ fn minilm_matches_sentence_transformers_on_each_device() {
             continue;
         }
         // The tolerance of crates/models/tests/minilm.rs: measured worst 2.8e-7 on flex.
-        let worst = a.iter().zip(b).map(|(x, y)| (f64::from(*x) - y).abs()).fold(0.0, f64::max);
+        let worst = worst(a, b);
         assert!(worst <= 2e-6, "{d}: {s:?}: max difference {worst}");
+    }
+}
+
+/// The families whose attention adds a relative position bias, MPNet's (shared by every layer)
+/// and T5's (with RMS norms and a gated feed-forward), on the device: their tiny checkpoints'
+/// mean-pooled outputs against transformers' (crates/models/tests/fixtures/tiny), within the
+/// 1e-5 the models crate holds flex and the reference to (values of about 1). The last
+/// sentence is 142 tokens long, so keys reach every bucket on both sides of their queries.
+#[test]
+fn relative_bias_families_match_transformers_on_each_device() {
+    let d = common::device();
+    for name in ["mpnet", "t5-gated"] {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/tests/fixtures/tiny");
+        let dir = dir.join(name);
+        let text = std::fs::read_to_string(dir.join("expected.json")).unwrap();
+        let want: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let sentences: Vec<&str> =
+            want["sentences"].as_array().unwrap().iter().map(|s| s.as_str().unwrap()).collect();
+        let model = Model::load(&dir).unwrap();
+        let mut e = Runner::new(model, Dispatch::new(&d).unwrap(), Buckets::default()).unwrap();
+        let got = e.embed(&sentences, |_| {}).unwrap();
+        let want = rows(&want["mean_pooled"]);
+        assert_eq!(got.len(), want.len(), "{d} {name}");
+        for (s, (a, b)) in sentences.iter().zip(got.iter().zip(&want)) {
+            assert_eq!(a.len(), b.len(), "{d} {name}: {s:?}");
+            if d.family().backend == "capture" {
+                assert!(a.iter().all(|&x| x == 0.0), "capture executes nothing");
+                continue;
+            }
+            let worst = worst(a, b);
+            assert!(worst <= 1e-5, "{d} {name}: {s:?}: max difference {worst}");
+        }
     }
 }
 

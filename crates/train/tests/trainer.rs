@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use burn_flex::{Flex, FlexDevice};
-use switchyard_core::{Caps, DeviceKind};
+use switchyard_core::{Buckets, Caps, DeviceKind, Reference};
 use switchyard_models::{Model, Task as ModelTask};
 use switchyard_train::{Error, Job, Progress, Settings, Task, Trainer};
 
@@ -103,6 +103,56 @@ fn a_head_made_from_labels_learns_the_task_and_exports_as_transformers_names_it(
     assert!(ck.has("bert.pooler.dense.weight"));
     assert!(out.join("tokenizer.json").is_file() && out.join("training.json").is_file());
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The heads `--labels` makes for MPNet and ELECTRA (RoBERTa's dense and out_proj) and ALBERT
+/// (the pooler, then the classifier) learn the fox task through each family's encoder: MPNet's
+/// position bias, ELECTRA's projected embeddings, ALBERT's layers shared between groups. Each
+/// export loads back as transformers names the class, and decides every eval text as the
+/// trained model did.
+#[test]
+fn heads_made_from_labels_train_through_mpnet_electra_and_albert() {
+    let labels = vec!["other".to_owned(), "fox".to_owned()];
+    for (name, class, head) in [
+        ("mpnet", "MPNetForSequenceClassification", "classifier.out_proj.weight"),
+        ("electra", "ElectraForSequenceClassification", "classifier.out_proj.weight"),
+        ("albert", "AlbertForSequenceClassification", "albert.pooler.weight"),
+    ] {
+        let dir = scratch(&format!("head-{name}"));
+        let records = fox_records(24);
+        let data = write(&dir, "train.jsonl", &records);
+        let out = dir.join("out");
+        let mut j = job(tiny(name), Task::Classify, data.clone(), out.clone());
+        j.eval = Some(data);
+        j.labels = Some(labels.clone());
+        (j.settings.epochs, j.settings.lr, j.settings.batch_size) = (12, 2e-3, 8);
+        let report = fit(&j).unwrap();
+        let acc =
+            |e: &switchyard_train::Eval| e.metrics.iter().find(|(k, _)| k == "accuracy").unwrap().1;
+        let (before, after) =
+            (acc(report.before.as_ref().unwrap()), acc(report.evals.last().unwrap()));
+        assert!(after >= 0.95 && after > before, "{name}: accuracy {before} before, {after}");
+
+        let trained = Model::load(&out).unwrap();
+        assert_eq!(trained.task(), &ModelTask::Classify { labels: labels.clone() }, "{name}");
+        assert_eq!(trained.checkpoint().config()["architectures"][0], class);
+        assert!(trained.checkpoint().has(head), "{name}: {head}");
+        let texts: Vec<String> = records
+            .iter()
+            .map(|r| serde_json::from_str::<serde_json::Value>(r).unwrap()["text"].to_string())
+            .collect();
+        let texts: Vec<&str> = texts.iter().map(|t| t.trim_matches('"')).collect();
+        let mut runner =
+            switchyard_models::Runner::new(trained, Reference, Buckets::default()).unwrap();
+        let logits = runner.classify(&texts, |_| {}).unwrap();
+        let right = logits
+            .iter()
+            .zip(&records)
+            .filter(|(l, r)| (l[1] > l[0]) == r.contains("\"label\": \"fox\""))
+            .count();
+        assert_eq!(right as f64 / texts.len() as f64, after, "{name}: the export decides alike");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
 
 #[test]
