@@ -482,9 +482,9 @@ impl Model {
     /// model's positions do not reach that far or `max_len` cannot hold the special tokens.
     pub fn set_max_len(&mut self, max_len: usize) -> Result<()> {
         let limit = self.config.max_positions.saturating_sub(self.config.position_offset);
-        if max_len < 2 || max_len > limit {
+        if max_len > limit {
             return Err(Error::format(format!(
-                "a maximum length of {max_len} tokens: the model takes 2 to {limit}"
+                "a maximum length of {max_len} tokens: the model's positions reach {limit}"
             )));
         }
         self.tokenizer.set_max_len(max_len)

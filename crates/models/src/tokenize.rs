@@ -375,12 +375,22 @@ fn longest_first(la: usize, lb: usize, m: usize) -> (usize, usize) {
     if la > lb { (long, short) } else { (short, long) }
 }
 
-/// Sets `t` to truncate at `max_len` tokens from `direction` (never, for `None`).
+/// Sets `t` to truncate at `max_len` tokens from `direction` (never, for `None`): an error if
+/// `max_len` leaves no token for text beside the special tokens of a pair (tokenizers' own
+/// truncation subtracts those from it, and would overflow).
 fn truncate(
     t: &mut tokenizers::Tokenizer,
     max_len: Option<usize>,
     direction: TruncationDirection,
 ) -> tokenizers::Result<()> {
+    let special = t.get_post_processor().map_or(0, |p| p.added_tokens(true));
+    if let Some(m) = max_len.filter(|&m| m <= special) {
+        return Err(format!(
+            "a maximum length of {m} tokens leaves no room for text beside the {special} \
+             special tokens the tokenizer puts around a pair of texts"
+        )
+        .into());
+    }
     let params =
         max_len.map(|max_length| TruncationParams { max_length, direction, ..Default::default() });
     t.with_truncation(params)?;
@@ -886,6 +896,18 @@ mod tests {
             ("unigram", unigram(true)),
             ("word level", word_level()),
         ]
+    }
+
+    #[test]
+    fn a_maximum_length_must_leave_room_beside_a_pairs_special_tokens() {
+        // BERT's processing puts three special tokens around a pair: four tokens hold a text.
+        let mut t = wordpiece();
+        let e = t.set_max_len(3).unwrap_err().to_string();
+        assert!(e.contains("a maximum length of 3 tokens leaves no room") && e.contains("the 3 "));
+        assert_eq!(t.max_len(), MAX, "a refused length changes nothing");
+        t.set_max_len(4).unwrap();
+        assert_eq!(t.encode("the man eats food").unwrap().ids.len(), 4);
+        assert_eq!(t.encode_pair("the man", "eats food").unwrap().ids.len(), 4);
     }
 
     #[test]
