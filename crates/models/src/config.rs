@@ -204,6 +204,11 @@ pub fn activation(name: &str) -> Result<Act> {
     }
 }
 
+/// The most layers an encoder runs (ALBERT's shared layers counted each time they run): far
+/// past any published encoder (the largest run 48), a bound on what a `config.json` makes
+/// Switchyard build.
+pub(crate) const MAX_LAYERS: usize = 1024;
+
 impl EncoderConfig {
     /// Reads the encoder's sizes from a parsed `config.json`; an error if one of them is zero.
     pub fn from_json(c: &Value) -> Result<EncoderConfig> {
@@ -219,6 +224,14 @@ impl EncoderConfig {
         ];
         if let Some((what, _)) = sizes.iter().find(|(_, n)| *n == 0) {
             return Err(Error::format(format!("config.json: the {what} is 0")));
+        }
+        // Checked before the layers are built: a hostile count would exhaust memory first.
+        let run = config.layers.saturating_mul(config.groups.1);
+        if run > MAX_LAYERS {
+            return Err(Error::unsupported(format!(
+                "config.json: {run} layers to run; Switchyard builds encoders of at most \
+                 {MAX_LAYERS}"
+            )));
         }
         Ok(config)
     }
@@ -534,6 +547,23 @@ mod tests {
         mpnet["relative_attention_num_buckets"] = 64.into();
         let e = EncoderConfig::from_json(&mpnet).unwrap_err().to_string();
         assert!(e.contains("relative_attention_num_buckets 64"), "{e}");
+    }
+
+    #[test]
+    fn a_config_that_runs_more_layers_than_any_encoder_is_refused() {
+        let mut bert = serde_json::json!({"model_type": "bert", "vocab_size": 100,
+            "hidden_size": 32, "num_attention_heads": 4, "intermediate_size": 64,
+            "max_position_embeddings": 64, "num_hidden_layers": MAX_LAYERS});
+        EncoderConfig::from_json(&bert).unwrap();
+        bert["num_hidden_layers"] = 1_000_000_000_000_000_u64.into();
+        let e = EncoderConfig::from_json(&bert).unwrap_err().to_string();
+        assert!(e.contains("1000000000000000 layers to run; Switchyard builds"), "{e}");
+        // ALBERT runs each group's shared layers once per layer of the group.
+        let mut albert = bert.clone();
+        albert["model_type"] = "albert".into();
+        (albert["num_hidden_layers"], albert["inner_group_num"]) = (512.into(), 3.into());
+        let e = EncoderConfig::from_json(&albert).unwrap_err().to_string();
+        assert!(e.contains("1536 layers to run"), "{e}");
     }
 
     #[test]
