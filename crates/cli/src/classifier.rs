@@ -1,7 +1,7 @@
 //! Sequence and token classification.
 
 use switchyard_dispatch::Dispatch;
-use switchyard_models::scores::{best, probabilities, softmax};
+use switchyard_models::scores::{best, softmax};
 use switchyard_models::{Marking, Model, Prompt, Runner, Task, prompted};
 
 use crate::open::{open_for, strs};
@@ -12,7 +12,9 @@ use crate::{Options, Result};
 pub struct Prediction {
     /// The most likely label.
     pub label: String,
-    /// Its probability (softmax over the labels; the sigmoid for a one-label model).
+    /// Its score, as transformers' text-classification pipeline gives it: the softmax over the
+    /// labels; the sigmoid of its logit for a one-label or multi-label model (`problem_type`);
+    /// the logit itself for a regression model.
     pub score: f32,
     /// Every label's logit, in the model's label order.
     pub logits: Vec<f32>,
@@ -85,11 +87,11 @@ impl Classifier {
     ) -> Result<Vec<Prediction>> {
         let texts = prompted(self.runner.model().prompts().text(prompt)?, texts);
         let rows = self.runner.classify(&strs(&texts)?, |_| {})?;
-        let labels = self.labels();
+        let (labels, scores) = (self.labels(), self.runner.model().class_scores());
         Ok(rows
             .into_iter()
             .map(|logits| {
-                let (i, score) = best(&probabilities(&logits));
+                let (i, score) = best(&scores.apply(&logits));
                 Prediction { label: labels.get(i).cloned().unwrap_or_default(), score, logits }
             })
             .collect())

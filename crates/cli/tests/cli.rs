@@ -480,20 +480,49 @@ fn rerank_puts_the_prompt_before_the_query_as_sentence_transformers_does() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-#[test]
-fn rerank_scores_by_the_activation_the_model_names() {
-    // The tiny cross-encoder, naming Identity as the ms-marco cross-encoders do.
-    let dir = std::env::temp_dir().join(format!("switchyard-cli-identity-{}", std::process::id()));
+/// The tiny checkpoint `name` copied to a fresh folder named by `tag`, its `config.json`
+/// changed by `edit`.
+fn edited(name: &str, tag: &str, edit: impl FnOnce(&mut serde_json::Value)) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("switchyard-cli-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let from = PathBuf::from(tiny("bert-cross-encoder"));
+    let from = PathBuf::from(tiny(name));
     for f in ["model.safetensors", "tokenizer.json"] {
         std::fs::copy(from.join(f), dir.join(f)).unwrap();
     }
     let mut config: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(from.join("config.json")).unwrap()).unwrap();
-    config["sbert_ce_default_activation_function"] = "torch.nn.modules.linear.Identity".into();
+    edit(&mut config);
     std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
+    dir
+}
+
+#[test]
+fn classify_scores_by_the_problem_type_as_transformers_pipeline_does() {
+    let sigmoid = |x: f64| 1.0 / (1.0 + (-x).exp());
+    for (problem, score) in
+        [("multi_label_classification", &sigmoid as &dyn Fn(f64) -> f64), ("regression", &|x| x)]
+    {
+        let dir = edited("bert-classifier", problem, |c| c["problem_type"] = problem.into());
+        let o = switchyard(&["classify", "--model", dir.to_str().unwrap(), "the quick fox"]);
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        let r = lines(&o).remove(0);
+        let logits: Vec<f64> =
+            r["logits"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
+        let best = logits.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).unwrap().0;
+        assert_eq!(r["label"], r["labels"][best], "{problem}");
+        let got = r["score"].as_f64().unwrap();
+        assert!((got - score(logits[best])).abs() < 1e-6, "{problem}: score {got}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
+
+#[test]
+fn rerank_scores_by_the_activation_the_model_names() {
+    // The tiny cross-encoder, naming Identity as the ms-marco cross-encoders do.
+    let dir = edited("bert-cross-encoder", "identity", |c| {
+        c["sbert_ce_default_activation_function"] = "torch.nn.modules.linear.Identity".into();
+    });
     let rank = |m: &str| {
         let o = switchyard(&["rerank", "--model", m, "--query", "the quick fox", "a brown fox"]);
         assert!(o.status.success(), "{}", text(&o.stderr));

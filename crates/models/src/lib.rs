@@ -303,6 +303,8 @@ pub struct Model {
     similarity: scores::Similarity,
     /// A one-label cross-encoder's score of its logit.
     score_fn: scores::ScoreFn,
+    /// How a sequence classifier's logits become its labels' scores.
+    class_scores: scores::ClassScores,
 }
 
 impl std::fmt::Debug for Model {
@@ -415,6 +417,8 @@ impl Model {
         } else {
             scores::ScoreFn::default()
         };
+        let problem_type = checkpoint.config().get("problem_type").and_then(|t| t.as_str());
+        let class_scores = scores::ClassScores::of(problem_type, task.labels().len());
         let (prompts, similarity) = sentence.map(|s| (s.prompts, s.similarity)).unwrap_or_default();
         Ok(Model {
             checkpoint,
@@ -426,6 +430,7 @@ impl Model {
             prompts,
             similarity,
             score_fn,
+            class_scores,
         })
     }
 
@@ -459,6 +464,12 @@ impl Model {
     /// `activation_fn` where the model names one, else the sigmoid.
     pub fn score_fn(&self) -> scores::ScoreFn {
         self.score_fn
+    }
+
+    /// How a sequence classifier's logits become its labels' scores: by `problem_type` in
+    /// `config.json`, as transformers' text-classification pipeline chooses.
+    pub fn class_scores(&self) -> scores::ClassScores {
+        self.class_scores
     }
 
     /// How an embedding model's vectors are compared: its sentence-transformers configuration's

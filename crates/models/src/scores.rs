@@ -105,6 +105,41 @@ pub fn softmax(x: &[f32]) -> Vec<f32> {
     e.iter().map(|v| v / sum).collect()
 }
 
+/// How a sequence classifier's logits become its labels' scores, as transformers'
+/// text-classification pipeline chooses from `config.json`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClassScores {
+    /// The softmax over the labels: one label is true (a single-label classifier).
+    Softmax,
+    /// The sigmoid of each logit: each label is true or not by itself (a multi-label
+    /// classifier, or one label).
+    Sigmoid,
+    /// The logits themselves (a regression model's values).
+    Raw,
+}
+
+impl ClassScores {
+    /// transformers' choice: `problem_type` `regression` the logits, `multi_label_classification`
+    /// or one label the sigmoid, else the softmax.
+    pub fn of(problem_type: Option<&str>, labels: usize) -> ClassScores {
+        match problem_type {
+            Some("regression") => ClassScores::Raw,
+            Some("multi_label_classification") => ClassScores::Sigmoid,
+            _ if labels == 1 => ClassScores::Sigmoid,
+            _ => ClassScores::Softmax,
+        }
+    }
+
+    /// The labels' scores from their logits.
+    pub fn apply(self, logits: &[f32]) -> Vec<f32> {
+        match self {
+            ClassScores::Softmax => softmax(logits),
+            ClassScores::Sigmoid => logits.iter().map(|&x| sigmoid(x)).collect(),
+            ClassScores::Raw => logits.to_vec(),
+        }
+    }
+}
+
 /// A classifier's probabilities from its logits: with one label, the sigmoid of its logit (as
 /// sentence-transformers scores a cross-encoder); with several, their softmax.
 pub fn probabilities(logits: &[f32]) -> Vec<f32> {
@@ -167,6 +202,19 @@ mod tests {
         assert_eq!(cosine(&[1.0, 0.0], &[0.0, 3.0]), 0.0);
         assert!((cosine(&[1.0, 0.0], &[-1.0, 0.0]) + 1.0).abs() < 1e-6);
         assert_eq!(cosine(&[0.0, 0.0], &[1.0, 1.0]), 0.0);
+    }
+
+    #[test]
+    fn class_scores_follow_the_problem_type_as_transformers_pipeline_does() {
+        let logits = [2.0, -1.0, 0.5];
+        let of = |t: Option<&str>, n: usize| ClassScores::of(t, n);
+        assert_eq!(of(None, 3).apply(&logits), softmax(&logits));
+        assert_eq!(of(Some("single_label_classification"), 3), ClassScores::Softmax);
+        let each: Vec<f32> = logits.iter().map(|&x| sigmoid(x)).collect();
+        assert_eq!(of(Some("multi_label_classification"), 3).apply(&logits), each);
+        assert_eq!(of(None, 1), ClassScores::Sigmoid);
+        assert_eq!(of(Some("regression"), 1).apply(&[3.5]), [3.5]);
+        assert_eq!(of(Some("something else"), 3), ClassScores::Softmax);
     }
 
     #[test]

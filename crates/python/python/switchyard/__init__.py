@@ -395,7 +395,8 @@ class Classifier(_Model):
         """Each text's prediction, in order (one prediction for one string).
 
         A sequence classifier gives ``{"label", "score", "logits"}`` per text (``score``: the
-        label's softmax probability, the sigmoid for a one-label model), with the prompt
+        label's softmax probability; its sigmoid for a one-label or multi-label model, its logit
+        for a regression model, as transformers' pipeline scores them), with the prompt
         ``prompt_name`` and ``prompt`` choose before each text as :meth:`Embedder.encode`'s do.
         A token classifier gives, per text, a list of ``{"word", "start", "end", "label",
         "score"}``, one per word, read at each word's first sub-token; ``start`` and ``end``

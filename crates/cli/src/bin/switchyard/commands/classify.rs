@@ -3,7 +3,7 @@
 use anyhow::{Result, bail};
 use serde::Serialize;
 use switchyard::Task;
-use switchyard::models::scores::{best, probabilities, softmax};
+use switchyard::models::scores::{best, softmax};
 use switchyard::models::{Marking, prompted};
 
 use super::{json_line, open_inputs, runner, streamed};
@@ -57,6 +57,7 @@ pub fn run(
     }
     let prompt = if per_token { "" } else { run.model().prompts().text(prompt.choice())? };
     let prompt = prompt.to_owned();
+    let scores = run.model().class_scores();
     streamed(input, inputs, |texts, progress| {
         if per_token {
             let rows = run.classify_tokens(texts, marking, progress)?;
@@ -84,7 +85,7 @@ pub fn run(
             .iter()
             .zip(rows)
             .map(|(text, logits)| {
-                let (i, score) = best(&probabilities(&logits));
+                let (i, score) = best(&scores.apply(&logits));
                 let label = &labels[i];
                 json_line(&Classified { label, labels: &labels, logits: &logits, score, text })
             })
