@@ -78,7 +78,7 @@ fn op_record(graph: &Graph, index: usize, op: &Op, s: &Sizes<'_>) -> OpRecord {
         Op::Rope { heads, head_dim, theta, .. } => {
             (3 * n * w, format!("{heads}x{head_dim}, theta {theta}"), io_bytes)
         }
-        Op::Attention { q, heads, head_dim, window, .. } => {
+        Op::Attention { q, heads, head_dim, window, position_bias, .. } => {
             // A query per token sees up to 2 * window + 1 keys; the one query of a sequence
             // (its first token's) up to window + 1.
             let per_seq = graph.shape(q).rows == Rows::Seqs;
@@ -95,6 +95,9 @@ fn op_record(graph: &Graph, index: usize, op: &Op, s: &Sizes<'_>) -> OpRecord {
                 Some(win) => format!("{heads}x{head_dim}, window {win}"),
                 None => format!("{heads}x{head_dim}"),
             };
+            if let Some(b) = position_bias {
+                d.push_str(&format!(", position bias {} buckets to {}", b.buckets, b.max_distance));
+            }
             if per_seq {
                 d.push_str(", first token's query");
             }

@@ -99,12 +99,18 @@ fn plans_print_as_a_table_and_serialise() {
 
 #[test]
 fn a_query_per_sequence_costs_one_row_of_scores() {
+    // The second case also carries a relative position bias, which the table names.
     for (window, pairs) in [(None, 3 + 1), (Some(1), 2 + 1)] {
         let mut g = GraphBuilder::new();
         let t = g.weight("emb", &[10, 8]);
         let x = g.op(Shape::tokens(8), |out| Op::Embed { table: t, out });
         let mode = switchyard_core::PoolMode::Cls;
         let q = g.op(Shape::seqs(8), |out| Op::Pool { x, mode, out });
+        let position_bias = window.map(|_| switchyard_core::RelativeBias {
+            table: g.weight("bias", &[8, 2]),
+            buckets: 8,
+            max_distance: 10,
+        });
         let a = g.op(Shape::seqs(8), |out| Op::Attention {
             q,
             k: x,
@@ -113,7 +119,7 @@ fn a_query_per_sequence_costs_one_row_of_scores() {
             head_dim: 4,
             scale: 0.5,
             window,
-            position_bias: None,
+            position_bias,
             out,
         });
         g.output("a", a);
@@ -121,7 +127,10 @@ fn a_query_per_sequence_costs_one_row_of_scores() {
         let cap = Capture::new();
         let w = cap.upload(&testkit::random_weights(&g, 1).tensors(), &g).unwrap();
         let plan = cap.lower(&w, &g, Bucket::new(16, 4, 0)).unwrap();
-        assert!(plan.record().table().contains("first token's query"));
+        let table = plan.record().table();
+        assert!(table.contains("first token's query"), "{table}");
+        let named = table.contains("position bias 8 buckets to 10");
+        assert_eq!(named, window.is_some(), "{table}");
         let mut b = BatchBuf::new();
         b.push(&[1, 2, 3], None, &[]).unwrap();
         b.push(&[4], None, &[]).unwrap();
