@@ -140,13 +140,11 @@ impl ClassScores {
     }
 }
 
-/// A classifier's probabilities from its logits: with one label, the sigmoid of its logit (as
-/// sentence-transformers scores a cross-encoder); with several, their softmax.
+/// A classifier's probabilities from its logits whatever its `problem_type` says (TEI's rule):
+/// with one label, the sigmoid of its logit (as sentence-transformers scores a cross-encoder);
+/// with several, their softmax.
 pub fn probabilities(logits: &[f32]) -> Vec<f32> {
-    match logits {
-        [one] => vec![sigmoid(*one)],
-        many => softmax(many),
-    }
+    ClassScores::of(None, logits.len()).apply(logits)
 }
 
 /// The index and value of the largest probability (the first, on a tie); `(0, 0.0)` for none.
