@@ -7,10 +7,10 @@
 use std::sync::{Arc, Mutex};
 
 use burn_backend::ops::AttentionModuleOptions;
-use burn_backend::tensor::{BoolTensor, FloatTensor};
+use burn_backend::tensor::{BoolTensor, FloatTensor, IntTensor};
 use burn_backend::{Backend as BurnBackend, Distribution, Shape, Slice, TensorMetadata};
 use burn_std::IndexingUpdateOp;
-use switchyard_core::{Act, Op, PoolMode, RelativeBias};
+use switchyard_core::{Act, Disentangled, Op, PoolMode, PositionBias, RelativeBias};
 
 use crate::{Bound, Inputs, RunCx};
 
@@ -98,9 +98,17 @@ pub enum MaskMeaning {
     TrueIncludes,
 }
 
-/// An attention op's relative position bias ([`switchyard_core::RelativeBias`]) with its
-/// `[buckets, heads]` table on the device.
-pub type PositionBias<'a, B> = Option<(RelativeBias, &'a FloatTensor<B>)>;
+/// An attention op's position bias with its tables on the device.
+#[derive(Clone, Copy)]
+pub enum BoundBias<'a, B: BurnBackend> {
+    /// A relative position bias with its `[buckets, heads]` table.
+    Relative(RelativeBias, &'a FloatTensor<B>),
+    /// Disentangled attention with its `[2 span, heads * head_dim]` tables (keys', queries').
+    Disentangled(Disentangled, Option<&'a FloatTensor<B>>, Option<&'a FloatTensor<B>>),
+}
+
+/// An attention op's position bias, if it has one, with its tables on the device.
+pub type PositionTables<'a, B> = Option<BoundBias<'a, B>>;
 
 /// Self-attention of each sequence on its own, with no padding: one Burn attention call per
 /// sequence, on `[1, heads, len, head_dim]` views of its rows.
@@ -113,7 +121,7 @@ pub fn attention<B: BurnBackend>(
     head_dim: usize,
     scale: f32,
     window: Option<usize>,
-    bias: PositionBias<'_, B>,
+    bias: PositionTables<'_, B>,
     cx: &RunCx<'_, B>,
 ) -> FloatTensor<B> {
     let meaning = MaskMeaning::TrueExcludes;
@@ -130,12 +138,12 @@ pub fn attention_masked<B: BurnBackend>(
     head_dim: usize,
     scale: f32,
     window: Option<usize>,
-    bias: PositionBias<'_, B>,
+    bias: PositionTables<'_, B>,
     meaning: MaskMeaning,
     cx: &RunCx<'_, B>,
 ) -> FloatTensor<B> {
     let options = AttentionModuleOptions { scale: Some(f64::from(scale)), ..Default::default() };
-    let shape = Heads { heads, head_dim, window, bias, meaning };
+    let shape = Heads { heads, head_dim, window, bias, scale, meaning };
     per_sequence::<B>(&q, &k, &v, shape, cx, |q, k, v, mask, bias| {
         B::attention(q, k, v, mask, bias, options)
     })
@@ -153,12 +161,12 @@ pub fn attention_dropped<B: BurnBackend>(
     head_dim: usize,
     scale: f32,
     window: Option<usize>,
-    bias: PositionBias<'_, B>,
+    bias: PositionTables<'_, B>,
     p: f32,
     cx: &RunCx<'_, B>,
 ) -> FloatTensor<B> {
     let meaning = MaskMeaning::TrueExcludes;
-    let shape = Heads { heads, head_dim, window, bias, meaning };
+    let shape = Heads { heads, head_dim, window, bias, scale, meaning };
     per_sequence::<B>(&q, &k, &v, shape, cx, |q, k, v, mask, bias| {
         let scores =
             B::float_mul_scalar(B::float_matmul(q, B::float_transpose(k)), f64::from(scale).into());
@@ -175,15 +183,20 @@ pub fn attention_dropped<B: BurnBackend>(
     })
 }
 
-/// An attention op's position bias with the table `lower` bound for it.
+/// An attention op's position bias with the tables `lower` bound for it.
 pub fn position_bias_of<B: BurnBackend>(
-    bias: Option<RelativeBias>,
+    bias: Option<PositionBias>,
     w: &Bound<B>,
-) -> PositionBias<'_, B> {
+) -> PositionTables<'_, B> {
     match (bias, w) {
-        (Some(b), Bound::Table(table)) => Some((b, table)),
+        (Some(PositionBias::Relative(b)), Bound::Table(table)) => {
+            Some(BoundBias::Relative(b, table))
+        }
+        (Some(PositionBias::Disentangled(d)), Bound::Disentangled { keys, queries }) => {
+            Some(BoundBias::Disentangled(d, keys.as_ref(), queries.as_ref()))
+        }
         (None, _) => None,
-        (Some(_), _) => unreachable!("lower binds a position bias's table"),
+        (Some(_), _) => unreachable!("lower binds a position bias's tables"),
     }
 }
 
@@ -192,7 +205,9 @@ struct Heads<'a, B: BurnBackend> {
     heads: usize,
     head_dim: usize,
     window: Option<usize>,
-    bias: PositionBias<'a, B>,
+    bias: PositionTables<'a, B>,
+    /// Multiplies the scores (the disentangled terms' too).
+    scale: f32,
     meaning: MaskMeaning,
 }
 
@@ -216,7 +231,7 @@ fn per_sequence<B: BurnBackend>(
         Option<FloatTensor<B>>,
     ) -> FloatTensor<B>,
 ) -> FloatTensor<B> {
-    let Heads { heads, head_dim, window, bias, meaning } = h;
+    let Heads { heads, head_dim, window, bias, scale, meaning } = h;
     let outside = meaning == MaskMeaning::TrueExcludes;
     let b = cx.batch();
     let w = heads * head_dim;
@@ -227,7 +242,16 @@ fn per_sequence<B: BurnBackend>(
         let r = rows::<B>(t.clone(), first, first + l);
         B::float_swap_dims(reshape::<B>(r, &[1, l, heads, head_dim]), 1, 2)
     };
-    let biases = bias.and_then(|(rb, table)| longest_biases::<B>(rb, table, heads, cx));
+    let biases = match bias {
+        Some(BoundBias::Relative(rb, table)) => longest_biases::<B>(rb, table, heads, cx),
+        _ => None,
+    };
+    let disentangled = match bias {
+        Some(BoundBias::Disentangled(d, keys, queries)) => {
+            longest_disentangled::<B>(d, [keys, queries], heads, head_dim, cx)
+        }
+        _ => None,
+    };
     let mut outs = Vec::with_capacity(b.seqs());
     for s in 0..b.seqs() {
         let (start, l) = (b.cu[s] as usize, b.seq(s).len());
@@ -243,7 +267,12 @@ fn per_sequence<B: BurnBackend>(
             let corner = B::float_slice(all.clone(), &[Slice::from(..), range(0, lq), range(0, l)]);
             reshape::<B>(corner, &[1, heads, lq, l])
         });
-        let o = attend(split(q, q0, lq), split(k, start, l), split(v, start, l), mask, bias);
+        let (qs, ks) = (split(q, q0, lq), split(k, start, l));
+        let bias = match &disentangled {
+            Some(d) => Some(d.scores(&qs, &ks, [lq, l], heads, scale)),
+            None => bias,
+        };
+        let o = attend(qs, ks, split(v, start, l), mask, bias);
         outs.push(reshape::<B>(B::float_swap_dims(o, 1, 2), &[lq, w]));
     }
     if outs.len() == 1 { outs.pop().expect("one sequence") } else { B::float_cat(outs, 0) }
@@ -275,6 +304,96 @@ fn longest_biases<B: BurnBackend>(
     let picked = reshape::<B>(B::float_select(table.clone(), 0, idx), &[longest, longest, heads]);
     let t = B::float_permute(picked, &[2, 0, 1]);
     made.push((rb, t.clone()));
+    Some(t)
+}
+
+/// Disentangled attention's tables for the batch's longest sequence (`len` tokens): each
+/// table's rows by relative position, `[1, heads, head_dim, 2 len - 1]` (that of a key `r`
+/// positions after its query at `r + len - 1`), and the `[len, len]` indices that read them:
+/// `j - i + len - 1` at `[i, j]` (content to position) and its transpose (position to content).
+#[derive(Clone)]
+struct LongestDisentangled<B: BurnBackend> {
+    keys: Option<FloatTensor<B>>,
+    queries: Option<FloatTensor<B>>,
+    by_key: IntTensor<B>,
+    by_query: IntTensor<B>,
+}
+
+impl<B: BurnBackend> LongestDisentangled<B> {
+    /// One sequence's disentangled scores, `[1, heads, lq, l]`, times `scale`: `q` holds its
+    /// `lq` queries (its first `lq` tokens'), `k` its `l` keys, as `[1, heads, rows, head_dim]`.
+    fn scores(
+        &self,
+        q: &FloatTensor<B>,
+        k: &FloatTensor<B>,
+        [lq, l]: [usize; 2],
+        heads: usize,
+        scale: f32,
+    ) -> FloatTensor<B> {
+        let corner = |idx: &IntTensor<B>, rows: usize, cols: usize| {
+            let c = B::int_slice(idx.clone(), &[range(0, rows), range(0, cols)]);
+            let c = B::int_reshape(c, Shape::from(vec![1, 1, rows, cols]));
+            B::int_expand(c, Shape::from(vec![1, heads, rows, cols]))
+        };
+        let mut terms = Vec::with_capacity(2);
+        if let Some(keys) = &self.keys {
+            // Each query against every row, then row `j - i + len - 1` for key `j`.
+            let all = B::float_matmul(q.clone(), keys.clone());
+            terms.push(B::float_gather(3, all, corner(&self.by_key, lq, l)));
+        }
+        if let Some(queries) = &self.queries {
+            // Each key against every row, row `j - i + len - 1` for query `i`, then transposed.
+            let all = B::float_matmul(k.clone(), queries.clone());
+            let picked = B::float_gather(3, all, corner(&self.by_query, l, lq));
+            terms.push(B::float_swap_dims(picked, 2, 3));
+        }
+        let sum = terms.into_iter().reduce(B::float_add).expect("validate: at least one term");
+        B::float_mul_scalar(sum, f64::from(scale).into())
+    }
+}
+
+/// [`LongestDisentangled`] for `d` and its `[keys, queries]` tables, made once a run for each
+/// op; `None` for an empty batch.
+fn longest_disentangled<B: BurnBackend>(
+    d: Disentangled,
+    tables: [Option<&FloatTensor<B>>; 2],
+    heads: usize,
+    head_dim: usize,
+    cx: &RunCx<'_, B>,
+) -> Option<LongestDisentangled<B>> {
+    type Made<B> = Arc<Mutex<Vec<(Disentangled, LongestDisentangled<B>)>>>;
+    let b = cx.batch();
+    let len = (0..b.seqs()).map(|s| b.seq(s).len()).max().filter(|&l| l > 0)?;
+    let made = cx.memo("generic attention: disentangled tables", Made::<B>::default);
+    let mut made = made.lock().expect("not poisoned");
+    if let Some((_, t)) = made.iter().find(|(key, _)| *key == d) {
+        return Some(t.clone());
+    }
+    let rows = d.rows_by_distance(len).into_iter().map(|r| r as i64).collect();
+    let rows = crate::convert::ints::<B>(rows, cx.device);
+    let by_distance = |table: &FloatTensor<B>| {
+        let picked = B::float_select(table.clone(), 0, rows.clone());
+        let picked = reshape::<B>(picked, &[2 * len - 1, heads, head_dim]);
+        reshape::<B>(B::float_permute(picked, &[1, 2, 0]), &[1, heads, head_dim, 2 * len - 1])
+    };
+    // At [a, b]: b - a + len - 1 (b's row after a's), or its transpose.
+    let index = |transposed: bool| {
+        let at = |a: usize, b: usize| (b + len - 1 - a) as i64;
+        let idx = (0..len * len)
+            .map(|ab| {
+                let (a, b) = (ab / len, ab % len);
+                if transposed { at(b, a) } else { at(a, b) }
+            })
+            .collect();
+        B::int_reshape(crate::convert::ints::<B>(idx, cx.device), Shape::from(vec![len, len]))
+    };
+    let t = LongestDisentangled {
+        keys: tables[0].map(by_distance),
+        queries: tables[1].map(by_distance),
+        by_key: index(false),
+        by_query: index(true),
+    };
+    made.push((d, t.clone()));
     Some(t)
 }
 

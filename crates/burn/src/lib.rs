@@ -29,7 +29,7 @@ use burn_backend::Backend as BurnBackend;
 use burn_backend::tensor::FloatTensor;
 use switchyard_core::{
     Backend, Batch, BatchBuf, Bucket, Caps, DType, Error, Graph, HostTensor, Layout, Op, Outputs,
-    Result, Val, W,
+    PositionBias, Result, Val, W,
 };
 
 pub use convert::{burn_dtype, floats, floats_as, ints, read_f32};
@@ -59,6 +59,14 @@ pub enum Bound<B: BurnBackend> {
         wt: FloatTensor<B>,
         /// `[1, out]`.
         bias: Option<FloatTensor<B>>,
+    },
+    /// Disentangled attention's tables, `[2 span, heads * head_dim]` each, where the op has
+    /// the term.
+    Disentangled {
+        /// The relative embeddings through the key projection.
+        keys: Option<FloatTensor<B>>,
+        /// The relative embeddings through the query projection.
+        queries: Option<FloatTensor<B>>,
     },
     /// Rotary tables for every position of the bucket, `[positions, head_dim / 2]` each.
     Rope {
@@ -707,7 +715,15 @@ impl<B: BurnBackend, K: Kernels<B>> Backend for Burn<B, K> {
                     wt: w.transposed(weight)?,
                     bias: bias.map(|b| w.row(b)).transpose()?,
                 },
-                Op::Attention { position_bias: Some(b), .. } => Bound::Table(w.plain(b.table)?),
+                Op::Attention { position_bias: Some(PositionBias::Relative(b)), .. } => {
+                    Bound::Table(w.plain(b.table)?)
+                }
+                Op::Attention { position_bias: Some(PositionBias::Disentangled(d)), .. } => {
+                    Bound::Disentangled {
+                        keys: d.keys.map(|t| w.plain(t)).transpose()?,
+                        queries: d.queries.map(|t| w.plain(t)).transpose()?,
+                    }
+                }
                 Op::Rope { head_dim, theta, .. } => {
                     let (cos, sin) = rope_cache
                         .entry((head_dim, theta.to_bits()))

@@ -8,7 +8,7 @@ use switchyard_burn::{
 use switchyard_core::testkit::{self, EncoderSpec};
 use switchyard_core::{
     Act, Backend, Batch, BatchBuf, Bucket, Caps, DType, DeviceKind, Error, Graph, GraphBuilder, Op,
-    Outputs, PoolMode, Reference, RelativeBias, Result, Shape,
+    Outputs, PoolMode, PositionBias, Reference, RelativeBias, Result, Shape,
 };
 
 fn caps() -> Caps {
@@ -642,7 +642,8 @@ fn one_position_bias_serves_layers_with_token_and_sequence_queries() {
     let mut g = GraphBuilder::new();
     let emb = g.weight("emb", &[12, 8]);
     let table = g.weight("bias", &[8, 2]);
-    let position_bias = Some(RelativeBias { table, buckets: 8, max_distance: 3 });
+    let position_bias =
+        Some(PositionBias::Relative(RelativeBias { table, buckets: 8, max_distance: 3 }));
     let x = g.op(Shape::tokens(8), |out| Op::Embed { table: emb, out });
     let attend = |g: &mut GraphBuilder, q, k| {
         g.op(g.shape(q), |out| Op::Attention {

@@ -5,7 +5,7 @@
 
 use std::fmt::Write as _;
 
-use switchyard_core::{Graph, Op, Rows};
+use switchyard_core::{Graph, Op, PositionBias, Rows};
 
 use crate::OpRecord;
 
@@ -90,13 +90,31 @@ fn op_record(graph: &Graph, index: usize, op: &Op, s: &Sizes<'_>) -> OpRecord {
                 .sum();
             let hd = head_dim as u64;
             let heads_u = heads as u64;
-            let flops = heads_u * pairs * (4 * hd + 3);
+            let mut flops = heads_u * pairs * (4 * hd + 3);
             let mut d = match window {
                 Some(win) => format!("{heads}x{head_dim}, window {win}"),
                 None => format!("{heads}x{head_dim}"),
             };
-            if let Some(b) = position_bias {
-                d.push_str(&format!(", position bias {} buckets to {}", b.buckets, b.max_distance));
+            match position_bias {
+                Some(PositionBias::Relative(b)) => d.push_str(&format!(
+                    ", position bias {} buckets to {}",
+                    b.buckets, b.max_distance
+                )),
+                Some(PositionBias::Disentangled(dis)) => {
+                    // Each term is one more product of a head's columns a pair.
+                    let terms = u64::from(dis.keys.is_some()) + u64::from(dis.queries.is_some());
+                    flops += heads_u * pairs * terms * 2 * hd;
+                    let names = match (dis.keys.is_some(), dis.queries.is_some()) {
+                        (true, true) => "c2p and p2c",
+                        (true, false) => "c2p",
+                        _ => "p2c",
+                    };
+                    d.push_str(&format!(", disentangled {names} over {} positions", dis.span));
+                    if dis.buckets > 0 {
+                        d.push_str(&format!(" in {} buckets to {}", dis.buckets, dis.max_distance));
+                    }
+                }
+                None => {}
             }
             if per_seq {
                 d.push_str(", first token's query");

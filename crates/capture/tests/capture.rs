@@ -106,10 +106,12 @@ fn a_query_per_sequence_costs_one_row_of_scores() {
         let x = g.op(Shape::tokens(8), |out| Op::Embed { table: t, out });
         let mode = switchyard_core::PoolMode::Cls;
         let q = g.op(Shape::seqs(8), |out| Op::Pool { x, mode, out });
-        let position_bias = window.map(|_| switchyard_core::RelativeBias {
-            table: g.weight("bias", &[8, 2]),
-            buckets: 8,
-            max_distance: 10,
+        let position_bias = window.map(|_| {
+            switchyard_core::PositionBias::Relative(switchyard_core::RelativeBias {
+                table: g.weight("bias", &[8, 2]),
+                buckets: 8,
+                max_distance: 10,
+            })
         });
         let a = g.op(Shape::seqs(8), |out| Op::Attention {
             q,

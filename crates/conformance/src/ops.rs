@@ -3,11 +3,21 @@
 
 use switchyard_core::testkit::Rng;
 use switchyard_core::{
-    Act, Backend, BatchBuf, Buckets, Graph, GraphBuilder, Op, PoolMode, RelativeBias, Shape, Val,
+    Act, Backend, BatchBuf, Buckets, Disentangled, Graph, GraphBuilder, Op, PoolMode, PositionBias,
+    RelativeBias, Shape, Val,
 };
 
 use crate::ACTS;
 use crate::harness::{Harness, batch, random_lens};
+
+/// An attention case's position bias: a relative bias's buckets and farthest distance, or
+/// disentangled attention's rows a side, buckets and terms (content to position, position to
+/// content).
+#[derive(Clone, Copy)]
+enum Bias {
+    Relative(usize, usize),
+    Disentangled { span: usize, buckets: usize, terms: (bool, bool) },
+}
 
 const WIDTHS: [usize; 11] = [1, 3, 7, 8, 16, 17, 33, 64, 100, 255, 300];
 const VOCAB: usize = 40;
@@ -143,8 +153,13 @@ fn cases() -> Vec<(String, Graph)> {
     }
     for (heads, head_dim) in [(1, 1), (2, 3), (4, 16), (3, 32), (12, 25)] {
         // Relative position biases: MPNet's 32 buckets up to 128, and 8 up to 10, which
-        // sequences of up to 20 tokens take to their farthest buckets.
-        let (mpnet, near) = (Some((32, 128)), Some((8, 10)));
+        // sequences of up to 20 tokens take to their farthest buckets. Disentangled attention:
+        // 8 rows a side in 8 buckets up to 12 (log buckets and the clamp both reached), 4 rows
+        // a side without buckets (clamped from distance 5), and each term alone.
+        let (mpnet, near) = (Some(Bias::Relative(32, 128)), Some(Bias::Relative(8, 10)));
+        let both = Some(Bias::Disentangled { span: 8, buckets: 8, terms: (true, true) });
+        let c2p = Some(Bias::Disentangled { span: 4, buckets: 0, terms: (true, false) });
+        let p2c = Some(Bias::Disentangled { span: 16, buckets: 0, terms: (false, true) });
         for (window, per_seq, bias) in [
             (None, false, None),
             (Some(2), false, None),
@@ -154,11 +169,20 @@ fn cases() -> Vec<(String, Graph)> {
             (None, true, mpnet),
             (Some(2), false, near),
             (None, false, near),
+            (None, false, both),
+            (None, true, both),
+            (None, false, c2p),
+            (Some(2), false, p2c),
         ] {
             let w = heads * head_dim;
             let queries = if per_seq { ", a query per sequence" } else { "" };
             let biased = match bias {
-                Some((buckets, most)) => format!(", {buckets} position buckets to {most}"),
+                Some(Bias::Relative(buckets, most)) => {
+                    format!(", {buckets} position buckets to {most}")
+                }
+                Some(Bias::Disentangled { span, buckets, terms }) => {
+                    format!(", disentangled {terms:?} over {span} positions, {buckets} buckets")
+                }
                 None => String::new(),
             };
             c.push((
@@ -173,10 +197,25 @@ fn cases() -> Vec<(String, Graph)> {
                         }
                         false => q,
                     };
-                    let position_bias = bias.map(|(buckets, max_distance)| RelativeBias {
-                        table: g.weight("attention.position_bias", &[buckets, heads]),
-                        buckets,
-                        max_distance,
+                    let position_bias = bias.map(|b| match b {
+                        Bias::Relative(buckets, max_distance) => {
+                            PositionBias::Relative(RelativeBias {
+                                table: g.weight("attention.position_bias", &[buckets, heads]),
+                                buckets,
+                                max_distance,
+                            })
+                        }
+                        Bias::Disentangled { span, buckets, terms } => {
+                            let mut table =
+                                |on: bool, name: &str| on.then(|| g.weight(name, &[2 * span, w]));
+                            PositionBias::Disentangled(Disentangled {
+                                keys: table(terms.0, "attention.pos_keys"),
+                                queries: table(terms.1, "attention.pos_queries"),
+                                span,
+                                buckets,
+                                max_distance: 12,
+                            })
+                        }
                     });
                     g.op(g.shape(q), |out| Op::Attention {
                         q,

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use crate::{
     Backend, Batch, Bucket, Caps, DeviceKind, Graph, HostTensor, Layout, Op, Outputs, PoolMode,
-    Result, Val,
+    PositionBias, Result, Val, W,
 };
 
 /// The f64 reference interpreter.
@@ -161,7 +161,7 @@ impl Ctx<'_> {
         &self.arena[start..start + self.batch.rows(s.rows) * s.width]
     }
 
-    fn w(&self, w: crate::W) -> &[f64] {
+    fn w(&self, w: W) -> &[f64] {
         &self.plan.weights.tensors[w.idx()]
     }
 
@@ -267,7 +267,12 @@ impl Ctx<'_> {
                 }
             }
             Op::Attention { q, k, v, heads, head_dim, scale, window, position_bias, .. } => {
-                let position_bias = position_bias.map(|b| (b, self.w(b.table)));
+                let relative =
+                    position_bias.and_then(PositionBias::relative).map(|b| (b, self.w(b.table)));
+                let disentangled = position_bias.and_then(PositionBias::disentangled);
+                let table = |t: Option<W>| t.map(|t| self.w(t));
+                let (pos_keys, pos_queries) =
+                    disentangled.map_or((None, None), |d| (table(d.keys), table(d.queries)));
                 let (qs, ks, vs) = (self.val(q), self.val(k), self.val(v));
                 let w = heads * head_dim;
                 let per_seq = self.plan.graph.shape(q).rows == crate::Rows::Seqs;
@@ -289,9 +294,23 @@ impl Ctx<'_> {
                             let sc = &mut scores[..keys.len()];
                             for (sv, j) in sc.iter_mut().zip(keys.clone()) {
                                 let kj = &ks[j * w..][col.clone()];
-                                *sv = f64::from(scale)
-                                    * qi.iter().zip(kj).map(|(a, b)| a * b).sum::<f64>();
-                                if let Some((b, table)) = &position_bias {
+                                let dot = |a: &[f64], b: &[f64]| {
+                                    a.iter().zip(b).map(|(a, b)| a * b).sum::<f64>()
+                                };
+                                let mut content = dot(qi, kj);
+                                if let Some(d) = disentangled {
+                                    // Positions within the sequence: of the query, of the key.
+                                    let (pi, pj) = (i - seq.start, j - seq.start);
+                                    let at = d.row(pj as i64 - pi as i64) * w;
+                                    if let Some(t) = pos_keys {
+                                        content += dot(qi, &t[at..][col.clone()]);
+                                    }
+                                    if let Some(t) = pos_queries {
+                                        content += dot(kj, &t[at..][col.clone()]);
+                                    }
+                                }
+                                *sv = f64::from(scale) * content;
+                                if let Some((b, table)) = &relative {
                                     *sv += table[b.bucket(j as i64 - i as i64) * heads + h];
                                 }
                             }

@@ -15,12 +15,12 @@ use std::sync::Arc;
 
 use rayon::prelude::*;
 use switchyard_core::{
-    Batch, Bucket, Caps, Error, Graph, HostTensor, Layout, Op, Outputs, RelativeBias, Result, Rows,
-    W,
+    Batch, Bucket, Caps, Disentangled, Error, Graph, HostTensor, Layout, Op, Outputs, PositionBias,
+    RelativeBias, Result, Rows, W,
 };
 
 use crate::buf::AlignedBuf;
-use crate::kernels::attention::{self, Heads, Products};
+use crate::kernels::attention::{self, DisentangledTables, Heads, Products};
 use crate::kernels::gemm::{self, PackedWeight};
 use crate::kernels::gemm8::{self, Isa8, PackedWeight8, QuantizedRows};
 use crate::kernels::gemm16::{self, Isa16, PackedWeight16};
@@ -110,6 +110,9 @@ pub struct NativePlan {
     /// Each relative position bias's table by distance ([`RelativeBias::by_distance`]), for
     /// the longest sequence the plan takes.
     position: Vec<(RelativeBias, Vec<f32>)>,
+    /// Each disentangled attention op's rows by distance ([`Disentangled::rows_by_distance`]),
+    /// for the longest sequence the plan takes.
+    disentangled: Vec<(Disentangled, Vec<u32>)>,
 }
 
 /// What one run writes: the arena, the kernels' scratch for each thread of the pool, and in
@@ -193,11 +196,19 @@ pub(crate) fn lower(w: &Arc<NativeWeights>, graph: &Graph, bucket: Bucket) -> Re
     }
     let longest = bucket.tokens.min(graph.limits().max_len as usize);
     let mut position: Vec<(RelativeBias, Vec<f32>)> = Vec::new();
+    let mut disentangled: Vec<(Disentangled, Vec<u32>)> = Vec::new();
     for op in &graph.ops {
-        if let Op::Attention { heads, position_bias: Some(b), .. } = *op
-            && !position.iter().any(|(p, _)| *p == b)
-        {
-            position.push((b, b.by_distance(w.plain(b.table)?, heads, longest)));
+        match *op {
+            Op::Attention { heads, position_bias: Some(PositionBias::Relative(b)), .. }
+                if !position.iter().any(|(p, _)| *p == b) =>
+            {
+                position.push((b, b.by_distance(w.plain(b.table)?, heads, longest)));
+            }
+            Op::Attention { position_bias: Some(PositionBias::Disentangled(d)), .. } => {
+                let rows = d.rows_by_distance(longest).into_iter().map(|r| r as u32).collect();
+                disentangled.push((d, rows));
+            }
+            _ => {}
         }
     }
     Ok(NativePlan {
@@ -207,6 +218,7 @@ pub(crate) fn lower(w: &Arc<NativeWeights>, graph: &Graph, bucket: Bucket) -> Re
         layout: Layout::plan(graph, bucket, F32),
         rope,
         position,
+        disentangled,
     })
 }
 
@@ -235,7 +247,14 @@ pub(crate) fn state(isa: Isa, plan: &NativePlan, threads: usize) -> Result<Nativ
                 });
             }
             Op::Attention { heads, head_dim, scale, window, .. } => {
-                let h = Heads { heads, head_dim, scale, window, position_bias: None };
+                let h = Heads {
+                    heads,
+                    head_dim,
+                    scale,
+                    window,
+                    position_bias: None,
+                    disentangled: None,
+                };
                 let products = plan.weights.products;
                 size = size.max(attention::scratch_size(h, longest, isa, products));
             }
@@ -385,7 +404,7 @@ pub(crate) fn run(
                 Op::Attention {
                     q, k, v, heads, head_dim, scale, window, position_bias, ..
                 } => {
-                    let position_bias = position_bias.map(|b| {
+                    let relative = position_bias.and_then(PositionBias::relative).map(|b| {
                         let (_, by_distance) = plan
                             .position
                             .iter()
@@ -393,7 +412,27 @@ pub(crate) fn run(
                             .expect("lower made the biases of every position-biased op");
                         &by_distance[..]
                     });
-                    let h = Heads { heads, head_dim, scale, window, position_bias };
+                    let disentangled = match position_bias.and_then(PositionBias::disentangled) {
+                        Some(d) => {
+                            let (_, rows) = plan
+                                .disentangled
+                                .iter()
+                                .find(|(p, _)| *p == d)
+                                .expect("lower made the rows of every disentangled op");
+                            let table = |t: Option<W>| t.map(|t| w.plain(t)).transpose();
+                            let (keys, queries) = (table(d.keys)?, table(d.queries)?);
+                            Some(DisentangledTables { rows, keys, queries })
+                        }
+                        None => None,
+                    };
+                    let h = Heads {
+                        heads,
+                        head_dim,
+                        scale,
+                        window,
+                        position_bias: relative,
+                        disentangled,
+                    };
                     let per_seq = g.shape(q).rows == Rows::Seqs;
                     let (q, k, v, o) = (at(q), at(k), at(v), at(o));
                     let products = w.products;

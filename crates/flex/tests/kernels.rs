@@ -735,7 +735,8 @@ fn bf16_attention_is_its_roundings_of_f64() {
             values(&mut r, tokens * width, 2.0),
         );
         let scale = 1.0 / (d as f32).sqrt();
-        let h = Heads { heads, head_dim: d, scale, window, position_bias: None };
+        let h =
+            Heads { heads, head_dim: d, scale, window, position_bias: None, disentangled: None };
         let run = |products| {
             let mut out = vec![f32::NAN; tokens * width];
             let scratch = Scratches::for_current_pool();

@@ -10,7 +10,7 @@
 //! transformers applies it: after the embeddings' norm, on the attention probabilities,
 //! and on each block's output before its residual (DistilBERT: the feed-forward block's only).
 
-use switchyard_core::{Act, Op, RelativeBias, Shape, Val};
+use switchyard_core::{Act, Op, PositionBias, RelativeBias, Shape, Val};
 
 use crate::Result;
 use crate::checkpoint::Checkpoint;
@@ -167,7 +167,7 @@ pub(crate) fn build<'a>(
             let (buckets, max_distance) = MPNET_BUCKETS;
             let name = "encoder.relative_attention_bias.weight";
             let table = e.names.weight(&mut e.g, name, &[buckets, cfg.heads])?;
-            Some(RelativeBias { table, buckets, max_distance })
+            Some(PositionBias::Relative(RelativeBias { table, buckets, max_distance }))
         }
         _ => None,
     };

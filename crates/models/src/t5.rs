@@ -9,7 +9,7 @@
 //! feed-forward's activation, on each block's output before its residual, and after the final
 //! norm.
 
-use switchyard_core::{Act, Op, RelativeBias, Shape, Val};
+use switchyard_core::{Act, Op, PositionBias, RelativeBias, Shape, Val};
 
 use crate::config::{EncoderConfig, T5Config};
 use crate::encoder::{Encoder, Names};
@@ -33,8 +33,11 @@ pub(crate) fn build<'a>(ck: &'a Checkpoint, cfg: &EncoderConfig) -> Result<(Enco
     e.g.dropout(x, drop.embeddings);
     let bias = "encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight";
     let table = e.names.weight(&mut e.g, bias, &[t5.buckets, cfg.heads])?;
-    let position_bias =
-        Some(RelativeBias { table, buckets: t5.buckets, max_distance: t5.max_distance });
+    let position_bias = Some(PositionBias::Relative(RelativeBias {
+        table,
+        buckets: t5.buckets,
+        max_distance: t5.max_distance,
+    }));
     for l in 0..cfg.layers {
         let pre = format!("encoder.block.{l}.layer");
         let h = rms_norm(&mut e, &format!("{pre}.0.layer_norm"), x, cfg.eps)?;

@@ -15,8 +15,8 @@ use burn_backend::Backend as BurnBackend;
 use burn_backend::ops::FloatTensorOps;
 use switchyard_core::testkit::{self, EncoderSpec, Rng};
 use switchyard_core::{
-    Act, BatchBuf, Caps, DeviceKind, Graph, GraphBuilder, HostTensor, Op, PoolMode, Reference,
-    RelativeBias, Shape, Val,
+    Act, BatchBuf, Caps, DeviceKind, Graph, GraphBuilder, HostTensor, Op, PoolMode, PositionBias,
+    Reference, RelativeBias, Shape, Val,
 };
 use switchyard_train::Graded;
 
@@ -271,7 +271,8 @@ fn attention_with_a_relative_position_bias() {
             false => q,
         };
         let table = c.g.weight("position_bias", &[8, 2]);
-        let position_bias = Some(RelativeBias { table, buckets: 8, max_distance: 4 });
+        let position_bias =
+            Some(PositionBias::Relative(RelativeBias { table, buckets: 8, max_distance: 4 }));
         let y = c.g.op(c.g.shape(q), |out| Op::Attention {
             q,
             k,

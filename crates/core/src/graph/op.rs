@@ -123,6 +123,87 @@ impl RelativeBias {
     }
 }
 
+/// DeBERTa's disentangled attention (v2 and v3): each score also takes the query's product with
+/// the key's relative position embedded through the layer's key projection (content to
+/// position), and the key's product with the same position embedded through its query
+/// projection (position to content).
+///
+/// For a query at position `i` and a key at `j`, the row read is [`Disentangled::row`] of
+/// `j - i`: `clamp(bucket(i - j) + span, 0, 2 span - 1)`, where `bucket` is DeBERTa's log
+/// bucketing (the identity without buckets). Both terms are multiplied by the op's `scale`,
+/// as the content score is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Disentangled {
+    /// `[2 span, heads * head_dim]`: the relative embeddings through the key projection, whose
+    /// rows the queries meet (content to position), or `None` without that term.
+    pub keys: Option<W>,
+    /// `[2 span, heads * head_dim]`: the relative embeddings through the query projection,
+    /// whose rows the keys meet (position to content), or `None` without that term.
+    pub queries: Option<W>,
+    /// Relative positions on each side of the tables: they have `2 span` rows.
+    pub span: usize,
+    /// Position buckets (`position_buckets`): distances up to half of them exact, farther ones
+    /// logarithmic up to `max_distance`; 0 for exact distances throughout.
+    pub buckets: usize,
+    /// The distance the logarithmic buckets reach (`max_relative_positions`).
+    pub max_distance: usize,
+}
+
+impl Disentangled {
+    /// DeBERTa's bucket of the relative position `rel` (query minus key), computed in f32 as
+    /// transformers' `make_log_bucket_position` computes it.
+    pub fn bucket(self, rel: i64) -> i64 {
+        let mid = (self.buckets / 2) as i64;
+        if self.buckets == 0 || self.max_distance == 0 || rel.abs() <= mid {
+            return rel;
+        }
+        let ratio = (rel.abs() as f32 / mid as f32).ln();
+        let range = (((self.max_distance - 1) as f64 / mid as f64) as f32).ln();
+        let far = (ratio / range * (mid - 1) as f32).ceil() + mid as f32;
+        far as i64 * rel.signum()
+    }
+
+    /// The table row of a key `rel` positions after its query (before it where `rel < 0`).
+    pub fn row(self, rel: i64) -> usize {
+        let top = 2 * self.span as i64 - 1;
+        (self.bucket(-rel) + self.span as i64).clamp(0, top) as usize
+    }
+
+    /// The row of each relative position `-(len - 1)..=len - 1`, in order: that of `r` at
+    /// `r + len - 1`.
+    pub fn rows_by_distance(self, len: usize) -> Vec<usize> {
+        let span = (2 * len).saturating_sub(1);
+        (0..span).map(|r| self.row(r as i64 - len as i64 + 1)).collect()
+    }
+}
+
+/// How an attention op's scores depend on the positions of query and key, beyond their content.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum PositionBias {
+    /// A learned bias by bucket of relative position (MPNet, T5).
+    Relative(RelativeBias),
+    /// DeBERTa's content-to-position and position-to-content terms.
+    Disentangled(Disentangled),
+}
+
+impl PositionBias {
+    /// The relative bias, if that is what this is.
+    pub fn relative(self) -> Option<RelativeBias> {
+        match self {
+            PositionBias::Relative(b) => Some(b),
+            PositionBias::Disentangled(_) => None,
+        }
+    }
+
+    /// The disentangled terms, if that is what this is.
+    pub fn disentangled(self) -> Option<Disentangled> {
+        match self {
+            PositionBias::Disentangled(d) => Some(d),
+            PositionBias::Relative(_) => None,
+        }
+    }
+}
+
 /// One step of a graph. Every op writes exactly one value, `out`.
 ///
 /// Accumulation: backends accumulate sums (GEMM dot products, norms' statistics, softmax
@@ -258,8 +339,10 @@ pub enum Op {
     ///
     /// Per head `h` and query token `i` of a sequence: `s_j = scale * q_i . k_j` over the key
     /// tokens `j` of the same sequence (and, with `window = Some(w)`, only those with
-    /// `|i - j| <= w`), plus, with a [`RelativeBias`] `b`, `table[b.bucket(j - i)][h]` (positions
-    /// counted within the sequence), `a = softmax(s)` computed with the maximum subtracted, and
+    /// `|i - j| <= w`), plus, with a [`PositionBias::Relative`] `b`, `table[b.bucket(j - i)][h]`,
+    /// or with a [`PositionBias::Disentangled`] `d`, `scale * (q_i . K[r] + k_j . Q[r])` over
+    /// head `h`'s columns of `d`'s tables at row `r = d.row(j - i)` (positions counted within
+    /// the sequence), `a = softmax(s)` computed with the maximum subtracted, and
     /// `out_i = sum_j a_j v_j`. Heads are consecutive `head_dim`-column blocks. No token attends
     /// across a sequence boundary, and there is no padding to mask.
     ///
@@ -282,8 +365,8 @@ pub enum Op {
         scale: f32,
         /// Sliding window: the largest `|i - j|` attended, or `None` for the whole sequence.
         window: Option<usize>,
-        /// A learned bias on each score by relative position, or `None`.
-        position_bias: Option<RelativeBias>,
+        /// What each score adds by the relative position of query and key, or `None`.
+        position_bias: Option<PositionBias>,
         /// Output rows, the shape of `q`.
         out: Val,
     },
@@ -423,7 +506,11 @@ impl Op {
             Op::LayerNorm { gamma, beta, .. } => [Some(gamma), beta],
             Op::RmsNorm { gamma, .. } => [Some(gamma), None],
             Op::Linear { weight, bias, .. } => [Some(weight), bias],
-            Op::Attention { position_bias, .. } => [position_bias.map(|b| b.table), None],
+            Op::Attention { position_bias, .. } => match position_bias {
+                Some(PositionBias::Relative(b)) => [Some(b.table), None],
+                Some(PositionBias::Disentangled(d)) => [d.keys, d.queries],
+                None => [None, None],
+            },
             Op::Add { .. }
             | Op::Mul { .. }
             | Op::Glu { .. }

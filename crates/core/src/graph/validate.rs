@@ -1,6 +1,6 @@
 //! Checking a graph once, so backends can trust it: indices, definitions, widths, weights.
 
-use super::{Graph, Op, Rows, Shape, Val, W};
+use super::{Graph, Op, PositionBias, Rows, Shape, Val, W};
 use crate::{Error, Result};
 
 impl Graph {
@@ -197,15 +197,35 @@ impl Graph {
                 if !scale.is_finite() {
                     return Err(format!("scale must be finite, got {scale}"));
                 }
-                if let Some(b) = position_bias {
-                    if b.buckets < 4 || b.buckets % 2 != 0 || b.max_distance <= b.buckets / 4 {
-                        return Err(format!(
-                            "relative position bias: {} buckets up to distance {}; expected an \
-                             even count of at least 4, and a distance past a quarter of it",
-                            b.buckets, b.max_distance
-                        ));
+                match position_bias {
+                    Some(PositionBias::Relative(b)) => {
+                        if b.buckets < 4 || b.buckets % 2 != 0 || b.max_distance <= b.buckets / 4 {
+                            return Err(format!(
+                                "relative position bias: {} buckets up to distance {}; expected \
+                                 an even count of at least 4, and a distance past a quarter of it",
+                                b.buckets, b.max_distance
+                            ));
+                        }
+                        want_w(b.table, &[b.buckets, heads])?;
                     }
-                    want_w(b.table, &[b.buckets, heads])?;
+                    Some(PositionBias::Disentangled(d)) => {
+                        let logarithmic = d.buckets >= 2 && d.max_distance > d.buckets / 2 + 1;
+                        if d.span == 0 || !(d.buckets == 0 || logarithmic) {
+                            return Err(format!(
+                                "disentangled attention: {} relative positions a side, {} \
+                                 buckets up to distance {}; expected at least one position, and \
+                                 no buckets or at least 2 reaching past half of them",
+                                d.span, d.buckets, d.max_distance
+                            ));
+                        }
+                        if d.keys.is_none() && d.queries.is_none() {
+                            return Err("disentangled attention with neither term".to_owned());
+                        }
+                        for t in [d.keys, d.queries].into_iter().flatten() {
+                            want_w(t, &[2 * d.span, heads * head_dim])?;
+                        }
+                    }
+                    None => {}
                 }
             }
             Op::Activation { x, act: _, out } => same("output differs from input", x, out)?,
@@ -246,7 +266,7 @@ fn same_width(a: Shape, b: Shape) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::super::tests::block;
-    use super::super::{Act, GraphBuilder, Output, PoolMode, RelativeBias};
+    use super::super::{Act, Disentangled, GraphBuilder, Output, PoolMode, RelativeBias};
     use super::*;
 
     fn invalid(g: &Graph) -> String {
@@ -406,7 +426,8 @@ mod tests {
             let emb = g.weight("emb", &[4, 8]);
             let table = g.weight("bias", &[rows, 2]);
             let x = g.op(Shape::tokens(8), |out| Op::Embed { table: emb, out });
-            let position_bias = Some(RelativeBias { table, buckets, max_distance });
+            let position_bias =
+                Some(PositionBias::Relative(RelativeBias { table, buckets, max_distance }));
             let a = g.op(Shape::tokens(8), |out| Op::Attention {
                 q: x,
                 k: x,
@@ -429,6 +450,41 @@ mod tests {
         for (buckets, max_distance) in [(31, 128), (2, 128), (32, 8)] {
             let e = err(graph(buckets, buckets, max_distance));
             assert!(e.contains("expected an even count of at least 4"), "{buckets}: {e}");
+        }
+    }
+
+    #[test]
+    fn disentangled_attention_needs_tables_of_two_spans_by_width_and_a_sound_bucketing() {
+        let graph = |rows: usize, span: usize, buckets: usize, terms: (bool, bool)| {
+            let mut g = GraphBuilder::new();
+            let emb = g.weight("emb", &[4, 8]);
+            let keys = terms.0.then(|| g.weight("keys", &[rows, 8]));
+            let queries = terms.1.then(|| g.weight("queries", &[rows, 8]));
+            let x = g.op(Shape::tokens(8), |out| Op::Embed { table: emb, out });
+            let d = Disentangled { keys, queries, span, buckets, max_distance: 16 };
+            let a = g.op(Shape::tokens(8), |out| Op::Attention {
+                q: x,
+                k: x,
+                v: x,
+                heads: 2,
+                head_dim: 4,
+                scale: 0.5,
+                window: None,
+                position_bias: Some(PositionBias::Disentangled(d)),
+                out,
+            });
+            g.output("y", a);
+            g.finish()
+        };
+        graph(8, 4, 8, (true, true)).unwrap();
+        graph(8, 4, 0, (false, true)).unwrap();
+        let err = |g: Result<Graph>| g.unwrap_err().to_string();
+        let e = err(graph(6, 4, 8, (true, false)));
+        assert!(e.contains("`keys` has shape [6, 8], expected [8, 8]"), "{e}");
+        assert!(err(graph(8, 4, 8, (false, false))).contains("neither term"));
+        for (span, buckets) in [(0, 8), (4, 1), (4, 32)] {
+            let e = err(graph(2 * span, span, buckets, (true, true)));
+            assert!(e.contains("expected at least one position"), "{span} {buckets}: {e}");
         }
     }
 

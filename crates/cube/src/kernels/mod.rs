@@ -58,10 +58,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 pub use matmul::{Matmul, ROW_GRANULE, Routine, TunedChoice, tuned_choices};
 use switchyard_burn::Kernels;
 #[cfg(not(feature = "fusion"))]
+use switchyard_burn::generic::BoundBias;
+#[cfg(not(feature = "fusion"))]
 use switchyard_burn::{Bound, Inputs, Outcome, RunCx, positions_in};
 use switchyard_core::Result;
 #[cfg(not(feature = "fusion"))]
-use switchyard_core::{Act, Batch, Bucket, DType, Error, Graph, Op};
+use switchyard_core::{Act, Batch, Bucket, DType, Error, Graph, Op, PositionBias};
 
 /// The most keys the attention kernel takes in one online-softmax step: one a unit of its
 /// 32-unit cubes (its unrolled group loops grow with it).
@@ -446,8 +448,10 @@ impl Kernels<burn_cubecl::CubeBackend> for CubeKernels {
             return Ok(());
         }
         let why = match *op {
-            Op::Attention { head_dim, .. } if self.set.attention => {
-                if head_dim > attention::MAX_HEAD_DIM {
+            Op::Attention { head_dim, position_bias, .. } if self.set.attention => {
+                if disentangled(position_bias) {
+                    "disentangled attention (the kernel does not take it)".to_owned()
+                } else if head_dim > attention::MAX_HEAD_DIM {
                     format!(
                         "heads {head_dim} wide (the f32 kernel takes up to {})",
                         attention::MAX_HEAD_DIM
@@ -507,7 +511,10 @@ impl Kernels<burn_cubecl::CubeBackend> for CubeKernels {
                 &Op::Attention { q: qv, heads, head_dim, scale, window, position_bias, .. },
                 [Some(q), Some(k), Some(v)],
                 w,
-            ) if self.takes_attention(head_dim, cx) && all_float(&[&q, &k, &v]) => {
+            ) if self.takes_attention(head_dim, cx)
+                && !disentangled(position_bias)
+                && all_float(&[&q, &k, &v]) =>
+            {
                 self.attention.fetch_add(1, Ordering::Relaxed);
                 // The bias of the projections before, where they left it to this op.
                 let bias = {
@@ -520,8 +527,12 @@ impl Kernels<burn_cubecl::CubeBackend> for CubeKernels {
                 }
                 let bias = bias.as_ref();
                 let per_seq = cx.graph.shape(qv).rows == switchyard_core::Rows::Seqs;
-                let position = switchyard_burn::generic::position_bias_of(position_bias, w)
-                    .map(|(b, table)| attention::PositionArgs::new(b, table, cx));
+                let position = match switchyard_burn::generic::position_bias_of(position_bias, w) {
+                    Some(BoundBias::Relative(b, table)) => {
+                        Some(attention::PositionArgs::new(b, table, cx))
+                    }
+                    _ => None,
+                };
                 if self.tiles && !per_seq && position.is_none() && tiles::takes(&q, head_dim, cx) {
                     self.tiled.fetch_add(1, Ordering::Relaxed);
                     return Outcome::Done(tiles::run(
@@ -679,7 +690,13 @@ use epilogue::Epilogue;
 #[cfg(not(feature = "fusion"))]
 const MAX_CUBES: usize = 65_535;
 
+/// Whether an attention op's position bias is DeBERTa's disentangled terms, which the attention
+/// kernels leave to Burn's ops.
 #[cfg(not(feature = "fusion"))]
+fn disentangled(bias: Option<PositionBias>) -> bool {
+    matches!(bias, Some(PositionBias::Disentangled(_)))
+}
+
 fn all_f32(ts: &[&CubeTensor]) -> bool {
     ts.iter().all(|t| t.dtype == burn_backend::DType::F32)
 }
@@ -841,7 +858,11 @@ fn find_bias_folds(graph: &Graph) -> Vec<BiasFold> {
     let groups = graph.shared_input_linears();
     let read_by_one_alone = |v| read_by_one_op(graph, v);
     let fold = |op: &Op| {
-        let Op::Attention { q, k, v, head_dim, out, .. } = *op else { return None };
+        let Op::Attention { q, k, v, head_dim, out, position_bias, .. } = *op else { return None };
+        // The kernel does not take disentangled attention, so it cannot add the biases.
+        if disentangled(position_bias) {
+            return None;
+        }
         let qkv = [q, k, v];
         let distinct = q != k && k != v && q != v;
         if !distinct || !qkv.into_iter().all(read_by_one_alone) {

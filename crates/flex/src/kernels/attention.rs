@@ -64,6 +64,24 @@ pub struct Heads<'a> {
     /// [`switchyard_core::RelativeBias::by_distance`] lays it out for sequences of up to
     /// `(len / heads + 1) / 2` tokens, if any.
     pub position_bias: Option<&'a [f32]>,
+    /// Disentangled attention's tables, if any.
+    pub disentangled: Option<DisentangledTables<'a>>,
+}
+
+/// One op's disentangled attention ([`switchyard_core::Disentangled`]): its tables, and which of
+/// their rows each relative position reads.
+#[derive(Clone, Copy, Debug)]
+pub struct DisentangledTables<'a> {
+    /// The row of each relative position for sequences of up to `(rows.len() + 1) / 2` tokens,
+    /// as [`switchyard_core::Disentangled::rows_by_distance`] lays them out: that of a key `r`
+    /// positions after its query at `r + longest - 1`.
+    pub rows: &'a [u32],
+    /// `[2 span, heads * head_dim]`: the relative embeddings through the key projection, which
+    /// the queries meet, if the op has that term.
+    pub keys: Option<&'a [f32]>,
+    /// `[2 span, heads * head_dim]`: the relative embeddings through the query projection,
+    /// which the keys meet, if the op has that term.
+    pub queries: Option<&'a [f32]>,
 }
 
 /// What attention multiplies in.
@@ -1379,6 +1397,70 @@ fn add_position_bias(
     }
 }
 
+/// Adds head `head`'s disentangled terms, where `h` has them, times the scale, to the first `nq`
+/// rows of a block's scores (`lpad` apart): row `qi`, the query whose head columns `q` holds
+/// at `qi * width`, at position `at + qi` among the task's keys, over the keys `seen(qi)` it
+/// sees, whose head columns `k` holds at `j * width` for key `j`.
+///
+/// # Safety
+/// `q` and `k` are readable for the head's `head_dim` columns of those rows.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn add_disentangled(
+    sc: &mut [f32],
+    lpad: usize,
+    nq: usize,
+    h: Heads<'_>,
+    head: usize,
+    at: usize,
+    seen: impl Fn(usize) -> (usize, usize),
+    (q, k): (*const f32, *const f32),
+) {
+    let Some(t) = h.disentangled else { return };
+    let (d, width) = (h.head_dim, h.heads * h.head_dim);
+    let longest = t.rows.len().div_ceil(2);
+    let row = |table: &[f32], r: usize| -> *const f32 {
+        table[t.rows[r] as usize * width + head * d..][..d].as_ptr()
+    };
+    for qi in 0..nq {
+        let (a, b) = seen(qi);
+        // SAFETY: the caller's contract: row qi of the queries.
+        let qr = unsafe { std::slice::from_raw_parts(q.add(qi * width), d) };
+        // Queries lie within the longest sequence's positions, so this does not underflow.
+        let from = longest - 1 - (at + qi);
+        for (j, s) in (a..b).zip(&mut sc[qi * lpad + a..qi * lpad + b]) {
+            let mut sum = 0.0;
+            if let Some(keys) = t.keys {
+                // SAFETY: a row of the table, d columns from the head's.
+                sum += dot(qr, unsafe { std::slice::from_raw_parts(row(keys, j + from), d) });
+            }
+            if let Some(queries) = t.queries {
+                // SAFETY: as above; and row j of the keys, by the caller's contract.
+                let (kr, pr) = unsafe {
+                    let kr = std::slice::from_raw_parts(k.add(j * width), d);
+                    (kr, std::slice::from_raw_parts(row(queries, j + from), d))
+                };
+                sum += dot(kr, pr);
+            }
+            *s += h.scale * sum;
+        }
+    }
+}
+
+/// `a . b` over eight partial sums, which vectorise.
+#[inline(always)]
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = ca.remainder().iter().zip(cb.remainder()).map(|(x, y)| x * y).sum();
+    let mut acc = [0.0f32; 8];
+    for (x, y) in ca.zip(cb) {
+        for l in 0..8 {
+            acc[l] = x[l].mul_add(y[l], acc[l]);
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
 /// The softmax of a block of queries, in place in its rows of scores (`lpad` apart): for each of
 /// the first `inv.len()` rows, query `qi` seeing the keys `seen(qi)`, the exponentials of its
 /// scores over the whole blocks of sixteen keys they fall in, with their maximum subtracted and
@@ -1482,6 +1564,11 @@ unsafe fn amx_head(task: Task<'_>, keys: &mut AlignedBuf, scores: &mut AlignedBu
         // SAFETY: rows below nq of the scores, keys slo..shi <= lpad, whole blocks.
         unsafe { x86::scale_rows(scp, lpad, nq, slo..shi, h.scale) };
         add_position_bias(sc, lpad, nq, h, head, first + i0, |qi| seen(i0 + qi));
+        // SAFETY: the block's rows of q, the task's rows of k, the head's columns.
+        unsafe {
+            let (qh, kh) = (q.add((q0 + i0) * width + col), k.add(start * width + col));
+            add_disentangled(sc, lpad, nq, h, head, first + i0, |qi| seen(i0 + qi), (qh, kh));
+        }
         let mut inv = [0.0f32; AMX_QB];
         // SAFETY: the caller enabled B's instructions.
         unsafe { softmax::<B>(sc, lpad, |qi| seen(i0 + qi), slo..shi, &mut inv[..nq]) };
@@ -1574,6 +1661,11 @@ unsafe fn head_body<B: Block>(task: Task<'_>, keys: &mut AlignedBuf, scores: &mu
         // by the reciprocal of its sum. The exponentials run over whole blocks of keys, those
         // outside the query's keys set to zero.
         add_position_bias(sc, lpad, nq, h, head, first + i0, |qi| seen(i0 + qi));
+        // SAFETY: the block's rows of q, the task's rows of k, the head's columns.
+        unsafe {
+            let (qh, kh) = (q.add((q0 + i0) * width + col), k.add(start * width + col));
+            add_disentangled(sc, lpad, nq, h, head, first + i0, |qi| seen(i0 + qi), (qh, kh));
+        }
         let mut inv = [0.0f32; MAX_QB];
         // SAFETY: the caller enabled B's instructions.
         unsafe { softmax::<B>(sc, lpad, |qi| seen(i0 + qi), slo..shi, &mut inv[..nq]) };
@@ -1652,7 +1744,14 @@ mod tests {
 
     #[test]
     fn long_sequences_are_cut_only_where_whole_heads_leave_threads_idle() {
-        let h = Heads { heads: 12, head_dim: 32, scale: 1.0, window: None, position_bias: None };
+        let h = Heads {
+            heads: 12,
+            head_dim: 32,
+            scale: 1.0,
+            window: None,
+            position_bias: None,
+            disentangled: None,
+        };
         let one = batch_of(&[512]);
         // Twelve heads of one sequence on two threads: six each, no cut.
         assert_eq!(parts(Split::new(&one.batch(), h, false, 2), 512).len(), 1);
@@ -1677,7 +1776,14 @@ mod tests {
 
     #[test]
     fn a_windowed_part_takes_the_keys_its_queries_see_from_a_whole_block() {
-        let h = Heads { heads: 1, head_dim: 32, scale: 1.0, window: Some(20), position_bias: None };
+        let h = Heads {
+            heads: 1,
+            head_dim: 32,
+            scale: 1.0,
+            window: Some(20),
+            position_bias: None,
+            disentangled: None,
+        };
         let one = batch_of(&[1000]);
         let cut = parts(Split::new(&one.batch(), h, false, 16), 1000);
         assert!(cut.len() > 2, "{cut:?}");
