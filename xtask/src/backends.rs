@@ -219,7 +219,7 @@ impl Build {
                 "conformance_through_dispatch",
                 "minilm_matches_sentence_transformers_on_each_device",
                 "minilm_in_half_precision_keeps_its_direction_on_each_device",
-                "relative_bias_families_match_transformers_on_each_device",
+                "position_bias_families_match_transformers_on_each_device",
                 "training_through_dispatch",
             ],
         )

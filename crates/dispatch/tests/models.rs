@@ -104,15 +104,17 @@ fn assert_close(
     }
 }
 
-/// The families whose attention adds a relative position bias, MPNet's (shared by every layer)
-/// and T5's (with RMS norms and a gated feed-forward), on the device: their tiny checkpoints'
-/// mean-pooled outputs against transformers' (crates/models/tests/fixtures/tiny), within the
-/// 1e-5 the models crate holds flex and the reference to (values of about 1). The last
-/// sentence is 142 tokens long, so keys reach every bucket on both sides of their queries.
+/// The families whose attention scores depend on relative positions, on the device: MPNet's
+/// bias (shared by every layer), T5's (with RMS norms and a gated feed-forward), and DeBERTa's
+/// disentangled attention (v3's shape, each layer's own tables; backends without a kernel for
+/// it run Burn's ops). Their tiny checkpoints' mean-pooled outputs against transformers'
+/// (crates/models/tests/fixtures/tiny), within the 1e-5 the models crate holds flex and the
+/// reference to (values of about 1). The last sentence is 142 tokens long, so keys reach every
+/// bucket on both sides of their queries.
 #[test]
-fn relative_bias_families_match_transformers_on_each_device() {
+fn position_bias_families_match_transformers_on_each_device() {
     let d = common::device();
-    for name in ["mpnet", "t5-gated"] {
+    for name in ["mpnet", "t5-gated", "deberta"] {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/tests/fixtures/tiny");
         let dir = dir.join(name);
         let text = std::fs::read_to_string(dir.join("expected.json")).unwrap();

@@ -1,12 +1,14 @@
-//! Graph builder for BERT-shaped encoders: BERT, RoBERTa / XLM-R, DistilBERT, MPNet, ELECTRA
-//! and ALBERT.
+//! Graph builder for BERT-shaped encoders: BERT, RoBERTa / XLM-R, DistilBERT, MPNet, ELECTRA,
+//! ALBERT and DeBERTa v2 / v3.
 //!
 //! All are post-norm: embeddings (word + position [+ type]) then LayerNorm, and per layer
 //! `x = LN(x + attn(x))`, `x = LN(x + ffn(x))`. They differ in weight names, in RoBERTa's and
 //! MPNet's position offset, in DistilBERT's and MPNet's lack of token types, in MPNet's relative
 //! position bias (one table for all layers) on the attention scores, in ELECTRA's and ALBERT's
 //! embeddings, which may be narrower than their layers and then pass through a projection, and
-//! in ALBERT's layers, which share their weights. Dropout (training only) is marked where
+//! in ALBERT's layers, which share their weights, and in DeBERTa's disentangled attention (see
+//! [`crate::deberta`]), whose embeddings may lack absolute positions and are projected before
+//! their norm. Dropout (training only) is marked where
 //! transformers applies it: after the embeddings' norm, on the attention probabilities,
 //! and on each block's output before its residual (DistilBERT: the feed-forward block's only).
 
@@ -15,6 +17,7 @@ use switchyard_core::{Act, Op, PositionBias, RelativeBias, Shape, Val};
 use crate::Result;
 use crate::checkpoint::Checkpoint;
 use crate::config::{Arch, EncoderConfig, MPNET_BUCKETS};
+use crate::deberta;
 use crate::encoder::{Encoder, Names};
 
 /// Per-family weight names, relative to the prefix.
@@ -82,6 +85,14 @@ const MPNET: Scheme = Scheme {
     out_norm: "output.LayerNorm",
 };
 
+/// DeBERTa v2 / v3's names.
+const DEBERTA: Scheme = Scheme {
+    q: "attention.self.query_proj",
+    k: "attention.self.key_proj",
+    v: "attention.self.value_proj",
+    ..BERT
+};
+
 /// ALBERT's names; its layers sit under `encoder.albert_layer_groups.G.albert_layers.J`.
 const ALBERT: Scheme = Scheme {
     word: "embeddings.word_embeddings",
@@ -129,6 +140,7 @@ pub(crate) fn build<'a>(
         Arch::DistilBert => &DISTILBERT,
         Arch::MpNet => &MPNET,
         Arch::Albert => &ALBERT,
+        Arch::DebertaV2 => &DEBERTA,
         Arch::Bert | Arch::Roberta | Arch::Electra | Arch::ModernBert | Arch::T5 => &BERT,
     };
     let names = Names::detect(ck, &format!("{}.weight", s.word))?;
@@ -140,11 +152,14 @@ pub(crate) fn build<'a>(
     let mut e = Encoder::start(names, &format!("{}.weight", s.word), cfg.vocab, de)?;
     let t = Shape::tokens(de);
     let word = e.word;
-    let pos =
-        e.names.weight(&mut e.g, &format!("{}.weight", s.position), &[cfg.max_positions, de])?;
     let mut x = e.g.op(t, |out| Op::Embed { table: word, out });
-    let p = e.g.op(t, |out| Op::PosEmbed { table: pos, offset: cfg.position_offset, out });
-    x = e.g.op(t, |out| Op::Add { a: x, b: p, out });
+    // DeBERTa adds absolute positions only where `position_biased_input` says so.
+    if cfg.deberta.is_none_or(|db| db.absolute) {
+        let name = format!("{}.weight", s.position);
+        let pos = e.names.weight(&mut e.g, &name, &[cfg.max_positions, de])?;
+        let p = e.g.op(t, |out| Op::PosEmbed { table: pos, offset: cfg.position_offset, out });
+        x = e.g.op(t, |out| Op::Add { a: x, b: p, out });
+    }
     if let Some(tt) = s.token_type {
         let name = format!("{tt}.weight");
         if let Some(full) = e.names.find(&name) {
@@ -154,12 +169,16 @@ pub(crate) fn build<'a>(
             x = e.g.op(t, |out| Op::Add { a: x, b: ty, out });
         }
     }
+    // DeBERTa projects its embeddings before their norm, ELECTRA and ALBERT after it.
+    if cfg.arch == Arch::DebertaV2 && de != d {
+        x = e.linear("embeddings.embed_proj", x, d, Act::Identity, None)?;
+    }
     x = e.layer_norm(s.emb_norm, x, cfg.eps)?;
     let drop = cfg.dropout;
     e.g.dropout(x, drop.embeddings);
     if cfg.arch == Arch::Albert {
         x = e.linear("encoder.embedding_hidden_mapping_in", x, d, Act::Identity, None)?;
-    } else if de != d {
+    } else if de != d && cfg.arch != Arch::DebertaV2 {
         x = e.linear("embeddings_project", x, d, Act::Identity, None)?;
     }
     let position_bias = match cfg.arch {
@@ -182,7 +201,10 @@ pub(crate) fn build<'a>(
         let q = e.linear(&format!("{pre}.{}", s.q), x, d, Act::Identity, None)?;
         let k = e.linear(&format!("{pre}.{}", s.k), kv, d, Act::Identity, None)?;
         let v = e.linear(&format!("{pre}.{}", s.v), kv, d, Act::Identity, None)?;
-        let scale = 1.0 / (hd as f32).sqrt();
+        let (position_bias, scale) = match cfg.deberta {
+            Some(db) => deberta::attention(&mut e, pre, db, cfg.heads * hd, hd)?,
+            None => (position_bias, 1.0 / (hd as f32).sqrt()),
+        };
         let a = e.g.op(e.g.shape(x), |out| Op::Attention {
             q,
             k,

@@ -10,15 +10,25 @@ use switchyard_core::{DType, HostTensor};
 
 use crate::{Error, Result};
 
-/// Where one tensor lives: which mapped file, its dtype, shape and byte range.
+/// Where one tensor lives: which mapped file (or derived buffer), its dtype, shape and byte
+/// range.
 #[derive(Clone, Debug)]
 struct Loc {
-    file: usize,
+    file: Store,
     dtype: Option<DType>,
     raw_dtype: Dtype,
     shape: Vec<usize>,
     start: usize,
     end: usize,
+}
+
+/// Which bytes hold a tensor.
+#[derive(Clone, Copy, Debug)]
+enum Store {
+    /// The mapped file at this index.
+    Mapped(usize),
+    /// The derived tensor at this index.
+    Derived(usize),
 }
 
 /// A checkpoint directory with its weights memory-mapped.
@@ -27,6 +37,9 @@ pub struct Checkpoint {
     dir: PathBuf,
     config: serde_json::Value,
     maps: Vec<Mmap>,
+    /// Tensors computed from the files' at load (DeBERTa's relative embeddings through each
+    /// layer's projections), little-endian f32.
+    derived: Vec<Vec<u8>>,
     tensors: HashMap<String, Loc>,
 }
 
@@ -92,8 +105,13 @@ impl Checkpoint {
         }
         let config = read_json(&config_path)?;
         let files = Self::weight_files(dir)?;
-        let mut ck =
-            Checkpoint { dir: dir.to_owned(), config, maps: Vec::new(), tensors: HashMap::new() };
+        let mut ck = Checkpoint {
+            dir: dir.to_owned(),
+            config,
+            maps: Vec::new(),
+            derived: Vec::new(),
+            tensors: HashMap::new(),
+        };
         for path in files {
             ck.map(&path, "")?;
         }
@@ -185,7 +203,7 @@ impl Checkpoint {
                 )));
             }
             let loc = Loc {
-                file: file_idx,
+                file: Store::Mapped(file_idx),
                 dtype,
                 raw_dtype: info.dtype,
                 shape: info.shape.clone(),
@@ -232,6 +250,37 @@ impl Checkpoint {
         total
     }
 
+    /// Adds the f32 tensor `name` of `shape`, computed from the checkpoint's own, which
+    /// [`Checkpoint::tensor`] then gives as it gives theirs; an error if the name is taken or
+    /// the values do not fill the shape.
+    pub(crate) fn derive(&mut self, name: String, shape: Vec<usize>, values: &[f32]) -> Result<()> {
+        if self.tensors.contains_key(&name) {
+            return Err(Error::format(format!("the checkpoint already has a tensor `{name}`")));
+        }
+        if shape.iter().product::<usize>() != values.len() {
+            return Err(Error::format(format!(
+                "tensor `{name}`: {} values for shape {shape:?}",
+                values.len()
+            )));
+        }
+        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let end = bytes.len();
+        let file = Store::Derived(self.derived.len());
+        self.derived.push(bytes);
+        let loc =
+            Loc { file, dtype: Some(DType::F32), raw_dtype: Dtype::F32, shape, start: 0, end };
+        self.tensors.insert(name, loc);
+        Ok(())
+    }
+
+    /// The bytes of the tensor at `loc`.
+    fn bytes(&self, loc: &Loc) -> &[u8] {
+        match loc.file {
+            Store::Mapped(i) => &self.maps[i][loc.start..loc.end],
+            Store::Derived(i) => &self.derived[i][loc.start..loc.end],
+        }
+    }
+
     /// The checkpoint directory.
     pub fn dir(&self) -> &Path {
         &self.dir
@@ -264,11 +313,7 @@ impl Checkpoint {
                 loc.raw_dtype
             ))
         })?;
-        let t = HostTensor {
-            dtype,
-            shape: &loc.shape,
-            bytes: &self.maps[loc.file][loc.start..loc.end],
-        };
+        let t = HostTensor { dtype, shape: &loc.shape, bytes: self.bytes(loc) };
         t.check().map_err(|e| Error::format(format!("tensor `{name}`: {e}")))?;
         Ok(t)
     }
@@ -284,7 +329,7 @@ impl Checkpoint {
     /// copies unchanged).
     pub fn raw(&self, name: &str) -> Option<(Dtype, &[usize], &[u8])> {
         let loc = self.tensors.get(name)?;
-        Some((loc.raw_dtype, &loc.shape, &self.maps[loc.file][loc.start..loc.end]))
+        Some((loc.raw_dtype, &loc.shape, self.bytes(loc)))
     }
 
     /// The first of `names` that exists.

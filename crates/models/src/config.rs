@@ -30,6 +30,40 @@ pub enum Arch {
     /// ModernBERT: pre-norm, rotary positions, GeGLU, alternating local and global attention,
     /// no biases.
     ModernBert,
+    /// DeBERTa v2 and v3: BERT's post-norm layers with disentangled attention over relative
+    /// position embeddings shared by every layer, and a pooler on `[CLS]` before a classifier.
+    DebertaV2,
+}
+
+/// DeBERTa's settings beyond the common sizes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DebertaConfig {
+    /// Whether attention has position terms (`relative_attention`).
+    pub relative: bool,
+    /// The content-to-position term (`c2p` in `pos_att_type`).
+    pub c2p: bool,
+    /// The position-to-content term (`p2c` in `pos_att_type`).
+    pub p2c: bool,
+    /// Relative positions on each side of `rel_embeddings` (`position_buckets` where positive,
+    /// else `max_relative_positions`, else `max_position_embeddings`).
+    pub span: usize,
+    /// Log buckets of relative position (`position_buckets`; 0 for none).
+    pub buckets: usize,
+    /// The distance the buckets reach (`max_relative_positions`, else
+    /// `max_position_embeddings`).
+    pub max_distance: usize,
+    /// Whether the relative embeddings pass the encoder's LayerNorm (`norm_rel_ebd`).
+    pub norm_relative: bool,
+    /// Whether the position terms project the embeddings with the layer's own key and query
+    /// weights (`share_att_key`), not with `pos_key_proj` and `pos_query_proj`.
+    pub share_keys: bool,
+    /// Whether absolute position embeddings are added to the word embeddings
+    /// (`position_biased_input`).
+    pub absolute: bool,
+    /// Token types (`type_vocab_size`; 0 for none).
+    pub types: usize,
+    /// The pooler's activation (`pooler_hidden_act`).
+    pub pooler_act: Act,
 }
 
 /// T5's settings beyond the common sizes.
@@ -136,12 +170,14 @@ pub struct EncoderConfig {
     pub modern: Option<ModernConfig>,
     /// T5's own settings (`None` for the other families).
     pub t5: Option<T5Config>,
+    /// DeBERTa's own settings (`None` for the other families).
+    pub deberta: Option<DebertaConfig>,
     /// Where training drops activations, and how much.
     pub dropout: Dropouts,
 }
 
-const SUPPORTED: &str =
-    "bert, roberta, xlm-roberta, camembert, distilbert, mpnet, electra, albert, modernbert, t5";
+const SUPPORTED: &str = "bert, roberta, xlm-roberta, camembert, distilbert, mpnet, electra, albert, \
+     modernbert, t5, deberta-v2";
 
 /// The relative position buckets MPNet computes its attention bias with (transformers buckets
 /// relative positions into 32 whatever `relative_attention_num_buckets` says), and the distance
@@ -310,6 +346,7 @@ impl EncoderConfig {
                     },
                     modern: None,
                     t5: None,
+                    deberta: None,
                     dropout: dropout.checked()?,
                 })
             }
@@ -328,6 +365,7 @@ impl EncoderConfig {
                 position_offset: 0,
                 modern: None,
                 t5: None,
+                deberta: None,
                 dropout: Dropouts {
                     embeddings: get_f32(c, "dropout", 0.1)?,
                     attention: get_f32(c, "attention_dropout", 0.1)?,
@@ -340,6 +378,7 @@ impl EncoderConfig {
             }),
             "modernbert" => modernbert(c),
             "t5" => t5(c),
+            "deberta-v2" => deberta(c),
             "" => Err(Error::format(format!(
                 "config.json has no `model_type`; supported model types: {SUPPORTED}"
             ))),
@@ -413,12 +452,106 @@ fn t5(c: &Value) -> Result<EncoderConfig> {
         position_offset: 0,
         modern: None,
         t5: Some(t5),
+        deberta: None,
         dropout: Dropouts {
             embeddings: p,
             attention: p,
             attention_out: p,
             ffn: p,
             classifier: p,
+            token_classifier: p,
+        }
+        .checked()?,
+    })
+}
+
+/// A whole number that may be negative (DeBERTa's -1 for "unset"); `default` where absent.
+fn get_i64_or(c: &Value, key: &str, default: i64) -> Result<i64> {
+    match c.get(key) {
+        None | Some(Value::Null) => Ok(default),
+        Some(v) => v
+            .as_i64()
+            .ok_or_else(|| Error::format(format!("config.json: `{key}` is not a whole number"))),
+    }
+}
+
+/// DeBERTa v2 / v3 from its `config.json`, as transformers' `DebertaV2Config` reads it.
+fn deberta(c: &Value) -> Result<EncoderConfig> {
+    let hidden = get_usize(c, "hidden_size")?;
+    let heads = get_usize(c, "num_attention_heads")?;
+    if get_usize_or(c, "conv_kernel_size", 0)? > 0 {
+        return Err(Error::unsupported(
+            "config.json: DeBERTa's convolution layer (conv_kernel_size); Switchyard runs \
+             DeBERTa v2 and v3 without it",
+        ));
+    }
+    if let Some(size) = c.get("attention_head_size").and_then(Value::as_u64)
+        && heads > 0
+        && size as usize * heads != hidden
+    {
+        return Err(Error::unsupported(format!(
+            "config.json: attention_head_size {size} with {heads} heads in a width of {hidden}"
+        )));
+    }
+    let kinds: Vec<String> = match c.get("pos_att_type") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::String(t)) => {
+            t.to_lowercase().split('|').map(|k| k.trim().to_owned()).collect()
+        }
+        Some(Value::Array(ts)) => {
+            ts.iter().map(|t| t.as_str().unwrap_or("?").trim().to_lowercase()).collect()
+        }
+        Some(other) => {
+            return Err(Error::format(format!("config.json: pos_att_type {other} is not a list")));
+        }
+    };
+    if let Some(k) = kinds.iter().find(|k| !["c2p", "p2c", ""].contains(&k.as_str())) {
+        return Err(Error::unsupported(format!(
+            "config.json: pos_att_type `{k}`; DeBERTa v2 and v3 take c2p and p2c"
+        )));
+    }
+    let max_positions = get_usize(c, "max_position_embeddings")?;
+    let max_relative = get_i64_or(c, "max_relative_positions", -1)?;
+    let max_distance = if max_relative < 1 { max_positions } else { max_relative as usize };
+    let buckets = get_i64_or(c, "position_buckets", -1)?.max(0) as usize;
+    let relative = c.get("relative_attention").and_then(Value::as_bool).unwrap_or(false);
+    let norm = get_str(c, "norm_rel_ebd", "none").to_lowercase();
+    let deberta = DebertaConfig {
+        relative,
+        c2p: relative && kinds.iter().any(|k| k == "c2p"),
+        p2c: relative && kinds.iter().any(|k| k == "p2c"),
+        span: if buckets > 0 { buckets } else { max_distance },
+        buckets,
+        max_distance,
+        norm_relative: norm.split('|').any(|n| n.trim() == "layer_norm"),
+        share_keys: c.get("share_att_key").and_then(Value::as_bool).unwrap_or(false),
+        absolute: c.get("position_biased_input").and_then(Value::as_bool).unwrap_or(true),
+        types: get_usize_or(c, "type_vocab_size", 0)?,
+        pooler_act: activation(get_str(c, "pooler_hidden_act", "gelu"))?,
+    };
+    let p = get_f32(c, "hidden_dropout_prob", 0.1)?;
+    Ok(EncoderConfig {
+        arch: Arch::DebertaV2,
+        vocab: get_usize(c, "vocab_size")?,
+        hidden,
+        embedding: get_usize_or(c, "embedding_size", hidden)?,
+        groups: (1, 1),
+        layers: get_usize(c, "num_hidden_layers")?,
+        heads,
+        ffn: get_usize(c, "intermediate_size")?,
+        act: activation(get_str(c, "hidden_act", "gelu"))?,
+        eps: get_f32(c, "layer_norm_eps", 1e-7)?,
+        max_positions,
+        position_offset: 0,
+        modern: None,
+        t5: None,
+        deberta: Some(deberta),
+        dropout: Dropouts {
+            embeddings: p,
+            attention: get_f32(c, "attention_probs_dropout_prob", 0.1)?,
+            attention_out: p,
+            ffn: p,
+            classifier: get_f32(c, "cls_dropout", p)?,
             token_classifier: p,
         }
         .checked()?,
@@ -490,6 +623,7 @@ fn modernbert(c: &Value) -> Result<EncoderConfig> {
         max_positions: get_usize_or(c, "max_position_embeddings", 8192)?,
         position_offset: 0,
         t5: None,
+        deberta: None,
         modern: Some(ModernConfig {
             local,
             window: get_usize_or(c, "local_attention", 128)? / 2,

@@ -15,7 +15,8 @@ pub(crate) struct Names<'a> {
 impl<'a> Names<'a> {
     /// Finds the prefix (``, `bert.`, `roberta.`, ...) under which `probe` exists.
     pub(crate) fn detect(ck: &'a Checkpoint, probe: &str) -> Result<Names<'a>> {
-        let prefixes = ["", "bert.", "roberta.", "distilbert.", "mpnet.", "electra.", "albert."];
+        let prefixes =
+            ["", "bert.", "roberta.", "distilbert.", "mpnet.", "electra.", "albert.", "deberta."];
         for prefix in prefixes.into_iter().chain(["model.", "encoder."]) {
             let n = Names { ck, prefix: prefix.to_owned() };
             if n.find(probe).is_some() {
@@ -24,9 +25,14 @@ impl<'a> Names<'a> {
         }
         Err(Error::format(format!(
             "the checkpoint has no `{probe}` (under any of the prefixes bert., roberta., \
-             distilbert., mpnet., electra., albert., model., encoder.); is it the architecture \
-             its config.json names?"
+             distilbert., mpnet., electra., albert., deberta., model., encoder.); is it the \
+             architecture its config.json names?"
         )))
+    }
+
+    /// `name` under the prefix, whether or not the checkpoint has it.
+    pub(crate) fn full(&self, name: &str) -> String {
+        format!("{}{name}", self.prefix)
     }
 
     /// The checkpoint name of `name`, if present (also as `gamma` / `beta` for a LayerNorm).

@@ -120,11 +120,21 @@ pub(crate) fn sequence_classifier(
         }
         Arch::DistilBert => e.head_linear("pre_classifier", cls, d, Act::Relu)?,
         Arch::ModernBert => modern_head(e, cfg, cls)?,
+        // ContextPooler: the pooler's activation, GELU unless config.json names another.
+        Arch::DebertaV2 => {
+            let act = cfg.deberta.map_or(Act::Gelu, |db| db.pooler_act);
+            e.head_linear("pooler.dense", cls, d, act)?
+        }
     };
     e.g.dropout(h, p);
     let out = match cfg.arch {
         Arch::Roberta | Arch::MpNet | Arch::Electra => "classifier.out_proj",
-        Arch::Bert | Arch::DistilBert | Arch::Albert | Arch::ModernBert | Arch::T5 => "classifier",
+        Arch::Bert
+        | Arch::DistilBert
+        | Arch::Albert
+        | Arch::ModernBert
+        | Arch::T5
+        | Arch::DebertaV2 => "classifier",
     };
     e.head_linear(out, h, n, Act::Identity)
 }
@@ -154,7 +164,8 @@ pub(crate) fn token_classifier(
         | Arch::DistilBert
         | Arch::MpNet
         | Arch::Electra
-        | Arch::Albert => marked,
+        | Arch::Albert
+        | Arch::DebertaV2 => marked,
         Arch::T5 => return Err(t5_head("a token classifier")),
     };
     e.g.dropout(h, cfg.dropout.token_classifier);
@@ -217,6 +228,9 @@ pub(crate) fn splade(e: &mut Encoder<'_>, cfg: &EncoderConfig, x: Val, tied: boo
             return Err(Error::unsupported("ALBERT's masked-language model as a SPLADE encoder"));
         }
         Arch::T5 => return Err(t5_head("a SPLADE encoder")),
+        Arch::DebertaV2 => {
+            return Err(Error::unsupported("DeBERTa's masked-language model as a SPLADE encoder"));
+        }
         Arch::ModernBert => (
             MlmNames {
                 dense: "head.dense",
@@ -354,6 +368,7 @@ pub fn new_head(
             }
         }
         (Arch::T5, _) => return Err(t5_head("a classifier")),
+        (Arch::DebertaV2, _) => return Err(Error::unsupported("a new head for DeBERTa")),
         (_, NewHeadKind::Tokens) => linear("classifier", n, true),
     }
     let what = match kind {

@@ -21,6 +21,7 @@
 mod bert;
 mod checkpoint;
 pub mod config;
+mod deberta;
 mod encoder;
 pub mod heads;
 mod modernbert;
@@ -333,6 +334,9 @@ impl Model {
                 "max_seq_length {max_len} exceeds the model's {position_limit} positions"
             )));
         }
+        if config.arch == Arch::DebertaV2 {
+            deberta::derive_tables(&mut checkpoint, &config)?;
+        }
         let kind = head_kind(&checkpoint, sentence.as_ref())?;
         if config.arch == Arch::T5 {
             match kind {
@@ -353,7 +357,8 @@ impl Model {
             | Arch::DistilBert
             | Arch::MpNet
             | Arch::Electra
-            | Arch::Albert => bert::build(&checkpoint, &config, cls_only),
+            | Arch::Albert
+            | Arch::DebertaV2 => bert::build(&checkpoint, &config, cls_only),
         };
         let (mut enc, x) = build(cls_only)?;
         let mut token_graph = None;

@@ -10,7 +10,9 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use common::{expected as json, numbers, rows, strings, tiny, worst};
-use switchyard_core::{Backend, Buckets, Graph, Op, PoolMode, Reference, Rows, Val};
+use switchyard_core::{
+    Backend, Buckets, Disentangled, Graph, Op, PoolMode, PositionBias, Reference, Rows, Val,
+};
 use switchyard_models::{Arch, Marked, Model, Pooling, Prompt, Prompts, Read, Runner, Task};
 
 struct Expected {
@@ -83,6 +85,68 @@ fn mpnet_matches_transformers_with_its_relative_position_bias() {
     assert!(expected("mpnet").ids.iter().any(|ids| ids.len() > 128 + 1));
     check("mpnet", switchyard_flex::flex());
     check("mpnet", Reference);
+}
+
+/// DeBERTa's log buckets of relative position, against transformers' `make_log_bucket_position`
+/// over -700..700 for v3's (256, 512) and the tiny fixtures' (8, 20).
+#[test]
+fn deberta_buckets_match_transformers() {
+    let e = json("deberta");
+    let mut checked = 0;
+    for (key, want) in e["buckets"].as_object().unwrap() {
+        let (buckets, max_distance) = key.split_once(',').unwrap();
+        let d = Disentangled {
+            keys: None,
+            queries: None,
+            span: 1,
+            buckets: buckets.parse().unwrap(),
+            max_distance: max_distance.parse().unwrap(),
+        };
+        for (rel, want) in (-700..=700).zip(numbers(want)) {
+            assert_eq!(d.bucket(rel) as f64, want, "{key}: {rel}");
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 2 * 1401);
+}
+
+/// DeBERTa v3's shape (both position terms through each layer's own key and query weights, 8
+/// log buckets up to 20, which the 142-token sentence passes, normalised relative embeddings,
+/// no absolute positions) and v2's options (`pos_key_proj` / `pos_query_proj`, 16 exact
+/// positions a side, clamped past them, absolute positions, token types, embeddings 24 wide
+/// projected before their norm): each layer's attention reads its own two tables, derived at
+/// load.
+#[test]
+fn deberta_matches_transformers_with_disentangled_attention() {
+    for (name, span, buckets) in [("deberta", 8, 8), ("deberta-v2", 16, 0)] {
+        let m = Model::load(&tiny(name)).unwrap();
+        let db = m.config().deberta.unwrap();
+        assert_eq!((m.config().arch, db.span, db.buckets), (Arch::DebertaV2, span, buckets));
+        let tables: Vec<_> = m
+            .graph()
+            .ops
+            .iter()
+            .filter_map(|op| match op {
+                Op::Attention {
+                    position_bias: Some(PositionBias::Disentangled(d)), scale, ..
+                } => Some((d.keys.zip(d.queries), *scale)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(tables.len(), 2, "{name}: one a layer");
+        assert_ne!(tables[0].0, tables[1].0, "{name}: each layer its own tables");
+        // Heads 8 wide, three terms: 1 / sqrt(24).
+        assert!(tables.iter().all(|(t, s)| t.is_some() && *s == 1.0 / 24f32.sqrt()), "{name}");
+        check(name, switchyard_flex::flex());
+        check(name, Reference);
+    }
+    let e = |edit: &dyn Fn(&mut serde_json::Value)| {
+        Model::load(&edited("deberta", "deberta-edited", edit).0).err().unwrap().to_string()
+    };
+    let err = e(&|c| c["conv_kernel_size"] = 3.into());
+    assert!(err.contains("convolution layer (conv_kernel_size)"), "{err}");
+    let err = e(&|c| c["pos_att_type"] = serde_json::json!(["c2p", "p2p"]));
+    assert!(err.contains("pos_att_type `p2p`"), "{err}");
 }
 
 /// ELECTRA's embeddings, 24 wide, projected to its layers' 32.
@@ -478,8 +542,8 @@ fn close_rows(name: &str, got: &[Vec<f32>], want: &[Vec<f64>]) {
 
 /// BERT (pooler + classifier), RoBERTa and MPNet (classifier.dense + tanh + out_proj), ELECTRA
 /// (classifier.dense + GELU + out_proj), ALBERT (pooler + classifier), DistilBERT
-/// (pre_classifier + ReLU + classifier) and ModernBERT (mean pooling, head.dense + GELU +
-/// head.norm + classifier) heads: logits within 1e-5 of transformers', labels from `id2label`.
+/// (pre_classifier + ReLU + classifier), ModernBERT (mean pooling, head.dense + GELU +
+/// head.norm + classifier) and DeBERTa (ContextPooler's dense + GELU, classifier) heads: logits within 1e-5 of transformers', labels from `id2label`.
 #[test]
 fn sequence_classifiers_match_transformers() {
     for name in [
@@ -490,6 +554,7 @@ fn sequence_classifiers_match_transformers() {
         "electra-classifier",
         "albert-classifier",
         "modernbert-classifier",
+        "deberta-classifier",
     ] {
         let e = logits(name);
         let model = Model::load(&tiny(name)).unwrap();
@@ -643,6 +708,7 @@ fn only_heads_that_read_cls_alone_compute_the_last_layer_for_it() {
         ("mpnet-classifier", 1),
         ("electra-classifier", 1),
         ("albert-classifier", 1),
+        ("deberta-classifier", 1),
         ("bert-cross-encoder", 1),
         ("modernbert-classifier", 0),
         ("bert", 0),

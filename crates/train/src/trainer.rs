@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use switchyard_burn::{floats, read_f32};
 use switchyard_core::{BatchBuf, Caps, HostTensor};
 use switchyard_models::heads::{self, Init, NewHeadKind};
-use switchyard_models::{Model, Task as ModelTask};
+use switchyard_models::{Arch, Model, Task as ModelTask};
 
 use crate::data::{self, Data, Example, Kind, ReadTask, Reader};
 use crate::export::{self, Tensor};
@@ -542,6 +542,14 @@ impl Prepared {
             None => prepare(job)?,
         };
         let mut model = Model::load(&dir)?;
+        if model.config().arch == Arch::DebertaV2 {
+            return Err(Error::Config(
+                "training DeBERTa is not supported yet: its attention's position tables are \
+                 computed from the key and query weights when the model loads, and training \
+                 them apart from those weights would not be DeBERTa"
+                    .into(),
+            ));
+        }
         if let Some(n) = job.max_len {
             model.set_max_len(n)?;
         }

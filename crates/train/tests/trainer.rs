@@ -359,6 +359,9 @@ fn settings_and_tasks_that_do_not_fit_are_refused() {
     j.model = tiny("bert-splade");
     j.labels = Some(vec!["x".into(), "y".into()]);
     cases.push((j, "a SPLADE model cannot be given a classifier's head"));
+    let mut j = base.clone();
+    j.model = tiny("deberta-classifier");
+    cases.push((j, "training DeBERTa is not supported"));
     for (j, want) in cases {
         let e = fit(&j).unwrap_err().to_string();
         assert!(e.contains(want), "expected `{want}` in `{e}`");
