@@ -146,3 +146,38 @@ fn a_query_per_sequence_costs_one_row_of_scores() {
         assert_eq!(out.get("a").unwrap().rows, 2);
     }
 }
+
+#[test]
+fn disentangled_attention_costs_a_product_a_term_and_names_its_terms() {
+    for (terms, named) in [((true, true), "c2p and p2c"), ((false, true), "p2c")] {
+        let mut g = GraphBuilder::new();
+        let t = g.weight("emb", &[10, 8]);
+        let x = g.op(Shape::tokens(8), |out| Op::Embed { table: t, out });
+        let mut table = |on: bool, name: &str| on.then(|| g.weight(name, &[8, 8]));
+        let (keys, queries) = (table(terms.0, "keys"), table(terms.1, "queries"));
+        let d =
+            switchyard_core::Disentangled { keys, queries, span: 4, buckets: 4, max_distance: 6 };
+        let a = g.op(Shape::tokens(8), |out| Op::Attention {
+            q: x,
+            k: x,
+            v: x,
+            heads: 2,
+            head_dim: 4,
+            scale: 0.5,
+            window: None,
+            position_bias: Some(switchyard_core::PositionBias::Disentangled(d)),
+            out,
+        });
+        g.output("a", a);
+        let g = g.finish().unwrap();
+        let cap = Capture::new();
+        let w = cap.upload(&testkit::random_weights(&g, 1).tensors(), &g).unwrap();
+        let plan = cap.lower(&w, &g, Bucket::new(16, 4, 0)).unwrap();
+        let table = plan.record().table();
+        let want = format!("disentangled {named} over 4 positions in 4 buckets to 6");
+        assert!(table.contains(&want), "{table}");
+        // Four sequences of 4 tokens: 2 heads x 64 pairs x (4 x 4 + 3), and 2 x 4 more a term.
+        let n = u64::from(terms.0) + u64::from(terms.1);
+        assert_eq!(plan.record().ops[1].flops, 2 * 64 * (4 * 4 + 3 + n * 2 * 4), "{named}");
+    }
+}
