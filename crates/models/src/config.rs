@@ -465,6 +465,9 @@ fn t5(c: &Value) -> Result<EncoderConfig> {
     })
 }
 
+/// The most relative positions a side DeBERTa's tables may hold.
+const MAX_RELATIVE: usize = 1 << 16;
+
 /// A whole number that may be negative (DeBERTa's -1 for "unset"); `default` where absent.
 fn get_i64_or(c: &Value, key: &str, default: i64) -> Result<i64> {
     match c.get(key) {
@@ -514,6 +517,14 @@ fn deberta(c: &Value) -> Result<EncoderConfig> {
     let max_relative = get_i64_or(c, "max_relative_positions", -1)?;
     let max_distance = if max_relative < 1 { max_positions } else { max_relative as usize };
     let buckets = get_i64_or(c, "position_buckets", -1)?.max(0) as usize;
+    // Far past any published DeBERTa (256 buckets, 512 positions): a bound on the tables a
+    // config.json makes Switchyard compute and hold.
+    if buckets.max(max_distance) > MAX_RELATIVE {
+        return Err(Error::unsupported(format!(
+            "config.json: position_buckets {buckets} and max_relative_positions {max_distance}; \
+             Switchyard takes at most {MAX_RELATIVE}"
+        )));
+    }
     let relative = c.get("relative_attention").and_then(Value::as_bool).unwrap_or(false);
     let norm = get_str(c, "norm_rel_ebd", "none").to_lowercase();
     let deberta = DebertaConfig {

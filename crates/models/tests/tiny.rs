@@ -147,6 +147,11 @@ fn deberta_matches_transformers_with_disentangled_attention() {
     assert!(err.contains("convolution layer (conv_kernel_size)"), "{err}");
     let err = e(&|c| c["pos_att_type"] = serde_json::json!(["c2p", "p2p"]));
     assert!(err.contains("pos_att_type `p2p`"), "{err}");
+    // A hostile size is refused before any table is sized from it.
+    let err = e(&|c| c["position_buckets"] = i64::MAX.into());
+    assert!(err.contains("Switchyard takes at most 65536"), "{err}");
+    let err = e(&|c| c["position_buckets"] = 64.into());
+    assert!(err.contains("has shape [16, 32]; config.json implies [128, 32]"), "{err}");
 }
 
 /// ELECTRA's embeddings, 24 wide, projected to its layers' 32.
