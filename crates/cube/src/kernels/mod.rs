@@ -697,6 +697,7 @@ fn disentangled(bias: Option<PositionBias>) -> bool {
     matches!(bias, Some(PositionBias::Disentangled(_)))
 }
 
+#[cfg(not(feature = "fusion"))]
 fn all_f32(ts: &[&CubeTensor]) -> bool {
     ts.iter().all(|t| t.dtype == burn_backend::DType::F32)
 }
@@ -1027,6 +1028,33 @@ mod tests {
         let joined = refusal(&k, &projections(1_500_000), small, DType::F32).expect("refused");
         assert!(joined.contains("[64, 4500000] output"), "{joined}");
         assert_eq!(refusal(&k, &projections(1_000_000), small, DType::F32), None);
+        // Disentangled attention goes to Burn's ops, whose products would be TF32 in f32.
+        let e = refusal(&k, &disentangled_graph(), small, DType::F32).expect("refused");
+        assert!(e.contains("disentangled attention") && e.contains("TF32"), "{e}");
+        assert_eq!(refusal(&k, &disentangled_graph(), small, DType::F16), None);
+    }
+
+    /// One attention op with both of DeBERTa's disentangled terms, heads 8 wide.
+    fn disentangled_graph() -> Graph {
+        let mut g = GraphBuilder::new();
+        let table = g.weight("x", &[10, 8]);
+        let x = g.op(Shape::tokens(8), |out| Op::Embed { table, out });
+        let (keys, queries) = (Some(g.weight("keys", &[8, 8])), Some(g.weight("queries", &[8, 8])));
+        let d =
+            switchyard_core::Disentangled { keys, queries, span: 4, buckets: 0, max_distance: 4 };
+        let a = g.op(Shape::tokens(8), |out| Op::Attention {
+            q: x,
+            k: x,
+            v: x,
+            heads: 1,
+            head_dim: 8,
+            scale: 1.0,
+            window: None,
+            position_bias: Some(PositionBias::Disentangled(d)),
+            out,
+        });
+        g.output("a", a);
+        g.finish().expect("a valid graph")
     }
 
     /// Three linear layers to `n` reading one embedding: one product when joined.
