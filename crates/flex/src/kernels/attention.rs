@@ -1406,11 +1406,11 @@ fn add_position_bias(
 /// `q` and `k` are readable for the head's `head_dim` columns of those rows.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-unsafe fn add_disentangled(
+unsafe fn add_disentangled<'t>(
     sc: &mut [f32],
     lpad: usize,
     nq: usize,
-    h: Heads<'_>,
+    h: Heads<'t>,
     head: usize,
     at: usize,
     seen: impl Fn(usize) -> (usize, usize),
@@ -1419,9 +1419,7 @@ unsafe fn add_disentangled(
     let Some(t) = h.disentangled else { return };
     let (d, width) = (h.head_dim, h.heads * h.head_dim);
     let longest = t.rows.len().div_ceil(2);
-    let row = |table: &[f32], r: usize| -> *const f32 {
-        table[t.rows[r] as usize * width + head * d..][..d].as_ptr()
-    };
+    let row = |table: &'t [f32], r: usize| &table[t.rows[r] as usize * width + head * d..][..d];
     for qi in 0..nq {
         let (a, b) = seen(qi);
         // SAFETY: the caller's contract: row qi of the queries.
@@ -1431,16 +1429,12 @@ unsafe fn add_disentangled(
         for (j, s) in (a..b).zip(&mut sc[qi * lpad + a..qi * lpad + b]) {
             let mut sum = 0.0;
             if let Some(keys) = t.keys {
-                // SAFETY: a row of the table, d columns from the head's.
-                sum += dot(qr, unsafe { std::slice::from_raw_parts(row(keys, j + from), d) });
+                sum += dot(qr, row(keys, j + from));
             }
             if let Some(queries) = t.queries {
-                // SAFETY: as above; and row j of the keys, by the caller's contract.
-                let (kr, pr) = unsafe {
-                    let kr = std::slice::from_raw_parts(k.add(j * width), d);
-                    (kr, std::slice::from_raw_parts(row(queries, j + from), d))
-                };
-                sum += dot(kr, pr);
+                // SAFETY: row j of the keys, by the caller's contract.
+                let kr = unsafe { std::slice::from_raw_parts(k.add(j * width), d) };
+                sum += dot(kr, row(queries, j + from));
             }
             *s += h.scale * sum;
         }
