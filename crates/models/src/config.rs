@@ -38,11 +38,9 @@ pub enum Arch {
 /// DeBERTa's settings beyond the common sizes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DebertaConfig {
-    /// Whether attention has position terms (`relative_attention`).
-    pub relative: bool,
-    /// The content-to-position term (`c2p` in `pos_att_type`).
+    /// The content-to-position term (`c2p` in `pos_att_type`, with `relative_attention`).
     pub c2p: bool,
-    /// The position-to-content term (`p2c` in `pos_att_type`).
+    /// The position-to-content term (`p2c` in `pos_att_type`, with `relative_attention`).
     pub p2c: bool,
     /// Relative positions on each side of `rel_embeddings` (`position_buckets` where positive,
     /// else `max_relative_positions`, else `max_position_embeddings`).
@@ -60,8 +58,6 @@ pub struct DebertaConfig {
     /// Whether absolute position embeddings are added to the word embeddings
     /// (`position_biased_input`).
     pub absolute: bool,
-    /// Token types (`type_vocab_size`; 0 for none).
-    pub types: usize,
     /// The pooler's activation (`pooler_hidden_act`).
     pub pooler_act: Act,
 }
@@ -528,7 +524,6 @@ fn deberta(c: &Value) -> Result<EncoderConfig> {
     let relative = c.get("relative_attention").and_then(Value::as_bool).unwrap_or(false);
     let norm = get_str(c, "norm_rel_ebd", "none").to_lowercase();
     let deberta = DebertaConfig {
-        relative,
         c2p: relative && kinds.iter().any(|k| k == "c2p"),
         p2c: relative && kinds.iter().any(|k| k == "p2c"),
         span: if buckets > 0 { buckets } else { max_distance },
@@ -537,7 +532,6 @@ fn deberta(c: &Value) -> Result<EncoderConfig> {
         norm_relative: norm.split('|').any(|n| n.trim() == "layer_norm"),
         share_keys: c.get("share_att_key").and_then(Value::as_bool).unwrap_or(false),
         absolute: c.get("position_biased_input").and_then(Value::as_bool).unwrap_or(true),
-        types: get_usize_or(c, "type_vocab_size", 0)?,
         pooler_act: activation(get_str(c, "pooler_hidden_act", "gelu"))?,
     };
     let p = get_f32(c, "hidden_dropout_prob", 0.1)?;

@@ -205,12 +205,14 @@ fn t5_encoders_match_transformers_plain_and_gated() {
     assert!(e.contains("T5 as a sequence classifier"), "{e}");
 }
 
-/// ELECTRA's and ALBERT's masked-language heads narrow to the embedding width: not SPLADE.
+/// ELECTRA's and ALBERT's masked-language heads narrow to the embedding width: not SPLADE; nor
+/// is DeBERTa's read as one.
 #[test]
 fn masked_language_models_that_narrow_are_refused_as_splade() {
     for (arch, class, want) in [
         ("electra", "ElectraForMaskedLM", "ELECTRA's masked-language model"),
         ("albert", "AlbertForMaskedLM", "ALBERT's masked-language model"),
+        ("deberta", "DebertaV2ForMaskedLM", "DeBERTa's masked-language model"),
     ] {
         let s = edited(arch, &format!("{arch}-mlm"), &|c| {
             c["architectures"] = serde_json::json!([class]);
