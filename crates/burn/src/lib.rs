@@ -23,6 +23,7 @@ pub mod generic;
 mod runcx;
 
 use std::collections::HashMap;
+use std::sync::MutexGuard;
 use std::time::{Duration, Instant};
 
 use burn_backend::Backend as BurnBackend;
@@ -110,6 +111,13 @@ pub trait Kernels<B: BurnBackend>: Send + Sync + 'static {
     fn run_tokens(&self, tokens: usize, _dtype: DType) -> usize {
         tokens
     }
+
+    /// A guard held through each upload, lower and run, so that none of them overlap: for a
+    /// library whose results go wrong when two of them do. `None` (the default) lets them
+    /// overlap.
+    fn exclusive(&self) -> Option<MutexGuard<'static, ()>> {
+        None
+    }
 }
 
 /// The generic lowering alone: Burn's own ops for everything.
@@ -195,6 +203,18 @@ impl<B: BurnBackend, K: Kernels<B>> Burn<B, K> {
         batch: &Batch<'_>,
         how: &Forward<B>,
     ) -> Result<Vec<Option<FloatTensor<B>>>> {
+        let _one = self.kernels.exclusive();
+        self.forward_shared(plan, state, batch, how)
+    }
+
+    /// [`Burn::forward`] without taking [`Kernels::exclusive`]'s guard: for callers holding it.
+    fn forward_shared(
+        &self,
+        plan: &BurnPlan<B>,
+        state: &mut BurnState<B>,
+        batch: &Batch<'_>,
+        how: &Forward<B>,
+    ) -> Result<Vec<Option<FloatTensor<B>>>> {
         let fed = how.feed.iter().map(|(v, _)| *v).collect();
         let cx = RunCx::new(&plan.graph, batch, &self.device).for_forward(fed, how.dropout);
         self.forward_each(plan, state, &cx, how, &mut |_| Ok(()))
@@ -218,6 +238,7 @@ impl<B: BurnBackend, K: Kernels<B>> Burn<B, K> {
                 "a run context for a forward with values fed or dropped".into(),
             ));
         }
+        let _one = self.kernels.exclusive();
         self.forward_each(plan, state, cx, &Forward::default(), &mut |_| Ok(()))
     }
 
@@ -251,6 +272,7 @@ impl<B: BurnBackend, K: Kernels<B>> Burn<B, K> {
         state: &mut BurnState<B>,
         batch: &Batch<'_>,
     ) -> Result<Vec<OpTime>> {
+        let _one = self.kernels.exclusive();
         let sync =
             || B::sync(&self.device).map_err(|e| Error::Device(format!("synchronising: {e:?}")));
         sync()?;
@@ -652,6 +674,7 @@ impl<B: BurnBackend, K: Kernels<B>> Backend for Burn<B, K> {
             tracing::info_span!("upload", backend = %self.caps.backend, tensors = tensors.len())
                 .entered();
         graph.check_weights(tensors)?;
+        let _one = self.kernels.exclusive();
         let forms = graph.weight_reads();
         let groups = if self.joined { graph.shared_input_linears() } else { Vec::new() };
         let mut w = BurnWeights {
@@ -695,6 +718,7 @@ impl<B: BurnBackend, K: Kernels<B>> Backend for Burn<B, K> {
     fn lower(&self, w: &Self::Weights, graph: &Graph, bucket: Bucket) -> Result<Self::Plan> {
         let _span = tracing::debug_span!("lower", backend = %self.caps.backend, %bucket).entered();
         graph.check_lowerable(w.plain.len())?;
+        let _one = self.kernels.exclusive();
         let layout = Layout::plan(graph, bucket, self.dtype.size());
         let mut bytes = layout.total;
         let mut rope_cache: HashMap<(usize, u32), (FloatTensor<B>, FloatTensor<B>)> =
@@ -783,6 +807,7 @@ impl<B: BurnBackend, K: Kernels<B>> Backend for Burn<B, K> {
         let _span =
             tracing::trace_span!("run", backend = %self.caps.backend, tokens = batch.tokens())
                 .entered();
+        let _one = self.kernels.exclusive();
         let padded = self.padding(plan, batch)?;
         // Two parts a bench can time apart (`forward`, `read`): on an asynchronous device the
         // first only queues the ops' launches and the second waits for the device to run them.
@@ -790,10 +815,11 @@ impl<B: BurnBackend, K: Kernels<B>> Backend for Burn<B, K> {
             let _forward = tracing::trace_span!("forward").entered();
             match &padded {
                 Some(buf) => {
-                    let all = self.forward(plan, state, &buf.batch(), &Forward::default())?;
+                    let all =
+                        self.forward_shared(plan, state, &buf.batch(), &Forward::default())?;
                     own_rows(plan, batch, all)
                 }
-                None => self.forward(plan, state, batch, &Forward::default())?,
+                None => self.forward_shared(plan, state, batch, &Forward::default())?,
             }
         };
         let _read = tracing::trace_span!("read").entered();

@@ -128,6 +128,71 @@ fn a_kernel_that_fails_an_op_fails_the_run_with_its_error_and_the_next_run_is_wh
     assert_eq!(out.get("y").unwrap().data, want.get("y").unwrap().data);
 }
 
+/// Declines every op, holding each Linear until another run is inside one too (or half a
+/// second passes), and counts the most inside at once; runs take turns on `TURNS` where
+/// `turns` says so.
+struct Overlaps {
+    turns: bool,
+    inside: std::sync::atomic::AtomicUsize,
+    most: std::sync::atomic::AtomicUsize,
+}
+
+static TURNS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+impl Kernels<Flex> for Overlaps {
+    fn run_op(
+        &self,
+        op: &Op,
+        ins: Inputs<Flex>,
+        _: &Bound<Flex>,
+        _: &RunCx<'_, Flex>,
+    ) -> Outcome<Flex> {
+        use std::sync::atomic::Ordering;
+        if matches!(op, Op::Linear { .. }) {
+            self.inside.fetch_add(1, Ordering::SeqCst);
+            // Waits up to half a second for another run to come inside too.
+            let since = std::time::Instant::now();
+            while self.inside.load(Ordering::SeqCst) < 2 && since.elapsed().as_millis() < 500 {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            self.most.fetch_max(self.inside.load(Ordering::SeqCst), Ordering::SeqCst);
+            self.inside.fetch_sub(1, Ordering::SeqCst);
+        }
+        Outcome::Declined(ins)
+    }
+
+    fn exclusive(&self) -> Option<std::sync::MutexGuard<'static, ()>> {
+        self.turns.then(|| TURNS.lock().unwrap())
+    }
+}
+
+/// The most runs of `turns`' kernels inside a Linear at once, of four started together.
+fn most_overlapping(turns: bool) -> usize {
+    let kernels = Overlaps { turns, inside: 0.into(), most: 0.into() };
+    let be = Burn::<Flex, _>::new(FlexDevice, kernels, caps());
+    let g = one_linear();
+    let (plan, _) = planned(&be, &g).unwrap();
+    let start = std::sync::Barrier::new(4);
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            s.spawn(|| {
+                let mut state = be.state(&plan).unwrap();
+                let mut out = Outputs::new();
+                start.wait();
+                be.run(&plan, &mut state, &sample().batch(), &mut out).unwrap();
+            });
+        }
+    });
+    be.kernels().most.load(std::sync::atomic::Ordering::SeqCst)
+}
+
+#[test]
+fn runs_of_kernels_that_ask_for_turns_never_overlap() {
+    assert_eq!(most_overlapping(true), 1);
+    // The measure sees overlap where there is any.
+    assert!(most_overlapping(false) > 1, "runs without turns overlapped");
+}
+
 /// Declines every op, counting how often the runs make what their Linear ops share.
 struct Memoizing(std::sync::atomic::AtomicUsize);
 

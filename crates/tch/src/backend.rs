@@ -20,7 +20,7 @@ pub mod cpu {
 
     /// LibTorch on the host CPU.
     pub fn open() -> Result<TchBackend> {
-        Ok(Burn::new(LibTorchDevice::Cpu, TchKernels, caps(None)))
+        Ok(Burn::new(LibTorchDevice::Cpu, TchKernels::cpu(), caps(None)))
     }
 }
 
@@ -51,7 +51,7 @@ pub mod cuda {
                 format!("tch:cuda:{index}: LibTorch sees {count} CUDA devices (0 to {})", count - 1)
             }));
         }
-        Ok(Burn::new(LibTorchDevice::Cuda(index), TchKernels, caps(Some(index))))
+        Ok(Burn::new(LibTorchDevice::Cuda(index), TchKernels::cuda(), caps(Some(index))))
     }
 }
 

@@ -1,4 +1,7 @@
-//! The one op where LibTorch needs more than the generic lowering.
+//! The one op where LibTorch needs more than the generic lowering, and one run at a time on
+//! the CPU.
+
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use burn_tch::LibTorch;
 use switchyard_burn::generic::{MaskMeaning, attention_masked};
@@ -10,8 +13,32 @@ use switchyard_core::Op;
 /// attention would attend to exactly the wrong keys. These kernels build the mask the way
 /// PyTorch reads it; every other op runs the generic lowering. (With a position bias burn-tch
 /// runs Burn's own attention, which reads the mask as Burn documents it: the generic path's.)
-#[derive(Clone, Copy, Debug, Default)]
-pub struct TchKernels;
+///
+/// On the CPU ([`TchKernels::cpu`]) uploads, lowerings and runs of every `tch:cpu` model in the
+/// process take turns ([`Kernels::exclusive`]). With runs overlapping, LibTorch 2.9's results
+/// were at times off by up to 1.3e-4 of the value, against under 1e-6 when runs did not
+/// overlap (docs/backends.md, *tch*; the cause inside LibTorch is not known). Each LibTorch op
+/// already spreads over every core, so overlapping runs gained little.
+#[derive(Clone, Copy, Debug)]
+pub struct TchKernels {
+    /// Whether calls take turns: on the CPU.
+    turns: bool,
+}
+
+/// The turns `tch:cpu` models take, process-wide.
+static CPU_TURNS: Mutex<()> = Mutex::new(());
+
+impl TchKernels {
+    /// The kernels for `tch:cpu`: calls take turns.
+    pub fn cpu() -> TchKernels {
+        TchKernels { turns: true }
+    }
+
+    /// The kernels for `tch:cuda:N`: calls may overlap.
+    pub fn cuda() -> TchKernels {
+        TchKernels { turns: false }
+    }
+}
 
 impl Kernels<LibTorch> for TchKernels {
     fn run_op(
@@ -46,5 +73,10 @@ impl Kernels<LibTorch> for TchKernels {
             )),
             (_, ins) => Outcome::Declined(ins),
         }
+    }
+
+    fn exclusive(&self) -> Option<MutexGuard<'static, ()>> {
+        // A run that panicked left LibTorch as every run leaves it: the turn passes on.
+        self.turns.then(|| CPU_TURNS.lock().unwrap_or_else(PoisonError::into_inner))
     }
 }

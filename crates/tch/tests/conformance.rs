@@ -46,3 +46,40 @@ fn a_cuda_device_libtorch_cannot_see_is_an_error() {
     let e = switchyard_tch::cuda::open(n).expect_err("an error").to_string();
     assert!(e.contains(&format!("tch:cuda:{n}")), "{e}");
 }
+
+#[test]
+// burn-tch marks its backend deprecated; this crate exists to keep it.
+#[allow(deprecated)]
+fn runs_on_the_cpu_wait_for_the_turn_and_on_cuda_do_not_take_it() {
+    use std::sync::mpsc;
+    use std::time::Duration;
+    use switchyard_burn::Kernels;
+    use switchyard_core::testkit::{self, EncoderSpec};
+    use switchyard_core::{Backend, BatchBuf, Bucket, Outputs};
+
+    let be = tch_cpu();
+    let g = testkit::bert_like(EncoderSpec::TINY);
+    let weights = testkit::random_weights(&g, 1);
+    let w = be.upload(&weights.tensors(), &g).unwrap();
+    let plan = be.lower(&w, &g, Bucket::new(64, 8, 64)).unwrap();
+    let mut batch = BatchBuf::new();
+    batch.push(&[1, 2, 3], None, &[]).unwrap();
+
+    assert!(
+        Kernels::<burn_tch::LibTorch>::exclusive(&switchyard_tch::TchKernels::cuda()).is_none()
+    );
+    let turn = Kernels::<burn_tch::LibTorch>::exclusive(be.kernels()).expect("tch:cpu takes turns");
+    let (done, finished) = mpsc::channel();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut state = be.state(&plan).unwrap();
+            let mut out = Outputs::new();
+            be.run(&plan, &mut state, &batch.batch(), &mut out).unwrap();
+            done.send(()).unwrap();
+        });
+        // The run waits while this test holds the turn, and ends once it is given back.
+        assert!(finished.recv_timeout(Duration::from_millis(500)).is_err(), "ran out of turn");
+        drop(turn);
+        finished.recv_timeout(Duration::from_secs(60)).expect("the run, after the turn");
+    });
+}
