@@ -8,7 +8,7 @@ use switchyard_core::{Act, Op, PoolMode, Rows, Shape, Val};
 
 use crate::config::{Arch, EncoderConfig};
 use crate::encoder::{Encoder, linear_in};
-use crate::st::{Dense, Pooling};
+use crate::st::{Dense, Pooling, SpladeAct};
 use crate::{Error, Result};
 
 /// The name of the pooled-embedding output (sequence rows).
@@ -181,10 +181,16 @@ struct MlmNames {
     bias: [&'static str; 2],
 }
 
-/// SPLADE term weights: the masked-language-model logits through `log(1 + relu(.))`, max-pooled
-/// over each sequence's tokens. The decoder is tied to the word embeddings unless the checkpoint
-/// has its own and `config.json` unties them.
-pub(crate) fn splade(e: &mut Encoder<'_>, cfg: &EncoderConfig, x: Val, tied: bool) -> Result<Val> {
+/// SPLADE term weights: the masked-language-model logits through `log(1 + relu(.))` (and a
+/// second `log(1 + .)` for `log1p_relu`), max-pooled over each sequence's tokens. The decoder is
+/// tied to the word embeddings unless the checkpoint has its own and `config.json` unties them.
+pub(crate) fn splade(
+    e: &mut Encoder<'_>,
+    cfg: &EncoderConfig,
+    x: Val,
+    tied: bool,
+    activation: SpladeAct,
+) -> Result<Val> {
     let (names, act, eps) = match cfg.arch {
         Arch::Bert => (
             MlmNames {
@@ -268,7 +274,14 @@ pub(crate) fn splade(e: &mut Encoder<'_>, cfg: &EncoderConfig, x: Val, tied: boo
         residual: None,
         out,
     });
-    Ok(e.g.op(Shape::seqs(v), |out| Op::Pool { x: logits, mode: PoolMode::Max, out }))
+    let weights = match activation {
+        SpladeAct::Relu => logits,
+        // log1p is applied to values already past relu, where `Log1pRelu` is log1p.
+        SpladeAct::Log1pRelu => {
+            e.g.op(Shape::tokens(v), |out| Op::Activation { x: logits, act: Act::Log1pRelu, out })
+        }
+    };
+    Ok(e.g.op(Shape::seqs(v), |out| Op::Pool { x: weights, mode: PoolMode::Max, out }))
 }
 
 /// The kind of head [`new_head`] adds.

@@ -39,7 +39,7 @@ use switchyard_core::{Backend, Buckets, Executor, Graph, HostTensor, PoolMode};
 pub use checkpoint::Checkpoint;
 pub use config::{Arch, Dropouts, EncoderConfig, ModernConfig};
 pub use runner::{Marked, Marking, Read, Runner, TokenLogits};
-pub use st::{Dense, Pooling, Prompt, Prompts, SentenceConfig, SentenceHead, prompted};
+pub use st::{Dense, Pooling, Prompt, Prompts, SentenceConfig, SentenceHead, SpladeAct, prompted};
 pub use tokenize::{Encoded, Tokenizer, Truncation};
 
 /// Copies the checkpoint in `from` (`config.json`, `model.safetensors`, `tokenizer.json`) into
@@ -243,7 +243,8 @@ enum HeadKind {
     Embed(Pooling, Vec<Dense>),
     Classify,
     ClassifyTokens,
-    Sparse,
+    /// SPLADE pooling of the masked-language-model logits, with its activation.
+    Sparse(SpladeAct),
 }
 
 /// The head: the sentence-transformers modules if they name one, else `config.json`'s
@@ -251,7 +252,7 @@ enum HeadKind {
 fn head_kind(ck: &Checkpoint, sentence: Option<&SentenceConfig>) -> Result<HeadKind> {
     match sentence.and_then(|s| s.head.map(|h| (h, s))) {
         Some((SentenceHead::Pooled(p), s)) => return Ok(HeadKind::Embed(p, s.dense.clone())),
-        Some((SentenceHead::Splade, _)) => return Ok(HeadKind::Sparse),
+        Some((SentenceHead::Splade(act), _)) => return Ok(HeadKind::Sparse(act)),
         None => {}
     }
     let mean = HeadKind::Embed(Pooling { mode: PoolMode::Mean, normalize: false }, Vec::new());
@@ -262,7 +263,7 @@ fn head_kind(ck: &Checkpoint, sentence: Option<&SentenceConfig>) -> Result<HeadK
         "" => Ok(mean),
         "ForSequenceClassification" => Ok(HeadKind::Classify),
         "ForTokenClassification" => Ok(HeadKind::ClassifyTokens),
-        "ForMaskedLM" => Ok(HeadKind::Sparse),
+        "ForMaskedLM" => Ok(HeadKind::Sparse(SpladeAct::Relu)),
         other => Err(Error::unsupported(format!(
             "the head of `{arch}` ({other}); supported: a bare encoder (embeddings), \
              ForSequenceClassification, ForTokenClassification, ForMaskedLM (SPLADE)"
@@ -284,7 +285,7 @@ fn last_layer_on_cls(kind: &HeadKind, config: &EncoderConfig) -> bool {
         HeadKind::Classify => {
             config.modern.as_ref().is_none_or(|m| m.classifier_pooling == PoolMode::Cls)
         }
-        HeadKind::ClassifyTokens | HeadKind::Sparse => false,
+        HeadKind::ClassifyTokens | HeadKind::Sparse(_) => false,
     }
 }
 
@@ -343,7 +344,7 @@ impl Model {
                 HeadKind::Embed(..) => {}
                 HeadKind::Classify => return Err(heads::t5_head("a sequence classifier")),
                 HeadKind::ClassifyTokens => return Err(heads::t5_head("a token classifier")),
-                HeadKind::Sparse => return Err(heads::t5_head("a SPLADE encoder")),
+                HeadKind::Sparse(_) => return Err(heads::t5_head("a SPLADE encoder")),
             }
         }
         let _span = tracing::info_span!("build", arch = ?config.arch).entered();
@@ -386,13 +387,13 @@ impl Model {
                 enc.g.output(heads::LOGITS, logits);
                 Task::ClassifyTokens { labels }
             }
-            HeadKind::Sparse => {
+            HeadKind::Sparse(activation) => {
                 let tied = checkpoint
                     .config()
                     .get("tie_word_embeddings")
                     .and_then(serde_json::Value::as_bool)
                     .unwrap_or(true);
-                let sparse = heads::splade(&mut enc, &config, x, tied)?;
+                let sparse = heads::splade(&mut enc, &config, x, tied, activation)?;
                 enc.g.output(heads::SPARSE, sparse);
                 Task::Sparse
             }

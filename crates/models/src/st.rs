@@ -26,9 +26,18 @@ pub struct Pooling {
 pub enum SentenceHead {
     /// A dense embedding: pooling, then normalisation if asked.
     Pooled(Pooling),
-    /// A sparse encoder: SPLADE pooling (max over tokens of `log(1 + relu)`) of the
+    /// A sparse encoder: SPLADE pooling (max over tokens of its activation) of the
     /// masked-language-model logits.
-    Splade,
+    Splade(SpladeAct),
+}
+
+/// A `SpladePooling` module's `activation_function`: what each logit becomes before pooling.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SpladeAct {
+    /// `relu`: `log(1 + relu(x))`, every SPLADE model's.
+    Relu,
+    /// `log1p_relu`: `log(1 + log(1 + relu(x)))`, OpenSearch's sparse encoders'.
+    Log1pRelu,
 }
 
 /// A sentence-transformers `Dense` module: `act(x . W^T + b)` on the pooled embedding, plus `x`
@@ -160,7 +169,7 @@ pub fn read(dir: &Path) -> Result<Option<SentenceConfig>> {
     let kind = |m: &Value| m.get("type").and_then(Value::as_str).unwrap_or("").to_owned();
     let mut pooling = None;
     let mut pooled_prompt = true;
-    let mut splade = false;
+    let mut splade = None;
     let mut normalize = false;
     let mut dense = Vec::new();
     for m in modules {
@@ -190,10 +199,7 @@ pub fn read(dir: &Path) -> Result<Option<SentenceConfig>> {
                 // head is built (heads::embedding).
                 dense.push(dense_module(dir, module_folder(&modules_path, m)?)?);
             }
-            "SpladePooling" => {
-                splade_pooling(&path("1_SpladePooling")?)?;
-                splade = true;
-            }
+            "SpladePooling" => splade = Some(splade_pooling(&path("1_SpladePooling")?)?),
             "Normalize" => normalize = true,
             other => {
                 return Err(Error::unsupported(format!(
@@ -204,10 +210,10 @@ pub fn read(dir: &Path) -> Result<Option<SentenceConfig>> {
         }
     }
     let head = match (pooling, splade) {
-        (Some(mode), false) => Some(SentenceHead::Pooled(Pooling { mode, normalize })),
-        (None, true) if !normalize => Some(SentenceHead::Splade),
-        (None, false) if !normalize => None,
-        (None, false) => {
+        (Some(mode), None) => Some(SentenceHead::Pooled(Pooling { mode, normalize })),
+        (None, Some(act)) if !normalize => Some(SentenceHead::Splade(act)),
+        (None, None) if !normalize => None,
+        (None, None) => {
             return Err(Error::unsupported(
                 "modules.json lists Normalize without a Pooling module before it",
             ));
@@ -370,19 +376,21 @@ fn model_config(dir: &Path) -> Result<(Prompts, Similarity, Option<String>)> {
     Ok((Prompts { named, default, pooled: true }, similarity, activation_fn))
 }
 
-/// Checks a `SpladePooling` configuration: max pooling with `relu` is what Switchyard computes.
-fn splade_pooling(path: &Path) -> Result<()> {
+/// A `SpladePooling` configuration's activation; max pooling is what Switchyard computes.
+fn splade_pooling(path: &Path) -> Result<SpladeAct> {
     // The module's configuration file is optional; its defaults are max and relu.
     let c = if is_file(path)? { read_json(path)? } else { Value::Null };
     let strategy = c.get("pooling_strategy").and_then(Value::as_str).unwrap_or("max");
     let act = c.get("activation_function").and_then(Value::as_str).unwrap_or("relu");
-    if strategy != "max" || act != "relu" {
-        return Err(Error::unsupported(format!(
-            "{}: SPLADE pooling `{strategy}` with activation `{act}`; supported: `max` with `relu`",
+    match (strategy, act) {
+        ("max", "relu") => Ok(SpladeAct::Relu),
+        ("max", "log1p_relu") => Ok(SpladeAct::Log1pRelu),
+        _ => Err(Error::unsupported(format!(
+            "{}: SPLADE pooling `{strategy}` with activation `{act}`; supported: `max` with \
+             `relu` or `log1p_relu`",
             path.display()
-        )));
+        ))),
     }
-    Ok(())
 }
 
 /// The pooling mode of a Pooling module's `config.json`, and whether pooling covers a prompt's
@@ -470,12 +478,25 @@ mod tests {
     const SPLADE: &str = "sentence_transformers.sparse_encoder.models.SpladePooling";
 
     #[test]
-    fn a_sparse_encoder_reads_as_splade() {
-        let config = serde_json::json!({"pooling_strategy": "max", "activation_function": "relu"});
-        let dir = folder("splade", &[(MLM, "", Value::Null), (SPLADE, "1_SpladePooling", config)]);
-        let c = read(&dir).unwrap().unwrap();
-        assert_eq!(c.head, Some(SentenceHead::Splade));
-        std::fs::remove_dir_all(dir).unwrap();
+    fn a_sparse_encoder_reads_as_splade_with_its_activation() {
+        for (tag, config, act) in [
+            (
+                "relu",
+                serde_json::json!({"pooling_strategy": "max", "activation_function": "relu"}),
+                SpladeAct::Relu,
+            ),
+            ("default", Value::Null, SpladeAct::Relu),
+            (
+                "log1p",
+                serde_json::json!({"activation_function": "log1p_relu"}),
+                SpladeAct::Log1pRelu,
+            ),
+        ] {
+            let dir = folder(tag, &[(MLM, "", Value::Null), (SPLADE, "1_SpladePooling", config)]);
+            let c = read(&dir).unwrap().unwrap();
+            assert_eq!(c.head, Some(SentenceHead::Splade(act)), "{tag}");
+            std::fs::remove_dir_all(dir).unwrap();
+        }
     }
 
     /// The pooling mode, as sentence-transformers 6 writes it (`pooling_mode`) and as earlier
@@ -541,11 +562,15 @@ mod tests {
     fn splade_variants_we_do_not_compute_are_errors() {
         for (tag, config) in [
             ("sum", serde_json::json!({"pooling_strategy": "sum", "activation_function": "relu"})),
-            ("log1p", serde_json::json!({"activation_function": "log1p_relu"})),
+            (
+                "sum-log1p",
+                serde_json::json!({"pooling_strategy": "sum", "activation_function": "log1p_relu"}),
+            ),
+            ("gelu", serde_json::json!({"activation_function": "gelu"})),
         ] {
             let dir = folder(tag, &[(MLM, "", Value::Null), (SPLADE, "1_SpladePooling", config)]);
             let e = read(&dir).unwrap_err().to_string();
-            assert!(e.contains("supported: `max` with `relu`"), "{tag}: {e}");
+            assert!(e.contains("supported: `max` with `relu` or `log1p_relu`"), "{tag}: {e}");
             std::fs::remove_dir_all(dir).unwrap();
         }
     }
