@@ -456,11 +456,14 @@ pub fn pool<B: BurnBackend>(
     match mode {
         PoolMode::Cls => B::float_select(x, 0, cx.firsts()),
         PoolMode::Last => B::float_select(x, 0, cx.lasts()),
-        PoolMode::Mean => {
+        PoolMode::Mean | PoolMode::Sum => {
             let b = cx.batch();
             let [_, w] = dims::<B>(&x);
             let zeros = B::float_zeros(Shape::from(vec![b.seqs(), w]), cx.device, x.dtype().into());
             let sums = B::float_select_assign(zeros, 0, cx.segments(), x, IndexingUpdateOp::Add);
+            if mode == PoolMode::Sum {
+                return sums;
+            }
             let inv: Vec<f32> = (0..b.seqs()).map(|s| 1.0 / b.seq(s).len() as f32).collect();
             let inv = crate::convert::floats_as::<B>(inv, &[b.seqs(), 1], cx.device, sums.dtype());
             B::float_mul(sums, inv)

@@ -100,7 +100,7 @@ fn cases() -> Vec<(String, Graph)> {
             format!("L2Norm {w}"),
             single(w, |g, x, _| g.op(t, |out| Op::L2Norm { x, eps: 1e-12, out })),
         ));
-        for mode in [PoolMode::Cls, PoolMode::Last, PoolMode::Mean, PoolMode::Max] {
+        for mode in [PoolMode::Cls, PoolMode::Last, PoolMode::Mean, PoolMode::Max, PoolMode::Sum] {
             c.push((
                 format!("Pool {mode:?} {w}"),
                 single(w, |g, x, _| g.op(Shape::seqs(w), |out| Op::Pool { x, mode, out })),

@@ -341,10 +341,12 @@ impl Ctx<'_> {
                     match mode {
                         PoolMode::Cls => yr.copy_from_slice(&xs[r.start * w..][..w]),
                         PoolMode::Last => yr.copy_from_slice(&xs[(r.end - 1) * w..][..w]),
-                        PoolMode::Mean => {
+                        PoolMode::Mean | PoolMode::Sum => {
                             yr.fill(0.0);
                             rows().for_each(|xr| yr.iter_mut().zip(xr).for_each(|(a, v)| *a += v));
-                            yr.iter_mut().for_each(|a| *a /= r.len() as f64);
+                            if mode == PoolMode::Mean {
+                                yr.iter_mut().for_each(|a| *a /= r.len() as f64);
+                            }
                         }
                         PoolMode::Max => {
                             yr.fill(f64::NEG_INFINITY);

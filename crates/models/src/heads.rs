@@ -8,7 +8,7 @@ use switchyard_core::{Act, Op, PoolMode, Rows, Shape, Val};
 
 use crate::config::{Arch, EncoderConfig};
 use crate::encoder::{Encoder, linear_in};
-use crate::st::{Dense, Pooling, SpladeAct};
+use crate::st::{Dense, Pooling, Splade, SpladeAct};
 use crate::{Error, Result};
 
 /// The name of the pooled-embedding output (sequence rows).
@@ -182,14 +182,15 @@ struct MlmNames {
 }
 
 /// SPLADE term weights: the masked-language-model logits through `log(1 + relu(.))` (and a
-/// second `log(1 + .)` for `log1p_relu`), max-pooled over each sequence's tokens. The decoder is
+/// second `log(1 + .)` for `log1p_relu`), pooled over each sequence's tokens by `pooling`'s max
+/// or sum. The decoder is
 /// tied to the word embeddings unless the checkpoint has its own and `config.json` unties them.
 pub(crate) fn splade(
     e: &mut Encoder<'_>,
     cfg: &EncoderConfig,
     x: Val,
     tied: bool,
-    activation: SpladeAct,
+    pooling: Splade,
 ) -> Result<Val> {
     let (names, act, eps) = match cfg.arch {
         Arch::Bert => (
@@ -274,14 +275,14 @@ pub(crate) fn splade(
         residual: None,
         out,
     });
-    let weights = match activation {
+    let weights = match pooling.act {
         SpladeAct::Relu => logits,
         // log1p is applied to values already past relu, where `Log1pRelu` is log1p.
         SpladeAct::Log1pRelu => {
             e.g.op(Shape::tokens(v), |out| Op::Activation { x: logits, act: Act::Log1pRelu, out })
         }
     };
-    Ok(e.g.op(Shape::seqs(v), |out| Op::Pool { x: weights, mode: PoolMode::Max, out }))
+    Ok(e.g.op(Shape::seqs(v), |out| Op::Pool { x: weights, mode: pooling.pool, out }))
 }
 
 /// The kind of head [`new_head`] adds.

@@ -39,7 +39,9 @@ use switchyard_core::{Backend, Buckets, Executor, Graph, HostTensor, PoolMode};
 pub use checkpoint::Checkpoint;
 pub use config::{Arch, Dropouts, EncoderConfig, ModernConfig};
 pub use runner::{Marked, Marking, Read, Runner, TokenLogits};
-pub use st::{Dense, Pooling, Prompt, Prompts, SentenceConfig, SentenceHead, SpladeAct, prompted};
+pub use st::{
+    Dense, Pooling, Prompt, Prompts, SentenceConfig, SentenceHead, Splade, SpladeAct, prompted,
+};
 pub use tokenize::{Encoded, Tokenizer, Truncation};
 
 /// Copies the checkpoint in `from` (`config.json`, `model.safetensors`, `tokenizer.json`) into
@@ -243,8 +245,8 @@ enum HeadKind {
     Embed(Pooling, Vec<Dense>),
     Classify,
     ClassifyTokens,
-    /// SPLADE pooling of the masked-language-model logits, with its activation.
-    Sparse(SpladeAct),
+    /// SPLADE pooling of the masked-language-model logits.
+    Sparse(Splade),
 }
 
 /// The head: the sentence-transformers modules if they name one, else `config.json`'s
@@ -252,7 +254,7 @@ enum HeadKind {
 fn head_kind(ck: &Checkpoint, sentence: Option<&SentenceConfig>) -> Result<HeadKind> {
     match sentence.and_then(|s| s.head.map(|h| (h, s))) {
         Some((SentenceHead::Pooled(p), s)) => return Ok(HeadKind::Embed(p, s.dense.clone())),
-        Some((SentenceHead::Splade(act), _)) => return Ok(HeadKind::Sparse(act)),
+        Some((SentenceHead::Splade(s), _)) => return Ok(HeadKind::Sparse(s)),
         None => {}
     }
     let mean = HeadKind::Embed(Pooling { mode: PoolMode::Mean, normalize: false }, Vec::new());
@@ -263,7 +265,7 @@ fn head_kind(ck: &Checkpoint, sentence: Option<&SentenceConfig>) -> Result<HeadK
         "" => Ok(mean),
         "ForSequenceClassification" => Ok(HeadKind::Classify),
         "ForTokenClassification" => Ok(HeadKind::ClassifyTokens),
-        "ForMaskedLM" => Ok(HeadKind::Sparse(SpladeAct::Relu)),
+        "ForMaskedLM" => Ok(HeadKind::Sparse(Splade::default())),
         other => Err(Error::unsupported(format!(
             "the head of `{arch}` ({other}); supported: a bare encoder (embeddings), \
              ForSequenceClassification, ForTokenClassification, ForMaskedLM (SPLADE)"
@@ -387,13 +389,13 @@ impl Model {
                 enc.g.output(heads::LOGITS, logits);
                 Task::ClassifyTokens { labels }
             }
-            HeadKind::Sparse(activation) => {
+            HeadKind::Sparse(pooling) => {
                 let tied = checkpoint
                     .config()
                     .get("tie_word_embeddings")
                     .and_then(serde_json::Value::as_bool)
                     .unwrap_or(true);
-                let sparse = heads::splade(&mut enc, &config, x, tied, activation)?;
+                let sparse = heads::splade(&mut enc, &config, x, tied, pooling)?;
                 enc.g.output(heads::SPARSE, sparse);
                 Task::Sparse
             }

@@ -26,9 +26,24 @@ pub struct Pooling {
 pub enum SentenceHead {
     /// A dense embedding: pooling, then normalisation if asked.
     Pooled(Pooling),
-    /// A sparse encoder: SPLADE pooling (max over tokens of its activation) of the
-    /// masked-language-model logits.
-    Splade(SpladeAct),
+    /// A sparse encoder: SPLADE pooling of the masked-language-model logits.
+    Splade(Splade),
+}
+
+/// A `SpladePooling` module: each logit's activation, then a pooling over the tokens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Splade {
+    /// `activation_function`.
+    pub act: SpladeAct,
+    /// `pooling_strategy`: [`PoolMode::Max`] (`max`, the default) or [`PoolMode::Sum`] (`sum`).
+    pub pool: PoolMode,
+}
+
+impl Default for Splade {
+    /// SPLADE v2's and later models': `relu`, max-pooled.
+    fn default() -> Splade {
+        Splade { act: SpladeAct::Relu, pool: PoolMode::Max }
+    }
 }
 
 /// A `SpladePooling` module's `activation_function`: what each logit becomes before pooling.
@@ -376,21 +391,35 @@ fn model_config(dir: &Path) -> Result<(Prompts, Similarity, Option<String>)> {
     Ok((Prompts { named, default, pooled: true }, similarity, activation_fn))
 }
 
-/// A `SpladePooling` configuration's activation; max pooling is what Switchyard computes.
-fn splade_pooling(path: &Path) -> Result<SpladeAct> {
+/// A `SpladePooling` module's configuration.
+fn splade_pooling(path: &Path) -> Result<Splade> {
     // The module's configuration file is optional; its defaults are max and relu.
     let c = if is_file(path)? { read_json(path)? } else { Value::Null };
     let strategy = c.get("pooling_strategy").and_then(Value::as_str).unwrap_or("max");
     let act = c.get("activation_function").and_then(Value::as_str).unwrap_or("relu");
-    match (strategy, act) {
-        ("max", "relu") => Ok(SpladeAct::Relu),
-        ("max", "log1p_relu") => Ok(SpladeAct::Log1pRelu),
-        _ => Err(Error::unsupported(format!(
-            "{}: SPLADE pooling `{strategy}` with activation `{act}`; supported: `max` with \
-             `relu` or `log1p_relu`",
-            path.display()
-        ))),
-    }
+    let pool = match strategy {
+        "max" => PoolMode::Max,
+        "sum" => PoolMode::Sum,
+        other => {
+            return Err(Error::format(format!(
+                "{}: unknown SPLADE pooling strategy `{other}` (sentence-transformers has `max` \
+                 and `sum`)",
+                path.display()
+            )));
+        }
+    };
+    let act = match act {
+        "relu" => SpladeAct::Relu,
+        "log1p_relu" => SpladeAct::Log1pRelu,
+        other => {
+            return Err(Error::format(format!(
+                "{}: unknown SPLADE activation `{other}` (sentence-transformers has `relu` and \
+                 `log1p_relu`)",
+                path.display()
+            )));
+        }
+    };
+    Ok(Splade { act, pool })
 }
 
 /// The pooling mode of a Pooling module's `config.json`, and whether pooling covers a prompt's
@@ -451,6 +480,8 @@ fn pooling_mode(path: &Path) -> Result<(PoolMode, bool)> {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     /// A folder with `modules.json` listing `modules` and each module's `config.json`.
@@ -478,23 +509,28 @@ mod tests {
     const SPLADE: &str = "sentence_transformers.sparse_encoder.models.SpladePooling";
 
     #[test]
-    fn a_sparse_encoder_reads_as_splade_with_its_activation() {
-        for (tag, config, act) in [
+    fn a_sparse_encoder_reads_as_splade_with_its_activation_and_pooling() {
+        let (relu, log1p) = (SpladeAct::Relu, SpladeAct::Log1pRelu);
+        for (tag, config, act, pool) in [
+            ("default", Value::Null, relu, PoolMode::Max),
             (
                 "relu",
-                serde_json::json!({"pooling_strategy": "max", "activation_function": "relu"}),
-                SpladeAct::Relu,
+                json!({"pooling_strategy": "max", "activation_function": "relu"}),
+                relu,
+                PoolMode::Max,
             ),
-            ("default", Value::Null, SpladeAct::Relu),
+            ("log1p", json!({"activation_function": "log1p_relu"}), log1p, PoolMode::Max),
+            ("sum", json!({"pooling_strategy": "sum"}), relu, PoolMode::Sum),
             (
-                "log1p",
-                serde_json::json!({"activation_function": "log1p_relu"}),
-                SpladeAct::Log1pRelu,
+                "sum-log1p",
+                json!({"pooling_strategy": "sum", "activation_function": "log1p_relu"}),
+                log1p,
+                PoolMode::Sum,
             ),
         ] {
             let dir = folder(tag, &[(MLM, "", Value::Null), (SPLADE, "1_SpladePooling", config)]);
             let c = read(&dir).unwrap().unwrap();
-            assert_eq!(c.head, Some(SentenceHead::Splade(act)), "{tag}");
+            assert_eq!(c.head, Some(SentenceHead::Splade(Splade { act, pool })), "{tag}");
             std::fs::remove_dir_all(dir).unwrap();
         }
     }
@@ -513,7 +549,6 @@ mod tests {
             std::fs::remove_dir_all(dir).unwrap();
             got.map_err(|e| e.to_string())
         };
-        use serde_json::json;
         for (tag, config, want) in [
             ("new-cls", json!({"embedding_dimension": 8, "pooling_mode": "cls"}), PoolMode::Cls),
             ("new-mean", json!({"pooling_mode": "mean", "include_prompt": true}), PoolMode::Mean),
@@ -559,18 +594,14 @@ mod tests {
     }
 
     #[test]
-    fn splade_variants_we_do_not_compute_are_errors() {
-        for (tag, config) in [
-            ("sum", serde_json::json!({"pooling_strategy": "sum", "activation_function": "relu"})),
-            (
-                "sum-log1p",
-                serde_json::json!({"pooling_strategy": "sum", "activation_function": "log1p_relu"}),
-            ),
-            ("gelu", serde_json::json!({"activation_function": "gelu"})),
+    fn splade_settings_sentence_transformers_does_not_have_are_errors() {
+        for (tag, config, want) in [
+            ("mean", json!({"pooling_strategy": "mean"}), "unknown SPLADE pooling strategy `mean`"),
+            ("gelu", json!({"activation_function": "gelu"}), "unknown SPLADE activation `gelu`"),
         ] {
             let dir = folder(tag, &[(MLM, "", Value::Null), (SPLADE, "1_SpladePooling", config)]);
             let e = read(&dir).unwrap_err().to_string();
-            assert!(e.contains("supported: `max` with `relu` or `log1p_relu`"), "{tag}: {e}");
+            assert!(e.contains(want), "{tag}: {e}");
             std::fs::remove_dir_all(dir).unwrap();
         }
     }

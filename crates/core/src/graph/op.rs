@@ -67,6 +67,8 @@ pub enum PoolMode {
     Mean,
     /// The column-wise maximum over the sequence's tokens.
     Max,
+    /// The column-wise sum over the sequence's tokens.
+    Sum,
 }
 
 /// A learned bias on each attention score by the key's position relative to the query's, in

@@ -27,9 +27,10 @@ const MEAN: u32 = 0;
 const MAX: u32 = 1;
 const FIRST: u32 = 2;
 const LAST: u32 = 3;
+const SUM: u32 = 4;
 
 /// `out[s] = pool(x[cu[s]..cu[s + 1]])` per column, for every sequence `s`: the mean, the max,
-/// the first row or the last, by `mode`. Sequences are never empty (`Batch::check`).
+/// the first row, the last or the sum, by `mode`. Sequences are never empty (`Batch::check`).
 #[cfg_attr(not(all(test, feature = "wgpu")), cube(launch))]
 #[cfg_attr(all(test, feature = "wgpu"), cube(launch, create_dummy_kernel))]
 fn pool_kernel<F: Float>(
@@ -54,7 +55,7 @@ fn pool_kernel<F: Float>(
         r = end - 1;
     }
     let mut acc = f32::cast_from(x[r * w + col]);
-    if comptime!(mode == MEAN || mode == MAX) {
+    if comptime!(mode == MEAN || mode == MAX || mode == SUM) {
         r += 1;
         while r < end {
             let v = f32::cast_from(x[r * w + col]);
@@ -109,6 +110,7 @@ pub(crate) fn run(x: CubeTensor, mode: PoolMode, cx: &RunCx<'_, CubeBackend>) ->
         PoolMode::Max => MAX,
         PoolMode::Cls => FIRST,
         PoolMode::Last => LAST,
+        PoolMode::Sum => SUM,
     };
     pool_kernel::launch(
         &client,
@@ -147,7 +149,8 @@ pub(super) fn cuda_variants(sm: &super::cuda_check::Sm) -> Vec<super::cuda_check
     if !sm.every() {
         return vec![build(BF16, MEAN)];
     }
-    let mut all: Vec<_> = [MEAN, MAX, FIRST, LAST].into_iter().map(|m| build(F16, m)).collect();
+    let mut all: Vec<_> =
+        [MEAN, MAX, FIRST, LAST, SUM].into_iter().map(|m| build(F16, m)).collect();
     all.push(build(F32, MEAN));
     all.push(build(BF16, MEAN));
     all

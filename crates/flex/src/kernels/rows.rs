@@ -460,11 +460,13 @@ pub unsafe fn pool(out: *mut f32, x: *const f32, batch: &Batch<'_>, width: usize
             match mode {
                 PoolMode::Cls => o.copy_from_slice(first),
                 PoolMode::Last => o.copy_from_slice(last),
-                PoolMode::Mean => {
+                PoolMode::Mean | PoolMode::Sum => {
                     o.fill(0.0);
                     rows().for_each(|r| o.iter_mut().zip(r).for_each(|(a, v)| *a += v));
-                    let inv = 1.0 / toks.len() as f32;
-                    o.iter_mut().for_each(|a| *a *= inv);
+                    if mode == PoolMode::Mean {
+                        let inv = 1.0 / toks.len() as f32;
+                        o.iter_mut().for_each(|a| *a *= inv);
+                    }
                 }
                 PoolMode::Max => {
                     o.fill(f32::NEG_INFINITY);

@@ -716,6 +716,7 @@ fn model_type(task: &Task) -> Value {
                 PoolMode::Last => "last_token",
                 PoolMode::Mean => "mean",
                 PoolMode::Max => "max",
+                PoolMode::Sum => "sum",
             };
             json!({ "embedding": { "pooling": pooling } })
         }
