@@ -16,7 +16,7 @@ use switchyard_core::Op;
 ///
 /// On the CPU ([`TchKernels::cpu`]) uploads, lowerings and runs of every `tch:cpu` model in the
 /// process take turns ([`Kernels::exclusive`]). With runs overlapping, LibTorch 2.9's results
-/// were at times off by up to 1.3e-4 of the value, against under 1e-6 when runs did not
+/// were at times off by up to 1.2e-4 of the value, against under 1e-6 when runs did not
 /// overlap (docs/backends.md, *tch*; the cause inside LibTorch is not known). Each LibTorch op
 /// already spreads over every core, so overlapping runs gained little.
 #[derive(Clone, Copy, Debug)]
