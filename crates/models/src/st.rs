@@ -226,7 +226,7 @@ pub fn read(dir: &Path) -> Result<Option<SentenceConfig>> {
     }
     let head = match (pooling, splade) {
         (Some(mode), None) => Some(SentenceHead::Pooled(Pooling { mode, normalize })),
-        (None, Some(act)) if !normalize => Some(SentenceHead::Splade(act)),
+        (None, Some(splade)) if !normalize => Some(SentenceHead::Splade(splade)),
         (None, None) if !normalize => None,
         (None, None) => {
             return Err(Error::unsupported(
