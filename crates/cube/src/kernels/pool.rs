@@ -1,8 +1,9 @@
 //! Pooling each sequence's token rows into one row, in one launch for every mode, where the
 //! generic path makes several: a mean is a buffer of zeros, a scatter-add, an upload of the
-//! reciprocal lengths and a product (the sums in the rows' dtype); a max is one reduction per
-//! sequence and a concatenation (SPLADE's max over a 30522-wide vocabulary: a launch per
-//! sequence); the first or last row an upload of indices and a gather.
+//! reciprocal lengths and a product (the sums in the rows' dtype; a sum stops before the
+//! upload); a max is one reduction per sequence and a concatenation (SPLADE's max over a
+//! 30522-wide vocabulary: a launch per sequence); the first or last row an upload of indices
+//! and a gather.
 //!
 //! A cube of [`UNITS`] units takes [`UNITS`] consecutive columns of one sequence, and each unit
 //! walks its column down the sequence's rows, reading them in the dtype of the rows and summing
