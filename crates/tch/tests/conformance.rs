@@ -83,3 +83,22 @@ fn runs_on_the_cpu_wait_for_the_turn_and_on_cuda_do_not_take_it() {
         finished.recv_timeout(Duration::from_secs(60)).expect("the run, after the turn");
     });
 }
+
+#[test]
+#[allow(deprecated)]
+fn a_panic_while_holding_the_cpu_turn_passes_the_turn_on() {
+    use switchyard_burn::Kernels;
+    let kernels = switchyard_tch::TchKernels::cpu();
+    let held = std::thread::spawn(move || {
+        let _turn = Kernels::<burn_tch::LibTorch>::exclusive(&kernels);
+        panic!("a run failing while it holds the turn");
+    })
+    .join();
+    assert!(held.is_err(), "the thread panicked");
+    // The lock is poisoned now; the next caller still gets the turn, and a run still runs.
+    assert!(Kernels::<burn_tch::LibTorch>::exclusive(&kernels).is_some());
+    let be = tch_cpu();
+    let g = switchyard_core::testkit::bert_like(switchyard_core::testkit::EncoderSpec::TINY);
+    let weights = switchyard_core::testkit::random_weights(&g, 1);
+    switchyard_core::Backend::upload(&be, &weights.tensors(), &g).expect("an upload after it");
+}
