@@ -104,27 +104,42 @@ fn assert_close(
     }
 }
 
+/// The tiny checkpoint `name`'s mean-pooled outputs on the device against transformers'
+/// (crates/models/tests/fixtures/tiny), within the 1e-5 the models crate holds flex and the
+/// reference to (values of about 1).
+fn tiny_matches_transformers(d: &Device, name: &str) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/tests/fixtures/tiny");
+    let dir = dir.join(name);
+    let text = std::fs::read_to_string(dir.join("expected.json")).unwrap();
+    let want: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let sentences: Vec<&str> =
+        want["sentences"].as_array().unwrap().iter().map(|s| s.as_str().unwrap()).collect();
+    let model = Model::load(&dir).unwrap();
+    let mut e = Runner::new(model, Dispatch::new(d).unwrap(), Buckets::default()).unwrap();
+    let got = e.embed(&sentences, |_| {}).unwrap();
+    assert_close(d, name, &sentences, &got, &rows(&want["mean_pooled"]), 1e-5);
+}
+
 /// The families whose attention scores depend on relative positions, on the device: MPNet's
 /// bias (shared by every layer), T5's (with RMS norms and a gated feed-forward), and DeBERTa's
 /// disentangled attention (v3's shape, each layer's own tables; backends without a kernel for
-/// it run Burn's ops). Their tiny checkpoints' mean-pooled outputs against transformers'
-/// (crates/models/tests/fixtures/tiny), within the 1e-5 the models crate holds flex and the
-/// reference to (values of about 1). The last sentence is 142 tokens long, so keys reach every
-/// bucket on both sides of their queries.
+/// it run Burn's ops). The last sentence is 142 tokens long, so keys reach every bucket on both
+/// sides of their queries.
 #[test]
 fn position_bias_families_match_transformers_on_each_device() {
     let d = common::device();
     for name in ["mpnet", "t5-gated", "deberta"] {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/tests/fixtures/tiny");
-        let dir = dir.join(name);
-        let text = std::fs::read_to_string(dir.join("expected.json")).unwrap();
-        let want: serde_json::Value = serde_json::from_str(&text).unwrap();
-        let sentences: Vec<&str> =
-            want["sentences"].as_array().unwrap().iter().map(|s| s.as_str().unwrap()).collect();
-        let model = Model::load(&dir).unwrap();
-        let mut e = Runner::new(model, Dispatch::new(&d).unwrap(), Buckets::default()).unwrap();
-        let got = e.embed(&sentences, |_| {}).unwrap();
-        assert_close(&d, name, &sentences, &got, &rows(&want["mean_pooled"]), 1e-5);
+        tiny_matches_transformers(&d, name);
+    }
+}
+
+/// The post-norm rotary families on the device: NomicBERT (separate gate and up projections)
+/// and GTE (one up-and-gate matrix sliced, an activation alone), rotated up to position 141.
+#[test]
+fn rotary_families_match_transformers_on_each_device() {
+    let d = common::device();
+    for name in ["nomic", "gte"] {
+        tiny_matches_transformers(&d, name);
     }
 }
 

@@ -141,7 +141,13 @@ pub(crate) fn build<'a>(
         Arch::MpNet => &MPNET,
         Arch::Albert => &ALBERT,
         Arch::DebertaV2 => &DEBERTA,
-        Arch::Bert | Arch::Roberta | Arch::Electra | Arch::ModernBert | Arch::T5 => &BERT,
+        Arch::Bert
+        | Arch::Roberta
+        | Arch::Electra
+        | Arch::ModernBert
+        | Arch::T5
+        | Arch::NomicBert
+        | Arch::Gte => &BERT,
     };
     let names = Names::detect(ck, &format!("{}.weight", s.word))?;
     let d = cfg.hidden;
@@ -161,13 +167,7 @@ pub(crate) fn build<'a>(
         x = e.g.op(t, |out| Op::Add { a: x, b: p, out });
     }
     if let Some(tt) = s.token_type {
-        let name = format!("{tt}.weight");
-        if let Some(full) = e.names.find(&name) {
-            let rows = ck.shape(&full).and_then(|sh| sh.first().copied()).unwrap_or(0);
-            let table = e.names.weight(&mut e.g, &name, &[rows, de])?;
-            let ty = e.g.op(t, |out| Op::TypeEmbed { table, out });
-            x = e.g.op(t, |out| Op::Add { a: x, b: ty, out });
-        }
+        x = e.add_token_types(&format!("{tt}.weight"), x)?;
     }
     // DeBERTa projects its embeddings before their norm, ELECTRA and ALBERT after it.
     if cfg.arch == Arch::DebertaV2 && de != d {

@@ -33,6 +33,13 @@ pub enum Arch {
     /// DeBERTa v2 and v3: BERT's post-norm layers with disentangled attention over relative
     /// position embeddings shared by every layer, and a pooler on `[CLS]` before a classifier.
     DebertaV2,
+    /// NomicBERT (nomic-embed-text v1 and v1.5): BERT's post-norm layers with rotary positions
+    /// in place of a position table and a gated feed-forward (SwiGLU), without biases.
+    NomicBert,
+    /// GTE v1.5 and gte-multilingual (`model_type` `new`, or `gte` as transformers names it):
+    /// NomicBERT's shape with biases and, in the original checkpoints, the feed-forward's up and
+    /// gate projections in one matrix.
+    Gte,
 }
 
 /// DeBERTa's settings beyond the common sizes.
@@ -92,6 +99,13 @@ pub struct ModernConfig {
     pub head_act: Act,
     /// How a sequence classifier pools the tokens (`classifier_pooling`: CLS or mean).
     pub classifier_pooling: PoolMode,
+}
+
+/// The rotary positions of NomicBERT and GTE.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RotaryConfig {
+    /// The rotary base (`rope_theta`; NomicBERT's original `rotary_emb_base`).
+    pub theta: f32,
 }
 
 /// The dropout probabilities training applies, from `config.json` (0 where it names none);
@@ -168,12 +182,14 @@ pub struct EncoderConfig {
     pub t5: Option<T5Config>,
     /// DeBERTa's own settings (`None` for the other families).
     pub deberta: Option<DebertaConfig>,
+    /// NomicBERT's and GTE's rotary positions (`None` for the other families).
+    pub rotary: Option<RotaryConfig>,
     /// Where training drops activations, and how much.
     pub dropout: Dropouts,
 }
 
 const SUPPORTED: &str = "bert, roberta, xlm-roberta, camembert, distilbert, mpnet, electra, albert, \
-     modernbert, t5, deberta-v2";
+     modernbert, t5, deberta-v2, nomic_bert, new (GTE), gte";
 
 /// The relative position buckets MPNet computes its attention bias with (transformers buckets
 /// relative positions into 32 whatever `relative_attention_num_buckets` says), and the distance
@@ -343,6 +359,7 @@ impl EncoderConfig {
                     modern: None,
                     t5: None,
                     deberta: None,
+                    rotary: None,
                     dropout: dropout.checked()?,
                 })
             }
@@ -362,6 +379,7 @@ impl EncoderConfig {
                 modern: None,
                 t5: None,
                 deberta: None,
+                rotary: None,
                 dropout: Dropouts {
                     embeddings: get_f32(c, "dropout", 0.1)?,
                     attention: get_f32(c, "attention_dropout", 0.1)?,
@@ -375,6 +393,8 @@ impl EncoderConfig {
             "modernbert" => modernbert(c),
             "t5" => t5(c),
             "deberta-v2" => deberta(c),
+            "nomic_bert" => rotary_bert(c, Arch::NomicBert),
+            "new" | "gte" => rotary_bert(c, Arch::Gte),
             "" => Err(Error::format(format!(
                 "config.json has no `model_type`; supported model types: {SUPPORTED}"
             ))),
@@ -386,7 +406,7 @@ impl EncoderConfig {
 
     /// Columns per attention head; an error if the heads do not divide the width.
     ///
-    /// ModernBERT's rotary positions also need it even.
+    /// Rotary positions (ModernBERT, NomicBERT, GTE) also need it even.
     pub fn head_dim(&self) -> Result<usize> {
         if self.heads == 0 || !self.hidden.is_multiple_of(self.heads) {
             return Err(Error::format(format!(
@@ -395,7 +415,8 @@ impl EncoderConfig {
             )));
         }
         let hd = self.hidden / self.heads;
-        if self.arch == Arch::ModernBert && !hd.is_multiple_of(2) {
+        let rotary = matches!(self.arch, Arch::ModernBert | Arch::NomicBert | Arch::Gte);
+        if rotary && !hd.is_multiple_of(2) {
             return Err(Error::format(format!(
                 "config.json: rotary positions need an even head width, not {hd}"
             )));
@@ -449,6 +470,7 @@ fn t5(c: &Value) -> Result<EncoderConfig> {
         modern: None,
         t5: Some(t5),
         deberta: None,
+        rotary: None,
         dropout: Dropouts {
             embeddings: p,
             attention: p,
@@ -551,6 +573,7 @@ fn deberta(c: &Value) -> Result<EncoderConfig> {
         modern: None,
         t5: None,
         deberta: Some(deberta),
+        rotary: None,
         dropout: Dropouts {
             embeddings: p,
             attention: get_f32(c, "attention_probs_dropout_prob", 0.1)?,
@@ -558,6 +581,136 @@ fn deberta(c: &Value) -> Result<EncoderConfig> {
             ffn: p,
             classifier: get_f32(c, "cls_dropout", p)?,
             token_classifier: p,
+        }
+        .checked()?,
+    })
+}
+
+/// The first of `keys` that `c` has (a value other than null), with that key.
+fn first_of<'a>(c: &'a Value, keys: &[&'static str]) -> Option<(&'static str, &'a Value)> {
+    keys.iter().find_map(|&k| c.get(k).filter(|v| !v.is_null()).map(|v| (k, v)))
+}
+
+/// A whole number under the first of `keys` that `c` has; an error naming them all if none.
+fn usize_of(c: &Value, keys: &[&'static str]) -> Result<usize> {
+    match first_of(c, keys) {
+        Some((key, _)) => get_usize(c, key),
+        None => Err(Error::format(format!("config.json: none of {} is present", keys.join(", ")))),
+    }
+}
+
+/// A number under the first of `keys` that `c` has, else `default`.
+fn f32_of(c: &Value, keys: &[&'static str], default: f32) -> Result<f32> {
+    match first_of(c, keys) {
+        Some((key, _)) => get_f32(c, key, default),
+        None => Ok(default),
+    }
+}
+
+/// NomicBERT and GTE from their `config.json`: transformers' own keys (`hidden_size`,
+/// `rope_parameters`, ...), or the keys of the checkpoints published with their own code
+/// (NomicBERT's GPT-2-style `n_embd`, `rotary_emb_base`, `activation_function`; GTE's `new`
+/// with `rope_theta`). Settings that change the computation in ways not built here are errors.
+fn rotary_bert(c: &Value, arch: Arch) -> Result<EncoderConfig> {
+    let family = if arch == Arch::Gte { "GTE" } else { "NomicBERT" };
+    let refuse = |what: String| Err(Error::unsupported(format!("config.json: {what} ({family})")));
+    let is_true = |key: &str| c.get(key).and_then(Value::as_bool).unwrap_or(false);
+    for key in ["prenorm", "causal", "logn_attention_scale", "rotary_emb_interleaved"] {
+        if is_true(key) {
+            return refuse(format!("`{key}: true`"));
+        }
+    }
+    for key in ["rope_scaling", "rotary_scaling_factor"] {
+        if let Some((_, v)) = first_of(c, &[key]) {
+            return refuse(format!("{key} {v}; only unscaled rotary positions are supported"));
+        }
+    }
+    if get_usize_or(c, "num_experts", 0)? > 0 {
+        return refuse("mixture-of-experts layers (`num_experts`)".into());
+    }
+    let fraction = get_f32(c, "rotary_emb_fraction", 1.0)?;
+    if fraction != 1.0 {
+        return refuse(format!("rotary_emb_fraction {fraction}; only 1 is supported"));
+    }
+    if let Some(p) = c.get("position_embedding_type").and_then(Value::as_str)
+        && p != "rope"
+    {
+        return refuse(format!("position_embedding_type `{p}`; only `rope` is supported"));
+    }
+    if let Some(n) = c.get("layer_norm_type").and_then(Value::as_str)
+        && n != "layer_norm"
+    {
+        return refuse(format!("layer_norm_type `{n}`; only `layer_norm` is supported"));
+    }
+    // transformers' `hidden_act` drives a gated feed-forward; the original NomicBERT names
+    // the gated unit itself.
+    let act = match c.get("activation_function").and_then(Value::as_str) {
+        Some("swiglu") => Act::Silu,
+        Some("geglu") => Act::Gelu,
+        Some("glu") => Act::Sigmoid,
+        Some(other) => {
+            return refuse(format!(
+                "activation_function `{other}`; supported: swiglu, geglu, glu (gated \
+                 feed-forwards)"
+            ));
+        }
+        None => {
+            activation(get_str(c, "hidden_act", if arch == Arch::Gte { "gelu" } else { "silu" }))?
+        }
+    };
+    let default_theta = if arch == Arch::Gte { 160_000.0 } else { 1000.0 };
+    let theta = match c.get("rope_parameters").filter(|p| !p.is_null()) {
+        Some(p) => {
+            let ty = get_str(p, "rope_type", "default");
+            if ty != "default" {
+                return refuse(format!("rope_type `{ty}`; only `default` is supported"));
+            }
+            get_f32(p, "rope_theta", default_theta)?
+        }
+        None => f32_of(c, &["rope_theta", "rotary_emb_base"], default_theta)?,
+    };
+    if !(theta.is_finite() && theta > 1.0) {
+        return Err(Error::format(format!("config.json: a rotary base of {theta}")));
+    }
+    let hidden = usize_of(c, &["hidden_size", "n_embd"])?;
+    // transformers' defaults: GTE drops 0.1 of the hidden activations, NomicBERT none.
+    let hidden_drop = if arch == Arch::Gte { 0.1 } else { 0.0 };
+    let hidden_drop = f32_of(c, &["hidden_dropout_prob", "resid_pdrop"], hidden_drop)?;
+    Ok(EncoderConfig {
+        arch,
+        vocab: get_usize(c, "vocab_size")?,
+        hidden,
+        embedding: hidden,
+        groups: (1, 1),
+        layers: usize_of(c, &["num_hidden_layers", "n_layer"])?,
+        heads: usize_of(c, &["num_attention_heads", "n_head"])?,
+        ffn: usize_of(c, &["intermediate_size", "n_inner"])?,
+        act,
+        eps: f32_of(c, &["layer_norm_eps", "layer_norm_epsilon"], 1e-12)?,
+        // Rotary positions have no table to run out of; this is the longest sequence the
+        // model was made for.
+        max_positions: match first_of(c, &["max_position_embeddings", "n_positions"]) {
+            Some((key, _)) => get_usize(c, key)?,
+            None => {
+                if arch == Arch::Gte {
+                    8192
+                } else {
+                    2048
+                }
+            }
+        },
+        position_offset: 0,
+        modern: None,
+        t5: None,
+        deberta: None,
+        rotary: Some(RotaryConfig { theta }),
+        dropout: Dropouts {
+            embeddings: f32_of(c, &["hidden_dropout_prob", "embd_pdrop"], hidden_drop)?,
+            attention: f32_of(c, &["attention_probs_dropout_prob", "attn_pdrop"], 0.0)?,
+            attention_out: hidden_drop,
+            ffn: hidden_drop,
+            classifier: f32_of(c, &["classifier_dropout"], hidden_drop)?,
+            token_classifier: f32_of(c, &["classifier_dropout"], hidden_drop)?,
         }
         .checked()?,
     })
@@ -629,6 +782,7 @@ fn modernbert(c: &Value) -> Result<EncoderConfig> {
         position_offset: 0,
         t5: None,
         deberta: None,
+        rotary: None,
         modern: Some(ModernConfig {
             local,
             window: get_usize_or(c, "local_attention", 128)? / 2,
@@ -793,6 +947,55 @@ mod tests {
         c["num_attention_heads"] = 32.into();
         let e = EncoderConfig::from_json(&c).unwrap().head_dim().unwrap_err().to_string();
         assert!(e.contains("rotary positions need an even head width, not 1"), "{e}");
+    }
+
+    /// The keys of nomic-embed-text-v1.5's `config.json` (NomicBERT's own code, GPT-2's names)
+    /// and of gte-base-en-v1.5's (`new`), as published with them, at small sizes.
+    #[test]
+    fn reads_nomic_bert_and_gte_in_their_published_keys() {
+        let mut nomic = serde_json::json!({"model_type": "nomic_bert", "vocab_size": 100,
+            "n_embd": 32, "n_head": 4, "n_inner": 48, "n_layer": 2, "n_positions": 8192,
+            "activation_function": "swiglu", "rotary_emb_base": 1000, "rotary_emb_fraction": 1.0,
+            "rotary_emb_interleaved": false, "rotary_scaling_factor": null, "prenorm": false,
+            "causal": false, "layer_norm_epsilon": 1e-12, "qkv_proj_bias": false,
+            "mlp_fc1_bias": false, "mlp_fc2_bias": false, "type_vocab_size": 2,
+            "max_trained_positions": 2048, "resid_pdrop": 0.0, "embd_pdrop": 0.0,
+            "attn_pdrop": 0.0});
+        let c = EncoderConfig::from_json(&nomic).unwrap();
+        let sizes = (c.hidden, c.heads, c.ffn, c.layers, c.max_positions, c.position_offset);
+        assert_eq!(sizes, (32, 4, 48, 2, 8192, 0));
+        let rotary = Some(RotaryConfig { theta: 1000.0 });
+        assert_eq!((c.arch, c.act, c.rotary, c.eps), (Arch::NomicBert, Act::Silu, rotary, 1e-12));
+        assert_eq!(c.dropout, Dropouts::default());
+        nomic["activation_function"] = "gelu".into();
+        let e = EncoderConfig::from_json(&nomic).unwrap_err().to_string();
+        assert!(e.contains("activation_function `gelu`; supported: swiglu"), "{e}");
+        nomic["activation_function"] = "swiglu".into();
+        nomic["rotary_emb_fraction"] = 0.5.into();
+        let e = EncoderConfig::from_json(&nomic).unwrap_err().to_string();
+        assert!(e.contains("rotary_emb_fraction 0.5"), "{e}");
+
+        let mut gte = serde_json::json!({"model_type": "new", "vocab_size": 100,
+            "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+            "intermediate_size": 48, "hidden_act": "gelu", "layer_norm_eps": 1e-12,
+            "max_position_embeddings": 8192, "type_vocab_size": 0, "rope_theta": 500000,
+            "rope_scaling": null, "position_embedding_type": "rope",
+            "layer_norm_type": "layer_norm", "logn_attention_scale": false,
+            "logn_attention_clip1": false, "pack_qkv": true, "hidden_dropout_prob": 0.1,
+            "attention_probs_dropout_prob": 0.0});
+        let c = EncoderConfig::from_json(&gte).unwrap();
+        assert_eq!((c.arch, c.act, c.rotary.unwrap().theta), (Arch::Gte, Act::Gelu, 500_000.0));
+        assert_eq!((c.dropout.attention, c.dropout.ffn, c.dropout.classifier), (0.0, 0.1, 0.1));
+        gte["layer_norm_type"] = "rms_norm".into();
+        let e = EncoderConfig::from_json(&gte).unwrap_err().to_string();
+        assert!(e.contains("layer_norm_type `rms_norm`"), "{e}");
+        gte["layer_norm_type"] = "layer_norm".into();
+        gte["num_attention_heads"] = 32.into();
+        let e = EncoderConfig::from_json(&gte).unwrap().head_dim().unwrap_err().to_string();
+        assert!(e.contains("rotary positions need an even head width, not 1"), "{e}");
+        gte["rope_theta"] = 0.5.into();
+        let e = EncoderConfig::from_json(&gte).unwrap_err().to_string();
+        assert!(e.contains("a rotary base of 0.5"), "{e}");
     }
 
     #[test]

@@ -15,8 +15,19 @@ pub(crate) struct Names<'a> {
 impl<'a> Names<'a> {
     /// Finds the prefix (``, `bert.`, `roberta.`, ...) under which `probe` exists.
     pub(crate) fn detect(ck: &'a Checkpoint, probe: &str) -> Result<Names<'a>> {
-        let prefixes =
-            ["", "bert.", "roberta.", "distilbert.", "mpnet.", "electra.", "albert.", "deberta."];
+        let prefixes = [
+            "",
+            "bert.",
+            "roberta.",
+            "distilbert.",
+            "mpnet.",
+            "electra.",
+            "albert.",
+            "deberta.",
+            "nomic_bert.",
+            "gte.",
+            "new.",
+        ];
         for prefix in prefixes.into_iter().chain(["model.", "encoder."]) {
             let n = Names { ck, prefix: prefix.to_owned() };
             if n.find(probe).is_some() {
@@ -25,8 +36,8 @@ impl<'a> Names<'a> {
         }
         Err(Error::format(format!(
             "the checkpoint has no `{probe}` (under any of the prefixes bert., roberta., \
-             distilbert., mpnet., electra., albert., deberta., model., encoder.); is it the \
-             architecture its config.json names?"
+             distilbert., mpnet., electra., albert., deberta., nomic_bert., gte., new., model., \
+             encoder.); is it the architecture its config.json names?"
         )))
     }
 
@@ -126,6 +137,17 @@ impl<'a> Encoder<'a> {
     pub(crate) fn head_layer_norm(&mut self, name: &str, x: Val, eps: f32) -> Result<Val> {
         let root = self.root();
         layer_norm_in(&mut self.g, &root, name, x, eps)
+    }
+
+    /// `x` plus the token-type embedding of each token, from the table `name` if the
+    /// checkpoint has one (of whatever rows it has), else `x` itself.
+    pub(crate) fn add_token_types(&mut self, name: &str, x: Val) -> Result<Val> {
+        let Some(full) = self.names.find(name) else { return Ok(x) };
+        let rows = self.names.ck.shape(&full).and_then(|sh| sh.first().copied()).unwrap_or(0);
+        let t = self.g.shape(x);
+        let table = self.names.weight(&mut self.g, name, &[rows, t.width])?;
+        let ty = self.g.op(t, |out| Op::TypeEmbed { table, out });
+        Ok(self.g.op(t, |out| Op::Add { a: x, b: ty, out }))
     }
 
     /// Each sequence's first row of `x`: what a head that reads `[CLS]` alone keeps of it.

@@ -106,7 +106,10 @@ pub(crate) fn sequence_classifier(
     let cls = pooled(e, x, pool);
     let p = cfg.dropout.classifier;
     let h = match cfg.arch {
-        Arch::Bert => e.linear("pooler.dense", cls, d, Act::Tanh, None)?,
+        // BERT's pooler, under the model's prefix.
+        Arch::Bert | Arch::NomicBert | Arch::Gte => {
+            e.linear("pooler.dense", cls, d, Act::Tanh, None)?
+        }
         Arch::Albert => e.linear("pooler", cls, d, Act::Tanh, None)?,
         Arch::T5 => return Err(t5_head("a sequence classifier")),
         Arch::Roberta | Arch::MpNet => {
@@ -134,7 +137,9 @@ pub(crate) fn sequence_classifier(
         | Arch::Albert
         | Arch::ModernBert
         | Arch::T5
-        | Arch::DebertaV2 => "classifier",
+        | Arch::DebertaV2
+        | Arch::NomicBert
+        | Arch::Gte => "classifier",
     };
     e.head_linear(out, h, n, Act::Identity)
 }
@@ -165,7 +170,9 @@ pub(crate) fn token_classifier(
         | Arch::MpNet
         | Arch::Electra
         | Arch::Albert
-        | Arch::DebertaV2 => marked,
+        | Arch::DebertaV2
+        | Arch::NomicBert
+        | Arch::Gte => marked,
         Arch::T5 => return Err(t5_head("a token classifier")),
     };
     e.g.dropout(h, cfg.dropout.token_classifier);
@@ -237,6 +244,11 @@ pub(crate) fn splade(
         Arch::T5 => return Err(t5_head("a SPLADE encoder")),
         Arch::DebertaV2 => {
             return Err(Error::unsupported("DeBERTa's masked-language model as a SPLADE encoder"));
+        }
+        Arch::NomicBert | Arch::Gte => {
+            return Err(Error::unsupported(
+                "NomicBERT's and GTE's masked-language models as SPLADE encoders",
+            ));
         }
         Arch::ModernBert => (
             MlmNames {
@@ -383,6 +395,9 @@ pub fn new_head(
         }
         (Arch::T5, _) => return Err(t5_head("a classifier")),
         (Arch::DebertaV2, _) => return Err(Error::unsupported("a new head for DeBERTa")),
+        (Arch::NomicBert | Arch::Gte, _) => {
+            return Err(Error::unsupported("a new head for NomicBERT or GTE"));
+        }
         (_, NewHeadKind::Tokens) => linear("classifier", n, true),
     }
     let what = match kind {

@@ -26,6 +26,7 @@ mod encoder;
 pub mod heads;
 mod modernbert;
 mod par;
+mod rotary;
 mod runner;
 pub mod scores;
 pub mod st;
@@ -37,7 +38,7 @@ use std::path::Path;
 use switchyard_core::{Backend, Buckets, Executor, Graph, HostTensor, PoolMode};
 
 pub use checkpoint::Checkpoint;
-pub use config::{Arch, Dropouts, EncoderConfig, ModernConfig};
+pub use config::{Arch, Dropouts, EncoderConfig, ModernConfig, RotaryConfig};
 pub use runner::{Marked, Marking, Read, Runner, TokenLogits};
 pub use st::{
     Dense, Pooling, Prompt, Prompts, SentenceConfig, SentenceHead, Splade, SpladeAct, prompted,
@@ -353,6 +354,7 @@ impl Model {
         let cls_only = last_layer_on_cls(&kind, &config);
         let build = |cls_only| match config.arch {
             Arch::ModernBert => modernbert::build(&checkpoint, &config, cls_only),
+            Arch::NomicBert | Arch::Gte => rotary::build(&checkpoint, &config, cls_only),
             // Its heads pool the final norm's rows: no last layer for the first row alone.
             Arch::T5 => t5::build(&checkpoint, &config),
             Arch::Bert

@@ -14,7 +14,7 @@ use switchyard_models::{Marking, Model, Runner, Task};
 /// with room to spare (the worst seen is about 1e-6).
 const TOL: f64 = 1e-5;
 
-const TOKEN_CLASSIFIERS: [&str; 8] = [
+const TOKEN_CLASSIFIERS: [&str; 9] = [
     "bert-token-classifier",
     "roberta-token-classifier",
     "distilbert-token-classifier",
@@ -23,6 +23,7 @@ const TOKEN_CLASSIFIERS: [&str; 8] = [
     "albert-token-classifier",
     "modernbert-token-classifier",
     "deberta-token-classifier",
+    "nomic-token-classifier",
 ];
 
 /// The positions transformers' word indices give: each word's first token, or every token that

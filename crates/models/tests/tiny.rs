@@ -1,5 +1,5 @@
-//! Tiny random BERT, RoBERTa, DistilBERT, MPNet, ELECTRA, ALBERT, ModernBERT and T5 checkpoints
-//! against transformers.
+//! Tiny random BERT, RoBERTa, DistilBERT, MPNet, ELECTRA, ALBERT, ModernBERT, T5, DeBERTa,
+//! NomicBERT and GTE checkpoints against transformers.
 //!
 //! `fixtures/make_fixtures.py` made each checkpoint (fixed seeds, every weight random, LayerNorm
 //! shifts and biases non-zero) and recorded transformers' token ids and mean-pooled last hidden
@@ -152,6 +152,52 @@ fn deberta_matches_transformers_with_disentangled_attention() {
     assert!(err.contains("Switchyard takes at most 65536"), "{err}");
     let err = e(&|c| c["position_buckets"] = 64.into());
     assert!(err.contains("has shape [16, 32]; config.json implies [128, 32]"), "{err}");
+}
+
+/// NomicBERT (SwiGLU, no biases, token types) and GTE (GeGLU from one up-and-gate matrix,
+/// biases, no token types, as gte-base-en-v1.5): rotary queries and keys on every layer, no
+/// position table, with their rotary bases (1000 and 500000) from `rope_parameters`; the
+/// 142-token sentence reaches positions far past the short ones.
+#[test]
+fn nomic_bert_and_gte_match_transformers_with_rotary_positions() {
+    for (name, arch, theta, biases, types) in [
+        ("nomic", Arch::NomicBert, 1000.0, false, true),
+        ("gte", Arch::Gte, 500_000.0, true, false),
+    ] {
+        let m = Model::load(&tiny(name)).unwrap();
+        let rotary = m.config().rotary.unwrap();
+        assert_eq!((m.config().arch, rotary.theta), (arch, theta), "{name}");
+        let g = m.graph();
+        let ropes =
+            g.ops.iter().filter(|op| matches!(op, Op::Rope { theta: t, .. } if *t == theta));
+        assert_eq!(ropes.count(), 4, "{name}: queries and keys of two layers");
+        let has = |what: &str| g.weights.iter().any(|w| w.name.contains(what));
+        assert!(!has("position_embeddings"), "{name}");
+        assert_eq!(has("token_type_embeddings"), types, "{name}");
+        assert_eq!(has("qkv_proj.bias") || has("Wqkv.bias"), biases, "{name}");
+        check(name, switchyard_flex::flex());
+        check(name, Reference);
+    }
+}
+
+/// Settings NomicBERT's and GTE's published configs may carry that change the computation are
+/// errors that name them; the checkpoint's names must be one of the two families'.
+#[test]
+fn nomic_bert_and_gte_settings_not_built_are_refused() {
+    let refused = |base: &str, edit: &dyn Fn(&mut serde_json::Value), want: &str| {
+        let dir = edited(base, &format!("{base}-edited"), edit);
+        let err = Model::load(&dir.0).err().unwrap().to_string();
+        assert!(err.contains(want), "{base}: {err}");
+    };
+    refused("nomic", &|c| c["rotary_scaling_factor"] = 2.into(), "rotary_scaling_factor 2");
+    refused("nomic", &|c| c["prenorm"] = true.into(), "`prenorm: true` (NomicBERT)");
+    refused("nomic", &|c| c["num_experts"] = 8.into(), "mixture-of-experts");
+    let ntk = serde_json::json!({"type": "ntk", "factor": 2.0});
+    refused("gte", &|c| c["rope_scaling"] = ntk.clone(), "rope_scaling");
+    let logn = "`logn_attention_scale: true` (GTE)";
+    refused("gte", &|c| c["logn_attention_scale"] = true.into(), logn);
+    let names = "no `encoder.layers.0.attn.out_proj.weight` (NomicBERT's";
+    refused("gte", &|c| c["model_type"] = "nomic_bert".into(), names);
 }
 
 /// ELECTRA's embeddings, 24 wide, projected to its layers' 32.
@@ -550,7 +596,8 @@ fn close_rows(name: &str, got: &[Vec<f32>], want: &[Vec<f64>]) {
 /// BERT (pooler + classifier), RoBERTa and MPNet (classifier.dense + tanh + out_proj), ELECTRA
 /// (classifier.dense + GELU + out_proj), ALBERT (pooler + classifier), DistilBERT
 /// (pre_classifier + ReLU + classifier), ModernBERT (mean pooling, head.dense + GELU +
-/// head.norm + classifier) and DeBERTa (ContextPooler's dense + GELU, classifier) heads: logits within 1e-5 of transformers', labels from `id2label`.
+/// head.norm + classifier), DeBERTa (ContextPooler's dense + GELU, classifier) and GTE (BERT's
+/// pooler + classifier) heads: logits within 1e-5 of transformers', labels from `id2label`.
 #[test]
 fn sequence_classifiers_match_transformers() {
     for name in [
@@ -562,6 +609,7 @@ fn sequence_classifiers_match_transformers() {
         "albert-classifier",
         "modernbert-classifier",
         "deberta-classifier",
+        "gte-classifier",
     ] {
         let e = logits(name);
         let model = Model::load(&tiny(name)).unwrap();
@@ -716,10 +764,13 @@ fn only_heads_that_read_cls_alone_compute_the_last_layer_for_it() {
         ("electra-classifier", 1),
         ("albert-classifier", 1),
         ("deberta-classifier", 1),
+        ("gte-classifier", 1),
         ("bert-cross-encoder", 1),
         ("modernbert-classifier", 0),
         ("bert", 0),
+        ("nomic", 0),
         ("bert-token-classifier", 0),
+        ("nomic-token-classifier", 0),
         ("bert-splade", 0),
         ("modernbert-splade", 0),
     ] {
