@@ -112,8 +112,9 @@ pub trait Kernels<B: BurnBackend>: Send + Sync + 'static {
         tokens
     }
 
-    /// A guard held through each upload, lower and run, so that none of them overlap: for a
-    /// library whose results go wrong when two of them do. `None` (the default) lets them
+    /// A guard held through each upload, lower and run, and through work on the Burn backend
+    /// itself ([`OnBurn::on_burn`]: training, explanations), so that none of them overlap: for
+    /// a library whose results go wrong when two of them do. `None` (the default) lets them
     /// overlap.
     fn exclusive(&self) -> Option<MutexGuard<'static, ()>> {
         None
@@ -398,7 +399,10 @@ pub trait OnBurn {
 }
 
 impl<B: BurnBackend, K: Kernels<B>> OnBurn for Burn<B, K> {
+    /// Holds the kernels' turn ([`Kernels::exclusive`]) throughout the work: a training job
+    /// or an explanation runs the library as runs do.
     fn on_burn<V: BurnVisitor>(&self, work: V) -> V::Out {
+        let _turn = self.kernels.exclusive();
         work.visit::<B>(self.device.clone(), self.caps.clone())
     }
 }

@@ -1,9 +1,11 @@
 //! The per-op seam, weight forms and sizes of the Burn lowering, on burn-flex.
 
+use burn_backend::Backend as BurnBackend;
 use burn_backend::ops::FloatTensorOps;
 use burn_flex::{Flex, FlexDevice};
 use switchyard_burn::{
-    Bound, Burn, Forward, Generic, Inputs, Kernels, Outcome, RunCx, generic, read_outputs,
+    Bound, Burn, BurnVisitor, Forward, Generic, Inputs, Kernels, OnBurn, Outcome, RunCx, generic,
+    read_outputs,
 };
 use switchyard_core::testkit::{self, EncoderSpec};
 use switchyard_core::{
@@ -191,6 +193,38 @@ fn runs_of_kernels_that_ask_for_turns_never_overlap() {
     assert_eq!(most_overlapping(true), 1);
     // The measure sees overlap where there is any.
     assert!(most_overlapping(false) > 1, "runs without turns overlapped");
+}
+
+/// Says when the work on the Burn backend starts.
+struct Started(std::sync::mpsc::Sender<()>);
+
+impl BurnVisitor for Started {
+    type Out = ();
+    fn visit<B: BurnBackend>(self, _: B::Device, _: Caps) {
+        self.0.send(()).unwrap();
+    }
+}
+
+/// Work on the Burn backend itself (training, explanations) takes the turn runs take: it does
+/// not start while the turn is held elsewhere. Without turns it does not wait.
+#[test]
+fn work_on_the_burn_backend_waits_for_the_turn() {
+    use std::time::Duration;
+    for turns in [true, false] {
+        let kernels = Overlaps { turns, inside: 0.into(), most: 0.into() };
+        let be = Burn::<Flex, _>::new(FlexDevice, kernels, caps());
+        let held = TURNS.lock().unwrap();
+        let (started, starts) = std::sync::mpsc::channel();
+        std::thread::scope(|s| {
+            s.spawn(|| be.on_burn(Started(started)));
+            let early = starts.recv_timeout(Duration::from_millis(300)).is_ok();
+            assert_eq!(early, !turns, "turns {turns}: started while the turn was held");
+            drop(held);
+            if turns {
+                starts.recv_timeout(Duration::from_secs(60)).expect("the work, after the turn");
+            }
+        });
+    }
 }
 
 /// Declines every op, counting how often the runs make what their Linear ops share.
