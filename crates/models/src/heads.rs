@@ -351,6 +351,10 @@ pub fn new_head(
         "albert" => ("Albert", "albert."),
         "camembert" => ("Camembert", "roberta."),
         "modernbert" => ("ModernBert", "model."),
+        "nomic_bert" => ("NomicBert", "nomic_bert."),
+        "gte" => ("Gte", "gte."),
+        // GTE's own code (`model_type: new`) names its classes `New*`.
+        "new" => ("New", "new."),
         other => return Err(Error::unsupported(format!("a new head for model type `{other}`"))),
     };
     let flag = |key: &str| config.get(key).and_then(serde_json::Value::as_bool).unwrap_or(false);
@@ -364,9 +368,10 @@ pub fn new_head(
         }
     };
     match (cfg.arch, kind) {
-        (Arch::Bert, NewHeadKind::Sequence) => {
-            if !has("bert.pooler.dense.weight") {
-                linear("bert.pooler.dense", d, true);
+        // BERT's pooler under the encoder's prefix, then the classifier.
+        (Arch::Bert | Arch::NomicBert | Arch::Gte, NewHeadKind::Sequence) => {
+            if !has(&format!("{prefix}pooler.dense.weight")) {
+                linear(&format!("{prefix}pooler.dense"), d, true);
             }
             linear("classifier", n, true);
         }
@@ -395,9 +400,6 @@ pub fn new_head(
         }
         (Arch::T5, _) => return Err(t5_head("a classifier")),
         (Arch::DebertaV2, _) => return Err(Error::unsupported("a new head for DeBERTa")),
-        (Arch::NomicBert | Arch::Gte, _) => {
-            return Err(Error::unsupported("a new head for NomicBERT or GTE"));
-        }
         (_, NewHeadKind::Tokens) => linear("classifier", n, true),
     }
     let what = match kind {
