@@ -133,12 +133,13 @@ fn position_bias_families_match_transformers_on_each_device() {
     }
 }
 
-/// The post-norm rotary families on the device: NomicBERT (separate gate and up projections)
-/// and GTE (one up-and-gate matrix sliced, an activation alone), rotated up to position 141.
+/// The post-norm rotary families on the device: NomicBERT (separate gate and up projections),
+/// GTE (one up-and-gate matrix sliced, an activation alone) and Jina v3 (not gated), rotated up
+/// to position 141.
 #[test]
 fn rotary_families_match_transformers_on_each_device() {
     let d = common::device();
-    for name in ["nomic", "gte"] {
+    for name in ["nomic", "gte", "jina"] {
         tiny_matches_transformers(&d, name);
     }
 }

@@ -147,7 +147,8 @@ pub(crate) fn build<'a>(
         | Arch::ModernBert
         | Arch::T5
         | Arch::NomicBert
-        | Arch::Gte => &BERT,
+        | Arch::Gte
+        | Arch::JinaV3 => &BERT,
     };
     let names = Names::detect(ck, &format!("{}.weight", s.word))?;
     let d = cfg.hidden;

@@ -40,6 +40,9 @@ pub enum Arch {
     /// NomicBERT's shape with biases and, in the original checkpoints, the feed-forward's up and
     /// gate projections in one matrix.
     Gte,
+    /// Jina embeddings v3 as transformers reads it (`jina_embeddings_v3`): NomicBERT's shape
+    /// with biases and a feed-forward that is not gated.
+    JinaV3,
 }
 
 /// DeBERTa's settings beyond the common sizes.
@@ -101,7 +104,7 @@ pub struct ModernConfig {
     pub classifier_pooling: PoolMode,
 }
 
-/// The rotary positions of NomicBERT and GTE.
+/// The rotary positions of NomicBERT, GTE and Jina v3.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct RotaryConfig {
     /// The rotary base (`rope_theta`; NomicBERT's original `rotary_emb_base`).
@@ -182,14 +185,14 @@ pub struct EncoderConfig {
     pub t5: Option<T5Config>,
     /// DeBERTa's own settings (`None` for the other families).
     pub deberta: Option<DebertaConfig>,
-    /// NomicBERT's and GTE's rotary positions (`None` for the other families).
+    /// NomicBERT's, GTE's and Jina v3's rotary positions (`None` for the other families).
     pub rotary: Option<RotaryConfig>,
     /// Where training drops activations, and how much.
     pub dropout: Dropouts,
 }
 
 const SUPPORTED: &str = "bert, roberta, xlm-roberta, camembert, distilbert, mpnet, electra, albert, \
-     modernbert, t5, deberta-v2, nomic_bert, new (GTE), gte";
+     modernbert, t5, deberta-v2, nomic_bert, new (GTE), gte, jina_embeddings_v3";
 
 /// The relative position buckets MPNet computes its attention bias with (transformers buckets
 /// relative positions into 32 whatever `relative_attention_num_buckets` says), and the distance
@@ -395,6 +398,7 @@ impl EncoderConfig {
             "deberta-v2" => deberta(c),
             "nomic_bert" => rotary_bert(c, Arch::NomicBert),
             "new" | "gte" => rotary_bert(c, Arch::Gte),
+            "jina_embeddings_v3" => rotary_bert(c, Arch::JinaV3),
             "" => Err(Error::format(format!(
                 "config.json has no `model_type`; supported model types: {SUPPORTED}"
             ))),
@@ -406,7 +410,7 @@ impl EncoderConfig {
 
     /// Columns per attention head; an error if the heads do not divide the width.
     ///
-    /// Rotary positions (ModernBERT, NomicBERT, GTE) also need it even.
+    /// Rotary positions (ModernBERT, NomicBERT, GTE, Jina v3) also need it even.
     pub fn head_dim(&self) -> Result<usize> {
         if self.heads == 0 || !self.hidden.is_multiple_of(self.heads) {
             return Err(Error::format(format!(
@@ -415,7 +419,8 @@ impl EncoderConfig {
             )));
         }
         let hd = self.hidden / self.heads;
-        let rotary = matches!(self.arch, Arch::ModernBert | Arch::NomicBert | Arch::Gte);
+        let rotary =
+            matches!(self.arch, Arch::ModernBert | Arch::NomicBert | Arch::Gte | Arch::JinaV3);
         if rotary && !hd.is_multiple_of(2) {
             return Err(Error::format(format!(
                 "config.json: rotary positions need an even head width, not {hd}"
@@ -607,13 +612,53 @@ fn f32_of(c: &Value, keys: &[&'static str], default: f32) -> Result<f32> {
     }
 }
 
-/// NomicBERT and GTE from their `config.json`: transformers' own keys (`hidden_size`,
+/// transformers' defaults for NomicBERT, GTE and Jina v3, where `config.json` leaves a setting out.
+struct RotaryDefaults {
+    family: &'static str,
+    theta: f32,
+    act: &'static str,
+    eps: f32,
+    positions: usize,
+    hidden_dropout: f32,
+    attention_dropout: f32,
+}
+
+/// NomicBERT, GTE and Jina v3 from their `config.json`: transformers' own keys (`hidden_size`,
 /// `rope_parameters`, ...), or the keys of the checkpoints published with their own code
 /// (NomicBERT's GPT-2-style `n_embd`, `rotary_emb_base`, `activation_function`; GTE's `new`
 /// with `rope_theta`). Settings that change the computation in ways not built here are errors.
 fn rotary_bert(c: &Value, arch: Arch) -> Result<EncoderConfig> {
-    let family = if arch == Arch::Gte { "GTE" } else { "NomicBERT" };
-    let refuse = |what: String| Err(Error::unsupported(format!("config.json: {what} ({family})")));
+    let d = match arch {
+        Arch::Gte => RotaryDefaults {
+            family: "GTE",
+            theta: 160_000.0,
+            act: "gelu",
+            eps: 1e-12,
+            positions: 8192,
+            hidden_dropout: 0.1,
+            attention_dropout: 0.0,
+        },
+        Arch::JinaV3 => RotaryDefaults {
+            family: "Jina v3",
+            theta: 20_000.0,
+            act: "gelu",
+            eps: 1e-5,
+            positions: 8194,
+            hidden_dropout: 0.1,
+            attention_dropout: 0.1,
+        },
+        _ => RotaryDefaults {
+            family: "NomicBERT",
+            theta: 1000.0,
+            act: "silu",
+            eps: 1e-12,
+            positions: 2048,
+            hidden_dropout: 0.0,
+            attention_dropout: 0.0,
+        },
+    };
+    let refuse =
+        |what: String| Err(Error::unsupported(format!("config.json: {what} ({})", d.family)));
     let is_true = |key: &str| c.get(key).and_then(Value::as_bool).unwrap_or(false);
     for key in ["prenorm", "causal", "logn_attention_scale", "rotary_emb_interleaved"] {
         if is_true(key) {
@@ -654,28 +699,23 @@ fn rotary_bert(c: &Value, arch: Arch) -> Result<EncoderConfig> {
                  feed-forwards)"
             ));
         }
-        None => {
-            activation(get_str(c, "hidden_act", if arch == Arch::Gte { "gelu" } else { "silu" }))?
-        }
+        None => activation(get_str(c, "hidden_act", d.act))?,
     };
-    let default_theta = if arch == Arch::Gte { 160_000.0 } else { 1000.0 };
     let theta = match c.get("rope_parameters").filter(|p| !p.is_null()) {
         Some(p) => {
             let ty = get_str(p, "rope_type", "default");
             if ty != "default" {
                 return refuse(format!("rope_type `{ty}`; only `default` is supported"));
             }
-            get_f32(p, "rope_theta", default_theta)?
+            get_f32(p, "rope_theta", d.theta)?
         }
-        None => f32_of(c, &["rope_theta", "rotary_emb_base"], default_theta)?,
+        None => f32_of(c, &["rope_theta", "rotary_emb_base"], d.theta)?,
     };
     if !(theta.is_finite() && theta > 1.0) {
         return Err(Error::format(format!("config.json: a rotary base of {theta}")));
     }
     let hidden = usize_of(c, &["hidden_size", "n_embd"])?;
-    // transformers' defaults: GTE drops 0.1 of the hidden activations, NomicBERT none.
-    let hidden_drop = if arch == Arch::Gte { 0.1 } else { 0.0 };
-    let hidden_drop = f32_of(c, &["hidden_dropout_prob", "resid_pdrop"], hidden_drop)?;
+    let hidden_drop = f32_of(c, &["hidden_dropout_prob", "resid_pdrop"], d.hidden_dropout)?;
     Ok(EncoderConfig {
         arch,
         vocab: get_usize(c, "vocab_size")?,
@@ -686,18 +726,12 @@ fn rotary_bert(c: &Value, arch: Arch) -> Result<EncoderConfig> {
         heads: usize_of(c, &["num_attention_heads", "n_head"])?,
         ffn: usize_of(c, &["intermediate_size", "n_inner"])?,
         act,
-        eps: f32_of(c, &["layer_norm_eps", "layer_norm_epsilon"], 1e-12)?,
+        eps: f32_of(c, &["layer_norm_eps", "layer_norm_epsilon"], d.eps)?,
         // Rotary positions have no table to run out of; this is the longest sequence the
         // model was made for.
         max_positions: match first_of(c, &["max_position_embeddings", "n_positions"]) {
             Some((key, _)) => get_usize(c, key)?,
-            None => {
-                if arch == Arch::Gte {
-                    8192
-                } else {
-                    2048
-                }
-            }
+            None => d.positions,
         },
         position_offset: 0,
         modern: None,
@@ -706,7 +740,11 @@ fn rotary_bert(c: &Value, arch: Arch) -> Result<EncoderConfig> {
         rotary: Some(RotaryConfig { theta }),
         dropout: Dropouts {
             embeddings: f32_of(c, &["hidden_dropout_prob", "embd_pdrop"], hidden_drop)?,
-            attention: f32_of(c, &["attention_probs_dropout_prob", "attn_pdrop"], 0.0)?,
+            attention: f32_of(
+                c,
+                &["attention_probs_dropout_prob", "attn_pdrop"],
+                d.attention_dropout,
+            )?,
             attention_out: hidden_drop,
             ffn: hidden_drop,
             classifier: f32_of(c, &["classifier_dropout"], hidden_drop)?,
@@ -996,6 +1034,14 @@ mod tests {
         gte["rope_theta"] = 0.5.into();
         let e = EncoderConfig::from_json(&gte).unwrap_err().to_string();
         assert!(e.contains("a rotary base of 0.5"), "{e}");
+        // Jina v3 takes transformers' defaults where its config.json is silent.
+        let jina = serde_json::json!({"model_type": "jina_embeddings_v3", "vocab_size": 100,
+            "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+            "intermediate_size": 48});
+        let c = EncoderConfig::from_json(&jina).unwrap();
+        let theta = c.rotary.unwrap().theta;
+        assert_eq!((c.arch, c.act, theta, c.eps), (Arch::JinaV3, Act::Gelu, 20_000.0, 1e-5));
+        assert_eq!((c.max_positions, c.dropout.attention, c.dropout.ffn), (8194, 0.1, 0.1));
     }
 
     #[test]

@@ -112,7 +112,7 @@ pub(crate) fn sequence_classifier(
         }
         Arch::Albert => e.linear("pooler", cls, d, Act::Tanh, None)?,
         Arch::T5 => return Err(t5_head("a sequence classifier")),
-        Arch::Roberta | Arch::MpNet => {
+        Arch::Roberta | Arch::MpNet | Arch::JinaV3 => {
             e.g.dropout(cls, p);
             e.head_linear("classifier.dense", cls, d, Act::Tanh)?
         }
@@ -131,7 +131,7 @@ pub(crate) fn sequence_classifier(
     };
     e.g.dropout(h, p);
     let out = match cfg.arch {
-        Arch::Roberta | Arch::MpNet | Arch::Electra => "classifier.out_proj",
+        Arch::Roberta | Arch::MpNet | Arch::Electra | Arch::JinaV3 => "classifier.out_proj",
         Arch::Bert
         | Arch::DistilBert
         | Arch::Albert
@@ -172,7 +172,8 @@ pub(crate) fn token_classifier(
         | Arch::Albert
         | Arch::DebertaV2
         | Arch::NomicBert
-        | Arch::Gte => marked,
+        | Arch::Gte
+        | Arch::JinaV3 => marked,
         Arch::T5 => return Err(t5_head("a token classifier")),
     };
     e.g.dropout(h, cfg.dropout.token_classifier);
@@ -245,9 +246,9 @@ pub(crate) fn splade(
         Arch::DebertaV2 => {
             return Err(Error::unsupported("DeBERTa's masked-language model as a SPLADE encoder"));
         }
-        Arch::NomicBert | Arch::Gte => {
+        Arch::NomicBert | Arch::Gte | Arch::JinaV3 => {
             return Err(Error::unsupported(
-                "NomicBERT's and GTE's masked-language models as SPLADE encoders",
+                "NomicBERT's, GTE's and Jina v3's masked-language models as SPLADE encoders",
             ));
         }
         Arch::ModernBert => (
@@ -355,6 +356,7 @@ pub fn new_head(
         "gte" => ("Gte", "gte."),
         // GTE's own code (`model_type: new`) names its classes `New*`.
         "new" => ("New", "new."),
+        "jina_embeddings_v3" => ("JinaEmbeddingsV3", "roberta."),
         other => return Err(Error::unsupported(format!("a new head for model type `{other}`"))),
     };
     let flag = |key: &str| config.get(key).and_then(serde_json::Value::as_bool).unwrap_or(false);
@@ -375,7 +377,7 @@ pub fn new_head(
             }
             linear("classifier", n, true);
         }
-        (Arch::Roberta | Arch::MpNet | Arch::Electra, NewHeadKind::Sequence) => {
+        (Arch::Roberta | Arch::MpNet | Arch::Electra | Arch::JinaV3, NewHeadKind::Sequence) => {
             linear("classifier.dense", d, true);
             linear("classifier.out_proj", n, true);
         }

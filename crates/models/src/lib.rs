@@ -354,7 +354,9 @@ impl Model {
         let cls_only = last_layer_on_cls(&kind, &config);
         let build = |cls_only| match config.arch {
             Arch::ModernBert => modernbert::build(&checkpoint, &config, cls_only),
-            Arch::NomicBert | Arch::Gte => rotary::build(&checkpoint, &config, cls_only),
+            Arch::NomicBert | Arch::Gte | Arch::JinaV3 => {
+                rotary::build(&checkpoint, &config, cls_only)
+            }
             // Its heads pool the final norm's rows: no last layer for the first row alone.
             Arch::T5 => t5::build(&checkpoint, &config),
             Arch::Bert

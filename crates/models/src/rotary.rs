@@ -1,16 +1,18 @@
-//! Graph builder for NomicBERT and GTE: post-norm BERTs with rotary positions and a gated
-//! feed-forward.
+//! Graph builder for NomicBERT, GTE and Jina embeddings v3: post-norm BERTs with rotary
+//! positions.
 //!
 //! The embeddings are word (+ token type) rows through a LayerNorm, with no position table;
 //! per layer `x = LN(x + attn(x))` with queries and keys rotated (rotate-half, one base), then
-//! `x = LN(x + down(act(gate x) * up x))`. Biases are read where the checkpoint has them
-//! (GTE's; NomicBERT has none).
+//! `x = LN(x + ffn(x))`: gated, `down(act(gate x) * up x)`, for NomicBERT and GTE, plain,
+//! `fc2(act(fc1 x))`, for Jina v3. Biases are read where the checkpoint has them (GTE's and
+//! Jina's; NomicBERT has none).
 //!
 //! The weights carry the names of the code each family was published with, which transformers
 //! also writes (it renames them only in memory): NomicBERT's (`encoder.layers.N.attn.Wqkv`,
-//! `mlp.fc11` up and `mlp.fc12` gate, `norm1`, `norm2`) and GTE's
+//! `mlp.fc11` up and `mlp.fc12` gate, `norm1`, `norm2`), GTE's
 //! (`encoder.layer.N.attention.qkv_proj`, `mlp.up_gate_proj` with the up projection's rows
-//! before the gate's, `attn_ln`, `mlp_ln`).
+//! before the gate's, `attn_ln`, `mlp_ln`) and Jina's (NomicBERT's with `mixer` for `attn` and
+//! `mlp.fc1`, `mlp.fc2`).
 //! Dropout (training only) is marked where transformers applies it.
 
 use switchyard_core::{Act, Op, Shape, Val};
@@ -22,12 +24,14 @@ use crate::{Checkpoint, Error, Result};
 /// The word embeddings' name in every layout.
 const WORD: &str = "embeddings.word_embeddings.weight";
 
-/// The gated feed-forward's input projections.
-enum Gated {
-    /// The gate and the up projection apart.
+/// The feed-forward's input projections.
+enum Ffn {
+    /// Gated: the gate and the up projection apart.
     Split { gate: &'static str, up: &'static str },
-    /// One `[2 ffn, width]` matrix, the up projection's rows first.
+    /// Gated: one `[2 ffn, width]` matrix, the up projection's rows first.
     UpThenGate(&'static str),
+    /// Not gated: one projection, then the activation.
+    Plain(&'static str),
 }
 
 /// How a checkpoint names the weights, relative to its prefix.
@@ -38,7 +42,7 @@ struct Layout {
     qkv: &'static str,
     o: &'static str,
     attn_norm: &'static str,
-    gated: Gated,
+    ffn: Ffn,
     down: &'static str,
     out_norm: &'static str,
 }
@@ -50,7 +54,7 @@ const NOMIC: Layout = Layout {
     qkv: "attn.Wqkv",
     o: "attn.out_proj",
     attn_norm: "norm1",
-    gated: Gated::Split { gate: "mlp.fc12", up: "mlp.fc11" },
+    ffn: Ffn::Split { gate: "mlp.fc12", up: "mlp.fc11" },
     down: "mlp.fc2",
     out_norm: "norm2",
 };
@@ -62,15 +66,28 @@ const GTE: Layout = Layout {
     qkv: "attention.qkv_proj",
     o: "attention.o_proj",
     attn_norm: "attn_ln",
-    gated: Gated::UpThenGate("mlp.up_gate_proj"),
+    ffn: Ffn::UpThenGate("mlp.up_gate_proj"),
     down: "mlp.down_proj",
     out_norm: "mlp_ln",
+};
+
+/// Jina embeddings v3's names, as transformers writes them.
+const JINA: Layout = Layout {
+    emb_norm: "emb_ln",
+    layer: "encoder.layers",
+    qkv: "mixer.Wqkv",
+    o: "mixer.out_proj",
+    attn_norm: "norm1",
+    ffn: Ffn::Plain("mlp.fc1"),
+    down: "mlp.fc2",
+    out_norm: "norm2",
 };
 
 /// The family's layout, checked against the checkpoint's first layer.
 fn layout(names: &Names<'_>, arch: Arch) -> Result<&'static Layout> {
     let (l, family) = match arch {
         Arch::Gte => (&GTE, "GTE"),
+        Arch::JinaV3 => (&JINA, "Jina v3"),
         _ => (&NOMIC, "NomicBERT"),
     };
     let probe = format!("{}.0.{}.weight", l.layer, l.o);
@@ -138,24 +155,25 @@ pub(crate) fn build<'a>(
         x = e.layer_norm(&format!("{pre}.{}", l.attn_norm), h, cfg.eps)?;
         let rows = e.g.shape(x).rows;
         let wide = Shape { rows, width: cfg.ffn };
-        let (gate, up) = match l.gated {
-            Gated::Split { gate, up } => (
-                e.linear(&format!("{pre}.{gate}"), x, cfg.ffn, cfg.act, None)?,
-                e.linear(&format!("{pre}.{up}"), x, cfg.ffn, Act::Identity, None)?,
-            ),
-            Gated::UpThenGate(name) => {
+        let f = match l.ffn {
+            Ffn::Split { gate, up } => {
+                let gate = e.linear(&format!("{pre}.{gate}"), x, cfg.ffn, cfg.act, None)?;
+                let up = e.linear(&format!("{pre}.{up}"), x, cfg.ffn, Act::Identity, None)?;
+                e.g.op(wide, |out| Op::Mul { a: gate, b: up, out })
+            }
+            Ffn::UpThenGate(name) => {
                 let f = e.linear(&format!("{pre}.{name}"), x, 2 * cfg.ffn, Act::Identity, None)?;
                 let up = e.g.op(wide, |out| Op::Slice { x: f, start: 0, out });
                 let gate = e.g.op(wide, |out| Op::Slice { x: f, start: cfg.ffn, out });
-                (e.g.op(wide, |out| Op::Activation { x: gate, act: cfg.act, out }), up)
+                let gate = e.g.op(wide, |out| Op::Activation { x: gate, act: cfg.act, out });
+                let gated = e.g.op(wide, |out| Op::Mul { a: gate, b: up, out });
+                // GTE drops the gated units; NomicBERT (Gemma's feed-forward) does not.
+                e.g.dropout(gated, drop.ffn);
+                gated
             }
+            Ffn::Plain(name) => e.linear(&format!("{pre}.{name}"), x, cfg.ffn, cfg.act, None)?,
         };
-        let gated = e.g.op(wide, |out| Op::Mul { a: gate, b: up, out });
-        // GTE drops the gated units; NomicBERT (Gemma's feed-forward) does not.
-        if cfg.arch == Arch::Gte {
-            e.g.dropout(gated, drop.ffn);
-        }
-        let h = e.linear(&format!("{pre}.{}", l.down), gated, d, Act::Identity, Some(x))?;
+        let h = e.linear(&format!("{pre}.{}", l.down), f, d, Act::Identity, Some(x))?;
         e.g.dropout(h, drop.ffn);
         x = e.layer_norm(&format!("{pre}.{}", l.out_norm), h, cfg.eps)?;
     }

@@ -1,5 +1,5 @@
 //! Tiny random BERT, RoBERTa, DistilBERT, MPNet, ELECTRA, ALBERT, ModernBERT, T5, DeBERTa,
-//! NomicBERT and GTE checkpoints against transformers.
+//! NomicBERT, GTE and Jina v3 checkpoints against transformers.
 //!
 //! `fixtures/make_fixtures.py` made each checkpoint (fixed seeds, every weight random, LayerNorm
 //! shifts and biases non-zero) and recorded transformers' token ids and mean-pooled last hidden
@@ -154,15 +154,17 @@ fn deberta_matches_transformers_with_disentangled_attention() {
     assert!(err.contains("has shape [16, 32]; config.json implies [128, 32]"), "{err}");
 }
 
-/// NomicBERT (SwiGLU, no biases, token types) and GTE (GeGLU from one up-and-gate matrix,
-/// biases, no token types, as gte-base-en-v1.5): rotary queries and keys on every layer, no
-/// position table, with their rotary bases (1000 and 500000) from `rope_parameters`; the
-/// 142-token sentence reaches positions far past the short ones.
+/// NomicBERT (SwiGLU, no biases, token types), GTE (GeGLU from one up-and-gate matrix,
+/// biases, no token types, as gte-base-en-v1.5) and Jina v3 (a plain GELU feed-forward, biases,
+/// token types): rotary queries and keys on every layer, no position table, with their rotary
+/// bases (1000, 500000, 20000) from `rope_parameters`; the 142-token sentence reaches positions
+/// far past the short ones.
 #[test]
-fn nomic_bert_and_gte_match_transformers_with_rotary_positions() {
+fn nomic_bert_gte_and_jina_v3_match_transformers_with_rotary_positions() {
     for (name, arch, theta, biases, types) in [
         ("nomic", Arch::NomicBert, 1000.0, false, true),
         ("gte", Arch::Gte, 500_000.0, true, false),
+        ("jina", Arch::JinaV3, 20_000.0, true, true),
     ] {
         let m = Model::load(&tiny(name)).unwrap();
         let rotary = m.config().rotary.unwrap();
@@ -175,6 +177,8 @@ fn nomic_bert_and_gte_match_transformers_with_rotary_positions() {
         assert!(!has("position_embeddings"), "{name}");
         assert_eq!(has("token_type_embeddings"), types, "{name}");
         assert_eq!(has("qkv_proj.bias") || has("Wqkv.bias"), biases, "{name}");
+        let gates = g.ops.iter().filter(|op| matches!(op, Op::Mul { .. })).count();
+        assert_eq!(gates, if arch == Arch::JinaV3 { 0 } else { 2 }, "{name}: gated layers");
         check(name, switchyard_flex::flex());
         check(name, Reference);
     }
@@ -597,7 +601,8 @@ fn close_rows(name: &str, got: &[Vec<f32>], want: &[Vec<f64>]) {
 /// (classifier.dense + GELU + out_proj), ALBERT (pooler + classifier), DistilBERT
 /// (pre_classifier + ReLU + classifier), ModernBERT (mean pooling, head.dense + GELU +
 /// head.norm + classifier), DeBERTa (ContextPooler's dense + GELU, classifier) and GTE (BERT's
-/// pooler + classifier) heads: logits within 1e-5 of transformers', labels from `id2label`.
+/// pooler + classifier) and Jina v3 (RoBERTa's) heads: logits within 1e-5 of transformers',
+/// labels from `id2label`.
 #[test]
 fn sequence_classifiers_match_transformers() {
     for name in [
@@ -610,6 +615,7 @@ fn sequence_classifiers_match_transformers() {
         "modernbert-classifier",
         "deberta-classifier",
         "gte-classifier",
+        "jina-classifier",
     ] {
         let e = logits(name);
         let model = Model::load(&tiny(name)).unwrap();
@@ -765,6 +771,7 @@ fn only_heads_that_read_cls_alone_compute_the_last_layer_for_it() {
         ("albert-classifier", 1),
         ("deberta-classifier", 1),
         ("gte-classifier", 1),
+        ("jina-classifier", 1),
         ("bert-cross-encoder", 1),
         ("modernbert-classifier", 0),
         ("bert", 0),

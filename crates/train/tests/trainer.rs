@@ -105,14 +105,14 @@ fn a_head_made_from_labels_learns_the_task_and_exports_as_transformers_names_it(
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// The heads `--labels` makes for MPNet and ELECTRA (RoBERTa's dense and out_proj), ALBERT,
-/// NomicBERT and GTE (the pooler, then the classifier) learn the fox task through each family's
-/// encoder: MPNet's position bias, ELECTRA's projected embeddings, ALBERT's layers shared between
-/// groups, NomicBERT's and GTE's rotary positions and gated feed-forwards (GTE's sliced from one
-/// matrix). Each export loads back as transformers names the class, and decides every eval text
+/// The heads `--labels` makes for MPNet, ELECTRA and Jina v3 (RoBERTa's dense and out_proj),
+/// ALBERT, NomicBERT and GTE (the pooler, then the classifier) learn the fox task through each
+/// family's encoder: MPNet's position bias, ELECTRA's projected embeddings, ALBERT's layers
+/// shared between groups, rotary positions, and NomicBERT's and GTE's gated feed-forwards
+/// (GTE's sliced from one matrix). Each export loads back as transformers names the class, and decides every eval text
 /// as the trained model did.
 #[test]
-fn heads_made_from_labels_train_through_mpnet_electra_albert_nomic_bert_and_gte() {
+fn heads_made_from_labels_train_through_mpnet_electra_albert_and_the_rotary_families() {
     let labels = vec!["other".to_owned(), "fox".to_owned()];
     for (name, class, head) in [
         ("mpnet", "MPNetForSequenceClassification", "classifier.out_proj.weight"),
@@ -120,6 +120,7 @@ fn heads_made_from_labels_train_through_mpnet_electra_albert_nomic_bert_and_gte(
         ("albert", "AlbertForSequenceClassification", "albert.pooler.weight"),
         ("nomic", "NomicBertForSequenceClassification", "nomic_bert.pooler.dense.weight"),
         ("gte", "GteForSequenceClassification", "gte.pooler.dense.weight"),
+        ("jina", "JinaEmbeddingsV3ForSequenceClassification", "classifier.out_proj.weight"),
     ] {
         let dir = scratch(&format!("head-{name}"));
         let records = fox_records(24);
