@@ -660,12 +660,14 @@ fn rotary_bert(c: &Value, arch: Arch) -> Result<EncoderConfig> {
     let refuse =
         |what: String| Err(Error::unsupported(format!("config.json: {what} ({})", d.family)));
     let is_true = |key: &str| c.get(key).and_then(Value::as_bool).unwrap_or(false);
-    for key in ["prenorm", "causal", "logn_attention_scale", "rotary_emb_interleaved"] {
+    let flags =
+        ["prenorm", "causal", "parallel_block", "logn_attention_scale", "rotary_emb_interleaved"];
+    for key in flags {
         if is_true(key) {
             return refuse(format!("`{key}: true`"));
         }
     }
-    for key in ["rope_scaling", "rotary_scaling_factor"] {
+    for key in ["rope_scaling", "rotary_scaling_factor", "rotary_emb_scale_base"] {
         if let Some((_, v)) = first_of(c, &[key]) {
             return refuse(format!("{key} {v}; only unscaled rotary positions are supported"));
         }
@@ -727,9 +729,11 @@ fn rotary_bert(c: &Value, arch: Arch) -> Result<EncoderConfig> {
         ffn: usize_of(c, &["intermediate_size", "n_inner"])?,
         act,
         eps: f32_of(c, &["layer_norm_eps", "layer_norm_epsilon"], d.eps)?,
-        // Rotary positions have no table to run out of; this is the longest sequence the
-        // model was made for.
-        max_positions: match first_of(c, &["max_position_embeddings", "n_positions"]) {
+        // Rotary positions have no table to run out of; this is the longest sequence the model
+        // is published for. nomic-embed-text-v1.5's config.json gives 8192 as `n_positions`
+        // beside a `max_position_embeddings` of 2048 (the length it was trained at), and
+        // sentence-transformers' `max_seq_length` of 8192.
+        max_positions: match first_of(c, &["n_positions", "max_position_embeddings"]) {
             Some((key, _)) => get_usize(c, key)?,
             None => d.positions,
         },
@@ -998,10 +1002,18 @@ mod tests {
             "causal": false, "layer_norm_epsilon": 1e-12, "qkv_proj_bias": false,
             "mlp_fc1_bias": false, "mlp_fc2_bias": false, "type_vocab_size": 2,
             "max_trained_positions": 2048, "resid_pdrop": 0.0, "embd_pdrop": 0.0,
+            "rotary_emb_scale_base": null,
             "attn_pdrop": 0.0});
         let c = EncoderConfig::from_json(&nomic).unwrap();
         let sizes = (c.hidden, c.heads, c.ffn, c.layers, c.max_positions, c.position_offset);
         assert_eq!(sizes, (32, 4, 48, 2, 8192, 0));
+        // Its config.json today also carries transformers' keys: the trained length as
+        // `max_position_embeddings`, beside `n_positions`, which the model is published for.
+        nomic["max_position_embeddings"] = 2048.into();
+        nomic["rope_parameters"] =
+            serde_json::json!({"rope_theta": 1000.0, "rope_type": "default"});
+        nomic["rotary_emb_scale_base"] = serde_json::Value::Null;
+        assert_eq!(EncoderConfig::from_json(&nomic).unwrap().max_positions, 8192);
         let rotary = Some(RotaryConfig { theta: 1000.0 });
         assert_eq!((c.arch, c.act, c.rotary, c.eps), (Arch::NomicBert, Act::Silu, rotary, 1e-12));
         assert_eq!(c.dropout, Dropouts::default());

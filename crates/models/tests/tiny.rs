@@ -196,6 +196,7 @@ fn nomic_bert_and_gte_settings_not_built_are_refused() {
     refused("nomic", &|c| c["rotary_scaling_factor"] = 2.into(), "rotary_scaling_factor 2");
     refused("nomic", &|c| c["prenorm"] = true.into(), "`prenorm: true` (NomicBERT)");
     refused("nomic", &|c| c["num_experts"] = 8.into(), "mixture-of-experts");
+    refused("nomic", &|c| c["rotary_emb_scale_base"] = 512.into(), "rotary_emb_scale_base 512");
     let ntk = serde_json::json!({"type": "ntk", "factor": 2.0});
     refused("gte", &|c| c["rope_scaling"] = ntk.clone(), "rope_scaling");
     let logn = "`logn_attention_scale: true` (GTE)";
