@@ -660,8 +660,14 @@ fn rotary_bert(c: &Value, arch: Arch) -> Result<EncoderConfig> {
     let refuse =
         |what: String| Err(Error::unsupported(format!("config.json: {what} ({})", d.family)));
     let is_true = |key: &str| c.get(key).and_then(Value::as_bool).unwrap_or(false);
-    let flags =
-        ["prenorm", "causal", "parallel_block", "logn_attention_scale", "rotary_emb_interleaved"];
+    let flags = [
+        "prenorm",
+        "causal",
+        "parallel_block",
+        "logn_attention_scale",
+        "logn_attention_clip1",
+        "rotary_emb_interleaved",
+    ];
     for key in flags {
         if is_true(key) {
             return refuse(format!("`{key}: true`"));

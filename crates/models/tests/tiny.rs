@@ -201,6 +201,8 @@ fn nomic_bert_and_gte_settings_not_built_are_refused() {
     refused("gte", &|c| c["rope_scaling"] = ntk.clone(), "rope_scaling");
     let logn = "`logn_attention_scale: true` (GTE)";
     refused("gte", &|c| c["logn_attention_scale"] = true.into(), logn);
+    let clip = "`logn_attention_clip1: true` (GTE)";
+    refused("gte", &|c| c["logn_attention_clip1"] = true.into(), clip);
     let names = "no `encoder.layers.0.attn.out_proj.weight` (NomicBERT's";
     refused("gte", &|c| c["model_type"] = "nomic_bert".into(), names);
 }
