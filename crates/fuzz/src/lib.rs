@@ -1,5 +1,5 @@
 //! Fuzz targets for what Switchyard parses and checks: bucket tables, ragged batches,
-//! `config.json`, safetensors checkpoints and their shard indexes, tokenizer input (short and
+//! `config.json` (of each family), safetensors checkpoints and their shard indexes, tokenizer input (short and
 //! long), the CLI's input files, and what a remote server's guard reads from the network
 //! (request heads and WebSocket frames).
 //!
@@ -192,16 +192,28 @@ pub fn batches(seed: u64, cases: usize) -> Tally {
     })
 }
 
-/// `config.json` edited as text: parsed, read as an encoder's sizes, and loaded beside the tiny
-/// BERT's weights.
+/// The tiny checkpoints whose `config.json` the config target edits: one of each way of reading
+/// a config (BERT's, RoBERTa's offset positions, MPNet's buckets, ModernBERT's layer types, T5's
+/// feed-forward, DeBERTa's relative tables, NomicBERT's, GTE's and Jina v3's rotary settings).
+pub const CONFIG_SEEDS: [&str; 9] =
+    ["bert", "roberta", "mpnet", "modernbert", "t5", "deberta", "nomic", "gte", "jina"];
+
+/// `config.json` of one of [`CONFIG_SEEDS`] edited as text: parsed, read as an encoder's sizes,
+/// and loaded beside that checkpoint's weights.
 pub fn configs(seed: u64, cases: usize) -> Tally {
-    let dir = tiny("bert");
-    let text = std::fs::read(dir.join("config.json")).expect("the tiny BERT's config.json");
-    let scratch = Scratch::new("configs", &dir);
+    let seeds: Vec<(&str, Vec<u8>, Scratch)> = CONFIG_SEEDS
+        .iter()
+        .map(|name| {
+            let dir = tiny(name);
+            let text = std::fs::read(dir.join("config.json")).expect("a tiny config.json");
+            (*name, text, Scratch::new(&format!("configs-{name}"), &dir))
+        })
+        .collect();
     each("configs", seed, cases, |r, shown| {
+        let (name, text, scratch) = &seeds[r.below(seeds.len())];
         let mut bytes = text.clone();
         mutate(r, &mut bytes);
-        *shown = show(&bytes);
+        *shown = format!("{name}: {}", show(&bytes));
         let Ok(v) = serde_json::from_slice::<serde_json::Value>(&bytes) else {
             return false;
         };
