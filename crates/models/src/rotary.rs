@@ -109,9 +109,9 @@ pub(crate) fn build<'a>(
     cfg: &EncoderConfig,
     cls_only: bool,
 ) -> Result<(Encoder<'a>, Val)> {
-    let rotary = cfg
-        .rotary
-        .ok_or_else(|| Error::format("a NomicBERT or GTE graph needs its rotary settings"))?;
+    let rotary = cfg.rotary.ok_or_else(|| {
+        Error::format("a NomicBERT, GTE or Jina v3 graph needs its rotary settings")
+    })?;
     let names = Names::detect(ck, WORD)?;
     let l = layout(&names, cfg.arch)?;
     let d = cfg.hidden;
