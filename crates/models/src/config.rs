@@ -1018,7 +1018,7 @@ mod tests {
         nomic["max_position_embeddings"] = 2048.into();
         nomic["rope_parameters"] =
             serde_json::json!({"rope_theta": 1000.0, "rope_type": "default"});
-        nomic["rotary_emb_scale_base"] = serde_json::Value::Null;
+        nomic["rotary_emb_scale_base"] = Value::Null;
         assert_eq!(EncoderConfig::from_json(&nomic).unwrap().max_positions, 8192);
         let rotary = Some(RotaryConfig { theta: 1000.0 });
         assert_eq!((c.arch, c.act, c.rotary, c.eps), (Arch::NomicBert, Act::Silu, rotary, 1e-12));
