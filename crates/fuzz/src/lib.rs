@@ -1,7 +1,7 @@
 //! Fuzz targets for what Switchyard parses and checks: bucket tables, ragged batches,
-//! `config.json` (of each family), safetensors checkpoints and their shard indexes, tokenizer input (short and
-//! long), the CLI's input files, and what a remote server's guard reads from the network
-//! (request heads and WebSocket frames).
+//! `config.json` (of each family), safetensors checkpoints and their shard indexes, tokenizer
+//! input (short and long), the CLI's input files, and what a remote server's guard reads from
+//! the network (request heads and WebSocket frames).
 //!
 //! Each target mutates valid seeds (the tiny checkpoints the model tests use, a bucket table, a
 //! real batch) with a deterministic generator, so a failure is reproduced by its seed and case
