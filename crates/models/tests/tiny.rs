@@ -603,7 +603,7 @@ fn close_rows(name: &str, got: &[Vec<f32>], want: &[Vec<f64>]) {
 /// BERT (pooler + classifier), RoBERTa and MPNet (classifier.dense + tanh + out_proj), ELECTRA
 /// (classifier.dense + GELU + out_proj), ALBERT (pooler + classifier), DistilBERT
 /// (pre_classifier + ReLU + classifier), ModernBERT (mean pooling, head.dense + GELU +
-/// head.norm + classifier), DeBERTa (ContextPooler's dense + GELU, classifier) and GTE (BERT's
+/// head.norm + classifier), DeBERTa (ContextPooler's dense + GELU, classifier), GTE (BERT's
 /// pooler + classifier) and Jina v3 (RoBERTa's) heads: logits within 1e-5 of transformers',
 /// labels from `id2label`.
 #[test]
