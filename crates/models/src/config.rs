@@ -1052,6 +1052,20 @@ mod tests {
         gte["rope_theta"] = 0.5.into();
         let e = EncoderConfig::from_json(&gte).unwrap_err().to_string();
         assert!(e.contains("a rotary base of 0.5"), "{e}");
+        gte["rope_theta"] = 500_000.into();
+        gte["position_embedding_type"] = "absolute".into();
+        let e = EncoderConfig::from_json(&gte).unwrap_err().to_string();
+        assert!(e.contains("position_embedding_type `absolute`; only `rope`"), "{e}");
+        gte["position_embedding_type"] = "rope".into();
+        gte["rope_parameters"] = serde_json::json!({"rope_type": "dynamic", "factor": 2.0});
+        let e = EncoderConfig::from_json(&gte).unwrap_err().to_string();
+        assert!(e.contains("rope_type `dynamic`; only `default`"), "{e}");
+        gte["rope_parameters"] = Value::Null;
+        gte["n_embd"] = gte["hidden_size"].take();
+        assert_eq!(EncoderConfig::from_json(&gte).unwrap().hidden, 32, "either key");
+        gte["n_embd"] = Value::Null;
+        let e = EncoderConfig::from_json(&gte).unwrap_err().to_string();
+        assert!(e.contains("none of hidden_size, n_embd is present"), "{e}");
         // Jina v3 takes transformers' defaults where its config.json is silent.
         let jina = serde_json::json!({"model_type": "jina_embeddings_v3", "vocab_size": 100,
             "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,

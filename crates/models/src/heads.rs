@@ -410,3 +410,48 @@ pub fn new_head(
     };
     Ok(NewHead { architecture: format!("{class}{what}"), prefix, tensors })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A rotary encoder's `config.json` of `model_type`, 32 wide.
+    fn rotary(model_type: &str) -> serde_json::Value {
+        serde_json::json!({"model_type": model_type, "vocab_size": 100, "hidden_size": 32,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 48})
+    }
+
+    /// The names transformers' classes (and GTE's own `New*`) give a new classifier: BERT's
+    /// pooler under the encoder's prefix, unless the checkpoint has one; RoBERTa's head for
+    /// Jina v3.
+    #[test]
+    fn new_sequence_heads_of_the_rotary_families_take_their_class_names() {
+        for (model_type, class, prefix, first) in [
+            ("nomic_bert", "NomicBertForSequenceClassification", "nomic_bert.", "pooler.dense"),
+            ("gte", "GteForSequenceClassification", "gte.", "pooler.dense"),
+            ("new", "NewForSequenceClassification", "new.", "pooler.dense"),
+            ("jina_embeddings_v3", "JinaEmbeddingsV3ForSequenceClassification", "roberta.", ""),
+        ] {
+            let config = rotary(model_type);
+            let cfg = EncoderConfig::from_json(&config).unwrap();
+            let head = new_head(&cfg, &config, NewHeadKind::Sequence, 3, &|_| false).unwrap();
+            assert_eq!((head.architecture.as_str(), head.prefix), (class, prefix));
+            let names: Vec<&str> = head.tensors.iter().map(|t| t.0.as_str()).collect();
+            let want: Vec<String> = match first {
+                "" => ["classifier.dense", "classifier.out_proj"]
+                    .iter()
+                    .flat_map(|l| [format!("{l}.weight"), format!("{l}.bias")])
+                    .collect(),
+                _ => [format!("{prefix}{first}"), "classifier".into()]
+                    .iter()
+                    .flat_map(|l| [format!("{l}.weight"), format!("{l}.bias")])
+                    .collect(),
+            };
+            assert_eq!(names, want, "{model_type}");
+            // A pooler the checkpoint has already is kept, not drawn again.
+            let kept = new_head(&cfg, &config, NewHeadKind::Sequence, 3, &|_| true).unwrap();
+            let pooler = kept.tensors.iter().any(|t| t.0.contains("pooler"));
+            assert!(!pooler, "{model_type}");
+        }
+    }
+}
