@@ -430,23 +430,6 @@ pub fn rope<B: BurnBackend>(
     reshape::<B>(B::float_cat(vec![o1, o2], 2), &[t, w])
 }
 
-/// The `cos` and `sin` tables for [`rope`]: `[positions, head_dim / 2]`.
-pub fn rope_tables(positions: usize, head_dim: usize, theta: f32) -> (Vec<f32>, Vec<f32>) {
-    let half = head_dim / 2;
-    let mut cos = Vec::with_capacity(positions * half);
-    let mut sin = Vec::with_capacity(positions * half);
-    for p in 0..positions {
-        for i in 0..half {
-            // Angles in f64 so long positions keep their accuracy; stored in f32.
-            let freq = f64::from(theta).powf(-2.0 * i as f64 / head_dim as f64);
-            let (s, c) = (p as f64 * freq).sin_cos();
-            cos.push(c as f32);
-            sin.push(s as f32);
-        }
-    }
-    (cos, sin)
-}
-
 /// Pools each sequence's token rows into one row.
 pub fn pool<B: BurnBackend>(
     x: FloatTensor<B>,

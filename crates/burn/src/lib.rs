@@ -30,7 +30,7 @@ use burn_backend::Backend as BurnBackend;
 use burn_backend::tensor::FloatTensor;
 use switchyard_core::{
     Backend, Batch, BatchBuf, Bucket, Caps, DType, Error, Graph, HostTensor, Layout, Op, Outputs,
-    PositionBias, Result, Val, W,
+    PositionBias, Result, Val, W, rope_tables,
 };
 
 pub use convert::{burn_dtype, floats, floats_as, ints, read_f32};
@@ -725,8 +725,9 @@ impl<B: BurnBackend, K: Kernels<B>> Backend for Burn<B, K> {
         let _one = self.kernels.exclusive();
         let layout = Layout::plan(graph, bucket, self.dtype.size());
         let mut bytes = layout.total;
-        let mut rope_cache: HashMap<(usize, u32), (FloatTensor<B>, FloatTensor<B>)> =
-            HashMap::new();
+        // Rotary tables by head size and the bits of the base and position scale.
+        type RopeKey = (usize, u32, u32);
+        let mut rope_cache: HashMap<RopeKey, (FloatTensor<B>, FloatTensor<B>)> = HashMap::new();
         let mut bound = Vec::with_capacity(graph.ops.len());
         for (i, op) in graph.ops.iter().enumerate() {
             self.kernels.check(op, graph, bucket, self.dtype).map_err(|e| annotate(e, i, op))?;
@@ -752,11 +753,12 @@ impl<B: BurnBackend, K: Kernels<B>> Backend for Burn<B, K> {
                         queries: d.queries.map(|t| w.plain(t)).transpose()?,
                     }
                 }
-                Op::Rope { head_dim, theta, .. } => {
+                Op::Rope { head_dim, theta, position_scale, .. } => {
                     let (cos, sin) = rope_cache
-                        .entry((head_dim, theta.to_bits()))
+                        .entry((head_dim, theta.to_bits(), position_scale.to_bits()))
                         .or_insert_with(|| {
-                            let (c, s) = generic::rope_tables(bucket.tokens, head_dim, theta);
+                            let (c, s) =
+                                rope_tables(bucket.tokens, head_dim, theta, position_scale);
                             bytes += (c.len() + s.len()) * self.dtype.size();
                             let shape = [bucket.tokens, head_dim / 2];
                             let dtype = burn_dtype(self.dtype);

@@ -75,8 +75,12 @@ fn op_record(graph: &Graph, index: usize, op: &Op, s: &Sizes<'_>) -> OpRecord {
         }
         Op::Glu { act, .. } => (2 * n * w, format!("{act:?}"), io_bytes),
         Op::Slice { start, .. } => (0, format!("columns {start}..{}", start as u64 + w), io_bytes),
-        Op::Rope { heads, head_dim, theta, .. } => {
-            (3 * n * w, format!("{heads}x{head_dim}, theta {theta}"), io_bytes)
+        Op::Rope { heads, head_dim, theta, position_scale, .. } => {
+            let scaled = match position_scale {
+                1.0 => String::new(),
+                s => format!(", positions x {s}"),
+            };
+            (3 * n * w, format!("{heads}x{head_dim}, theta {theta}{scaled}"), io_bytes)
         }
         Op::Attention { q, heads, head_dim, window, position_bias, .. } => {
             // A query per token sees up to 2 * window + 1 keys; the one query of a sequence

@@ -141,12 +141,20 @@ fn cases() -> Vec<(String, Graph)> {
     c.push(("Linear on sequence rows".into(), linear(33, 7, true, Act::Tanh, true, "seqs")));
     c.push(("Linear on marker rows".into(), linear(33, 7, true, Act::Identity, true, "markers")));
     for (heads, head_dim) in [(1, 2), (3, 8), (2, 64), (4, 6)] {
-        for theta in [10_000.0, 160_000.0] {
+        // GTE-base's NTK scaling (factor 2) scales positions by 2^(-2 / head_dim).
+        for (theta, position_scale) in [(10_000.0, 1.0), (160_000.0, 1.0), (1e6, 0.917)] {
             let w = heads * head_dim;
             c.push((
-                format!("Rope {heads}x{head_dim} theta {theta}"),
+                format!("Rope {heads}x{head_dim} theta {theta}, positions x {position_scale}"),
                 single(w, |g, x, _| {
-                    g.op(Shape::tokens(w), |out| Op::Rope { x, heads, head_dim, theta, out })
+                    g.op(Shape::tokens(w), |out| Op::Rope {
+                        x,
+                        heads,
+                        head_dim,
+                        theta,
+                        position_scale,
+                        out,
+                    })
                 }),
             ));
         }

@@ -22,6 +22,7 @@ pub mod graph;
 pub mod layout;
 mod outputs;
 pub mod reference;
+mod rope;
 #[cfg(any(test, feature = "testkit"))]
 pub mod testkit;
 
@@ -39,3 +40,4 @@ pub use graph::{
 pub use layout::Layout;
 pub use outputs::{Mat, Outputs};
 pub use reference::Reference;
+pub use rope::{rope_angle, rope_tables};

@@ -251,14 +251,14 @@ impl Ctx<'_> {
                     yr.copy_from_slice(&xr[start..start + n]);
                 }
             }
-            Op::Rope { x, heads, head_dim, theta, .. } => {
+            Op::Rope { x, heads, head_dim, theta, position_scale, .. } => {
                 let (xs, w, half) = (self.val(x), heads * head_dim, head_dim / 2);
                 for (t, p) in self.positions() {
                     for h in 0..heads {
                         let base = t * w + h * head_dim;
                         for i in 0..half {
-                            let freq = f64::from(theta).powf(-2.0 * i as f64 / head_dim as f64);
-                            let (sin, cos) = (p as f64 * freq).sin_cos();
+                            let angle = crate::rope_angle(p, i, head_dim, theta, position_scale);
+                            let (sin, cos) = angle.sin_cos();
                             let (x1, x2) = (xs[base + i], xs[base + half + i]);
                             y[base + i] = x1 * cos - x2 * sin;
                             y[base + half + i] = x2 * cos + x1 * sin;

@@ -204,7 +204,14 @@ fn modernbert_graph(s: EncoderSpec, cls_only: bool) -> Graph {
         let mut qk = [Val(0); 2];
         for (i, slot) in qk.iter_mut().enumerate() {
             let part = g.op(t, |out| Op::Slice { x: qkv, start: i * d, out });
-            *slot = g.op(t, |out| Op::Rope { x: part, heads: s.heads, head_dim: hd, theta, out });
+            *slot = g.op(t, |out| Op::Rope {
+                x: part,
+                heads: s.heads,
+                head_dim: hd,
+                theta,
+                position_scale: 1.0,
+                out,
+            });
         }
         let v = g.op(t, |out| Op::Slice { x: qkv, start: 2 * d, out });
         let mut q = qk[0];

@@ -214,7 +214,14 @@ fn rope_rotates_halves_by_position_within_each_sequence() {
     let mut c = Case::new();
     // Two heads of two columns; theta only matters for i > 0, so with head_dim 2 the angle is p.
     let x = c.input(&[&[1.0, 0.0, 0.0, 2.0], &[1.0, 0.0, 0.0, 2.0], &[1.0, 0.0, 0.0, 2.0]]);
-    let y = c.g.op(Shape::tokens(4), |out| Op::Rope { x, heads: 2, head_dim: 2, theta: 1e4, out });
+    let y = c.g.op(Shape::tokens(4), |out| Op::Rope {
+        x,
+        heads: 2,
+        head_dim: 2,
+        theta: 1e4,
+        position_scale: 1.0,
+        out,
+    });
     let (s, co) = 1f32.sin_cos();
     // Token 1 is at position 1: [1, 0] -> [cos 1, sin 1]; [0, 2] -> [-2 sin 1, 2 cos 1].
     // Token 2 starts a new sequence: position 0, unchanged.
@@ -229,10 +236,34 @@ fn rope_frequency_falls_with_the_column() {
     let mut c = Case::new();
     // One head of four columns, theta 100: column pair 0 turns by p, pair 1 by p / 10.
     let x = c.input(&[&[0.0; 4], &[1.0, 1.0, 0.0, 0.0]]);
-    let y =
-        c.g.op(Shape::tokens(4), |out| Op::Rope { x, heads: 1, head_dim: 4, theta: 100.0, out });
+    let y = c.g.op(Shape::tokens(4), |out| Op::Rope {
+        x,
+        heads: 1,
+        head_dim: 4,
+        theta: 100.0,
+        position_scale: 1.0,
+        out,
+    });
     let (s1, c1) = 1f32.sin_cos();
     let (s2, c2) = 0.1f32.sin_cos();
+    close(&c.run(y, &[2]), &[&[0.0; 4], &[c1, c2, s1, s2]]);
+}
+
+#[test]
+fn rope_position_scale_multiplies_every_angle() {
+    let mut c = Case::new();
+    // As above with positions scaled by 0.5: pair 0 turns by p / 2, pair 1 by p / 20.
+    let x = c.input(&[&[0.0; 4], &[1.0, 1.0, 0.0, 0.0]]);
+    let y = c.g.op(Shape::tokens(4), |out| Op::Rope {
+        x,
+        heads: 1,
+        head_dim: 4,
+        theta: 100.0,
+        position_scale: 0.5,
+        out,
+    });
+    let (s1, c1) = 0.5f32.sin_cos();
+    let (s2, c2) = 0.05f32.sin_cos();
     close(&c.run(y, &[2]), &[&[0.0; 4], &[c1, c2, s1, s2]]);
 }
 

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use rayon::prelude::*;
 use switchyard_core::{
     Batch, Bucket, Caps, Disentangled, Error, Graph, HostTensor, Layout, Op, Outputs, PositionBias,
-    RelativeBias, Result, Rows, W,
+    RelativeBias, Result, Rows, W, rope_tables,
 };
 
 use crate::buf::AlignedBuf;
@@ -89,13 +89,21 @@ fn missing(w: W) -> Error {
     ))
 }
 
-/// Rotary tables for one head size and base, for every position of the bucket.
+/// Rotary tables for one head size, base and position scale, for every position of the bucket.
 #[derive(Debug)]
 struct RopeTables {
     head_dim: usize,
     theta: f32,
+    position_scale: f32,
     cos: Vec<f32>,
     sin: Vec<f32>,
+}
+
+impl RopeTables {
+    /// Whether these are the tables of a `Rope` op with these settings.
+    fn matches(&self, head_dim: usize, theta: f32, position_scale: f32) -> bool {
+        (self.head_dim, self.theta, self.position_scale) == (head_dim, theta, position_scale)
+    }
 }
 
 /// A graph lowered for one bucket: the weights it reads, its arena's layout, its rotary tables
@@ -187,11 +195,11 @@ pub(crate) fn lower(w: &Arc<NativeWeights>, graph: &Graph, bucket: Bucket) -> Re
     }
     let mut rope: Vec<RopeTables> = Vec::new();
     for op in &graph.ops {
-        if let Op::Rope { head_dim, theta, .. } = *op
-            && !rope.iter().any(|r| r.head_dim == head_dim && r.theta == theta)
+        if let Op::Rope { head_dim, theta, position_scale, .. } = *op
+            && !rope.iter().any(|r| r.matches(head_dim, theta, position_scale))
         {
-            let (cos, sin) = rows::rope_tables(bucket.tokens, head_dim, theta);
-            rope.push(RopeTables { head_dim, theta, cos, sin });
+            let (cos, sin) = rope_tables(bucket.tokens, head_dim, theta, position_scale);
+            rope.push(RopeTables { head_dim, theta, position_scale, cos, sin });
         }
     }
     let longest = bucket.tokens.min(graph.limits().max_len as usize);
@@ -393,11 +401,11 @@ pub(crate) fn run(
                 Op::Slice { x, start, .. } => {
                     rows::slice(at(o), at(x), rows, g.shape(x).width, start, width);
                 }
-                Op::Rope { x, heads, head_dim, theta, .. } => {
+                Op::Rope { x, heads, head_dim, theta, position_scale, .. } => {
                     let t = plan
                         .rope
                         .iter()
-                        .find(|r| r.head_dim == head_dim && r.theta == theta)
+                        .find(|r| r.matches(head_dim, theta, position_scale))
                         .expect("lower made a table for every rotary op");
                     rows::rope(at(o), at(x), batch, heads, head_dim, &t.cos, &t.sin);
                 }

@@ -43,8 +43,14 @@ pub(crate) fn build<'a>(
         let mut qk = [Val(0); 2];
         for (i, slot) in qk.iter_mut().enumerate() {
             let part = e.g.op(t, |out| Op::Slice { x: qkv, start: i * d, out });
-            *slot =
-                e.g.op(t, |out| Op::Rope { x: part, heads: cfg.heads, head_dim: hd, theta, out });
+            *slot = e.g.op(t, |out| Op::Rope {
+                x: part,
+                heads: cfg.heads,
+                head_dim: hd,
+                theta,
+                position_scale: 1.0,
+                out,
+            });
         }
         let v = e.g.op(t, |out| Op::Slice { x: qkv, start: 2 * d, out });
         // Keys and values from every token; the query, and all that follows it, from the rows

@@ -229,8 +229,14 @@ fn gated_units_products_slices_activations_and_rotary() {
 
     let mut c = Case::new(tokens());
     let x = c.input(8);
-    let y =
-        c.g.op(Shape::tokens(8), |out| Op::Rope { x, heads: 2, head_dim: 4, theta: 100.0, out });
+    let y = c.g.op(Shape::tokens(8), |out| Op::Rope {
+        x,
+        heads: 2,
+        head_dim: 4,
+        theta: 100.0,
+        position_scale: 0.75,
+        out,
+    });
     check("rope", &c.finish(y), &counting_batch(&LENS, &[], false));
 }
 

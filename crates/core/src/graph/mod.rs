@@ -260,7 +260,14 @@ pub(crate) mod tests {
             residual: None,
             out,
         });
-        let q = g.op(t, |out| Op::Rope { x: q, heads, head_dim: 4, theta: 1e4, out });
+        let q = g.op(t, |out| Op::Rope {
+            x: q,
+            heads,
+            head_dim: 4,
+            theta: 1e4,
+            position_scale: 1.0,
+            out,
+        });
         let a = g.op(t, |out| Op::Attention {
             q,
             k: q,

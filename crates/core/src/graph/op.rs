@@ -322,7 +322,7 @@ pub enum Op {
     /// Rotary position embedding on token rows holding `heads` heads of `head_dim` columns.
     ///
     /// For position `p` (counted from 0 at each sequence's start) and `i < head_dim / 2`, the
-    /// angle is `p * theta^(-2i / head_dim)`; within each head, with `x1 = x[i]` and
+    /// angle is `p * position_scale * theta^(-2i / head_dim)` ([`crate::rope_angle`]); within each head, with `x1 = x[i]` and
     /// `x2 = x[i + head_dim / 2]` (the "rotate half" layout of GPT-NeoX and ModernBERT),
     /// `out[i] = x1 cos - x2 sin` and `out[i + head_dim / 2] = x2 cos + x1 sin`.
     Rope {
@@ -334,6 +334,9 @@ pub enum Op {
         head_dim: usize,
         /// The frequency base (10000 in most models; ModernBERT's global layers use 160000).
         theta: f32,
+        /// Multiplies every position: 1 in most models; below 1 where a model scales its
+        /// positions (GTE's NTK scaling).
+        position_scale: f32,
         /// Output, same shape as `x`.
         out: Val,
     },

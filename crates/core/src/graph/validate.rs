@@ -176,7 +176,7 @@ impl Graph {
                     ));
                 }
             }
-            Op::Rope { x, heads, head_dim, theta, out } => {
+            Op::Rope { x, heads, head_dim, theta, position_scale, out } => {
                 rows(x, Rows::Tokens)?;
                 same("output differs from input", x, out)?;
                 heads_fit(sh(x).width, heads, head_dim)?;
@@ -184,6 +184,7 @@ impl Graph {
                     return Err(format!("head_dim {head_dim} must be even"));
                 }
                 positive("theta", theta)?;
+                positive("position_scale", position_scale)?;
             }
             Op::Attention { q, k, v, heads, head_dim, scale, window: _, position_bias, out } => {
                 if sh(q).rows == Rows::Markers {
@@ -310,12 +311,37 @@ mod tests {
         cases.push((g, "op 4 (Linear): uses weight 42 of 6"));
 
         let mut g = base.clone();
-        g.ops[5] = Op::Rope { x: Val(4), heads: 3, head_dim: 4, theta: 1e4, out: Val(5) };
+        g.ops[5] = Op::Rope {
+            x: Val(4),
+            heads: 3,
+            head_dim: 4,
+            theta: 1e4,
+            position_scale: 1.0,
+            out: Val(5),
+        };
         cases.push((g, "op 5 (Rope): 3 heads of 4 columns do not make width 8"));
 
         let mut g = base.clone();
-        g.ops[5] = Op::Rope { x: Val(4), heads: 8, head_dim: 1, theta: 1e4, out: Val(5) };
+        g.ops[5] = Op::Rope {
+            x: Val(4),
+            heads: 8,
+            head_dim: 1,
+            theta: 1e4,
+            position_scale: 1.0,
+            out: Val(5),
+        };
         cases.push((g, "op 5 (Rope): head_dim 1 must be even"));
+
+        let mut g = base.clone();
+        g.ops[5] = Op::Rope {
+            x: Val(4),
+            heads: 2,
+            head_dim: 4,
+            theta: 1e4,
+            position_scale: 0.0,
+            out: Val(5),
+        };
+        cases.push((g, "op 5 (Rope): position_scale must be positive"));
 
         let mut g = base.clone();
         g.ops[3] = Op::LayerNorm { x: Val(2), gamma: W(2), beta: None, eps: 0.0, out: Val(3) };

@@ -424,22 +424,6 @@ pub unsafe fn rope(
     });
 }
 
-/// The `[positions, head_dim / 2]` rotary tables for `rope`: angles in f64, stored in f32.
-pub fn rope_tables(positions: usize, head_dim: usize, theta: f32) -> (Vec<f32>, Vec<f32>) {
-    let half = head_dim / 2;
-    let mut cos = Vec::with_capacity(positions * half);
-    let mut sin = Vec::with_capacity(positions * half);
-    for p in 0..positions {
-        for i in 0..half {
-            let freq = f64::from(theta).powf(-2.0 * i as f64 / head_dim as f64);
-            let (s, c) = (p as f64 * freq).sin_cos();
-            cos.push(c as f32);
-            sin.push(s as f32);
-        }
-    }
-    (cos, sin)
-}
-
 /// Each sequence's token rows of `x` pooled into one row of `out`.
 ///
 /// # Safety
