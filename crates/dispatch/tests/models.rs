@@ -134,12 +134,12 @@ fn position_bias_families_match_transformers_on_each_device() {
 }
 
 /// The post-norm rotary families on the device: NomicBERT (separate gate and up projections),
-/// GTE (one up-and-gate matrix sliced, an activation alone) and Jina v3 (not gated), rotated up
-/// to position 141.
+/// GTE (one up-and-gate matrix sliced, an activation alone; and with NTK-scaled positions) and
+/// Jina v3 (not gated), rotated up to position 141.
 #[test]
 fn rotary_families_match_transformers_on_each_device() {
     let d = common::device();
-    for name in ["nomic", "gte", "jina"] {
+    for name in ["nomic", "gte", "gte-ntk", "jina"] {
         tiny_matches_transformers(&d, name);
     }
 }

@@ -194,9 +194,10 @@ pub fn batches(seed: u64, cases: usize) -> Tally {
 
 /// The tiny checkpoints whose `config.json` the config target edits: one of each way of reading
 /// a config (BERT's, RoBERTa's offset positions, MPNet's buckets, ModernBERT's layer types, T5's
-/// feed-forward, DeBERTa's relative tables, NomicBERT's, GTE's and Jina v3's rotary settings).
-pub const CONFIG_SEEDS: [&str; 9] =
-    ["bert", "roberta", "mpnet", "modernbert", "t5", "deberta", "nomic", "gte", "jina"];
+/// feed-forward, DeBERTa's relative tables, NomicBERT's, GTE's (with and without its NTK
+/// scaling) and Jina v3's rotary settings).
+pub const CONFIG_SEEDS: [&str; 10] =
+    ["bert", "roberta", "mpnet", "modernbert", "t5", "deberta", "nomic", "gte", "gte-ntk", "jina"];
 
 /// `config.json` of one of [`CONFIG_SEEDS`] edited as text: parsed, read as an encoder's sizes,
 /// and loaded beside that checkpoint's weights.

@@ -109,6 +109,40 @@ pub struct ModernConfig {
 pub struct RotaryConfig {
     /// The rotary base (`rope_theta`; NomicBERT's original `rotary_emb_base`).
     pub theta: f32,
+    /// How the positions are scaled.
+    pub scaling: RopeScaling,
+}
+
+/// A rotary model's position scaling.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum RopeScaling {
+    /// Unscaled (`rope_type: default`, or no `rope_scaling`).
+    None,
+    /// GTE's static NTK scaling by a factor (`rope_scaling: {"type": "ntk", "factor": F}`).
+    Ntk(f32),
+    /// transformers' `linear` rope type: every frequency divided by the factor.
+    Linear(f32),
+}
+
+impl RotaryConfig {
+    /// The base and position scale of the `Rope` op for heads `head_dim` wide.
+    ///
+    /// NTK scaling, as GTE's own code (and vLLM and text-embeddings-inference after it)
+    /// computes it at every position: the base becomes `theta * F` and every frequency is
+    /// divided by `F^(2 / head_dim)`, which is the same as scaling the positions by it (and is
+    /// `linear` scaling by `F^(2 / head_dim)` of the base `theta * F`).
+    pub fn rope(&self, head_dim: usize) -> (f32, f32) {
+        let theta = f64::from(self.theta);
+        let (theta, scale) = match self.scaling {
+            RopeScaling::None => (theta, 1.0),
+            RopeScaling::Ntk(f) => {
+                let f = f64::from(f);
+                (theta * f, f.powf(-2.0 / head_dim as f64))
+            }
+            RopeScaling::Linear(f) => (theta, 1.0 / f64::from(f)),
+        };
+        (theta as f32, scale as f32)
+    }
 }
 
 /// The dropout probabilities training applies, from `config.json` (0 where it names none);
@@ -673,7 +707,7 @@ fn rotary_bert(c: &Value, arch: Arch) -> Result<EncoderConfig> {
             return refuse(format!("`{key}: true`"));
         }
     }
-    for key in ["rope_scaling", "rotary_scaling_factor", "rotary_emb_scale_base"] {
+    for key in ["rotary_scaling_factor", "rotary_emb_scale_base"] {
         if let Some((_, v)) = first_of(c, &[key]) {
             return refuse(format!("{key} {v}; only unscaled rotary positions are supported"));
         }
@@ -709,20 +743,9 @@ fn rotary_bert(c: &Value, arch: Arch) -> Result<EncoderConfig> {
         }
         None => activation(get_str(c, "hidden_act", d.act))?,
     };
-    let theta = match c.get("rope_parameters").filter(|p| !p.is_null()) {
-        Some(p) => {
-            let ty = get_str(p, "rope_type", "default");
-            if ty != "default" {
-                return refuse(format!("rope_type `{ty}`; only `default` is supported"));
-            }
-            get_f32(p, "rope_theta", d.theta)?
-        }
-        None => f32_of(c, &["rope_theta", "rotary_emb_base"], d.theta)?,
-    };
-    if !(theta.is_finite() && theta > 1.0) {
-        return Err(Error::format(format!("config.json: a rotary base of {theta}")));
-    }
     let hidden = usize_of(c, &["hidden_size", "n_embd"])?;
+    let heads = usize_of(c, &["num_attention_heads", "n_head"])?;
+    let rotary = rotary_settings(c, arch, &d, (heads > 0).then(|| hidden / heads))?;
     let hidden_drop = f32_of(c, &["hidden_dropout_prob", "resid_pdrop"], d.hidden_dropout)?;
     Ok(EncoderConfig {
         arch,
@@ -731,7 +754,7 @@ fn rotary_bert(c: &Value, arch: Arch) -> Result<EncoderConfig> {
         embedding: hidden,
         groups: (1, 1),
         layers: usize_of(c, &["num_hidden_layers", "n_layer"])?,
-        heads: usize_of(c, &["num_attention_heads", "n_head"])?,
+        heads,
         ffn: usize_of(c, &["intermediate_size", "n_inner"])?,
         act,
         eps: f32_of(c, &["layer_norm_eps", "layer_norm_epsilon"], d.eps)?,
@@ -747,7 +770,7 @@ fn rotary_bert(c: &Value, arch: Arch) -> Result<EncoderConfig> {
         modern: None,
         t5: None,
         deberta: None,
-        rotary: Some(RotaryConfig { theta }),
+        rotary: Some(rotary),
         dropout: Dropouts {
             embeddings: f32_of(c, &["hidden_dropout_prob", "embd_pdrop"], hidden_drop)?,
             attention: f32_of(
@@ -762,6 +785,83 @@ fn rotary_bert(c: &Value, arch: Arch) -> Result<EncoderConfig> {
         }
         .checked()?,
     })
+}
+
+/// A rotary family's base and position scaling: transformers' `rope_parameters` (`default`, or
+/// `linear` as the converted GTE checkpoints state GTE's NTK scaling), else the keys of the
+/// family's own code (`rope_theta` or `rotary_emb_base`, and GTE's `rope_scaling`). Where a
+/// config has both `rope_parameters` and `rope_scaling`, they must give heads `head_dim` wide
+/// the same frequencies.
+fn rotary_settings(
+    c: &Value,
+    arch: Arch,
+    d: &RotaryDefaults,
+    head_dim: Option<usize>,
+) -> Result<RotaryConfig> {
+    let refuse = |what: String| Error::unsupported(format!("config.json: {what} ({})", d.family));
+    let base = |theta: f32| match theta.is_finite() && theta > 1.0 {
+        true => Ok(theta),
+        false => Err(Error::format(format!("config.json: a rotary base of {theta}"))),
+    };
+    let factor = |p: &Value, what: &str| match p.get("factor").and_then(Value::as_f64) {
+        Some(f) if f.is_finite() && f >= 1.0 => Ok(f as f32),
+        _ => Err(Error::format(format!("config.json: {what} {p} needs a `factor` of at least 1"))),
+    };
+    // The keys of each family's own code; GTE's code alone defines a scaling.
+    let scaling = first_of(c, &["rope_scaling"]).map(|(_, v)| v);
+    let own = || -> Result<RotaryConfig> {
+        let theta = base(f32_of(c, &["rope_theta", "rotary_emb_base"], d.theta)?)?;
+        let scaling = match scaling {
+            None => RopeScaling::None,
+            Some(s) if arch != Arch::Gte => {
+                return Err(refuse(format!(
+                    "rope_scaling {s}; only unscaled rotary positions are supported"
+                )));
+            }
+            Some(s) => {
+                let ty = s.get("type").or_else(|| s.get("rope_type")).and_then(Value::as_str);
+                if ty != Some("ntk") {
+                    return Err(refuse(format!(
+                        "rope_scaling {s}; only `\"type\": \"ntk\"` is supported"
+                    )));
+                }
+                if let Some(b) = s.get("mixed_b").filter(|b| !b.is_null()) {
+                    return Err(refuse(format!(
+                        "rope_scaling's mixed_b {b}; only plain NTK scaling is supported"
+                    )));
+                }
+                // Below 1, GTE's code leaves positions unscaled where others scale them.
+                RopeScaling::Ntk(factor(s, "rope_scaling")?)
+            }
+        };
+        Ok(RotaryConfig { theta, scaling })
+    };
+    let Some(p) = c.get("rope_parameters").filter(|p| !p.is_null()) else {
+        return own();
+    };
+    let theta = base(get_f32(p, "rope_theta", d.theta)?)?;
+    let partial = get_f32(p, "partial_rotary_factor", 1.0)?;
+    if partial != 1.0 {
+        return Err(refuse(format!("partial_rotary_factor {partial}; only 1 is supported")));
+    }
+    let stated = match get_str(p, "rope_type", "default") {
+        "default" => RotaryConfig { theta, scaling: RopeScaling::None },
+        "linear" => {
+            RotaryConfig { theta, scaling: RopeScaling::Linear(factor(p, "rope_parameters")?) }
+        }
+        ty => return Err(refuse(format!("rope_type `{ty}`; supported: default, linear"))),
+    };
+    if let (Some(s), Some(hd)) = (scaling, head_dim) {
+        let (a, b) = (stated.rope(hd), own()?.rope(hd));
+        let near = |x: f32, y: f32| (x - y).abs() <= 1e-6 * x.abs().max(y.abs());
+        if !(near(a.0, b.0) && near(a.1, b.1)) {
+            return Err(Error::format(format!(
+                "config.json: rope_parameters {p} and rope_scaling {s} give different rotary \
+                 frequencies"
+            )));
+        }
+    }
+    Ok(stated)
 }
 
 fn modernbert(c: &Value) -> Result<EncoderConfig> {
@@ -1020,7 +1120,7 @@ mod tests {
             serde_json::json!({"rope_theta": 1000.0, "rope_type": "default"});
         nomic["rotary_emb_scale_base"] = Value::Null;
         assert_eq!(EncoderConfig::from_json(&nomic).unwrap().max_positions, 8192);
-        let rotary = Some(RotaryConfig { theta: 1000.0 });
+        let rotary = Some(RotaryConfig { theta: 1000.0, scaling: RopeScaling::None });
         assert_eq!((c.arch, c.act, c.rotary, c.eps), (Arch::NomicBert, Act::Silu, rotary, 1e-12));
         assert_eq!(c.dropout, Dropouts::default());
         nomic["activation_function"] = "gelu".into();
@@ -1059,7 +1159,7 @@ mod tests {
         gte["position_embedding_type"] = "rope".into();
         gte["rope_parameters"] = serde_json::json!({"rope_type": "dynamic", "factor": 2.0});
         let e = EncoderConfig::from_json(&gte).unwrap_err().to_string();
-        assert!(e.contains("rope_type `dynamic`; only `default`"), "{e}");
+        assert!(e.contains("rope_type `dynamic`; supported: default, linear"), "{e}");
         gte["rope_parameters"] = Value::Null;
         gte["n_embd"] = gte["hidden_size"].take();
         assert_eq!(EncoderConfig::from_json(&gte).unwrap().hidden, 32, "either key");
@@ -1074,6 +1174,81 @@ mod tests {
         let theta = c.rotary.unwrap().theta;
         assert_eq!((c.arch, c.act, theta, c.eps), (Arch::JinaV3, Act::Gelu, 20_000.0, 1e-5));
         assert_eq!((c.max_positions, c.dropout.attention, c.dropout.ffn), (8194, 0.1, 0.1));
+    }
+
+    #[test]
+    fn gte_scales_rotary_positions_as_its_own_code_and_transformers_do() {
+        // gte-base-en-v1.5's settings, in the keys of GTE's own code.
+        let mut gte = serde_json::json!({"model_type": "new", "vocab_size": 100,
+            "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+            "intermediate_size": 48, "rope_theta": 500000,
+            "rope_scaling": {"factor": 2.0, "type": "ntk"}});
+        let rotary = EncoderConfig::from_json(&gte).unwrap().rotary.unwrap();
+        assert_eq!(rotary, RotaryConfig { theta: 500_000.0, scaling: RopeScaling::Ntk(2.0) });
+        // Heads 8 wide: the base doubles, the frequencies fall by 2^(2/8).
+        let (theta, scale) = rotary.rope(8);
+        assert_eq!(theta, 1e6);
+        assert!((scale - 2f32.powf(-0.25)).abs() < 1e-7, "{scale}");
+        let plain = RotaryConfig { theta: 500.0, scaling: RopeScaling::None };
+        assert_eq!(plain.rope(8), (500.0, 1.0));
+        // transformers' spelling of the type is read too.
+        gte["rope_scaling"] = serde_json::json!({"factor": 8.0, "rope_type": "ntk"});
+        let rotary = EncoderConfig::from_json(&gte).unwrap().rotary.unwrap();
+        assert_eq!(rotary.scaling, RopeScaling::Ntk(8.0));
+
+        // The same frequencies as transformers states them: `linear` by 2^(2/8) of base 1e6.
+        let linear = serde_json::json!({"rope_type": "linear", "rope_theta": 1e6,
+            "factor": 1.189_207_115_002_721});
+        gte["rope_parameters"] = linear.clone();
+        gte["rope_scaling"] = Value::Null;
+        let rotary = EncoderConfig::from_json(&gte).unwrap().rotary.unwrap();
+        assert_eq!(rotary.scaling, RopeScaling::Linear(1.189_207_1));
+        let (theta, scale) = rotary.rope(8);
+        assert_eq!(theta, 1e6);
+        assert!((scale - 2f32.powf(-0.25)).abs() < 1e-7, "{scale}");
+        // Both stated, agreeing: read; disagreeing: an error naming both.
+        gte["rope_scaling"] = serde_json::json!({"factor": 2.0, "type": "ntk"});
+        assert_eq!(EncoderConfig::from_json(&gte).unwrap().rotary.unwrap().rope(8).0, 1e6);
+        gte["rope_scaling"] = serde_json::json!({"factor": 4.0, "type": "ntk"});
+        let e = EncoderConfig::from_json(&gte).unwrap_err().to_string();
+        assert!(e.contains("and rope_scaling {\"factor\":4.0,\"type\":\"ntk\"} give different"));
+        gte["rope_scaling"] = Value::Null;
+
+        let refused = [
+            ("rope_parameters", serde_json::json!({"rope_type": "yarn"}), "rope_type `yarn`"),
+            ("rope_parameters", serde_json::json!({"rope_type": "linear"}), "a `factor` of at"),
+            (
+                "rope_parameters",
+                serde_json::json!({"rope_type": "default", "partial_rotary_factor": 0.5}),
+                "partial_rotary_factor 0.5",
+            ),
+            ("rope_scaling", serde_json::json!({"factor": 2.0, "type": "linear"}), "only `\"type"),
+            (
+                "rope_scaling",
+                serde_json::json!({"factor": 2.0, "type": "ntk", "mixed_b": 0.5}),
+                "mixed_b 0.5",
+            ),
+            ("rope_scaling", serde_json::json!({"factor": 0.5, "type": "ntk"}), "a `factor` of"),
+            ("rope_scaling", serde_json::json!({"type": "ntk"}), "a `factor` of at least 1"),
+        ];
+        for (key, value, why) in refused {
+            let mut c = gte.clone();
+            c["rope_parameters"] = Value::Null;
+            c[key] = value;
+            let e = EncoderConfig::from_json(&c).unwrap_err().to_string();
+            assert!(e.contains(why), "{key}: {e}");
+        }
+        // Only GTE's code defines NTK scaling; the other families refuse `rope_scaling`, and
+        // take transformers' `linear`.
+        gte["model_type"] = "nomic_bert".into();
+        let rotary = EncoderConfig::from_json(&gte).unwrap().rotary.unwrap();
+        assert_eq!(rotary.scaling, RopeScaling::Linear(1.189_207_1));
+        gte["rope_parameters"] = Value::Null;
+        gte["rope_scaling"] = serde_json::json!({"factor": 2.0, "type": "ntk"});
+        let e = EncoderConfig::from_json(&gte).unwrap_err().to_string();
+        let want = "rope_scaling {\"factor\":2.0,\"type\":\"ntk\"}; only unscaled";
+        assert!(e.contains(want), "{e}");
+        assert!(e.contains("(NomicBERT)"), "{e}");
     }
 
     #[test]

@@ -38,7 +38,7 @@ use std::path::Path;
 use switchyard_core::{Backend, Buckets, Executor, Graph, HostTensor, PoolMode};
 
 pub use checkpoint::Checkpoint;
-pub use config::{Arch, Dropouts, EncoderConfig, ModernConfig, RotaryConfig};
+pub use config::{Arch, Dropouts, EncoderConfig, ModernConfig, RopeScaling, RotaryConfig};
 pub use runner::{Marked, Marking, Read, Runner, TokenLogits};
 pub use st::{
     Dense, Pooling, Prompt, Prompts, SentenceConfig, SentenceHead, Splade, SpladeAct, prompted,

@@ -116,6 +116,7 @@ pub(crate) fn build<'a>(
     let l = layout(&names, cfg.arch)?;
     let d = cfg.hidden;
     let hd = cfg.head_dim()?;
+    let (theta, position_scale) = rotary.rope(hd);
     let mut e = Encoder::start(names, WORD, cfg.vocab, d)?;
     let word = e.word;
     let x = e.g.op(Shape::tokens(d), |out| Op::Embed { table: word, out });
@@ -128,9 +129,15 @@ pub(crate) fn build<'a>(
         let t = e.g.shape(x);
         let qkv = e.linear(&format!("{pre}.{}", l.qkv), x, 3 * d, Act::Identity, None)?;
         let [q, k, v] = [0, 1, 2].map(|j| e.g.op(t, |out| Op::Slice { x: qkv, start: j * d, out }));
-        let theta = rotary.theta;
         let [mut q, k] = [q, k].map(|p| {
-            e.g.op(t, |out| Op::Rope { x: p, heads: cfg.heads, head_dim: hd, theta, out })
+            e.g.op(t, |out| Op::Rope {
+                x: p,
+                heads: cfg.heads,
+                head_dim: hd,
+                theta,
+                position_scale,
+                out,
+            })
         });
         // Keys and values from every token; the query, and all that follows it, from the rows
         // the head reads (rotated at their own positions before they are kept).

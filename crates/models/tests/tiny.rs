@@ -13,7 +13,9 @@ use common::{expected as json, numbers, rows, strings, tiny, worst};
 use switchyard_core::{
     Backend, Buckets, Disentangled, Graph, Op, PoolMode, PositionBias, Reference, Rows, Val,
 };
-use switchyard_models::{Arch, Marked, Model, Pooling, Prompt, Prompts, Read, Runner, Task};
+use switchyard_models::{
+    Arch, Marked, Model, Pooling, Prompt, Prompts, Read, RopeScaling, Runner, Task,
+};
 
 struct Expected {
     sentences: Vec<String>,
@@ -37,18 +39,23 @@ fn expected(arch: &str) -> Expected {
 
 /// Every value within 1e-5 of transformers' (values of about 1; the worst seen is about 1e-6).
 fn check<B: Backend>(arch: &str, backend: B) {
+    for (s, worst) in differences(arch, &tiny(arch), backend) {
+        assert!(worst <= 1e-5, "{arch}: {s:?}: max difference {worst}");
+    }
+}
+
+/// Each of `arch`'s sentences with the largest difference between its mean-pooled row from the
+/// checkpoint in `dir` and transformers' for `arch`; the token ids must be transformers'.
+fn differences<B: Backend>(arch: &str, dir: &Path, backend: B) -> Vec<(String, f64)> {
     let e = expected(arch);
-    let model = Model::load(&tiny(arch)).unwrap();
+    let model = Model::load(dir).unwrap();
     for (s, want) in e.sentences.iter().zip(&e.ids) {
         assert_eq!(&model.tokenizer().encode(s).unwrap().ids, want, "{arch}: {s:?}");
     }
     let mut emb = Runner::new(model, backend, Buckets::default()).unwrap();
     let texts: Vec<&str> = e.sentences.iter().map(String::as_str).collect();
     let got = emb.embed(&texts, |_| {}).unwrap();
-    for ((s, a), b) in e.sentences.iter().zip(&got).zip(&e.mean) {
-        let worst = worst(a, b);
-        assert!(worst <= 1e-5, "{arch}: {s:?}: max difference {worst}");
-    }
+    e.sentences.iter().zip(&got).zip(&e.mean).map(|((s, a), b)| (s.clone(), worst(a, b))).collect()
 }
 
 #[test]
@@ -184,6 +191,40 @@ fn nomic_bert_gte_and_jina_v3_match_transformers_with_rotary_positions() {
     }
 }
 
+/// GTE with gte-base-en-v1.5's rotary settings, in the config.json keys of GTE's own code:
+/// base 500000 and NTK scaling by 2, which runs as base 1e6 with positions scaled by
+/// `2^(-2 / 8)` for heads 8 wide. The expected rows are transformers' GteModel with the same
+/// frequencies stated its way (`linear` by `2^(2 / 8)` of base 1e6; it refuses `ntk`), which
+/// the same weights read too.
+#[test]
+fn gte_matches_its_own_code_with_ntk_scaled_positions() {
+    let m = Model::load(&tiny("gte-ntk")).unwrap();
+    let rotary = m.config().rotary.unwrap();
+    assert_eq!((m.config().arch, rotary.theta), (Arch::Gte, 500_000.0));
+    assert_eq!(rotary.scaling, RopeScaling::Ntk(2.0));
+    let scale = 2f32.powf(-0.25);
+    let scaled = |op: &&Op| {
+        matches!(op, Op::Rope { theta, position_scale, .. }
+            if *theta == 1e6 && (position_scale - scale).abs() < 1e-7)
+    };
+    assert_eq!(m.graph().ops.iter().filter(scaled).count(), 4, "queries and keys of two layers");
+    check("gte-ntk", switchyard_flex::flex());
+    check("gte-ntk", Reference);
+    let converted = edited("gte-ntk", "linear", &|c| {
+        c["model_type"] = "gte".into();
+        c["rope_scaling"] = serde_json::Value::Null;
+        c["rope_parameters"] = serde_json::json!({"rope_type": "linear", "rope_theta": 1e6, "factor": 2f64.powf(0.25)});
+    });
+    for (s, worst) in differences("gte-ntk", &converted.0, Reference) {
+        assert!(worst <= 1e-5, "transformers' form: {s:?}: max difference {worst}");
+    }
+    // The scaling matters at these lengths: the same weights unscaled are far from the rows.
+    let plain = edited("gte-ntk", "unscaled", &|c| c["rope_scaling"] = serde_json::Value::Null);
+    let far = differences("gte-ntk", &plain.0, Reference);
+    let moved = far.iter().filter(|(_, worst)| *worst > 1e-2).count();
+    assert!(moved >= far.len() - 1, "only the one-token sentence may stay: {far:?}");
+}
+
 /// Settings NomicBERT's and GTE's published configs may carry that change the computation are
 /// errors that name them; the checkpoint's names must be one of the two families'.
 #[test]
@@ -197,8 +238,8 @@ fn nomic_bert_and_gte_settings_not_built_are_refused() {
     refused("nomic", &|c| c["prenorm"] = true.into(), "`prenorm: true` (NomicBERT)");
     refused("nomic", &|c| c["num_experts"] = 8.into(), "mixture-of-experts");
     refused("nomic", &|c| c["rotary_emb_scale_base"] = 512.into(), "rotary_emb_scale_base 512");
-    let ntk = serde_json::json!({"type": "ntk", "factor": 2.0});
-    refused("gte", &|c| c["rope_scaling"] = ntk.clone(), "rope_scaling");
+    let mixed = serde_json::json!({"type": "ntk", "factor": 2.0, "mixed_b": 0.7});
+    refused("gte", &|c| c["rope_scaling"] = mixed.clone(), "rope_scaling's mixed_b 0.7");
     let logn = "`logn_attention_scale: true` (GTE)";
     refused("gte", &|c| c["logn_attention_scale"] = true.into(), logn);
     let clip = "`logn_attention_clip1: true` (GTE)";
