@@ -178,7 +178,7 @@ fn gemm_graphs(m: usize, k: usize, n: usize) -> (Graph, Graph) {
     let mut g = GraphBuilder::new();
     let table = g.weight("emb", &[m, k]);
     let w = g.weight("w", &[n, k]);
-    let x = g.op(Shape::tokens(k), |out| Op::Embed { table, out });
+    let x = g.op(Shape::tokens(k), |out| Op::Embed { table, scale: 1.0, out });
     let mut base = g.clone();
     base.output("x", x);
     let y = g.op(Shape::tokens(n), |out| Op::Linear {

@@ -515,7 +515,13 @@ pub fn run_op<B: BurnBackend>(
     let [a, b, c] = ins;
     let need = |t: Option<FloatTensor<B>>| t.expect("the plan passes every input an op reads");
     match (op, w) {
-        (Op::Embed { .. }, Bound::Table(t)) => B::float_select(t.clone(), 0, cx.ids()),
+        (Op::Embed { scale, .. }, Bound::Table(t)) => {
+            let rows = B::float_select(t.clone(), 0, cx.ids());
+            match *scale {
+                1.0 => rows,
+                s => B::float_mul_scalar(rows, f64::from(s).into()),
+            }
+        }
         (Op::TypeEmbed { .. }, Bound::Table(t)) => B::float_select(t.clone(), 0, cx.types()),
         (Op::PosEmbed { offset, .. }, Bound::Table(t)) => {
             B::float_select(t.clone(), 0, cx.positions_from(*offset))
@@ -525,7 +531,16 @@ pub fn run_op<B: BurnBackend>(
         (Op::LayerNorm { eps, .. }, Bound::Norm { gamma, beta }) => {
             B::layer_norm(need(a), gamma.clone(), beta.clone(), f64::from(*eps))
         }
-        (Op::RmsNorm { eps, .. }, Bound::Norm { gamma, .. }) => rms_norm::<B>(need(a), gamma, *eps),
+        (Op::RmsNorm { eps, group: None, .. }, Bound::Norm { gamma, .. }) => {
+            rms_norm::<B>(need(a), gamma, *eps)
+        }
+        (Op::RmsNorm { eps, group: Some(n), .. }, Bound::Norm { gamma, .. }) => {
+            // Each group of a row as a row of its own.
+            let x = need(a);
+            let [t, w] = dims::<B>(&x);
+            let y = rms_norm::<B>(reshape::<B>(x, &[t * w / n, *n]), gamma, *eps);
+            reshape::<B>(y, &[t, w])
+        }
         (Op::Linear { act, .. }, Bound::Linear { wt, bias }) => {
             linear::<B>(need(a), wt, bias.as_ref(), *act, b)
         }

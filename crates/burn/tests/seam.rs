@@ -68,7 +68,7 @@ fn one_linear() -> Graph {
     let mut g = GraphBuilder::new();
     let t = g.weight("emb", &[10, 4]);
     let w = g.weight("w", &[3, 4]);
-    let x = g.op(Shape::tokens(4), |out| Op::Embed { table: t, out });
+    let x = g.op(Shape::tokens(4), |out| Op::Embed { table: t, scale: 1.0, out });
     let y = g.op(Shape::tokens(3), |out| Op::Linear {
         x,
         weight: w,
@@ -485,7 +485,7 @@ fn unread_weights_are_not_uploaded_and_tied_weights_serve_both_ops() {
     let mut g = GraphBuilder::new();
     let emb = g.weight("emb", &[12, 6]);
     let _unused = g.weight("unused", &[1000, 6]);
-    let x = g.op(Shape::tokens(6), |out| Op::Embed { table: emb, out });
+    let x = g.op(Shape::tokens(6), |out| Op::Embed { table: emb, scale: 1.0, out });
     let y = tied_projection(&mut g, x, emb);
     g.output("logits", y);
     let g = g.finish().unwrap();
@@ -503,7 +503,7 @@ fn a_lane_may_read_a_weight_in_another_form_than_the_upload_graph() {
     // Uploaded for a graph that reads `emb` as a table; lowered for one that also multiplies by it.
     let mut g = GraphBuilder::new();
     let emb = g.weight("emb", &[12, 6]);
-    let x = g.op(Shape::tokens(6), |out| Op::Embed { table: emb, out });
+    let x = g.op(Shape::tokens(6), |out| Op::Embed { table: emb, scale: 1.0, out });
     g.output("x", x);
     let upload_graph = g.clone().finish().unwrap();
     let y = tied_projection(&mut g, x, emb);
@@ -743,7 +743,7 @@ fn one_position_bias_serves_layers_with_token_and_sequence_queries() {
     let table = g.weight("bias", &[8, 2]);
     let position_bias =
         Some(PositionBias::Relative(RelativeBias { table, buckets: 8, max_distance: 3 }));
-    let x = g.op(Shape::tokens(8), |out| Op::Embed { table: emb, out });
+    let x = g.op(Shape::tokens(8), |out| Op::Embed { table: emb, scale: 1.0, out });
     let attend = |g: &mut GraphBuilder, q, k| {
         g.op(g.shape(q), |out| Op::Attention {
             q,

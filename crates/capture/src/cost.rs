@@ -45,6 +45,7 @@ fn op_record(graph: &Graph, index: usize, op: &Op, s: &Sizes<'_>) -> OpRecord {
         .sum();
     let (flops, detail, bytes) = match *op {
         // A lookup reads one table row per output row, not the whole table.
+        Op::Embed { scale, .. } if scale != 1.0 => (n * w, format!("x {scale}"), 8 * n * w),
         Op::Embed { .. } | Op::TypeEmbed { .. } => (0, String::new(), 8 * n * w),
         Op::PosEmbed { offset, .. } => (0, format!("offset {offset}"), 8 * n * w),
         Op::Add { .. } | Op::Mul { .. } => (n * w, String::new(), io_bytes),
@@ -53,7 +54,10 @@ fn op_record(graph: &Graph, index: usize, op: &Op, s: &Sizes<'_>) -> OpRecord {
             format!("eps {eps:e}{}", if beta.is_some() { "" } else { ", no beta" }),
             io_bytes + weight_bytes,
         ),
-        Op::RmsNorm { eps, .. } => (5 * n * w, format!("eps {eps:e}"), io_bytes + weight_bytes),
+        Op::RmsNorm { eps, group, .. } => {
+            let per = group.map_or(String::new(), |g| format!(", per {g} columns"));
+            (5 * n * w, format!("eps {eps:e}{per}"), io_bytes + weight_bytes)
+        }
         Op::Linear { act, bias, residual, .. } => {
             let k = inputs[0][1] as u64;
             let epilogue = n

@@ -19,7 +19,7 @@ fn records_upload_lower_and_run() {
     let mut g = GraphBuilder::new();
     let t = g.weight("emb", &[10, 8]);
     let w = g.weight("w", &[32, 8]);
-    let x = g.op(Shape::tokens(8), |out| Op::Embed { table: t, out });
+    let x = g.op(Shape::tokens(8), |out| Op::Embed { table: t, scale: 1.0, out });
     let y = g.op(Shape::tokens(32), |out| Op::Linear {
         x,
         weight: w,
@@ -103,7 +103,7 @@ fn a_query_per_sequence_costs_one_row_of_scores() {
     for (window, pairs) in [(None, 3 + 1), (Some(1), 2 + 1)] {
         let mut g = GraphBuilder::new();
         let t = g.weight("emb", &[10, 8]);
-        let x = g.op(Shape::tokens(8), |out| Op::Embed { table: t, out });
+        let x = g.op(Shape::tokens(8), |out| Op::Embed { table: t, scale: 1.0, out });
         let mode = switchyard_core::PoolMode::Cls;
         let q = g.op(Shape::seqs(8), |out| Op::Pool { x, mode, out });
         let position_bias = window.map(|_| {
@@ -152,7 +152,7 @@ fn disentangled_attention_costs_a_product_a_term_and_names_its_terms() {
     for (terms, named) in [((true, true), "c2p and p2c"), ((false, true), "p2c")] {
         let mut g = GraphBuilder::new();
         let t = g.weight("emb", &[10, 8]);
-        let x = g.op(Shape::tokens(8), |out| Op::Embed { table: t, out });
+        let x = g.op(Shape::tokens(8), |out| Op::Embed { table: t, scale: 1.0, out });
         let mut table = |on: bool, name: &str| on.then(|| g.weight(name, &[8, 8]));
         let (keys, queries) = (table(terms.0, "keys"), table(terms.1, "queries"));
         let d =

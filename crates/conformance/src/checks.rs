@@ -230,7 +230,7 @@ fn edge_cases() -> Vec<(&'static str, Graph)> {
         let mut g = GraphBuilder::new();
         let w = heads * head_dim;
         let table = g.weight("emb", &[20, w]);
-        let x = g.op(Shape::tokens(w), |out| Op::Embed { table, out });
+        let x = g.op(Shape::tokens(w), |out| Op::Embed { table, scale: 1.0, out });
         let y = g.op(Shape::tokens(w), |out| Op::Attention {
             q: x,
             k: x,
@@ -248,7 +248,7 @@ fn edge_cases() -> Vec<(&'static str, Graph)> {
     // A value read twice by one op, an unread value, and an output that is also read later.
     let mut g = GraphBuilder::new();
     let table = g.weight("emb", &[20, 5]);
-    let x = g.op(Shape::tokens(5), |out| Op::Embed { table, out });
+    let x = g.op(Shape::tokens(5), |out| Op::Embed { table, scale: 1.0, out });
     let _unread = g.op(Shape::tokens(5), |out| Op::Activation { x, act: Act::Tanh, out });
     let d = g.op(Shape::tokens(5), |out| Op::Add { a: x, b: x, out });
     let p = g.op(Shape::seqs(5), |out| Op::Pool { x: d, mode: PoolMode::Max, out });
@@ -260,7 +260,7 @@ fn edge_cases() -> Vec<(&'static str, Graph)> {
     // Outputs of every row kind at once, and a graph output that is the first value.
     let mut g = GraphBuilder::new();
     let table = g.weight("emb", &[20, 3]);
-    let x: Val = g.op(Shape::tokens(3), |out| Op::Embed { table, out });
+    let x: Val = g.op(Shape::tokens(3), |out| Op::Embed { table, scale: 1.0, out });
     let m = g.op(Shape::markers(3), |out| Op::Gather { x, out });
     let s = g.op(Shape::seqs(3), |out| Op::Pool { x, mode: PoolMode::Last, out });
     g.output("tokens", x);

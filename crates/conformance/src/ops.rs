@@ -27,9 +27,9 @@ fn single(w_in: usize, build: impl FnOnce(&mut GraphBuilder, Val, Val) -> Val) -
     let mut g = GraphBuilder::new();
     let t1 = g.weight("input.a", &[VOCAB, w_in]);
     let t2 = g.weight("input.b", &[VOCAB, w_in]);
-    let a = g.op(Shape::tokens(w_in), |out| Op::Embed { table: t1, out });
+    let a = g.op(Shape::tokens(w_in), |out| Op::Embed { table: t1, scale: 1.0, out });
     // A second input: the same ids through another table.
-    let b = g.op(Shape::tokens(w_in), |out| Op::Embed { table: t2, out });
+    let b = g.op(Shape::tokens(w_in), |out| Op::Embed { table: t2, scale: 1.0, out });
     let y = build(&mut g, a, b);
     g.output("y", y);
     g.finish().expect("the op cases are valid graphs")
@@ -47,7 +47,7 @@ fn linear(k: usize, n: usize, bias: bool, act: Act, residual: bool, rows: &str) 
         let bias = bias.then(|| g.weight("linear.bias", &[n]));
         let residual = residual.then(|| {
             let t = g.weight("residual", &[VOCAB, n]);
-            let r = g.op(Shape::tokens(n), |out| Op::Embed { table: t, out });
+            let r = g.op(Shape::tokens(n), |out| Op::Embed { table: t, scale: 1.0, out });
             match rows {
                 "seqs" => g.op(Shape::seqs(n), |out| Op::Pool { x: r, mode: PoolMode::Cls, out }),
                 "markers" => g.op(Shape::markers(n), |out| Op::Gather { x: r, out }),
@@ -63,6 +63,13 @@ fn cases() -> Vec<(String, Graph)> {
     for w in WIDTHS {
         let t = Shape::tokens(w);
         c.push((format!("Embed {w}"), single(w, |_, a, _| a)));
+        c.push((
+            format!("Embed {w} scaled"),
+            single(w, |g, _, _| {
+                let table = g.weight("scaled", &[VOCAB, w]);
+                g.op(t, |out| Op::Embed { table, scale: 27.7, out })
+            }),
+        ));
         c.push((
             format!("TypeEmbed {w}"),
             single(w, |g, _, _| {
@@ -93,9 +100,19 @@ fn cases() -> Vec<(String, Graph)> {
             format!("RmsNorm {w}"),
             single(w, |g, x, _| {
                 let gamma = g.weight("norm.weight", &[w]);
-                g.op(t, |out| Op::RmsNorm { x, gamma, eps: 1e-6, out })
+                g.op(t, |out| Op::RmsNorm { x, gamma, eps: 1e-6, group: None, out })
             }),
         ));
+        // A norm per head, as Gemma's and Qwen3's queries and keys have.
+        for n in [2, 4].into_iter().filter(|n| w % n == 0) {
+            c.push((
+                format!("RmsNorm {w} per {n} columns"),
+                single(w, |g, x, _| {
+                    let gamma = g.weight("norm.weight", &[n]);
+                    g.op(t, |out| Op::RmsNorm { x, gamma, eps: 1e-6, group: Some(n), out })
+                }),
+            ));
+        }
         c.push((
             format!("L2Norm {w}"),
             single(w, |g, x, _| g.op(t, |out| Op::L2Norm { x, eps: 1e-12, out })),
@@ -197,7 +214,7 @@ fn cases() -> Vec<(String, Graph)> {
                 format!("Attention {heads}x{head_dim} window {window:?}{queries}{biased}"),
                 single(w, |g, q, k| {
                     let table = g.weight("input.v", &[VOCAB, w]);
-                    let v = g.op(Shape::tokens(w), |out| Op::Embed { table, out });
+                    let v = g.op(Shape::tokens(w), |out| Op::Embed { table, scale: 1.0, out });
                     let scale = 1.0 / (head_dim as f32).sqrt();
                     let q = match per_seq {
                         true => {

@@ -149,7 +149,7 @@ mod tests {
         let mut r = crate::testkit::Rng::new(seed);
         let mut g = GraphBuilder::new();
         let table = g.weight("emb", &[10, 8]);
-        let mut vals = vec![g.op(Shape::tokens(8), |out| Op::Embed { table, out })];
+        let mut vals = vec![g.op(Shape::tokens(8), |out| Op::Embed { table, scale: 1.0, out })];
         for i in 0..ops {
             let x = vals[r.below(vals.len())];
             let sh = g.shape(x);
@@ -236,7 +236,7 @@ mod tests {
     fn in_place_chain_shares_one_slot() {
         let mut g = GraphBuilder::new();
         let table = g.weight("emb", &[10, 16]);
-        let mut x = g.op(Shape::tokens(16), |out| Op::Embed { table, out });
+        let mut x = g.op(Shape::tokens(16), |out| Op::Embed { table, scale: 1.0, out });
         let first = x;
         for _ in 0..10 {
             x = g.op(Shape::tokens(16), |out| Op::Activation { x, act: Act::Tanh, out });
@@ -253,7 +253,7 @@ mod tests {
         let mut g = GraphBuilder::new();
         let table = g.weight("emb", &[10, 8]);
         let w = g.weight("w", &[8, 8]);
-        let x = g.op(Shape::tokens(8), |out| Op::Embed { table, out });
+        let x = g.op(Shape::tokens(8), |out| Op::Embed { table, scale: 1.0, out });
         let y = g.op(Shape::tokens(8), |out| Op::Linear {
             x,
             weight: w,
@@ -274,7 +274,7 @@ mod tests {
         let mut g = GraphBuilder::new();
         let table = g.weight("emb", &[10, 384]);
         let w = g.weight("w", &[384, 384]);
-        let mut x = g.op(Shape::tokens(384), |out| Op::Embed { table, out });
+        let mut x = g.op(Shape::tokens(384), |out| Op::Embed { table, scale: 1.0, out });
         for _ in 0..100 {
             x = g.op(Shape::tokens(384), |out| Op::Linear {
                 x,
@@ -298,7 +298,7 @@ mod tests {
     fn sizes_follow_the_bucket_and_round_to_a_cache_line() {
         let mut g = GraphBuilder::new();
         let table = g.weight("emb", &[10, 3]);
-        let x = g.op(Shape::tokens(3), |out| Op::Embed { table, out });
+        let x = g.op(Shape::tokens(3), |out| Op::Embed { table, scale: 1.0, out });
         let p = g.op(Shape::seqs(3), |out| Op::Pool { x, mode: crate::PoolMode::Cls, out });
         let m = g.op(Shape::markers(3), |out| Op::Gather { x, out });
         g.output("p", p);

@@ -96,7 +96,7 @@ mod tests {
     fn prepare_shapes_by_row_kind_and_reuses_memory() {
         let mut g = GraphBuilder::new();
         let t = g.weight("emb", &[10, 3]);
-        let x = g.op(Shape::tokens(3), |out| Op::Embed { table: t, out });
+        let x = g.op(Shape::tokens(3), |out| Op::Embed { table: t, scale: 1.0, out });
         let p = g.op(Shape::seqs(3), |out| Op::Pool { x, mode: PoolMode::Mean, out });
         g.output("tokens", x);
         g.output("pooled", p);

@@ -182,8 +182,11 @@ impl Ctx<'_> {
     fn eval(&self, op: &Op, y: &mut [f64], scores: &mut [f64]) {
         let b = self.batch;
         match *op {
-            Op::Embed { table, out } => {
+            Op::Embed { table, scale, out } => {
                 gather_rows(y, self.w(table), self.width(out), b.ids.iter().map(|&i| i as usize));
+                for v in y.iter_mut() {
+                    *v *= f64::from(scale);
+                }
             }
             Op::TypeEmbed { table, out } => {
                 gather_rows(y, self.w(table), self.width(out), b.types.iter().map(|&i| i as usize));
@@ -213,8 +216,8 @@ impl Ctx<'_> {
                     }
                 }
             }
-            Op::RmsNorm { x, gamma, eps, .. } => {
-                let (g, w) = (self.w(gamma), self.width(x));
+            Op::RmsNorm { x, gamma, eps, group, .. } => {
+                let (g, w) = (self.w(gamma), group.unwrap_or(self.width(x)));
                 for (yr, xr) in y.chunks_exact_mut(w).zip(self.val(x).chunks_exact(w)) {
                     let ms = xr.iter().map(|v| v * v).sum::<f64>() / w as f64;
                     let inv = 1.0 / (ms + f64::from(eps)).sqrt();

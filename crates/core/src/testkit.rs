@@ -79,7 +79,7 @@ pub fn bert_like(s: EncoderSpec) -> Graph {
 pub fn pooled(vocab: usize, width: usize, mode: PoolMode, normalize: bool) -> Graph {
     let mut g = GraphBuilder::new();
     let table = g.weight("x", &[vocab, width]);
-    let x = g.op(Shape::tokens(width), |out| Op::Embed { table, out });
+    let x = g.op(Shape::tokens(width), |out| Op::Embed { table, scale: 1.0, out });
     let mut y = g.op(Shape::seqs(width), |out| Op::Pool { x, mode, out });
     if normalize {
         y = g.op(Shape::seqs(width), |out| Op::L2Norm { x: y, eps: 1e-12, out });
@@ -101,12 +101,12 @@ pub fn linear_layer(
 ) -> Graph {
     let mut g = GraphBuilder::new();
     let table = g.weight("x", &[vocab, k]);
-    let x = g.op(Shape::tokens(k), |out| Op::Embed { table, out });
+    let x = g.op(Shape::tokens(k), |out| Op::Embed { table, scale: 1.0, out });
     let weight = g.weight("w", &[n, k]);
     let bias = bias.then(|| g.weight("b", &[n]));
     let residual = residual.then(|| {
         let table = g.weight("r", &[vocab, n]);
-        g.op(Shape::tokens(n), |out| Op::Embed { table, out })
+        g.op(Shape::tokens(n), |out| Op::Embed { table, scale: 1.0, out })
     });
     let y = g.op(Shape::tokens(n), |out| Op::Linear { x, weight, bias, act, residual, out });
     g.output("y", y);
@@ -136,7 +136,7 @@ fn bert_body(s: EncoderSpec, cls_only: bool) -> (GraphBuilder, Val) {
     let word = g.weight("embeddings.word_embeddings.weight", &[s.vocab, d]);
     let pos = g.weight("embeddings.position_embeddings.weight", &[s.max_pos, d]);
     let ty = g.weight("embeddings.token_type_embeddings.weight", &[2, d]);
-    let e = g.op(t, |out| Op::Embed { table: word, out });
+    let e = g.op(t, |out| Op::Embed { table: word, scale: 1.0, out });
     let p = g.op(t, |out| Op::PosEmbed { table: pos, offset: 0, out });
     let y = g.op(t, |out| Op::TypeEmbed { table: ty, out });
     let e = g.op(t, |out| Op::Add { a: e, b: p, out });
@@ -193,7 +193,7 @@ fn modernbert_graph(s: EncoderSpec, cls_only: bool) -> Graph {
     let t = Shape::tokens(d);
     let hd = d / s.heads;
     let word = g.weight("embeddings.tok_embeddings.weight", &[s.vocab, d]);
-    let e = g.op(t, |out| Op::Embed { table: word, out });
+    let e = g.op(t, |out| Op::Embed { table: word, scale: 1.0, out });
     let mut x = layer_norm(&mut g, "embeddings.norm", e, false);
     for l in 0..s.layers {
         let pre = format!("layers.{l}");

@@ -29,7 +29,7 @@ impl Case {
         let width = rows[0].len();
         let flat: Vec<f32> = rows.concat();
         let table = self.weight(&[rows.len(), width], &flat);
-        self.g.op(Shape::tokens(width), |out| Op::Embed { table, out })
+        self.g.op(Shape::tokens(width), |out| Op::Embed { table, scale: 1.0, out })
     }
 
     /// Runs with sequences of the given lengths (ids 0, 1, 2, ... across the whole batch),
@@ -94,6 +94,16 @@ fn embed_looks_up_token_ids() {
 }
 
 #[test]
+fn embed_scales_the_rows_it_looks_up() {
+    let mut c = Case::new();
+    let table = c.weight(&[2, 2], &[1.0, -2.0, 3.0, 4.0]);
+    let _ids = c.input(&[&[0.0], &[0.0]]);
+    let y = c.g.op(Shape::tokens(2), |out| Op::Embed { table, scale: 0.5, out });
+    // The batch holds ids 0 and 1.
+    close(&c.run(y, &[2]), &[&[0.5, -1.0], &[1.5, 2.0]]);
+}
+
+#[test]
 fn type_embed_looks_up_token_types() {
     let mut c = Case::new();
     let table = c.weight(&[2, 1], &[10.0, 20.0]);
@@ -152,9 +162,20 @@ fn rms_norm_divides_by_root_mean_square() {
     let mut c = Case::new();
     let x = c.input(&[&[3.0, 4.0]]);
     let gamma = c.weight(&[2], &[1.0, 2.0]);
-    let y = c.g.op(Shape::tokens(2), |out| Op::RmsNorm { x, gamma, eps: 1e-12, out });
+    let y = c.g.op(Shape::tokens(2), |out| Op::RmsNorm { x, gamma, eps: 1e-12, group: None, out });
     // mean square 12.5, root 3.5355339.
     close(&c.run(y, &[1]), &[&[0.848_528_1, 2.262_741_7]]);
+}
+
+#[test]
+fn rms_norm_in_groups_normalises_each_group_alone() {
+    let mut c = Case::new();
+    let x = c.input(&[&[3.0, 4.0, 1.0, 1.0]]);
+    let gamma = c.weight(&[2], &[1.0, 2.0]);
+    let y =
+        c.g.op(Shape::tokens(4), |out| Op::RmsNorm { x, gamma, eps: 1e-12, group: Some(2), out });
+    // [3, 4] as above; [1, 1] has mean square 1.
+    close(&c.run(y, &[1]), &[&[0.848_528_1, 2.262_741_7, 1.0, 2.0]]);
 }
 
 #[test]

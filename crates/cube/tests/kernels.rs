@@ -130,7 +130,7 @@ fn attention_over(heads: usize, head_dim: usize, window: Option<usize>, per_seq:
     let w = heads * head_dim;
     let input = |g: &mut GraphBuilder, name: &str| {
         let table = g.weight(name, &[VOCAB, w]);
-        g.op(Shape::tokens(w), |out| Op::Embed { table, out })
+        g.op(Shape::tokens(w), |out| Op::Embed { table, scale: 1.0, out })
     };
     let (mut q, k, v) = (input(&mut g, "q"), input(&mut g, "k"), input(&mut g, "v"));
     let rows = if per_seq { Shape::seqs(w) } else { Shape::tokens(w) };
@@ -162,7 +162,7 @@ fn linear(k: usize, n: usize, act: Act, bias: bool, residual: bool) -> Graph {
 fn layer_norm(width: usize, beta: bool) -> Graph {
     let mut g = GraphBuilder::new();
     let table = g.weight("x", &[VOCAB, width]);
-    let x = g.op(Shape::tokens(width), |out| Op::Embed { table, out });
+    let x = g.op(Shape::tokens(width), |out| Op::Embed { table, scale: 1.0, out });
     let gamma = g.weight("g", &[width]);
     let beta = beta.then(|| g.weight("b", &[width]));
     let y = g.op(Shape::tokens(width), |out| Op::LayerNorm { x, gamma, beta, eps: 1e-12, out });
@@ -288,7 +288,7 @@ fn projected_attention(order: [usize; 3], read: bool) -> Graph {
     let w = heads * head_dim;
     let mut g = GraphBuilder::new();
     let table = g.weight("x", &[VOCAB, 24]);
-    let x = g.op(Shape::tokens(24), |out| Op::Embed { table, out });
+    let x = g.op(Shape::tokens(24), |out| Op::Embed { table, scale: 1.0, out });
     let mut qkv = [None; 3];
     for i in order {
         let (weight, bias) =
@@ -460,7 +460,7 @@ fn attention_ops_of_both_kinds_in_one_run_share_the_batch_tables_of_their_kind()
     let mut g = GraphBuilder::new();
     let input = |g: &mut GraphBuilder, name: &str| {
         let table = g.weight(name, &[VOCAB, w]);
-        g.op(Shape::tokens(w), |out| Op::Embed { table, out })
+        g.op(Shape::tokens(w), |out| Op::Embed { table, scale: 1.0, out })
     };
     let (q, k, v) = (input(&mut g, "q"), input(&mut g, "k"), input(&mut g, "v"));
     let (scale, window) = (0.5, None);
@@ -578,7 +578,7 @@ fn embeddings(width: usize, positions: Option<usize>, types: bool, read: bool) -
     let mut g = GraphBuilder::new();
     let t = Shape::tokens(width);
     let table = g.weight("tokens", &[VOCAB, width]);
-    let mut x = g.op(t, |out| Op::Embed { table, out });
+    let mut x = g.op(t, |out| Op::Embed { table, scale: 1.0, out });
     if let Some(offset) = positions {
         let table = g.weight("positions", &[200 + offset, width]);
         let p = g.op(t, |out| Op::PosEmbed { table, offset, out });
@@ -642,9 +642,9 @@ fn an_encoders_embeddings_are_gathered_and_summed_by_their_layer_norm() {
 fn linear_then_norm(k: usize, n: usize, act: Act, bias: bool, read: bool) -> Graph {
     let mut g = GraphBuilder::new();
     let table = g.weight("x", &[VOCAB, k]);
-    let x = g.op(Shape::tokens(k), |out| Op::Embed { table, out });
+    let x = g.op(Shape::tokens(k), |out| Op::Embed { table, scale: 1.0, out });
     let table = g.weight("r", &[VOCAB, n]);
-    let residual = Some(g.op(Shape::tokens(n), |out| Op::Embed { table, out }));
+    let residual = Some(g.op(Shape::tokens(n), |out| Op::Embed { table, scale: 1.0, out }));
     let weight = g.weight("w", &[n, k]);
     let bias = bias.then(|| g.weight("b", &[n]));
     let y = g.op(Shape::tokens(n), |out| Op::Linear { x, weight, bias, act, residual, out });
@@ -1062,7 +1062,7 @@ fn a_profile_fails_where_the_run_fails() {
     use switchyard_core::{Backend, Bucket};
     let mut g = GraphBuilder::new();
     let table = g.weight("x", &[30_522, 1536]);
-    let x = g.op(Shape::tokens(1536), |out| Op::Embed { table, out });
+    let x = g.op(Shape::tokens(1536), |out| Op::Embed { table, scale: 1.0, out });
     g.output("x", x);
     let g = g.finish().expect("a valid graph");
     let cube = common::open().expect("the device under test");

@@ -339,13 +339,13 @@ pub(crate) fn run(
         // allow; each value has room for the bucket's rows, and the batch fits the bucket.
         unsafe {
             match *op {
-                Op::Embed { table, .. } => {
+                Op::Embed { table, scale, .. } => {
                     let ids = batch.ids;
-                    rows::lookup(at(o), w.plain(table)?, rows, width, |t| ids[t] as usize);
+                    rows::lookup(at(o), w.plain(table)?, rows, width, scale, |t| ids[t] as usize);
                 }
                 Op::TypeEmbed { table, .. } => {
                     let types = batch.types;
-                    rows::lookup(at(o), w.plain(table)?, rows, width, |t| types[t] as usize);
+                    rows::lookup(at(o), w.plain(table)?, rows, width, 1.0, |t| types[t] as usize);
                 }
                 Op::PosEmbed { table, offset, .. } => {
                     let cu = batch.cu;
@@ -354,7 +354,7 @@ pub(crate) fn run(
                         let s = cu.partition_point(|&c| c as usize <= t) - 1;
                         offset + t - cu[s] as usize
                     };
-                    rows::lookup(at(o), w.plain(table)?, rows, width, pos);
+                    rows::lookup(at(o), w.plain(table)?, rows, width, 1.0, pos);
                 }
                 Op::Add { a, b, .. } => {
                     rows::combine(isa, Combine::Add, at(o), at(a), at(b), rows * width);
@@ -366,8 +366,11 @@ pub(crate) fn run(
                     let beta = beta.map(|b| w.plain(b)).transpose()?;
                     rows::layer_norm(isa, at(o), at(x), rows, width, w.plain(gamma)?, beta, eps);
                 }
-                Op::RmsNorm { x, gamma, eps, .. } => {
-                    rows::rms_norm(isa, at(o), at(x), rows, width, w.plain(gamma)?, eps);
+                Op::RmsNorm { x, gamma, eps, group, .. } => {
+                    // Groups of a row are contiguous: each is a row of its own.
+                    let n = group.unwrap_or(width);
+                    let (x, g) = (at(x), w.plain(gamma)?);
+                    rows::rms_norm(isa, at(o), x, rows * width / n, n, g, eps);
                 }
                 Op::Linear { x, weight, bias, act, residual, .. } => {
                     let bias = bias.map(|b| w.plain(b)).transpose()?;

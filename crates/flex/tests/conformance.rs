@@ -212,7 +212,7 @@ fn int8_refuses_linear_layers_past_its_exact_sums() {
     let k = switchyard_flex::kernels::gemm8::MAX_K + 1;
     let mut g = GraphBuilder::new();
     let (table, w) = (g.weight("table", &[4, k]), g.weight("w", &[2, k]));
-    let x = g.op(Shape::tokens(k), |out| Op::Embed { table, out });
+    let x = g.op(Shape::tokens(k), |out| Op::Embed { table, scale: 1.0, out });
     let y = g.op(Shape::tokens(2), |out| Op::Linear {
         x,
         weight: w,

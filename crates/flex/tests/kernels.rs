@@ -609,9 +609,9 @@ fn attention_out<B: Backend>(
     let w = heads * head_dim;
     let mut g = GraphBuilder::new();
     let (tq, tk, tv) = (g.weight("q", &[64, w]), g.weight("k", &[64, w]), g.weight("v", &[64, w]));
-    let q = g.op(Shape::tokens(w), |out| Op::Embed { table: tq, out });
-    let k = g.op(Shape::tokens(w), |out| Op::Embed { table: tk, out });
-    let v = g.op(Shape::tokens(w), |out| Op::Embed { table: tv, out });
+    let q = g.op(Shape::tokens(w), |out| Op::Embed { table: tq, scale: 1.0, out });
+    let k = g.op(Shape::tokens(w), |out| Op::Embed { table: tk, scale: 1.0, out });
+    let v = g.op(Shape::tokens(w), |out| Op::Embed { table: tv, scale: 1.0, out });
     let scale = 1.0 / (head_dim as f32).sqrt();
     let y = g.op(Shape::tokens(w), |out| Op::Attention {
         q,

@@ -159,7 +159,7 @@ pub(crate) fn build<'a>(
     let mut e = Encoder::start(names, &format!("{}.weight", s.word), cfg.vocab, de)?;
     let t = Shape::tokens(de);
     let word = e.word;
-    let mut x = e.g.op(t, |out| Op::Embed { table: word, out });
+    let mut x = e.g.op(t, |out| Op::Embed { table: word, scale: 1.0, out });
     // DeBERTa adds absolute positions only where `position_biased_input` says so.
     if cfg.deberta.is_none_or(|db| db.absolute) {
         let name = format!("{}.weight", s.position);

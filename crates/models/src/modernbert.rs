@@ -31,7 +31,7 @@ pub(crate) fn build<'a>(
     let t = Shape::tokens(d);
     let mut e = Encoder::start(names, "embeddings.tok_embeddings.weight", cfg.vocab, d)?;
     let word = e.word;
-    let x = e.g.op(t, |out| Op::Embed { table: word, out });
+    let x = e.g.op(t, |out| Op::Embed { table: word, scale: 1.0, out });
     let mut x = e.layer_norm("embeddings.norm", x, cfg.eps)?;
     let drop = cfg.dropout;
     e.g.dropout(x, drop.embeddings);

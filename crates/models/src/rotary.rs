@@ -119,7 +119,7 @@ pub(crate) fn build<'a>(
     let (theta, position_scale) = rotary.rope(hd);
     let mut e = Encoder::start(names, WORD, cfg.vocab, d)?;
     let word = e.word;
-    let x = e.g.op(Shape::tokens(d), |out| Op::Embed { table: word, out });
+    let x = e.g.op(Shape::tokens(d), |out| Op::Embed { table: word, scale: 1.0, out });
     let x = e.add_token_types("embeddings.token_type_embeddings.weight", x)?;
     let mut x = e.layer_norm(l.emb_norm, x, cfg.eps)?;
     let drop = cfg.dropout;

@@ -28,7 +28,7 @@ pub(crate) fn build<'a>(ck: &'a Checkpoint, cfg: &EncoderConfig) -> Result<(Enco
     let t = Shape::tokens(d);
     let mut e = Encoder::start(names, word, cfg.vocab, d)?;
     let table = e.word;
-    let mut x = e.g.op(t, |out| Op::Embed { table, out });
+    let mut x = e.g.op(t, |out| Op::Embed { table, scale: 1.0, out });
     let drop = cfg.dropout;
     e.g.dropout(x, drop.embeddings);
     let bias = "encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight";
@@ -81,5 +81,5 @@ pub(crate) fn build<'a>(ck: &'a Checkpoint, cfg: &EncoderConfig) -> Result<(Enco
 fn rms_norm(e: &mut Encoder<'_>, name: &str, x: Val, eps: f32) -> Result<Val> {
     let width = e.g.shape(x).width;
     let gamma = e.names.weight(&mut e.g, &format!("{name}.weight"), &[width])?;
-    Ok(e.g.op(e.g.shape(x), |out| Op::RmsNorm { x, gamma, eps, out }))
+    Ok(e.g.op(e.g.shape(x), |out| Op::RmsNorm { x, gamma, eps, group: None, out }))
 }

@@ -134,11 +134,11 @@ pub fn integrated_gradients<B: BurnBackend>(
         return Err(Error::Config("integrated gradients needs at least one step".into()));
     }
     let graph = graded.graph();
-    let (word, table) = graph
+    let (word, table, scale) = graph
         .ops
         .iter()
         .find_map(|op| match *op {
-            Op::Embed { table, out } => Some((out, table)),
+            Op::Embed { table, scale, out } => Some((out, table, scale)),
             _ => None,
         })
         .ok_or_else(|| Error::Config("the graph has no word embedding to attribute to".into()))?;
@@ -149,6 +149,7 @@ pub fn integrated_gradients<B: BurnBackend>(
     for e in inputs {
         let ids: Vec<i64> = e.ids.iter().map(|&i| i64::from(i)).collect();
         let x = B::float_select(table.clone(), 0, switchyard_burn::ints::<B>(ids, &device));
+        let x = B::float_mul_scalar(x, scale.into());
         let base_ids: Vec<i64> = e
             .ids
             .iter()
@@ -162,6 +163,7 @@ pub fn integrated_gradients<B: BurnBackend>(
             let keep: Vec<f32> = e.special.iter().map(|&s| f32::from(u8::from(s))).collect();
             x0 = B::float_mul(x0, floats::<B>(keep, &[e.ids.len(), 1], &device));
         }
+        let x0 = B::float_mul_scalar(x0, scale.into());
         ends.push((x, x0));
     }
     let value = path_value(graded, inputs, &ends, word, target, &[1.0])?;

@@ -89,7 +89,7 @@ fn a_token_that_cannot_reach_the_output_gets_zero() {
     let mut g = GraphBuilder::new();
     let table = g.weight("word", &[8, 4]);
     let head = g.weight("head.weight", &[2, 4]);
-    let x = g.op(Shape::tokens(4), |out| Op::Embed { table, out });
+    let x = g.op(Shape::tokens(4), |out| Op::Embed { table, scale: 1.0, out });
     let a = g.op(Shape::tokens(4), |out| Op::Attention {
         q: x,
         k: x,

@@ -136,7 +136,7 @@ impl Case {
     fn input(&mut self, width: usize) -> Val {
         self.inputs += 1;
         let table = self.g.weight(format!("input{}", self.inputs), &[self.rows, width]);
-        self.g.op(Shape::tokens(width), |out| Op::Embed { table, out })
+        self.g.op(Shape::tokens(width), |out| Op::Embed { table, scale: 1.0, out })
     }
 
     fn finish(mut self, y: Val) -> Graph {
@@ -180,7 +180,13 @@ fn embeddings_add_and_norms() {
         out,
     });
     let g3 = c.g.weight("rms.weight", &[6]);
-    let y = c.g.op(Shape::tokens(6), |out| Op::RmsNorm { x: y, gamma: g3, eps: 1e-6, out });
+    let y = c.g.op(Shape::tokens(6), |out| Op::RmsNorm {
+        x: y,
+        gamma: g3,
+        eps: 1e-6,
+        group: None,
+        out,
+    });
     let y = c.g.op(Shape::tokens(6), |out| Op::L2Norm { x: y, eps: 1e-12, out });
     check("embeddings, add, norms", &c.finish(y), &counting_batch(&LENS, &[], true));
 }

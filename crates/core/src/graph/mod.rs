@@ -248,7 +248,7 @@ pub(crate) mod tests {
         let wq = g.weight("q", &[d, d]);
         let wo = g.weight("o", &[d, d]);
         let t = Shape::tokens(d);
-        let e = g.op(t, |out| Op::Embed { table: emb, out });
+        let e = g.op(t, |out| Op::Embed { table: emb, scale: 1.0, out });
         let p = g.op(t, |out| Op::PosEmbed { table: pos, offset: 2, out });
         let x = g.op(t, |out| Op::Add { a: e, b: p, out });
         let x = g.op(t, |out| Op::LayerNorm { x, gamma: ln_g, beta: Some(ln_b), eps: 1e-12, out });
@@ -301,7 +301,7 @@ pub(crate) mod tests {
         // A table tied to a linear layer (as a masked-LM decoder is) is read both ways.
         let mut g = GraphBuilder::new();
         let (emb, bias) = (g.weight("emb", &[20, 8]), g.weight("bias", &[20]));
-        let x = g.op(Shape::tokens(8), |out| Op::Embed { table: emb, out });
+        let x = g.op(Shape::tokens(8), |out| Op::Embed { table: emb, scale: 1.0, out });
         let act = Act::Identity;
         let y = g.op(Shape::tokens(20), |out| Op::Linear {
             x,
@@ -337,7 +337,7 @@ pub(crate) mod tests {
     ) -> Graph {
         let mut g = GraphBuilder::new();
         let emb = g.weight("emb", &[20, 8]);
-        let x = g.op(Shape::tokens(8), |out| Op::Embed { table: emb, out });
+        let x = g.op(Shape::tokens(8), |out| Op::Embed { table: emb, scale: 1.0, out });
         let xq = if cls_query {
             g.op(Shape::seqs(8), |out| Op::Pool { x, mode: PoolMode::Cls, out })
         } else {
@@ -395,7 +395,7 @@ pub(crate) mod tests {
         // One layer with a bias and two without; one with an activation.
         let mut g = GraphBuilder::new();
         let emb = g.weight("emb", &[20, 8]);
-        let x = g.op(Shape::tokens(8), |out| Op::Embed { table: emb, out });
+        let x = g.op(Shape::tokens(8), |out| Op::Embed { table: emb, scale: 1.0, out });
         let linear = |g: &mut GraphBuilder, name: &str, bias: bool, act: Act| {
             let weight = g.weight(name, &[8, 8]);
             let bias = bias.then(|| g.weight(format!("{name}.bias"), &[8]));
@@ -430,7 +430,7 @@ pub(crate) mod tests {
     fn dropout_marks_are_kept_by_value_and_a_zero_marks_nothing() {
         let mut g = GraphBuilder::new();
         let emb = g.weight("emb", &[20, 8]);
-        let x = g.op(Shape::tokens(8), |out| Op::Embed { table: emb, out });
+        let x = g.op(Shape::tokens(8), |out| Op::Embed { table: emb, scale: 1.0, out });
         let y = g.op(Shape::tokens(8), |out| Op::Activation { x, act: Act::Tanh, out });
         g.dropout(x, 0.25);
         g.dropout(y, 0.0);

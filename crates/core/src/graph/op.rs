@@ -212,11 +212,13 @@ impl PositionBias {
 /// denominators, means) in at least f32; the reference uses f64.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Op {
-    /// Word embedding: `out[t] = table[id[t]]`. `table` is `[vocab, width]`; `out` is tokens rows.
-    /// The table's row count is the vocabulary a batch's ids are checked against.
+    /// Word embedding: `out[t] = scale * table[id[t]]`. `table` is `[vocab, width]`; `out` is
+    /// tokens rows. The table's row count is the vocabulary a batch's ids are checked against.
     Embed {
         /// The `[vocab, width]` table.
         table: W,
+        /// Multiplies every row: 1 in most models; Gemma's is `sqrt(width)`.
+        scale: f32,
         /// The token rows produced.
         out: Val,
     },
@@ -271,14 +273,17 @@ pub enum Op {
         /// Output, same shape as `x`.
         out: Val,
     },
-    /// RMS normalisation of each row: `x / sqrt(mean(x^2) + eps) * gamma`.
+    /// RMS normalisation of each row, `x / sqrt(mean(x^2) + eps) * gamma`, or with `group`, of
+    /// each run of `group` columns of a row on its own (a norm per attention head).
     RmsNorm {
         /// Input rows.
         x: Val,
-        /// `[width]` scale.
+        /// `[width]` scale, or `[group]`, the same for every group.
         gamma: W,
         /// Added to the mean square.
         eps: f32,
+        /// Columns normalised together, dividing the width; `None` for the whole row.
+        group: Option<usize>,
         /// Output, same shape as `x`.
         out: Val,
     },

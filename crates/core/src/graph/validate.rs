@@ -100,8 +100,13 @@ impl Graph {
             }
         };
         match *op {
-            Op::Embed { table, out } | Op::TypeEmbed { table, out } => {
+            Op::Embed { table, out, .. } | Op::TypeEmbed { table, out } => {
                 rows(out, Rows::Tokens)?;
+                if let Op::Embed { scale, .. } = *op
+                    && !scale.is_finite()
+                {
+                    return Err(format!("scale must be finite, got {scale}"));
+                }
                 let t = wshape(table);
                 if t.len() != 2 || t[1] != sh(out).width || t[0] == 0 {
                     return Err(format!(
@@ -140,10 +145,15 @@ impl Graph {
                     want_w(b, &[sh(x).width])?;
                 }
             }
-            Op::RmsNorm { x, gamma, eps, out } => {
+            Op::RmsNorm { x, gamma, eps, group, out } => {
                 same("output differs from input", x, out)?;
                 positive("eps", eps)?;
-                want_w(gamma, &[sh(x).width])?;
+                let width = sh(x).width;
+                let n = group.unwrap_or(width);
+                if n == 0 || !width.is_multiple_of(n) {
+                    return Err(format!("groups of {n} columns do not divide width {width}"));
+                }
+                want_w(gamma, &[n])?;
             }
             Op::Linear { x, weight, bias, act: _, residual, out } => {
                 rows(out, sh(x).rows)?;
@@ -407,7 +417,7 @@ mod tests {
     fn attention_graph(q_rows: Rows, kv_rows: Rows, out_rows: Rows) -> Result<Graph> {
         let mut g = GraphBuilder::new();
         let emb = g.weight("emb", &[4, 8]);
-        let x = g.op(Shape::tokens(8), |out| Op::Embed { table: emb, out });
+        let x = g.op(Shape::tokens(8), |out| Op::Embed { table: emb, scale: 1.0, out });
         let pooled = |g: &mut GraphBuilder, rows: Rows| match rows {
             Rows::Tokens => x,
             Rows::Seqs => g.op(Shape::seqs(8), |out| Op::Pool { x, mode: PoolMode::Cls, out }),
@@ -451,7 +461,7 @@ mod tests {
             let mut g = GraphBuilder::new();
             let emb = g.weight("emb", &[4, 8]);
             let table = g.weight("bias", &[rows, 2]);
-            let x = g.op(Shape::tokens(8), |out| Op::Embed { table: emb, out });
+            let x = g.op(Shape::tokens(8), |out| Op::Embed { table: emb, scale: 1.0, out });
             let position_bias =
                 Some(PositionBias::Relative(RelativeBias { table, buckets, max_distance }));
             let a = g.op(Shape::tokens(8), |out| Op::Attention {
@@ -486,7 +496,7 @@ mod tests {
             let emb = g.weight("emb", &[4, 8]);
             let keys = terms.0.then(|| g.weight("keys", &[rows, 8]));
             let queries = terms.1.then(|| g.weight("queries", &[rows, 8]));
-            let x = g.op(Shape::tokens(8), |out| Op::Embed { table: emb, out });
+            let x = g.op(Shape::tokens(8), |out| Op::Embed { table: emb, scale: 1.0, out });
             let d = Disentangled { keys, queries, span, buckets, max_distance: 16 };
             let a = g.op(Shape::tokens(8), |out| Op::Attention {
                 q: x,
@@ -518,14 +528,14 @@ mod tests {
     fn shape_checks_cover_every_row_changing_op() {
         let mut g = GraphBuilder::new();
         let emb = g.weight("emb", &[4, 6]);
-        let x = g.op(Shape::tokens(6), |out| Op::Embed { table: emb, out });
+        let x = g.op(Shape::tokens(6), |out| Op::Embed { table: emb, scale: 1.0, out });
         g.op(Shape::tokens(4), |out| Op::Glu { x, act: Act::Silu, out });
         g.output("y", Val(1));
         assert!(g.clone().finish().unwrap_err().to_string().contains("twice the output width 4"));
 
         let mut g = GraphBuilder::new();
         let emb = g.weight("emb", &[4, 6]);
-        let x = g.op(Shape::tokens(6), |out| Op::Embed { table: emb, out });
+        let x = g.op(Shape::tokens(6), |out| Op::Embed { table: emb, scale: 1.0, out });
         let y = g.op(Shape::tokens(4), |out| Op::Slice { x, start: 3, out });
         g.output("y", y);
         assert!(
@@ -537,7 +547,7 @@ mod tests {
 
         let mut g = GraphBuilder::new();
         let emb = g.weight("emb", &[4, 6]);
-        let x = g.op(Shape::tokens(6), |out| Op::Embed { table: emb, out });
+        let x = g.op(Shape::tokens(6), |out| Op::Embed { table: emb, scale: 1.0, out });
         let y = g.op(Shape::markers(5), |out| Op::Gather { x, out });
         g.output("y", y);
         assert!(g.finish().unwrap_err().to_string().contains("widths must match"));

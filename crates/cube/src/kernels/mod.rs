@@ -936,7 +936,10 @@ fn find_embed_folds(graph: &Graph) -> Vec<EmbedFold> {
                     sums.push(v);
                     next.extend([a, b]);
                 }
-                lookup @ (Op::Embed { .. } | Op::PosEmbed { .. } | Op::TypeEmbed { .. }) => {
+                // The fused kernel gathers rows as they are: a scaled embedding is not folded.
+                lookup @ (Op::Embed { scale: 1.0, .. }
+                | Op::PosEmbed { .. }
+                | Op::TypeEmbed { .. }) => {
                     let kind = match lookup {
                         Op::Embed { .. } => 0,
                         Op::PosEmbed { .. } => 1,
@@ -985,7 +988,7 @@ mod tests {
     fn graph(head_dim: usize, n: usize) -> Graph {
         let mut g = GraphBuilder::new();
         let table = g.weight("x", &[10, head_dim]);
-        let x = g.op(Shape::tokens(head_dim), |out| Op::Embed { table, out });
+        let x = g.op(Shape::tokens(head_dim), |out| Op::Embed { table, scale: 1.0, out });
         let scale = 1.0;
         let (heads, window) = (1, None);
         let a = g.op(Shape::tokens(head_dim), |out| Op::Attention {
@@ -1038,7 +1041,7 @@ mod tests {
     fn disentangled_graph() -> Graph {
         let mut g = GraphBuilder::new();
         let table = g.weight("x", &[10, 8]);
-        let x = g.op(Shape::tokens(8), |out| Op::Embed { table, out });
+        let x = g.op(Shape::tokens(8), |out| Op::Embed { table, scale: 1.0, out });
         let (keys, queries) = (Some(g.weight("keys", &[8, 8])), Some(g.weight("queries", &[8, 8])));
         let d =
             switchyard_core::Disentangled { keys, queries, span: 4, buckets: 0, max_distance: 4 };
@@ -1061,7 +1064,7 @@ mod tests {
     fn projections(n: usize) -> Graph {
         let mut g = GraphBuilder::new();
         let table = g.weight("x", &[10, 8]);
-        let x = g.op(Shape::tokens(8), |out| Op::Embed { table, out });
+        let x = g.op(Shape::tokens(8), |out| Op::Embed { table, scale: 1.0, out });
         for name in ["q", "k", "v"] {
             let weight = g.weight(name, &[n, 8]);
             let (bias, act, residual) = (None, Act::Identity, None);

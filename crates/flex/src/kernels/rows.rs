@@ -95,25 +95,33 @@ unsafe fn in_place<'a>(out: SendPtr, x: SendPtr, r: usize, width: usize) -> &'a 
     }
 }
 
-/// `out[r] = table[index(r)]` for `rows` rows of `width`.
+/// `out[r] = scale * table[index(r)]` for `rows` rows of `width`.
 ///
 /// # Safety
-/// `out` holds `rows x width` writable values overlapping `table`; `index(r)` is a row of
+/// `out` holds `rows x width` writable values not overlapping `table`; `index(r)` is a row of
 /// `table` for every `r`.
 pub unsafe fn lookup(
     out: *mut f32,
     table: &[f32],
     rows: usize,
     width: usize,
+    scale: f32,
     index: impl Fn(usize) -> usize + Sync + Send,
 ) {
     let out = SendPtr(out);
     par_rows(rows, width, |range| {
         for r in range {
             let i = index(r);
+            let from = &table[i * width..(i + 1) * width];
             // SAFETY: row r of out, only this chunk's.
-            unsafe { row_mut(out.get(), r, width) }
-                .copy_from_slice(&table[i * width..(i + 1) * width]);
+            let to = unsafe { row_mut(out.get(), r, width) };
+            if scale == 1.0 {
+                to.copy_from_slice(from);
+            } else {
+                for (t, f) in to.iter_mut().zip(from) {
+                    *t = scale * f;
+                }
+            }
         }
     });
 }
