@@ -144,6 +144,13 @@ fn rotary_families_match_transformers_on_each_device() {
     }
 }
 
+/// Gemma with bidirectional attention on the device: scaled embeddings, per-head norms,
+/// shared key and value heads, heads wider than the model's width over heads, local layers.
+#[test]
+fn gemma_matches_transformers_on_each_device() {
+    tiny_matches_transformers(&common::device(), "gemma");
+}
+
 /// In each half-precision dtype the device computes in, every embedding keeps the direction of
 /// sentence-transformers' f32 one, per sentence. f16: cosine at least 0.9999, the bound set for
 /// GPUs in half precision (measured worst: 0.999996 on flex, tch:cpu and llvmpipe). bf16: at

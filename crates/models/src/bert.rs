@@ -146,6 +146,7 @@ pub(crate) fn build<'a>(
         | Arch::Electra
         | Arch::ModernBert
         | Arch::T5
+        | Arch::Gemma
         | Arch::NomicBert
         | Arch::Gte
         | Arch::JinaV3 => &BERT,

@@ -43,6 +43,32 @@ pub enum Arch {
     /// Jina embeddings v3 as transformers reads it (`jina_embeddings_v3`): NomicBERT's shape
     /// with biases and a feed-forward that is not gated.
     JinaV3,
+    /// Gemma 3's text model with bidirectional attention (`gemma3_text`, EmbeddingGemma):
+    /// pre- and post-norms (RMS, scaled by `1 + weight`) around attention and feed-forward,
+    /// queries and keys normalised per head and rotated, key and value heads shared by groups
+    /// of query heads, sliding-window and global layers, a gated feed-forward, and embeddings
+    /// scaled by the square root of the width.
+    Gemma,
+}
+
+/// Gemma's settings beyond the common sizes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GemmaConfig {
+    /// For each layer, whether it attends within the sliding window (else to the whole sequence).
+    pub local: Vec<bool>,
+    /// The window's radius: a local layer's token attends to tokens at most this many positions
+    /// away (`sliding_window / 2`: transformers' bidirectional window is symmetric).
+    pub window: usize,
+    /// The rotary base of the global layers.
+    pub global_theta: f32,
+    /// The rotary base of the local layers.
+    pub local_theta: f32,
+    /// Columns per head (`head_dim`); heads times it need not be the hidden width.
+    pub head_dim: usize,
+    /// Key and value heads (`num_key_value_heads`); each serves `heads / kv_heads` query heads.
+    pub kv_heads: usize,
+    /// The attention scores' scale, `query_pre_attn_scalar^-0.5`.
+    pub score_scale: f32,
 }
 
 /// DeBERTa's settings beyond the common sizes.
@@ -221,12 +247,15 @@ pub struct EncoderConfig {
     pub deberta: Option<DebertaConfig>,
     /// NomicBERT's, GTE's and Jina v3's rotary positions (`None` for the other families).
     pub rotary: Option<RotaryConfig>,
+    /// Gemma's own settings (`None` for the other families).
+    pub gemma: Option<GemmaConfig>,
     /// Where training drops activations, and how much.
     pub dropout: Dropouts,
 }
 
 const SUPPORTED: &str = "bert, roberta, xlm-roberta, camembert, distilbert, mpnet, electra, albert, \
-     modernbert, t5, deberta-v2, nomic_bert, new (GTE), gte, jina_embeddings_v3";
+     modernbert, t5, deberta-v2, nomic_bert, new (GTE), gte, jina_embeddings_v3, gemma3_text \
+     (EmbeddingGemma)";
 
 /// The relative position buckets MPNet computes its attention bias with (transformers buckets
 /// relative positions into 32 whatever `relative_attention_num_buckets` says), and the distance
@@ -397,6 +426,7 @@ impl EncoderConfig {
                     t5: None,
                     deberta: None,
                     rotary: None,
+                    gemma: None,
                     dropout: dropout.checked()?,
                 })
             }
@@ -417,6 +447,7 @@ impl EncoderConfig {
                 t5: None,
                 deberta: None,
                 rotary: None,
+                gemma: None,
                 dropout: Dropouts {
                     embeddings: get_f32(c, "dropout", 0.1)?,
                     attention: get_f32(c, "attention_dropout", 0.1)?,
@@ -433,6 +464,7 @@ impl EncoderConfig {
             "nomic_bert" => rotary_bert(c, Arch::NomicBert),
             "new" | "gte" => rotary_bert(c, Arch::Gte),
             "jina_embeddings_v3" => rotary_bert(c, Arch::JinaV3),
+            "gemma3_text" => gemma(c),
             "" => Err(Error::format(format!(
                 "config.json has no `model_type`; supported model types: {SUPPORTED}"
             ))),
@@ -510,6 +542,7 @@ fn t5(c: &Value) -> Result<EncoderConfig> {
         t5: Some(t5),
         deberta: None,
         rotary: None,
+        gemma: None,
         dropout: Dropouts {
             embeddings: p,
             attention: p,
@@ -613,6 +646,7 @@ fn deberta(c: &Value) -> Result<EncoderConfig> {
         t5: None,
         deberta: Some(deberta),
         rotary: None,
+        gemma: None,
         dropout: Dropouts {
             embeddings: p,
             attention: get_f32(c, "attention_probs_dropout_prob", 0.1)?,
@@ -771,6 +805,7 @@ fn rotary_bert(c: &Value, arch: Arch) -> Result<EncoderConfig> {
         t5: None,
         deberta: None,
         rotary: Some(rotary),
+        gemma: None,
         dropout: Dropouts {
             embeddings: f32_of(c, &["hidden_dropout_prob", "embd_pdrop"], hidden_drop)?,
             attention: f32_of(
@@ -864,8 +899,9 @@ fn rotary_settings(
     Ok(stated)
 }
 
-fn modernbert(c: &Value) -> Result<EncoderConfig> {
-    let layers = get_usize(c, "num_hidden_layers")?;
+/// For each of `layers` layers, whether it attends within a sliding window: `layer_types`, else
+/// `legacy(layer)` (the older keys' pattern).
+fn local_layers(c: &Value, layers: usize, legacy: impl Fn(usize) -> bool) -> Result<Vec<bool>> {
     let local = match c.get("layer_types") {
         Some(Value::Array(types)) => types
             .iter()
@@ -877,10 +913,7 @@ fn modernbert(c: &Value) -> Result<EncoderConfig> {
                 ))),
             })
             .collect::<Result<Vec<_>>>()?,
-        _ => {
-            let every = get_usize_or(c, "global_attn_every_n_layers", 3)?.max(1);
-            (0..layers).map(|l| !l.is_multiple_of(every)).collect()
-        }
+        _ => (0..layers).map(legacy).collect(),
     };
     if local.len() != layers {
         return Err(Error::format(format!(
@@ -888,23 +921,105 @@ fn modernbert(c: &Value) -> Result<EncoderConfig> {
             local.len()
         )));
     }
-    let theta = |kind: &str, legacy: &str, default: f32| -> Result<f32> {
-        match c.get("rope_parameters").and_then(|r| r.get(kind)) {
-            Some(p) => {
-                let ty = get_str(p, "rope_type", "default");
-                if ty != "default" {
-                    return Err(Error::unsupported(format!(
-                        "config.json: rope_type `{ty}` for {kind}; only `default` is supported"
-                    )));
-                }
-                get_f32(p, "rope_theta", default)
-            }
-            None => get_f32(c, legacy, default),
-        }
-    };
+    Ok(local)
+}
+
+/// The rotary base of the layers of `kind` (`full_attention`, `sliding_attention`):
+/// `rope_parameters[kind]`, else the older top-level key `legacy`; any scaling is an error.
+fn layer_theta(c: &Value, kind: &str, legacy: &str, default: f32) -> Result<f32> {
     if c.get("rope_scaling").is_some_and(|v| !v.is_null()) {
         return Err(Error::unsupported("config.json: rope_scaling"));
     }
+    let theta = match c.get("rope_parameters").and_then(|r| r.get(kind)) {
+        Some(p) => {
+            let ty = get_str(p, "rope_type", "default");
+            if ty != "default" {
+                return Err(Error::unsupported(format!(
+                    "config.json: rope_type `{ty}` for {kind}; only `default` is supported"
+                )));
+            }
+            get_f32(p, "rope_theta", default)?
+        }
+        None => get_f32(c, legacy, default)?,
+    };
+    match theta.is_finite() && theta > 1.0 {
+        true => Ok(theta),
+        false => Err(Error::format(format!("config.json: a rotary base of {theta}"))),
+    }
+}
+
+/// Gemma 3's text model (EmbeddingGemma), with transformers' defaults where `config.json` is
+/// silent. Only bidirectional attention is built: a causal Gemma is a decoder.
+fn gemma(c: &Value) -> Result<EncoderConfig> {
+    if c.get("use_bidirectional_attention").and_then(Value::as_bool) != Some(true) {
+        return Err(Error::unsupported(
+            "config.json: a Gemma 3 with causal attention (`use_bidirectional_attention` not \
+             true) is a decoder; only EmbeddingGemma's bidirectional attention is supported",
+        ));
+    }
+    if let Some(cap) = c.get("attn_logit_softcapping").filter(|v| !v.is_null()) {
+        return Err(Error::unsupported(format!(
+            "config.json: attn_logit_softcapping {cap}; only uncapped attention scores are \
+             supported"
+        )));
+    }
+    let layers = get_usize(c, "num_hidden_layers")?;
+    let pattern = get_usize_or(c, "sliding_window_pattern", 6)?.max(1);
+    let local = local_layers(c, layers, |l| !(l + 1).is_multiple_of(pattern))?;
+    let heads = get_usize(c, "num_attention_heads")?;
+    let kv_heads = get_usize_or(c, "num_key_value_heads", 4)?;
+    if kv_heads == 0 || !heads.is_multiple_of(kv_heads) {
+        return Err(Error::format(format!(
+            "config.json: {kv_heads} key and value heads do not divide {heads} query heads"
+        )));
+    }
+    let head_dim = get_usize_or(c, "head_dim", 256)?;
+    if head_dim == 0 || !head_dim.is_multiple_of(2) {
+        return Err(Error::format(format!(
+            "config.json: rotary positions need an even head width, not {head_dim}"
+        )));
+    }
+    let scalar = get_f32(c, "query_pre_attn_scalar", 256.0)?;
+    if !(scalar.is_finite() && scalar > 0.0) {
+        return Err(Error::format(format!("config.json: a query_pre_attn_scalar of {scalar}")));
+    }
+    let hidden = get_usize(c, "hidden_size")?;
+    let attention = get_f32(c, "attention_dropout", 0.0)?;
+    Ok(EncoderConfig {
+        arch: Arch::Gemma,
+        vocab: get_usize(c, "vocab_size")?,
+        hidden,
+        embedding: hidden,
+        groups: (1, 1),
+        layers,
+        heads,
+        ffn: get_usize(c, "intermediate_size")?,
+        act: activation(get_str(c, "hidden_activation", "gelu_pytorch_tanh"))?,
+        eps: get_f32(c, "rms_norm_eps", 1e-6)?,
+        max_positions: get_usize_or(c, "max_position_embeddings", 131_072)?,
+        position_offset: 0,
+        modern: None,
+        t5: None,
+        deberta: None,
+        rotary: None,
+        gemma: Some(GemmaConfig {
+            local,
+            window: get_usize_or(c, "sliding_window", 4096)? / 2,
+            global_theta: layer_theta(c, "full_attention", "rope_theta", 1_000_000.0)?,
+            local_theta: layer_theta(c, "sliding_attention", "rope_local_base_freq", 10_000.0)?,
+            head_dim,
+            kv_heads,
+            score_scale: f64::from(scalar).powf(-0.5) as f32,
+        }),
+        dropout: Dropouts { attention, ..Dropouts::default() }.checked()?,
+    })
+}
+
+fn modernbert(c: &Value) -> Result<EncoderConfig> {
+    let layers = get_usize(c, "num_hidden_layers")?;
+    let every = get_usize_or(c, "global_attn_every_n_layers", 3)?.max(1);
+    let local = local_layers(c, layers, |l| !l.is_multiple_of(every))?;
+    let theta = |kind: &str, legacy: &str, default: f32| layer_theta(c, kind, legacy, default);
     let pooling = match get_str(c, "classifier_pooling", "cls") {
         "cls" => PoolMode::Cls,
         "mean" => PoolMode::Mean,
@@ -931,6 +1046,7 @@ fn modernbert(c: &Value) -> Result<EncoderConfig> {
         t5: None,
         deberta: None,
         rotary: None,
+        gemma: None,
         modern: Some(ModernConfig {
             local,
             window: get_usize_or(c, "local_attention", 128)? / 2,

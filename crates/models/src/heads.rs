@@ -111,7 +111,8 @@ pub(crate) fn sequence_classifier(
             e.linear("pooler.dense", cls, d, Act::Tanh, None)?
         }
         Arch::Albert => e.linear("pooler", cls, d, Act::Tanh, None)?,
-        Arch::T5 => return Err(t5_head("a sequence classifier")),
+        Arch::T5 => return Err(embedding_only("T5", "a sequence classifier")),
+        Arch::Gemma => return Err(embedding_only("Gemma", "a sequence classifier")),
         Arch::Roberta | Arch::MpNet | Arch::JinaV3 => {
             e.g.dropout(cls, p);
             e.head_linear("classifier.dense", cls, d, Act::Tanh)?
@@ -137,6 +138,7 @@ pub(crate) fn sequence_classifier(
         | Arch::Albert
         | Arch::ModernBert
         | Arch::T5
+        | Arch::Gemma
         | Arch::DebertaV2
         | Arch::NomicBert
         | Arch::Gte => "classifier",
@@ -144,10 +146,11 @@ pub(crate) fn sequence_classifier(
     e.head_linear(out, h, n, Act::Identity)
 }
 
-/// The error for a head Switchyard does not build on T5's encoder.
-pub(crate) fn t5_head(what: &str) -> Error {
+/// The error for a head Switchyard does not build on `family` (T5's encoder, Gemma), which it
+/// runs as an embedding model only.
+pub(crate) fn embedding_only(family: &str, what: &str) -> Error {
     Error::unsupported(format!(
-        "T5 as {what}: Switchyard runs T5's encoder as an embedding model only"
+        "{family} as {what}: Switchyard runs {family} as an embedding model only"
     ))
 }
 
@@ -174,7 +177,8 @@ pub(crate) fn token_classifier(
         | Arch::NomicBert
         | Arch::Gte
         | Arch::JinaV3 => marked,
-        Arch::T5 => return Err(t5_head("a token classifier")),
+        Arch::T5 => return Err(embedding_only("T5", "a token classifier")),
+        Arch::Gemma => return Err(embedding_only("Gemma", "a token classifier")),
     };
     e.g.dropout(h, cfg.dropout.token_classifier);
     e.head_linear("classifier", h, n, Act::Identity)
@@ -242,7 +246,8 @@ pub(crate) fn splade(
         Arch::Albert => {
             return Err(Error::unsupported("ALBERT's masked-language model as a SPLADE encoder"));
         }
-        Arch::T5 => return Err(t5_head("a SPLADE encoder")),
+        Arch::T5 => return Err(embedding_only("T5", "a SPLADE encoder")),
+        Arch::Gemma => return Err(embedding_only("Gemma", "a SPLADE encoder")),
         Arch::DebertaV2 => {
             return Err(Error::unsupported("DeBERTa's masked-language model as a SPLADE encoder"));
         }
@@ -400,7 +405,8 @@ pub fn new_head(
                 tensors.push(("head.norm.bias".into(), vec![d], Init::Zeros));
             }
         }
-        (Arch::T5, _) => return Err(t5_head("a classifier")),
+        (Arch::T5, _) => return Err(embedding_only("T5", "a classifier")),
+        (Arch::Gemma, _) => return Err(embedding_only("Gemma", "a classifier")),
         (Arch::DebertaV2, _) => return Err(Error::unsupported("a new head for DeBERTa")),
         (_, NewHeadKind::Tokens) => linear("classifier", n, true),
     }

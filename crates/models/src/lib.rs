@@ -23,6 +23,7 @@ mod checkpoint;
 pub mod config;
 mod deberta;
 mod encoder;
+mod gemma;
 pub mod heads;
 mod modernbert;
 mod par;
@@ -338,16 +339,24 @@ impl Model {
                 "max_seq_length {max_len} exceeds the model's {position_limit} positions"
             )));
         }
-        if config.arch == Arch::DebertaV2 {
-            deberta::derive_tables(&mut checkpoint, &config)?;
+        match config.arch {
+            Arch::DebertaV2 => deberta::derive_tables(&mut checkpoint, &config)?,
+            Arch::Gemma => gemma::derive_weights(&mut checkpoint, &config)?,
+            _ => {}
         }
         let kind = head_kind(&checkpoint, sentence.as_ref())?;
-        if config.arch == Arch::T5 {
+        let family = match config.arch {
+            Arch::T5 => Some("T5"),
+            Arch::Gemma => Some("Gemma"),
+            _ => None,
+        };
+        if let Some(family) = family {
+            let refused = |what| Err(heads::embedding_only(family, what));
             match kind {
                 HeadKind::Embed(..) => {}
-                HeadKind::Classify => return Err(heads::t5_head("a sequence classifier")),
-                HeadKind::ClassifyTokens => return Err(heads::t5_head("a token classifier")),
-                HeadKind::Sparse(_) => return Err(heads::t5_head("a SPLADE encoder")),
+                HeadKind::Classify => return refused("a sequence classifier"),
+                HeadKind::ClassifyTokens => return refused("a token classifier"),
+                HeadKind::Sparse(_) => return refused("a SPLADE encoder"),
             }
         }
         let _span = tracing::info_span!("build", arch = ?config.arch).entered();
@@ -357,6 +366,7 @@ impl Model {
             Arch::NomicBert | Arch::Gte | Arch::JinaV3 => {
                 rotary::build(&checkpoint, &config, cls_only)
             }
+            Arch::Gemma => gemma::build(&checkpoint, &config, cls_only),
             // Its heads pool the final norm's rows: no last layer for the first row alone.
             Arch::T5 => t5::build(&checkpoint, &config),
             Arch::Bert

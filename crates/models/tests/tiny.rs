@@ -299,6 +299,59 @@ fn t5_encoders_match_transformers_plain_and_gated() {
     assert!(e.contains("T5 as a sequence classifier"), "{e}");
 }
 
+/// Gemma 3 with bidirectional attention (EmbeddingGemma's shape): embeddings scaled by
+/// `sqrt(32)`, RMS norms scaled by `1 + weight` before and after attention and feed-forward,
+/// four query heads 12 wide sharing two key and value heads, queries and keys normalised per
+/// head and rotated with bases 100 (local) and 10000 (global), two local layers seeing 3 tokens
+/// each side and a global one.
+#[test]
+fn gemma_matches_transformers_with_shared_heads_and_local_layers() {
+    let m = Model::load(&tiny("gemma")).unwrap();
+    let gm = m.config().gemma.clone().unwrap();
+    assert_eq!((m.config().arch, gm.head_dim, gm.kv_heads, gm.window), (Arch::Gemma, 12, 2, 3));
+    assert_eq!((gm.local, gm.local_theta, gm.global_theta), (vec![true, true, false], 100.0, 1e4));
+    let g = m.graph();
+    let scaled =
+        g.ops.iter().any(|op| matches!(op, Op::Embed { scale, .. } if *scale == 32f32.sqrt()));
+    assert!(scaled, "embeddings scaled by sqrt(32)");
+    let per_head = g.ops.iter().filter(|op| matches!(op, Op::RmsNorm { group: Some(12), .. }));
+    assert_eq!(per_head.count(), 6, "queries and keys of three layers");
+    check("gemma", switchyard_flex::flex());
+    check("gemma", Reference);
+
+    // EmbeddingGemma's published config.json names the bases and the window pattern with the
+    // older keys; the same weights read from them give the same rows.
+    let older = edited("gemma", "older-keys", &|c| {
+        let c = c.as_object_mut().unwrap();
+        for key in ["rope_parameters", "layer_types", "_sliding_window_pattern"] {
+            c.remove(key);
+        }
+        c.insert("rope_theta".into(), 10000.0.into());
+        c.insert("rope_local_base_freq".into(), 100.0.into());
+        c.insert("sliding_window_pattern".into(), 3.into());
+    });
+    for (s, worst) in differences("gemma", &older.0, Reference) {
+        assert!(worst <= 1e-5, "older keys: {s:?}: max difference {worst}");
+    }
+    // The window matters at these lengths: a wider one moves the rows.
+    let wider = edited("gemma", "wider", &|c| c["sliding_window"] = 8.into());
+    let far = differences("gemma", &wider.0, Reference);
+    assert!(far.iter().any(|(_, worst)| *worst > 1e-3), "{far:?}");
+
+    let refused = |edit: &dyn Fn(&mut serde_json::Value), want: &str| {
+        let dir = edited("gemma", "refused", edit);
+        let err = Model::load(&dir.0).err().unwrap().to_string();
+        assert!(err.contains(want), "{err}");
+    };
+    refused(&|c| c["use_bidirectional_attention"] = false.into(), "is a decoder");
+    refused(&|c| c["attn_logit_softcapping"] = 50.0.into(), "attn_logit_softcapping 50");
+    refused(&|c| c["num_key_value_heads"] = 3.into(), "3 key and value heads do not divide 4");
+    refused(
+        &|c| c["architectures"] = serde_json::json!(["Gemma3ForSequenceClassification"]),
+        "Gemma as a sequence classifier",
+    );
+}
+
 /// ELECTRA's and ALBERT's masked-language heads narrow to the embedding width: not SPLADE; nor
 /// is DeBERTa's read as one.
 #[test]
