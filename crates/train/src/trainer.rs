@@ -550,6 +550,14 @@ impl Prepared {
                     .into(),
             ));
         }
+        if model.config().arch == Arch::Gemma {
+            return Err(Error::Config(
+                "training Gemma is not supported yet: its norm scales and shared key and value \
+                 projections are computed from the checkpoint's weights when the model loads, \
+                 and the trained copies would not export as Gemma's weights"
+                    .into(),
+            ));
+        }
         if let Some(n) = job.max_len {
             model.set_max_len(n)?;
         }

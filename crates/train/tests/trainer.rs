@@ -366,6 +366,10 @@ fn settings_and_tasks_that_do_not_fit_are_refused() {
     let mut j = base.clone();
     j.model = tiny("deberta-classifier");
     cases.push((j, "training DeBERTa is not supported"));
+    let mut j = base.clone();
+    j.model = tiny("gemma");
+    j.task = Task::Embed;
+    cases.push((j, "training Gemma is not supported"));
     for (j, want) in cases {
         let e = fit(&j).unwrap_err().to_string();
         assert!(e.contains(want), "expected `{want}` in `{e}`");
