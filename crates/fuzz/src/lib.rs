@@ -195,9 +195,20 @@ pub fn batches(seed: u64, cases: usize) -> Tally {
 /// The tiny checkpoints whose `config.json` the config target edits: one of each way of reading
 /// a config (BERT's, RoBERTa's offset positions, MPNet's buckets, ModernBERT's layer types, T5's
 /// feed-forward, DeBERTa's relative tables, NomicBERT's, GTE's (with and without its NTK
-/// scaling) and Jina v3's rotary settings).
-pub const CONFIG_SEEDS: [&str; 10] =
-    ["bert", "roberta", "mpnet", "modernbert", "t5", "deberta", "nomic", "gte", "gte-ntk", "jina"];
+/// scaling) and Jina v3's rotary settings, Gemma's shared heads and layer kinds).
+pub const CONFIG_SEEDS: [&str; 11] = [
+    "bert",
+    "roberta",
+    "mpnet",
+    "modernbert",
+    "t5",
+    "deberta",
+    "nomic",
+    "gte",
+    "gte-ntk",
+    "jina",
+    "gemma",
+];
 
 /// `config.json` of one of [`CONFIG_SEEDS`] edited as text: parsed, read as an encoder's sizes,
 /// and loaded beside that checkpoint's weights.

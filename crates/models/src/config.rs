@@ -979,6 +979,9 @@ fn gemma(c: &Value) -> Result<EncoderConfig> {
             "config.json: rotary positions need an even head width, not {head_dim}"
         )));
     }
+    if heads.checked_mul(head_dim).is_none() {
+        return Err(Error::format(format!("config.json: {heads} heads of {head_dim} columns")));
+    }
     let scalar = get_f32(c, "query_pre_attn_scalar", 256.0)?;
     if !(scalar.is_finite() && scalar > 0.0) {
         return Err(Error::format(format!("config.json: a query_pre_attn_scalar of {scalar}")));
