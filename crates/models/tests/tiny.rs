@@ -1160,6 +1160,37 @@ fn dense_modules_match_sentence_transformers() {
     }
 }
 
+/// tiny/gemma as EmbeddingGemma ships: mean pooling, two Dense modules without bias or
+/// activation, Normalize, and prompts, against sentence-transformers' `encode` with the
+/// `query` prompt (which puts its text before each sentence): within 1e-5 (unit vectors of 32
+/// values).
+#[test]
+fn gemma_as_embeddinggemma_ships_matches_sentence_transformers() {
+    let s = Scratch::of("gemma", "gemma-st");
+    copy_tree(&tiny("gemma-st"), &s.0);
+    let e = json("gemma-st");
+    let model = Model::load(&s.0).unwrap();
+    assert_eq!(model.task(), &Task::Embed(Pooling { mode: PoolMode::Mean, normalize: true }));
+    let prompt = model.prompts().text(Prompt::Named(e["prompt"].as_str().unwrap())).unwrap();
+    assert_eq!(prompt, "task: search result | query: ");
+    let texts: Vec<String> =
+        strings(&e["sentences"]).iter().map(|t| format!("{prompt}{t}")).collect();
+    let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let want = rows(&e["embeddings"]);
+    let got = Runner::new(model, switchyard_flex::flex(), Buckets::default())
+        .unwrap()
+        .embed(&texts, |_| {})
+        .unwrap();
+    let got_ref = Runner::new(Model::load(&s.0).unwrap(), Reference, Buckets::default())
+        .unwrap()
+        .embed(&texts, |_| {})
+        .unwrap();
+    for ((t, (g, r)), w) in texts.iter().zip(got.iter().zip(&got_ref)).zip(&want) {
+        assert!(worst(g, w) <= 1e-5, "{t:?}: {g:?} vs {w:?}");
+        assert!(worst(r, w) <= 1e-5, "reference: {t:?}: {r:?} vs {w:?}");
+    }
+}
+
 /// Dense modules the files describe wrongly, or that Switchyard does not compute, are clear
 /// errors at load.
 #[test]
