@@ -253,39 +253,23 @@ fn rope_rotates_halves_by_position_within_each_sequence() {
 }
 
 #[test]
-fn rope_frequency_falls_with_the_column() {
-    let mut c = Case::new();
-    // One head of four columns, theta 100: column pair 0 turns by p, pair 1 by p / 10.
-    let x = c.input(&[&[0.0; 4], &[1.0, 1.0, 0.0, 0.0]]);
-    let y = c.g.op(Shape::tokens(4), |out| Op::Rope {
-        x,
-        heads: 1,
-        head_dim: 4,
-        theta: 100.0,
-        position_scale: 1.0,
-        out,
-    });
-    let (s1, c1) = 1f32.sin_cos();
-    let (s2, c2) = 0.1f32.sin_cos();
-    close(&c.run(y, &[2]), &[&[0.0; 4], &[c1, c2, s1, s2]]);
-}
-
-#[test]
-fn rope_position_scale_multiplies_every_angle() {
-    let mut c = Case::new();
-    // As above with positions scaled by 0.5: pair 0 turns by p / 2, pair 1 by p / 20.
-    let x = c.input(&[&[0.0; 4], &[1.0, 1.0, 0.0, 0.0]]);
-    let y = c.g.op(Shape::tokens(4), |out| Op::Rope {
-        x,
-        heads: 1,
-        head_dim: 4,
-        theta: 100.0,
-        position_scale: 0.5,
-        out,
-    });
-    let (s1, c1) = 0.5f32.sin_cos();
-    let (s2, c2) = 0.05f32.sin_cos();
-    close(&c.run(y, &[2]), &[&[0.0; 4], &[c1, c2, s1, s2]]);
+fn rope_frequency_falls_with_the_column_and_scales_with_the_position_scale() {
+    // One head of four columns, theta 100: column pair 0 turns by p, pair 1 by p / 10; scaled
+    // positions by half of that.
+    for (position_scale, a1, a2) in [(1.0, 1f32, 0.1f32), (0.5, 0.5, 0.05)] {
+        let mut c = Case::new();
+        let x = c.input(&[&[0.0; 4], &[1.0, 1.0, 0.0, 0.0]]);
+        let y = c.g.op(Shape::tokens(4), |out| Op::Rope {
+            x,
+            heads: 1,
+            head_dim: 4,
+            theta: 100.0,
+            position_scale,
+            out,
+        });
+        let ((s1, c1), (s2, c2)) = (a1.sin_cos(), a2.sin_cos());
+        close(&c.run(y, &[2]), &[&[0.0; 4], &[c1, c2, s1, s2]]);
+    }
 }
 
 #[test]

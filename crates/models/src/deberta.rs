@@ -17,7 +17,7 @@ use switchyard_core::{Disentangled, PositionBias};
 use crate::checkpoint::Checkpoint;
 use crate::config::{DebertaConfig, EncoderConfig};
 use crate::encoder::{Encoder, Names};
-use crate::{Error, Result};
+use crate::Result;
 
 /// A derived table of layer prefix `pre` (`encoder.layer.L`): the keys' or the queries'.
 fn table(pre: &str, keys: bool) -> String {
@@ -62,24 +62,8 @@ pub(crate) fn derive_tables(ck: &mut Checkpoint, cfg: &EncoderConfig) -> Result<
     let _span = tracing::info_span!("derive", tables = "DeBERTa's position tables").entered();
     let names = Names::detect(ck, "embeddings.word_embeddings.weight")?;
     let (d, rows) = (cfg.hidden, 2 * db.span);
-    let read = |name: &str, want: &[usize]| -> Result<Option<Vec<f32>>> {
-        let Some(full) = names.find(name) else { return Ok(None) };
-        let t = ck.tensor(&full)?;
-        if t.shape != want {
-            return Err(Error::format(format!(
-                "tensor `{full}` has shape {:?}; config.json implies {want:?}",
-                t.shape
-            )));
-        }
-        let mut values = Vec::with_capacity(t.numel());
-        t.extend_f32(&mut values);
-        Ok(Some(values))
-    };
-    let need = |name: &str, want: &[usize]| {
-        read(name, want)?.ok_or_else(|| {
-            Error::format(format!("the checkpoint has no tensor `{}`", names.full(name)))
-        })
-    };
+    let read = |name: &str, want: &[usize]| names.values(name, want);
+    let need = |name: &str, want: &[usize]| names.need_values(name, want);
     let mut relative = need("encoder.rel_embeddings.weight", &[rows, d])?;
     if db.norm_relative {
         let gamma = need("encoder.LayerNorm.weight", &[d])?;

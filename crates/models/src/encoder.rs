@@ -74,6 +74,29 @@ impl<'a> Names<'a> {
         Ok(g.weight_named(&full).unwrap_or_else(|| g.weight(full, want)))
     }
 
+    /// The values of the tensor `name` as f32, checked to have the shape `want`; `None` if the
+    /// checkpoint has no such tensor. For weights derived from others at load.
+    pub(crate) fn values(&self, name: &str, want: &[usize]) -> Result<Option<Vec<f32>>> {
+        let Some(full) = self.find(name) else { return Ok(None) };
+        let t = self.ck.tensor(&full)?;
+        if t.shape != want {
+            return Err(Error::format(format!(
+                "tensor `{full}` has shape {:?}; config.json implies {want:?}",
+                t.shape
+            )));
+        }
+        let mut values = Vec::with_capacity(t.numel());
+        t.extend_f32(&mut values);
+        Ok(Some(values))
+    }
+
+    /// Like [`Names::values`]; an error if the tensor is absent.
+    pub(crate) fn need_values(&self, name: &str, want: &[usize]) -> Result<Vec<f32>> {
+        self.values(name, want)?.ok_or_else(|| {
+            Error::format(format!("the checkpoint has no tensor `{}`", self.full(name)))
+        })
+    }
+
     /// Like [`Names::weight`], or `None` if the tensor is absent.
     pub(crate) fn optional(
         &self,

@@ -46,24 +46,8 @@ pub(crate) fn derive_weights(ck: &mut Checkpoint, cfg: &EncoderConfig) -> Result
     let gm = settings(cfg)?;
     let _span = tracing::info_span!("derive", weights = "Gemma's norm scales").entered();
     let names = Names::detect(ck, WORD)?;
-    let read = |name: &str, want: &[usize]| -> Result<Option<Vec<f32>>> {
-        let Some(full) = names.find(name) else { return Ok(None) };
-        let t = ck.tensor(&full)?;
-        if t.shape != want {
-            return Err(Error::format(format!(
-                "tensor `{full}` has shape {:?}; config.json implies {want:?}",
-                t.shape
-            )));
-        }
-        let mut values = Vec::with_capacity(t.numel());
-        t.extend_f32(&mut values);
-        Ok(Some(values))
-    };
-    let need = |name: &str, want: &[usize]| {
-        read(name, want)?.ok_or_else(|| {
-            Error::format(format!("the checkpoint has no tensor `{}`", names.full(name)))
-        })
-    };
+    let read = |name: &str, want: &[usize]| names.values(name, want);
+    let need = |name: &str, want: &[usize]| names.need_values(name, want);
     let (d, hd) = (cfg.hidden, gm.head_dim);
     let mut norms: Vec<(String, usize)> = vec![("norm".into(), d)];
     let mut shared = Vec::new();

@@ -1146,15 +1146,21 @@ fn dense_modules_match_sentence_transformers() {
     let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
     let model = Model::load(&s.0).unwrap();
     assert_eq!(model.task(), &Task::Embed(Pooling { mode: PoolMode::Mean, normalize: true }));
-    let got = Runner::new(model, switchyard_flex::flex(), Buckets::default())
+    encodes_as(&s.0, &texts, &want);
+}
+
+/// The embeddings of `texts` from the model in `dir`, on flex and on the reference backend,
+/// each within 1e-5 of `want`.
+fn encodes_as(dir: &Path, texts: &[&str], want: &[Vec<f64>]) {
+    let flex = Runner::new(Model::load(dir).unwrap(), switchyard_flex::flex(), Buckets::default())
         .unwrap()
-        .embed(&texts, |_| {})
+        .embed(texts, |_| {})
         .unwrap();
-    let got_ref = Runner::new(Model::load(&s.0).unwrap(), Reference, Buckets::default())
+    let reference = Runner::new(Model::load(dir).unwrap(), Reference, Buckets::default())
         .unwrap()
-        .embed(&texts, |_| {})
+        .embed(texts, |_| {})
         .unwrap();
-    for ((t, (g, r)), w) in texts.iter().zip(got.iter().zip(&got_ref)).zip(&want) {
+    for ((t, (g, r)), w) in texts.iter().zip(flex.iter().zip(&reference)).zip(want) {
         assert!(worst(g, w) <= 1e-5, "{t:?}: {g:?} vs {w:?}");
         assert!(worst(r, w) <= 1e-5, "reference: {t:?}: {r:?} vs {w:?}");
     }
@@ -1176,19 +1182,7 @@ fn gemma_as_embeddinggemma_ships_matches_sentence_transformers() {
     let texts: Vec<String> =
         strings(&e["sentences"]).iter().map(|t| format!("{prompt}{t}")).collect();
     let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
-    let want = rows(&e["embeddings"]);
-    let got = Runner::new(model, switchyard_flex::flex(), Buckets::default())
-        .unwrap()
-        .embed(&texts, |_| {})
-        .unwrap();
-    let got_ref = Runner::new(Model::load(&s.0).unwrap(), Reference, Buckets::default())
-        .unwrap()
-        .embed(&texts, |_| {})
-        .unwrap();
-    for ((t, (g, r)), w) in texts.iter().zip(got.iter().zip(&got_ref)).zip(&want) {
-        assert!(worst(g, w) <= 1e-5, "{t:?}: {g:?} vs {w:?}");
-        assert!(worst(r, w) <= 1e-5, "reference: {t:?}: {r:?} vs {w:?}");
-    }
+    encodes_as(&s.0, &texts, &rows(&e["embeddings"]));
 }
 
 /// Dense modules the files describe wrongly, or that Switchyard does not compute, are clear
