@@ -192,6 +192,18 @@ fn embeddings_add_and_norms() {
 }
 
 #[test]
+fn scaled_embeddings_and_norms_per_head() {
+    // Gemma's parts: a word embedding scaled, and an RMS norm of each 3 columns alone.
+    let mut c = Case::new(tokens());
+    let table = c.g.weight("words", &[tokens(), 6]);
+    let x = c.g.op(Shape::tokens(6), |out| Op::Embed { table, scale: 2.5, out });
+    let gamma = c.g.weight("rms.weight", &[3]);
+    let y =
+        c.g.op(Shape::tokens(6), |out| Op::RmsNorm { x, gamma, eps: 1e-6, group: Some(3), out });
+    check("scaled embedding, norm per head", &c.finish(y), &counting_batch(&LENS, &[], false));
+}
+
+#[test]
 fn linear_with_each_epilogue() {
     for act in Act::ALL {
         for (bias, residual) in [(true, true), (false, false)] {
