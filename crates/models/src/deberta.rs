@@ -14,10 +14,10 @@
 
 use switchyard_core::{Disentangled, PositionBias};
 
+use crate::Result;
 use crate::checkpoint::Checkpoint;
 use crate::config::{DebertaConfig, EncoderConfig};
 use crate::encoder::{Encoder, Names};
-use crate::Result;
 
 /// A derived table of layer prefix `pre` (`encoder.layer.L`): the keys' or the queries'.
 fn table(pre: &str, keys: bool) -> String {
