@@ -10,7 +10,7 @@ use burn_backend::ops::AttentionModuleOptions;
 use burn_backend::tensor::{BoolTensor, FloatTensor, IntTensor};
 use burn_backend::{Backend as BurnBackend, Distribution, Shape, Slice, TensorMetadata};
 use burn_std::IndexingUpdateOp;
-use switchyard_core::{Act, Disentangled, Op, PoolMode, PositionBias, RelativeBias};
+use switchyard_core::{Act, Disentangled, Op, PoolMode, PositionBias, Reach, RelativeBias};
 
 use crate::{Bound, Inputs, RunCx};
 
@@ -120,12 +120,12 @@ pub fn attention<B: BurnBackend>(
     heads: usize,
     head_dim: usize,
     scale: f32,
-    window: Option<usize>,
+    reach: Reach,
     bias: PositionTables<'_, B>,
     cx: &RunCx<'_, B>,
 ) -> FloatTensor<B> {
     let meaning = MaskMeaning::TrueExcludes;
-    attention_masked::<B>(q, k, v, heads, head_dim, scale, window, bias, meaning, cx)
+    attention_masked::<B>(q, k, v, heads, head_dim, scale, reach, bias, meaning, cx)
 }
 
 /// [`attention`] on a backend whose `attention` reads its sliding-window mask as `meaning` says.
@@ -137,13 +137,13 @@ pub fn attention_masked<B: BurnBackend>(
     heads: usize,
     head_dim: usize,
     scale: f32,
-    window: Option<usize>,
+    reach: Reach,
     bias: PositionTables<'_, B>,
     meaning: MaskMeaning,
     cx: &RunCx<'_, B>,
 ) -> FloatTensor<B> {
     let options = AttentionModuleOptions { scale: Some(f64::from(scale)), ..Default::default() };
-    let shape = Heads { heads, head_dim, window, bias, scale, meaning };
+    let shape = Heads { heads, head_dim, reach, bias, scale, meaning };
     per_sequence::<B>(&q, &k, &v, shape, cx, |q, k, v, mask, bias| {
         B::attention(q, k, v, mask, bias, options)
     })
@@ -160,13 +160,13 @@ pub fn attention_dropped<B: BurnBackend>(
     heads: usize,
     head_dim: usize,
     scale: f32,
-    window: Option<usize>,
+    reach: Reach,
     bias: PositionTables<'_, B>,
     p: f32,
     cx: &RunCx<'_, B>,
 ) -> FloatTensor<B> {
     let meaning = MaskMeaning::TrueExcludes;
-    let shape = Heads { heads, head_dim, window, bias, scale, meaning };
+    let shape = Heads { heads, head_dim, reach, bias, scale, meaning };
     per_sequence::<B>(&q, &k, &v, shape, cx, |q, k, v, mask, bias| {
         let scores =
             B::float_mul_scalar(B::float_matmul(q, B::float_transpose(k)), f64::from(scale).into());
@@ -204,7 +204,7 @@ pub fn position_bias_of<B: BurnBackend>(
 struct Heads<'a, B: BurnBackend> {
     heads: usize,
     head_dim: usize,
-    window: Option<usize>,
+    reach: Reach,
     bias: PositionTables<'a, B>,
     /// Multiplies the scores (the disentangled terms' too).
     scale: f32,
@@ -231,7 +231,7 @@ fn per_sequence<B: BurnBackend>(
         Option<FloatTensor<B>>,
     ) -> FloatTensor<B>,
 ) -> FloatTensor<B> {
-    let Heads { heads, head_dim, window, bias, scale, meaning } = h;
+    let Heads { heads, head_dim, reach, bias, scale, meaning } = h;
     let outside = meaning == MaskMeaning::TrueExcludes;
     let b = cx.batch();
     let w = heads * head_dim;
@@ -257,9 +257,14 @@ fn per_sequence<B: BurnBackend>(
         let (start, l) = (b.cu[s] as usize, b.seq(s).len());
         // The queries' rows and count: the sequence's tokens, or its one row.
         let (q0, lq) = if per_seq { (s, 1) } else { (start, l) };
-        let mask = window.filter(|&win| win + 1 < l).map(|win| {
-            let m: Vec<bool> =
-                (0..lq * l).map(|ij| ((ij / l).abs_diff(ij % l) > win) == outside).collect();
+        // Query row i sits at position i (the one query of a sequence at 0).
+        let partial = (0..lq).any(|i| reach.keys(i, l) != (0, l));
+        let mask = partial.then(|| {
+            let hidden = |i, j| {
+                let (lo, hi) = reach.keys(i, l);
+                !(lo..hi).contains(&j)
+            };
+            let m: Vec<bool> = (0..lq * l).map(|ij| hidden(ij / l, ij % l) == outside).collect();
             let m = crate::convert::bools::<B>(&m, &[1, 1, lq, l], cx.device);
             B::bool_expand(m, Shape::from(vec![1, heads, lq, l]))
         });
@@ -495,10 +500,11 @@ pub fn run_op_dropped<B: BurnBackend>(
             let y = dropout::<B>(y, p, cx.device);
             B::float_add(y, r.expect("a linear layer's residual"))
         }
-        (Op::Attention { heads, head_dim, scale, window, position_bias, .. }, _) => {
+        (Op::Attention { heads, head_dim, scale, window, causal, position_bias, .. }, _) => {
+            let reach = Reach::of(*window, *causal);
             let [q, k, v] = ins.map(|t| t.expect("attention's query, key and value"));
             let bias = position_bias_of::<B>(*position_bias, w);
-            attention_dropped::<B>(q, k, v, *heads, *head_dim, *scale, *window, bias, p, cx)
+            attention_dropped::<B>(q, k, v, *heads, *head_dim, *scale, reach, bias, p, cx)
         }
         _ => dropout::<B>(run_op::<B>(op, ins, w, cx), p, cx.device),
     }
@@ -557,10 +563,11 @@ pub fn run_op<B: BurnBackend>(
         (Op::Rope { heads, head_dim, .. }, Bound::Rope { cos, sin }) => {
             rope::<B>(need(a), *heads, *head_dim, cos, sin, cx)
         }
-        (Op::Attention { heads, head_dim, scale, window, position_bias, .. }, _) => {
+        (Op::Attention { heads, head_dim, scale, window, causal, position_bias, .. }, _) => {
+            let reach = Reach::of(*window, *causal);
             let bias = position_bias_of::<B>(*position_bias, w);
             let (hs, hd) = (*heads, *head_dim);
-            attention::<B>(need(a), need(b), need(c), hs, hd, *scale, *window, bias, cx)
+            attention::<B>(need(a), need(b), need(c), hs, hd, *scale, reach, bias, cx)
         }
         (Op::Activation { act, .. }, _) => activation::<B>(need(a), *act),
         (Op::Pool { mode, .. }, _) => pool::<B>(need(a), *mode, cx),

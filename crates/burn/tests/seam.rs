@@ -753,6 +753,7 @@ fn one_position_bias_serves_layers_with_token_and_sequence_queries() {
             head_dim: 4,
             scale: 0.5,
             window: None,
+            causal: false,
             position_bias,
             out,
         })

@@ -86,14 +86,19 @@ fn op_record(graph: &Graph, index: usize, op: &Op, s: &Sizes<'_>) -> OpRecord {
             };
             (3 * n * w, format!("{heads}x{head_dim}, theta {theta}{scaled}"), io_bytes)
         }
-        Op::Attention { q, heads, head_dim, window, position_bias, .. } => {
-            // A query per token sees up to 2 * window + 1 keys; the one query of a sequence
-            // (its first token's) up to window + 1.
+        Op::Attention { q, heads, head_dim, window, causal, position_bias, .. } => {
+            // Each query's keys, the window and the causal mask counted; the one query of a
+            // sequence is its first token's.
             let per_seq = graph.shape(q).rows == Rows::Seqs;
+            let reach = switchyard_core::Reach::of(window, causal);
+            let seen = |i, l| {
+                let (lo, hi) = reach.keys(i, l);
+                (hi - lo) as u64
+            };
             let pairs: u64 = (s.lens)()
                 .map(|l| match per_seq {
-                    false => (l * window.map_or(l, |win| l.min(2 * win + 1))) as u64,
-                    true => window.map_or(l, |win| l.min(win + 1)) as u64,
+                    false => (0..l).map(|i| seen(i, l)).sum(),
+                    true => seen(0, l),
                 })
                 .sum();
             let hd = head_dim as u64;
@@ -103,6 +108,9 @@ fn op_record(graph: &Graph, index: usize, op: &Op, s: &Sizes<'_>) -> OpRecord {
                 Some(win) => format!("{heads}x{head_dim}, window {win}"),
                 None => format!("{heads}x{head_dim}"),
             };
+            if causal {
+                d.push_str(", causal");
+            }
             match position_bias {
                 Some(PositionBias::Relative(b)) => d.push_str(&format!(
                     ", position bias {} buckets to {}",

@@ -36,6 +36,7 @@ fn records_upload_lower_and_run() {
         head_dim: 8,
         scale: 0.3,
         window: None,
+        causal: false,
         position_bias: None,
         out,
     });
@@ -121,6 +122,7 @@ fn a_query_per_sequence_costs_one_row_of_scores() {
             head_dim: 4,
             scale: 0.5,
             window,
+            causal: false,
             position_bias,
             out,
         });
@@ -165,6 +167,7 @@ fn disentangled_attention_costs_a_product_a_term_and_names_its_terms() {
             head_dim: 4,
             scale: 0.5,
             window: None,
+            causal: false,
             position_bias: Some(switchyard_core::PositionBias::Disentangled(d)),
             out,
         });

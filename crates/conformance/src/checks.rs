@@ -239,6 +239,7 @@ fn edge_cases() -> Vec<(&'static str, Graph)> {
             head_dim,
             scale: 0.7,
             window,
+            causal: false,
             position_bias: None,
             out,
         });

@@ -185,22 +185,32 @@ fn cases() -> Vec<(String, Graph)> {
         let both = Some(Bias::Disentangled { span: 8, buckets: 8, terms: (true, true) });
         let c2p = Some(Bias::Disentangled { span: 4, buckets: 0, terms: (true, false) });
         let p2c = Some(Bias::Disentangled { span: 16, buckets: 0, terms: (false, true) });
-        for (window, per_seq, bias) in [
-            (None, false, None),
-            (Some(2), false, None),
-            (None, true, None),
-            (Some(2), true, None),
-            (None, false, mpnet),
-            (None, true, mpnet),
-            (Some(2), false, near),
-            (None, false, near),
-            (None, false, both),
-            (None, true, both),
-            (None, false, c2p),
-            (Some(2), false, p2c),
+        // Causal: a decoder's mask, alone and in a window, and a query per sequence (its first
+        // token sees itself alone).
+        for (window, causal, per_seq, bias) in [
+            (None, false, false, None),
+            (Some(2), false, false, None),
+            (None, false, true, None),
+            (Some(2), false, true, None),
+            (None, false, false, mpnet),
+            (None, false, true, mpnet),
+            (Some(2), false, false, near),
+            (None, false, false, near),
+            (None, false, false, both),
+            (None, false, true, both),
+            (None, false, false, c2p),
+            (Some(2), false, false, p2c),
+            (None, true, false, None),
+            (Some(2), true, false, None),
+            (None, true, true, None),
         ] {
             let w = heads * head_dim;
-            let queries = if per_seq { ", a query per sequence" } else { "" };
+            let queries = match (causal, per_seq) {
+                (false, false) => "",
+                (false, true) => ", a query per sequence",
+                (true, false) => ", causal",
+                (true, true) => ", causal, a query per sequence",
+            };
             let biased = match bias {
                 Some(Bias::Relative(buckets, most)) => {
                     format!(", {buckets} position buckets to {most}")
@@ -250,6 +260,7 @@ fn cases() -> Vec<(String, Graph)> {
                         head_dim,
                         scale,
                         window,
+                        causal,
                         position_bias,
                         out,
                     })

@@ -35,7 +35,7 @@ pub use error::{Error, Result};
 pub use executor::{Executor, LaneId, Memory, Scratch};
 pub use graph::{
     Act, Disentangled, Dropout, Graph, GraphBuilder, Limits, Op, Output, PoolMode, PositionBias,
-    RelativeBias, Rows, Shape, Val, W, WeightSpec,
+    Reach, RelativeBias, Rows, Shape, Val, W, WeightSpec,
 };
 pub use layout::Layout;
 pub use outputs::{Mat, Outputs};

@@ -269,7 +269,19 @@ impl Ctx<'_> {
                     }
                 }
             }
-            Op::Attention { q, k, v, heads, head_dim, scale, window, position_bias, .. } => {
+            Op::Attention {
+                q,
+                k,
+                v,
+                heads,
+                head_dim,
+                scale,
+                window,
+                causal,
+                position_bias,
+                ..
+            } => {
+                let reach = crate::Reach::of(window, causal);
                 let relative =
                     position_bias.and_then(PositionBias::relative).map(|b| (b, self.w(b.table)));
                 let disentangled = position_bias.and_then(PositionBias::disentangled);
@@ -285,12 +297,8 @@ impl Ctx<'_> {
                     let queries = if per_seq { seq.start..seq.start + 1 } else { seq.clone() };
                     for i in queries {
                         let r = if per_seq { s } else { i };
-                        let keys = match window {
-                            Some(win) => {
-                                i.saturating_sub(win).max(seq.start)..(i + win + 1).min(seq.end)
-                            }
-                            None => seq.clone(),
-                        };
+                        let (lo, hi) = reach.keys(i - seq.start, seq.len());
+                        let keys = seq.start + lo..seq.start + hi;
                         for h in 0..heads {
                             let col = h * head_dim..(h + 1) * head_dim;
                             let qi = &qs[r * w..][col.clone()];

@@ -162,6 +162,7 @@ fn bert_body(s: EncoderSpec, cls_only: bool) -> (GraphBuilder, Val) {
             head_dim: hd,
             scale,
             window: None,
+            causal: false,
             position_bias: None,
             out,
         });
@@ -228,6 +229,7 @@ fn modernbert_graph(s: EncoderSpec, cls_only: bool) -> Graph {
             head_dim: hd,
             scale: 1.0 / (hd as f32).sqrt(),
             window: if global { None } else { Some(2) },
+            causal: false,
             position_bias: None,
             out,
         });

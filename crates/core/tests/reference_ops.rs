@@ -286,11 +286,36 @@ fn attention_softmaxes_within_each_sequence_only() {
         head_dim: 1,
         scale: 1.0,
         window: None,
+        causal: false,
         position_bias: None,
         out,
     });
     // Scores [0, ln 3] give weights [1/4, 3/4]: 1 + 6 = 7. The third token is alone.
     close(&c.run(y, &[2, 1]), &[&[7.0], &[7.0], &[100.0]]);
+}
+
+#[test]
+fn causal_attention_sees_no_key_after_the_query() {
+    let mut c = Case::new();
+    let q = c.input(&[&[1.0], &[1.0], &[1.0]]);
+    let k = c.input(&[&[0.0], &[3f32.ln()], &[50.0]]);
+    let v = c.input(&[&[4.0], &[8.0], &[100.0]]);
+    let y = c.g.op(Shape::tokens(1), |out| Op::Attention {
+        q,
+        k,
+        v,
+        heads: 1,
+        head_dim: 1,
+        scale: 1.0,
+        window: None,
+        causal: true,
+        position_bias: None,
+        out,
+    });
+    // One sequence: the first token sees its own key alone (4), the second the first two (7,
+    // as above), the third all three, its own score 50 outweighing the rest (100). Without
+    // the mask the first two would also see that key.
+    close(&c.run(y, &[3]), &[&[4.0], &[7.0], &[100.0]]);
 }
 
 #[test]
@@ -307,6 +332,7 @@ fn attention_heads_are_independent_and_scaled() {
         head_dim: 1,
         scale: 2.0,
         window: None,
+        causal: false,
         position_bias: None,
         out,
     });
@@ -332,6 +358,7 @@ fn sliding_window_limits_the_keys() {
             head_dim: 1,
             scale: 1.0,
             window: Some(window),
+            causal: false,
             position_bias: None,
             out,
         });
@@ -361,6 +388,7 @@ fn sequence_queries_attend_as_each_first_token() {
             head_dim: 1,
             scale: 1.0,
             window,
+            causal: false,
             position_bias: None,
             out,
         });
@@ -384,6 +412,7 @@ fn sequence_queries_attend_as_each_first_token() {
             head_dim: 1,
             scale: 0.7,
             window: None,
+            causal: false,
             position_bias: None,
             out,
         });

@@ -146,6 +146,7 @@ fn attention_over(heads: usize, head_dim: usize, window: Option<usize>, per_seq:
         head_dim,
         scale,
         window,
+        causal: false,
         position_bias: None,
         out,
     });
@@ -314,6 +315,7 @@ fn projected_attention(order: [usize; 3], read: bool) -> Graph {
         head_dim,
         scale,
         window,
+        causal: false,
         position_bias: None,
         out,
     });
@@ -472,6 +474,7 @@ fn attention_ops_of_both_kinds_in_one_run_share_the_batch_tables_of_their_kind()
         head_dim,
         scale,
         window,
+        causal: false,
         position_bias: None,
         out,
     });
@@ -485,6 +488,7 @@ fn attention_ops_of_both_kinds_in_one_run_share_the_batch_tables_of_their_kind()
         head_dim,
         scale,
         window,
+        causal: false,
         position_bias: None,
         out,
     });
@@ -497,6 +501,7 @@ fn attention_ops_of_both_kinds_in_one_run_share_the_batch_tables_of_their_kind()
         head_dim,
         scale,
         window,
+        causal: false,
         position_bias: None,
         out,
     });

@@ -144,11 +144,15 @@ fn rotary_families_match_transformers_on_each_device() {
     }
 }
 
-/// Gemma with bidirectional attention on the device: scaled embeddings, per-head norms,
-/// shared key and value heads, heads wider than the model's width over heads, local layers.
+/// Gemma with bidirectional attention on the device (scaled embeddings, per-head norms, shared
+/// key and value heads, heads wider than the model's width over heads, local layers), and
+/// Qwen3 with its causal mask.
 #[test]
-fn gemma_matches_transformers_on_each_device() {
-    tiny_matches_transformers(&common::device(), "gemma");
+fn gemma_and_qwen3_match_transformers_on_each_device() {
+    let d = common::device();
+    for name in ["gemma", "qwen3"] {
+        tiny_matches_transformers(&d, name);
+    }
 }
 
 /// In each half-precision dtype the device computes in, every embedding keeps the direction of

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use rayon::prelude::*;
 use switchyard_core::{
     Batch, Bucket, Caps, Disentangled, Error, Graph, HostTensor, Layout, Op, Outputs, PositionBias,
-    RelativeBias, Result, Rows, W, rope_tables,
+    Reach, RelativeBias, Result, Rows, W, rope_tables,
 };
 
 use crate::buf::AlignedBuf;
@@ -254,12 +254,12 @@ pub(crate) fn state(isa: Isa, plan: &NativePlan, threads: usize) -> Result<Nativ
                     }
                 });
             }
-            Op::Attention { heads, head_dim, scale, window, .. } => {
+            Op::Attention { heads, head_dim, scale, window, causal, .. } => {
                 let h = Heads {
                     heads,
                     head_dim,
                     scale,
-                    window,
+                    reach: Reach::of(window, causal),
                     position_bias: None,
                     disentangled: None,
                 };
@@ -413,7 +413,16 @@ pub(crate) fn run(
                     rows::rope(at(o), at(x), batch, heads, head_dim, &t.cos, &t.sin);
                 }
                 Op::Attention {
-                    q, k, v, heads, head_dim, scale, window, position_bias, ..
+                    q,
+                    k,
+                    v,
+                    heads,
+                    head_dim,
+                    scale,
+                    window,
+                    causal,
+                    position_bias,
+                    ..
                 } => {
                     let relative = position_bias.and_then(PositionBias::relative).map(|b| {
                         let (_, by_distance) = plan
@@ -440,7 +449,7 @@ pub(crate) fn run(
                         heads,
                         head_dim,
                         scale,
-                        window,
+                        reach: Reach::of(window, causal),
                         position_bias: relative,
                         disentangled,
                     };

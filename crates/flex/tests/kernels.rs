@@ -6,7 +6,7 @@ use switchyard_conformance::{Check, Options, check};
 use switchyard_core::testkit::{self, EncoderSpec, Rng};
 use switchyard_core::{
     Act, Backend, BatchBuf, Bucket, Buckets, DType, Executor, GraphBuilder, LaneId, Op, Outputs,
-    Reference, Shape,
+    Reach, Reference, Shape,
 };
 use switchyard_flex::kernels::attention::{Heads, Products, attention};
 use switchyard_flex::kernels::gemm::{PackedWeight, gemm};
@@ -603,7 +603,7 @@ fn attention_out<B: Backend>(
     be: B,
     heads: usize,
     head_dim: usize,
-    window: Option<usize>,
+    (window, causal): (Option<usize>, bool),
     lens: &[usize],
 ) -> Outputs {
     let w = heads * head_dim;
@@ -621,6 +621,7 @@ fn attention_out<B: Backend>(
         head_dim,
         scale,
         window,
+        causal,
         position_bias: None,
         out,
     });
@@ -646,13 +647,16 @@ fn attention_over_long_sequences_and_windows_on_every_isa() {
     for isa in Isa::available() {
         // Heads of one, two and four pairs of sixteen columns, one pair and one more sixteen,
         // fewer than sixteen, and off a multiple of eight (the AVX2 transpose's tiles).
+        // Causal ones too, alone and in a window.
         let shapes = [
-            (2, 64, None),
-            (3, 8, Some(5)),
-            (1, 128, Some(300)),
-            (2, 32, None),
-            (1, 56, Some(20)),
-            (2, 12, None),
+            (2, 64, (None, false)),
+            (3, 8, (Some(5), false)),
+            (1, 128, (Some(300), false)),
+            (2, 32, (None, false)),
+            (1, 56, (Some(20), false)),
+            (2, 12, (None, false)),
+            (2, 64, (None, true)),
+            (1, 56, (Some(20), true)),
         ];
         for (heads, head_dim, window) in shapes {
             let flex = switchyard_flex::flex().with_isa(isa).expect("an available instruction set");
@@ -676,7 +680,14 @@ fn attention_over_long_sequences_and_windows_on_every_isa() {
 fn attention_is_the_same_however_its_sequences_are_cut() {
     let lens = [700, 1, 257, 96];
     for isa in Isa::available() {
-        for (heads, head_dim, window) in [(2, 64, None), (1, 32, Some(5)), (3, 48, Some(100))] {
+        let shapes = [
+            (2, 64, (None, false)),
+            (1, 32, (Some(5), false)),
+            (3, 48, (Some(100), false)),
+            (2, 64, (None, true)),
+            (3, 48, (Some(100), true)),
+        ];
+        for (heads, head_dim, window) in shapes {
             for dtype in [DType::F32, DType::Bf16] {
                 let on = |threads| {
                     let be = switchyard_flex::with_threads(Some(threads)).expect("a pool");
@@ -722,11 +733,18 @@ fn bf16_attention_is_its_roundings_of_f64() {
         batch.push(&vec![0; len], None, &[]).expect("a sequence");
     }
     let batch = batch.batch();
-    // Heads of one to four pairs of sixteen columns, with and without windows, and heads off a
-    // multiple of 32, which run in f32.
-    for (heads, d, window) in
-        [(2, 64, None), (1, 32, Some(20)), (3, 96, Some(5)), (1, 128, None), (2, 48, None)]
-    {
+    // Heads of one to four pairs of sixteen columns, with and without windows, causal or not,
+    // and heads off a multiple of 32, which run in f32.
+    let shapes = [
+        (2, 64, Reach::default()),
+        (1, 32, Reach::of(Some(20), false)),
+        (3, 96, Reach::of(Some(5), false)),
+        (1, 128, Reach::default()),
+        (2, 48, Reach::default()),
+        (2, 64, Reach::of(None, true)),
+        (1, 32, Reach::of(Some(20), true)),
+    ];
+    for (heads, d, reach) in shapes {
         let width = heads * d;
         let mut r = Rng::new(d as u64);
         let (q, k, v) = (
@@ -735,8 +753,7 @@ fn bf16_attention_is_its_roundings_of_f64() {
             values(&mut r, tokens * width, 2.0),
         );
         let scale = 1.0 / (d as f32).sqrt();
-        let h =
-            Heads { heads, head_dim: d, scale, window, position_bias: None, disentangled: None };
+        let h = Heads { heads, head_dim: d, scale, reach, position_bias: None, disentangled: None };
         let run = |products| {
             let mut out = vec![f32::NAN; tokens * width];
             let scratch = Scratches::for_current_pool();
@@ -756,9 +773,9 @@ fn bf16_attention_is_its_roundings_of_f64() {
             for &len in &lens {
                 for hd in 0..heads {
                     let at = |x: &[f32], t: usize, c: usize| x[(start + t) * width + hd * d + c];
-                    let seen = |i: usize| match window {
-                        Some(w) => i.saturating_sub(w)..(i + w + 1).min(len),
-                        None => 0..len,
+                    let seen = |i: usize| {
+                        let (lo, hi) = reach.keys(i, len);
+                        lo..hi
                     };
                     let round = |x: f32| if rounds { bf16(x) } else { f64::from(x) };
                     for i in 0..len {
@@ -796,7 +813,7 @@ fn bf16_attention_is_its_roundings_of_f64() {
                             let (g, f) = (f64::from(at(&got, i, c)), f64::from(at(&f32s, i, c)));
                             assert!(
                                 (g - want).abs() <= bound,
-                                "{heads}x{d} {window:?} len {len} head {hd} [{i}][{c}]: {g} vs {want}"
+                                "{heads}x{d} {reach:?} len {len} head {hd} [{i}][{c}]: {g} vs {want}"
                             );
                             worst = worst.max((g - want).abs() / bound.max(f64::MIN_POSITIVE));
                             apart = apart.max((g - f).abs());
@@ -817,7 +834,7 @@ fn bf16_attention_is_its_roundings_of_f64() {
                 );
             }
             eprintln!(
-                "{products:?} {heads}x{d} {window:?}: worst {worst:.3} of the bound, {apart:.2e} from f32"
+                "{products:?} {heads}x{d} {reach:?}: worst {worst:.3} of the bound, {apart:.2e} from f32"
             );
         }
     }
@@ -831,7 +848,7 @@ fn attention_takes_bf16_products_in_bf16_and_in_int8() {
     let lens = [40, 3, 90];
     let on = |be: switchyard_flex::FlexBackend, dtype| {
         let be = be.with_dtype(dtype).expect("flex has the dtype");
-        attention_out(be, 2, 32, None, &lens).get("y").expect("y").data.clone()
+        attention_out(be, 2, 32, (None, false), &lens).get("y").expect("y").data.clone()
     };
     let flex = switchyard_flex::flex;
     let f32s = on(flex(), DType::F32);

@@ -147,6 +147,7 @@ pub(crate) fn build<'a>(
         | Arch::ModernBert
         | Arch::T5
         | Arch::Gemma
+        | Arch::Qwen3
         | Arch::NomicBert
         | Arch::Gte
         | Arch::JinaV3 => &BERT,
@@ -215,6 +216,7 @@ pub(crate) fn build<'a>(
             head_dim: hd,
             scale,
             window: None,
+            causal: false,
             position_bias,
             out,
         });

@@ -49,11 +49,16 @@ pub enum Arch {
     /// of query heads, sliding-window and global layers, a gated feed-forward, and embeddings
     /// scaled by the square root of the width.
     Gemma,
+    /// Qwen3 (`qwen3`, Qwen3-Embedding): a decoder, run with its causal mask: pre-norms (RMS),
+    /// queries and keys normalised per head and rotated, key and value heads shared by groups
+    /// of query heads, a gated feed-forward (SwiGLU), no biases.
+    Qwen3,
 }
 
-/// Gemma's settings beyond the common sizes.
+/// The settings of the language-model families run as embedders (Gemma, Qwen3) beyond the
+/// common sizes.
 #[derive(Clone, Debug, PartialEq)]
-pub struct GemmaConfig {
+pub struct LmConfig {
     /// For each layer, whether it attends within the sliding window (else to the whole sequence).
     pub local: Vec<bool>,
     /// The window's radius: a local layer's token attends to tokens at most this many positions
@@ -67,8 +72,11 @@ pub struct GemmaConfig {
     pub head_dim: usize,
     /// Key and value heads (`num_key_value_heads`); each serves `heads / kv_heads` query heads.
     pub kv_heads: usize,
-    /// The attention scores' scale, `query_pre_attn_scalar^-0.5`.
+    /// The attention scores' scale: Gemma's `query_pre_attn_scalar^-0.5`, else
+    /// `head_dim^-0.5`.
     pub score_scale: f32,
+    /// Whether a token attends to the tokens before it alone (Qwen3's decoder mask).
+    pub causal: bool,
 }
 
 /// DeBERTa's settings beyond the common sizes.
@@ -247,15 +255,15 @@ pub struct EncoderConfig {
     pub deberta: Option<DebertaConfig>,
     /// NomicBERT's, GTE's and Jina v3's rotary positions (`None` for the other families).
     pub rotary: Option<RotaryConfig>,
-    /// Gemma's own settings (`None` for the other families).
-    pub gemma: Option<GemmaConfig>,
+    /// Gemma's and Qwen3's own settings (`None` for the other families).
+    pub lm: Option<LmConfig>,
     /// Where training drops activations, and how much.
     pub dropout: Dropouts,
 }
 
 const SUPPORTED: &str = "bert, roberta, xlm-roberta, camembert, distilbert, mpnet, electra, albert, \
      modernbert, t5, deberta-v2, nomic_bert, new (GTE), gte, jina_embeddings_v3, gemma3_text \
-     (EmbeddingGemma)";
+     (EmbeddingGemma), qwen3";
 
 /// The relative position buckets MPNet computes its attention bias with (transformers buckets
 /// relative positions into 32 whatever `relative_attention_num_buckets` says), and the distance
@@ -426,7 +434,7 @@ impl EncoderConfig {
                     t5: None,
                     deberta: None,
                     rotary: None,
-                    gemma: None,
+                    lm: None,
                     dropout: dropout.checked()?,
                 })
             }
@@ -447,7 +455,7 @@ impl EncoderConfig {
                 t5: None,
                 deberta: None,
                 rotary: None,
-                gemma: None,
+                lm: None,
                 dropout: Dropouts {
                     embeddings: get_f32(c, "dropout", 0.1)?,
                     attention: get_f32(c, "attention_dropout", 0.1)?,
@@ -465,6 +473,7 @@ impl EncoderConfig {
             "new" | "gte" => rotary_bert(c, Arch::Gte),
             "jina_embeddings_v3" => rotary_bert(c, Arch::JinaV3),
             "gemma3_text" => gemma(c),
+            "qwen3" => qwen3(c),
             "" => Err(Error::format(format!(
                 "config.json has no `model_type`; supported model types: {SUPPORTED}"
             ))),
@@ -542,7 +551,7 @@ fn t5(c: &Value) -> Result<EncoderConfig> {
         t5: Some(t5),
         deberta: None,
         rotary: None,
-        gemma: None,
+        lm: None,
         dropout: Dropouts {
             embeddings: p,
             attention: p,
@@ -646,7 +655,7 @@ fn deberta(c: &Value) -> Result<EncoderConfig> {
         t5: None,
         deberta: Some(deberta),
         rotary: None,
-        gemma: None,
+        lm: None,
         dropout: Dropouts {
             embeddings: p,
             attention: get_f32(c, "attention_probs_dropout_prob", 0.1)?,
@@ -805,7 +814,7 @@ fn rotary_bert(c: &Value, arch: Arch) -> Result<EncoderConfig> {
         t5: None,
         deberta: None,
         rotary: Some(rotary),
-        gemma: None,
+        lm: None,
         dropout: Dropouts {
             embeddings: f32_of(c, &["hidden_dropout_prob", "embd_pdrop"], hidden_drop)?,
             attention: f32_of(
@@ -948,6 +957,98 @@ fn layer_theta(c: &Value, kind: &str, legacy: &str, default: f32) -> Result<f32>
     }
 }
 
+/// The key and value heads (`num_key_value_heads`, which must divide the `heads` query heads)
+/// and the heads' width (`head_dim`, even for rotary positions), with these defaults.
+fn grouped_heads(c: &Value, heads: usize, kv: usize, width: usize) -> Result<(usize, usize)> {
+    let kv_heads = match c.get("num_key_value_heads").filter(|v| !v.is_null()) {
+        Some(_) => get_usize(c, "num_key_value_heads")?,
+        None => kv,
+    };
+    if kv_heads == 0 || !heads.is_multiple_of(kv_heads) {
+        return Err(Error::format(format!(
+            "config.json: {kv_heads} key and value heads do not divide {heads} query heads"
+        )));
+    }
+    let head_dim = get_usize_or(c, "head_dim", width)?;
+    if head_dim == 0 || !head_dim.is_multiple_of(2) {
+        return Err(Error::format(format!(
+            "config.json: rotary positions need an even head width, not {head_dim}"
+        )));
+    }
+    if heads.checked_mul(head_dim).is_none() {
+        return Err(Error::format(format!("config.json: {heads} heads of {head_dim} columns")));
+    }
+    Ok((kv_heads, head_dim))
+}
+
+/// Qwen3 (Qwen3-Embedding), with transformers' defaults where `config.json` is silent: a
+/// decoder run with its causal mask. Sliding-window layers are refused.
+fn qwen3(c: &Value) -> Result<EncoderConfig> {
+    if c.get("use_sliding_window").and_then(Value::as_bool) == Some(true) {
+        return Err(Error::unsupported(
+            "config.json: `use_sliding_window: true` (Qwen3); only full attention is supported",
+        ));
+    }
+    let layers = get_usize(c, "num_hidden_layers")?;
+    if local_layers(c, layers, |_| false)?.contains(&true) {
+        return Err(Error::unsupported(
+            "config.json: sliding_attention layers (Qwen3); only full attention is supported",
+        ));
+    }
+    let heads = get_usize(c, "num_attention_heads")?;
+    let (kv_heads, head_dim) = grouped_heads(c, heads, heads, 128)?;
+    // transformers' `rope_parameters` (one set for every layer), else `rope_theta`.
+    if c.get("rope_scaling").is_some_and(|v| !v.is_null()) {
+        return Err(Error::unsupported("config.json: rope_scaling (Qwen3)"));
+    }
+    let theta = match c.get("rope_parameters").filter(|p| !p.is_null()) {
+        Some(p) => {
+            let ty = get_str(p, "rope_type", "default");
+            if ty != "default" {
+                return Err(Error::unsupported(format!(
+                    "config.json: rope_type `{ty}` (Qwen3); only `default` is supported"
+                )));
+            }
+            get_f32(p, "rope_theta", 10_000.0)?
+        }
+        None => get_f32(c, "rope_theta", 10_000.0)?,
+    };
+    if !(theta.is_finite() && theta > 1.0) {
+        return Err(Error::format(format!("config.json: a rotary base of {theta}")));
+    }
+    let hidden = get_usize(c, "hidden_size")?;
+    let attention = get_f32(c, "attention_dropout", 0.0)?;
+    Ok(EncoderConfig {
+        arch: Arch::Qwen3,
+        vocab: get_usize(c, "vocab_size")?,
+        hidden,
+        embedding: hidden,
+        groups: (1, 1),
+        layers,
+        heads,
+        ffn: get_usize(c, "intermediate_size")?,
+        act: activation(get_str(c, "hidden_act", "silu"))?,
+        eps: get_f32(c, "rms_norm_eps", 1e-6)?,
+        max_positions: get_usize_or(c, "max_position_embeddings", 32_768)?,
+        position_offset: 0,
+        modern: None,
+        t5: None,
+        deberta: None,
+        rotary: None,
+        lm: Some(LmConfig {
+            local: vec![false; layers],
+            window: 0,
+            global_theta: theta,
+            local_theta: theta,
+            head_dim,
+            kv_heads,
+            score_scale: (head_dim as f64).powf(-0.5) as f32,
+            causal: true,
+        }),
+        dropout: Dropouts { attention, ..Dropouts::default() }.checked()?,
+    })
+}
+
 /// Gemma 3's text model (EmbeddingGemma), with transformers' defaults where `config.json` is
 /// silent. Only bidirectional attention is built: a causal Gemma is a decoder.
 fn gemma(c: &Value) -> Result<EncoderConfig> {
@@ -967,21 +1068,7 @@ fn gemma(c: &Value) -> Result<EncoderConfig> {
     let pattern = get_usize_or(c, "sliding_window_pattern", 6)?.max(1);
     let local = local_layers(c, layers, |l| !(l + 1).is_multiple_of(pattern))?;
     let heads = get_usize(c, "num_attention_heads")?;
-    let kv_heads = get_usize_or(c, "num_key_value_heads", 4)?;
-    if kv_heads == 0 || !heads.is_multiple_of(kv_heads) {
-        return Err(Error::format(format!(
-            "config.json: {kv_heads} key and value heads do not divide {heads} query heads"
-        )));
-    }
-    let head_dim = get_usize_or(c, "head_dim", 256)?;
-    if head_dim == 0 || !head_dim.is_multiple_of(2) {
-        return Err(Error::format(format!(
-            "config.json: rotary positions need an even head width, not {head_dim}"
-        )));
-    }
-    if heads.checked_mul(head_dim).is_none() {
-        return Err(Error::format(format!("config.json: {heads} heads of {head_dim} columns")));
-    }
+    let (kv_heads, head_dim) = grouped_heads(c, heads, 4, 256)?;
     let scalar = get_f32(c, "query_pre_attn_scalar", 256.0)?;
     if !(scalar.is_finite() && scalar > 0.0) {
         return Err(Error::format(format!("config.json: a query_pre_attn_scalar of {scalar}")));
@@ -1005,7 +1092,7 @@ fn gemma(c: &Value) -> Result<EncoderConfig> {
         t5: None,
         deberta: None,
         rotary: None,
-        gemma: Some(GemmaConfig {
+        lm: Some(LmConfig {
             local,
             window: get_usize_or(c, "sliding_window", 4096)? / 2,
             global_theta: layer_theta(c, "full_attention", "rope_theta", 1_000_000.0)?,
@@ -1013,6 +1100,7 @@ fn gemma(c: &Value) -> Result<EncoderConfig> {
             head_dim,
             kv_heads,
             score_scale: f64::from(scalar).powf(-0.5) as f32,
+            causal: false,
         }),
         dropout: Dropouts { attention, ..Dropouts::default() }.checked()?,
     })
@@ -1049,7 +1137,7 @@ fn modernbert(c: &Value) -> Result<EncoderConfig> {
         t5: None,
         deberta: None,
         rotary: None,
-        gemma: None,
+        lm: None,
         modern: Some(ModernConfig {
             local,
             window: get_usize_or(c, "local_attention", 128)? / 2,

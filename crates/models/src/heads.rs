@@ -113,6 +113,7 @@ pub(crate) fn sequence_classifier(
         Arch::Albert => e.linear("pooler", cls, d, Act::Tanh, None)?,
         Arch::T5 => return Err(embedding_only("T5", "a sequence classifier")),
         Arch::Gemma => return Err(embedding_only("Gemma", "a sequence classifier")),
+        Arch::Qwen3 => return Err(embedding_only("Qwen3", "a sequence classifier")),
         Arch::Roberta | Arch::MpNet | Arch::JinaV3 => {
             e.g.dropout(cls, p);
             e.head_linear("classifier.dense", cls, d, Act::Tanh)?
@@ -139,6 +140,7 @@ pub(crate) fn sequence_classifier(
         | Arch::ModernBert
         | Arch::T5
         | Arch::Gemma
+        | Arch::Qwen3
         | Arch::DebertaV2
         | Arch::NomicBert
         | Arch::Gte => "classifier",
@@ -179,6 +181,7 @@ pub(crate) fn token_classifier(
         | Arch::JinaV3 => marked,
         Arch::T5 => return Err(embedding_only("T5", "a token classifier")),
         Arch::Gemma => return Err(embedding_only("Gemma", "a token classifier")),
+        Arch::Qwen3 => return Err(embedding_only("Qwen3", "a token classifier")),
     };
     e.g.dropout(h, cfg.dropout.token_classifier);
     e.head_linear("classifier", h, n, Act::Identity)
@@ -248,6 +251,7 @@ pub(crate) fn splade(
         }
         Arch::T5 => return Err(embedding_only("T5", "a SPLADE encoder")),
         Arch::Gemma => return Err(embedding_only("Gemma", "a SPLADE encoder")),
+        Arch::Qwen3 => return Err(embedding_only("Qwen3", "a SPLADE encoder")),
         Arch::DebertaV2 => {
             return Err(Error::unsupported("DeBERTa's masked-language model as a SPLADE encoder"));
         }
@@ -407,6 +411,7 @@ pub fn new_head(
         }
         (Arch::T5, _) => return Err(embedding_only("T5", "a classifier")),
         (Arch::Gemma, _) => return Err(embedding_only("Gemma", "a classifier")),
+        (Arch::Qwen3, _) => return Err(embedding_only("Qwen3", "a classifier")),
         (Arch::DebertaV2, _) => return Err(Error::unsupported("a new head for DeBERTa")),
         (_, NewHeadKind::Tokens) => linear("classifier", n, true),
     }

@@ -23,8 +23,8 @@ mod checkpoint;
 pub mod config;
 mod deberta;
 mod encoder;
-mod gemma;
 pub mod heads;
+mod lm;
 mod modernbert;
 mod par;
 mod rotary;
@@ -341,13 +341,14 @@ impl Model {
         }
         match config.arch {
             Arch::DebertaV2 => deberta::derive_tables(&mut checkpoint, &config)?,
-            Arch::Gemma => gemma::derive_weights(&mut checkpoint, &config)?,
+            Arch::Gemma | Arch::Qwen3 => lm::derive_weights(&mut checkpoint, &config)?,
             _ => {}
         }
         let kind = head_kind(&checkpoint, sentence.as_ref())?;
         let family = match config.arch {
             Arch::T5 => Some("T5"),
             Arch::Gemma => Some("Gemma"),
+            Arch::Qwen3 => Some("Qwen3"),
             _ => None,
         };
         if let Some(family) = family {
@@ -366,7 +367,7 @@ impl Model {
             Arch::NomicBert | Arch::Gte | Arch::JinaV3 => {
                 rotary::build(&checkpoint, &config, cls_only)
             }
-            Arch::Gemma => gemma::build(&checkpoint, &config, cls_only),
+            Arch::Gemma | Arch::Qwen3 => lm::build(&checkpoint, &config, cls_only),
             // Its heads pool the final norm's rows: no last layer for the first row alone.
             Arch::T5 => t5::build(&checkpoint, &config),
             Arch::Bert

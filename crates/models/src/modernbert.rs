@@ -68,6 +68,7 @@ pub(crate) fn build<'a>(
             head_dim: hd,
             scale: 1.0 / (hd as f32).sqrt(),
             window: local.then_some(m.window),
+            causal: false,
             position_bias: None,
             out,
         });

@@ -153,6 +153,7 @@ pub(crate) fn build<'a>(
             head_dim: hd,
             scale: 1.0 / (hd as f32).sqrt(),
             window: None,
+            causal: false,
             position_bias: None,
             out,
         });

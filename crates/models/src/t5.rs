@@ -53,6 +53,7 @@ pub(crate) fn build<'a>(ck: &'a Checkpoint, cfg: &EncoderConfig) -> Result<(Enco
             head_dim: t5.head_dim,
             scale: 1.0,
             window: None,
+            causal: false,
             position_bias,
             out,
         });

@@ -307,7 +307,7 @@ fn t5_encoders_match_transformers_plain_and_gated() {
 #[test]
 fn gemma_matches_transformers_with_shared_heads_and_local_layers() {
     let m = Model::load(&tiny("gemma")).unwrap();
-    let gm = m.config().gemma.clone().unwrap();
+    let gm = m.config().lm.clone().unwrap();
     assert_eq!((m.config().arch, gm.head_dim, gm.kv_heads, gm.window), (Arch::Gemma, 12, 2, 3));
     assert_eq!((gm.local, gm.local_theta, gm.global_theta), (vec![true, true, false], 100.0, 1e4));
     let g = m.graph();
@@ -349,6 +349,36 @@ fn gemma_matches_transformers_with_shared_heads_and_local_layers() {
     refused(
         &|c| c["architectures"] = serde_json::json!(["Gemma3ForSequenceClassification"]),
         "Gemma as a sequence classifier",
+    );
+}
+
+/// Qwen3's decoder (Qwen3-Embedding's shape) with its causal mask: RMS pre-norms, four query
+/// heads 12 wide sharing two key and value heads, queries and keys normalised per head and
+/// rotated, SwiGLU. Every token's row is compared, so a token that saw a key after it would
+/// show.
+#[test]
+fn qwen3_matches_transformers_with_its_causal_mask() {
+    let m = Model::load(&tiny("qwen3")).unwrap();
+    let lm = m.config().lm.clone().unwrap();
+    assert_eq!((m.config().arch, lm.head_dim, lm.kv_heads, lm.causal), (Arch::Qwen3, 12, 2, true));
+    let g = m.graph();
+    let causal = g.ops.iter().filter(|op| matches!(op, Op::Attention { causal: true, .. }));
+    assert_eq!(causal.count(), 2);
+    check("qwen3", switchyard_flex::flex());
+    check("qwen3", Reference);
+    let refused = |edit: &dyn Fn(&mut serde_json::Value), want: &str| {
+        let dir = edited("qwen3", "refused", edit);
+        let err = Model::load(&dir.0).err().unwrap().to_string();
+        assert!(err.contains(want), "{err}");
+    };
+    refused(&|c| c["use_sliding_window"] = true.into(), "`use_sliding_window: true` (Qwen3)");
+    refused(
+        &|c| c["rope_parameters"] = serde_json::json!({"rope_type": "yarn", "factor": 4.0}),
+        "rope_type `yarn` (Qwen3)",
+    );
+    refused(
+        &|c| c["architectures"] = serde_json::json!(["Qwen3ForSequenceClassification"]),
+        "Qwen3 as a sequence classifier",
     );
 }
 

@@ -6,7 +6,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use burn_tch::LibTorch;
 use switchyard_burn::generic::{MaskMeaning, attention_masked};
 use switchyard_burn::{Bound, Inputs, Kernels, Outcome, RunCx};
-use switchyard_core::Op;
+use switchyard_core::{Op, Reach};
 
 /// burn-tch 0.22.1 hands Burn's attention mask (`true` excludes a key) to PyTorch's
 /// `scaled_dot_product_attention` unconverted, where `true` includes it: sliding-window
@@ -51,26 +51,23 @@ impl Kernels<LibTorch> for TchKernels {
         match (op, ins) {
             (
                 &Op::Attention {
+                    heads, head_dim, scale, window, causal, position_bias: None, ..
+                },
+                [Some(q), Some(k), Some(v)],
+            ) if !Reach::of(window, causal).is_whole() => {
+                Outcome::Done(attention_masked::<LibTorch>(
+                    q,
+                    k,
+                    v,
                     heads,
                     head_dim,
                     scale,
-                    window: Some(window),
-                    position_bias: None,
-                    ..
-                },
-                [Some(q), Some(k), Some(v)],
-            ) => Outcome::Done(attention_masked::<LibTorch>(
-                q,
-                k,
-                v,
-                heads,
-                head_dim,
-                scale,
-                Some(window),
-                None,
-                MaskMeaning::TrueIncludes,
-                cx,
-            )),
+                    Reach::of(window, causal),
+                    None,
+                    MaskMeaning::TrueIncludes,
+                    cx,
+                ))
+            }
             (_, ins) => Outcome::Declined(ins),
         }
     }

@@ -98,6 +98,7 @@ fn a_token_that_cannot_reach_the_output_gets_zero() {
         head_dim: 4,
         scale: 0.5,
         window: Some(1),
+        causal: false,
         position_bias: None,
         out,
     });

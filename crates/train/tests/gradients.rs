@@ -271,6 +271,7 @@ fn attention_whole_and_windowed() {
             head_dim: 4,
             scale: 0.5,
             window,
+            causal: false,
             position_bias: None,
             out,
         });
@@ -305,6 +306,7 @@ fn attention_with_a_relative_position_bias() {
             head_dim: 4,
             scale: 0.5,
             window: None,
+            causal: false,
             position_bias,
             out,
         });

@@ -370,6 +370,10 @@ fn settings_and_tasks_that_do_not_fit_are_refused() {
     j.model = tiny("gemma");
     j.task = Task::Embed;
     cases.push((j, "training Gemma is not supported"));
+    let mut j = base.clone();
+    j.model = tiny("qwen3");
+    j.task = Task::Embed;
+    cases.push((j, "training Qwen3 is not supported"));
     for (j, want) in cases {
         let e = fit(&j).unwrap_err().to_string();
         assert!(e.contains(want), "expected `{want}` in `{e}`");

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 
 pub use builder::GraphBuilder;
 pub use ids::{Rows, Shape, Val, W};
-pub use op::{Act, Disentangled, Op, PoolMode, PositionBias, RelativeBias};
+pub use op::{Act, Disentangled, Op, PoolMode, PositionBias, Reach, RelativeBias};
 
 use crate::{Error, Result};
 
@@ -276,6 +276,7 @@ pub(crate) mod tests {
             head_dim: 4,
             scale: 0.5,
             window: Some(3),
+            causal: false,
             position_bias: None,
             out,
         });
@@ -354,6 +355,7 @@ pub(crate) mod tests {
             head_dim,
             scale,
             window,
+            causal: false,
             position_bias: None,
             out,
         });

@@ -71,6 +71,44 @@ pub enum PoolMode {
     Sum,
 }
 
+/// The keys an attention query sees, relative to its own position within its sequence: at most
+/// `before` positions before it and `after` after it; `None` reaches the sequence's edge.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Reach {
+    /// The farthest key before the query, or `None` for the sequence's start.
+    pub before: Option<usize>,
+    /// The farthest key after the query, or `None` for the sequence's end.
+    pub after: Option<usize>,
+}
+
+impl Reach {
+    /// An [`Op::Attention`]'s reach: its window on both sides, and nothing after the query
+    /// where it is causal.
+    pub const fn of(window: Option<usize>, causal: bool) -> Reach {
+        Reach { before: window, after: if causal { Some(0) } else { window } }
+    }
+
+    /// Whether every query sees its whole sequence.
+    pub const fn is_whole(self) -> bool {
+        self.before.is_none() && self.after.is_none()
+    }
+
+    /// The keys `lo..hi` the query at position `i` of a sequence of `len` tokens sees.
+    pub fn keys(self, i: usize, len: usize) -> (usize, usize) {
+        let lo = self.before.map_or(0, |b| i.saturating_sub(b));
+        let hi = self.after.map_or(len, |a| i.saturating_add(a).saturating_add(1).min(len));
+        (lo, hi)
+    }
+
+    /// The most keys one query of a sequence of `len` tokens sees.
+    pub fn widest(self, len: usize) -> usize {
+        match (self.before, self.after) {
+            (Some(b), Some(a)) => b.saturating_add(a).saturating_add(1).min(len),
+            _ => len,
+        }
+    }
+}
+
 /// A learned bias on each attention score by the key's position relative to the query's, in
 /// buckets: exact for near keys, logarithmic up to `max_distance`, half the buckets for keys
 /// before the query and half for keys after it (MPNet's, T5's bidirectional form).
@@ -345,11 +383,11 @@ pub enum Op {
         /// Output, same shape as `x`.
         out: Val,
     },
-    /// Bidirectional multi-head self-attention within each sequence of the batch.
+    /// Multi-head self-attention within each sequence of the batch, bidirectional or causal.
     ///
     /// Per head `h` and query token `i` of a sequence: `s_j = scale * q_i . k_j` over the key
-    /// tokens `j` of the same sequence (and, with `window = Some(w)`, only those with
-    /// `|i - j| <= w`), plus, with a [`PositionBias::Relative`] `b`, `table[b.bucket(j - i)][h]`,
+    /// tokens `j` of the same sequence (with `window = Some(w)`, only those with
+    /// `|i - j| <= w`; with `causal`, only those with `j <= i`: see [`Reach`]), plus, with a [`PositionBias::Relative`] `b`, `table[b.bucket(j - i)][h]`,
     /// or with a [`PositionBias::Disentangled`] `d`, `scale * (q_i . K[r] + k_j . Q[r])` over
     /// head `h`'s columns of `d`'s tables at row `r = d.row(j - i)` (positions counted within
     /// the sequence), `a = softmax(s)` computed with the maximum subtracted, and
@@ -375,6 +413,9 @@ pub enum Op {
         scale: f32,
         /// Sliding window: the largest `|i - j|` attended, or `None` for the whole sequence.
         window: Option<usize>,
+        /// Whether a query sees only the keys at or before its own position (`j <= i`, a
+        /// decoder's mask), within the window if there is one.
+        causal: bool,
         /// What each score adds by the relative position of query and key, or `None`.
         position_bias: Option<PositionBias>,
         /// Output rows, the shape of `q`.

@@ -196,7 +196,18 @@ impl Graph {
                 positive("theta", theta)?;
                 positive("position_scale", position_scale)?;
             }
-            Op::Attention { q, k, v, heads, head_dim, scale, window: _, position_bias, out } => {
+            Op::Attention {
+                q,
+                k,
+                v,
+                heads,
+                head_dim,
+                scale,
+                window: _,
+                causal: _,
+                position_bias,
+                out,
+            } => {
                 if sh(q).rows == Rows::Markers {
                     return Err(format!("queries are {}, expected tokens or seqs rows", sh(q)));
                 }
@@ -386,6 +397,7 @@ mod tests {
             head_dim: 4,
             scale: 1.0,
             window: None,
+            causal: false,
             position_bias: None,
             out: Val(6),
         };
@@ -432,6 +444,7 @@ mod tests {
             head_dim: 4,
             scale: 0.5,
             window: None,
+            causal: false,
             position_bias: None,
             out,
         });
@@ -472,6 +485,7 @@ mod tests {
                 head_dim: 4,
                 scale: 0.5,
                 window: None,
+                causal: false,
                 position_bias,
                 out,
             });
@@ -506,6 +520,7 @@ mod tests {
                 head_dim: 4,
                 scale: 0.5,
                 window: None,
+                causal: false,
                 position_bias: Some(PositionBias::Disentangled(d)),
                 out,
             });

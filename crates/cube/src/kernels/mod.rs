@@ -507,8 +507,19 @@ impl Kernels<burn_cubecl::CubeBackend> for CubeKernels {
         cx: &RunCx<'_, burn_cubecl::CubeBackend>,
     ) -> Outcome<burn_cubecl::CubeBackend> {
         match (op, ins, w) {
+            // Causal attention runs the generic way (one masked Burn attention call a
+            // sequence): the kernels take a symmetric window only.
             (
-                &Op::Attention { q: qv, heads, head_dim, scale, window, position_bias, .. },
+                &Op::Attention {
+                    q: qv,
+                    heads,
+                    head_dim,
+                    scale,
+                    window,
+                    causal: false,
+                    position_bias,
+                    ..
+                },
                 [Some(q), Some(k), Some(v)],
                 w,
             ) if self.takes_attention(head_dim, cx)
@@ -859,9 +870,12 @@ fn find_bias_folds(graph: &Graph) -> Vec<BiasFold> {
     let groups = graph.shared_input_linears();
     let read_by_one_alone = |v| read_by_one_op(graph, v);
     let fold = |op: &Op| {
-        let Op::Attention { q, k, v, head_dim, out, position_bias, .. } = *op else { return None };
-        // The kernel does not take disentangled attention, so it cannot add the biases.
-        if disentangled(position_bias) {
+        let Op::Attention { q, k, v, head_dim, out, position_bias, causal, .. } = *op else {
+            return None;
+        };
+        // The kernel does not take disentangled or causal attention, so it cannot add the
+        // biases.
+        if disentangled(position_bias) || causal {
             return None;
         }
         let qkv = [q, k, v];
@@ -999,6 +1013,7 @@ mod tests {
             head_dim,
             scale,
             window,
+            causal: false,
             position_bias: None,
             out,
         });
@@ -1053,6 +1068,7 @@ mod tests {
             head_dim: 8,
             scale: 1.0,
             window: None,
+            causal: false,
             position_bias: Some(PositionBias::Disentangled(d)),
             out,
         });

@@ -42,7 +42,7 @@
 use std::ops::Range;
 
 use rayon::prelude::*;
-use switchyard_core::Batch;
+use switchyard_core::{Batch, Reach};
 
 use super::math::{self, MulAdd};
 use super::scratch::{ScratchSize, Scratches, SendPtr};
@@ -58,8 +58,8 @@ pub struct Heads<'a> {
     pub head_dim: usize,
     /// Multiplies every score.
     pub scale: f32,
-    /// The largest `|i - j|` attended, if any.
-    pub window: Option<usize>,
+    /// The keys each query sees: its sliding window, and none after it where causal.
+    pub reach: Reach,
     /// Each head's bias by relative position, added to the scaled scores, as
     /// [`switchyard_core::RelativeBias::by_distance`] lays it out for sequences of up to
     /// `(len / heads + 1) / 2` tokens, if any.
@@ -225,19 +225,19 @@ const MIN_PART: usize = 48;
 struct Split {
     /// The most work (queries times the keys each sees) one task should take.
     most: usize,
-    window: Option<usize>,
+    reach: Reach,
 }
 
 impl Split {
     /// The cut of attention of `h` over `batch` on `threads` threads (none with `per_seq`).
     fn new(batch: &Batch<'_>, h: Heads<'_>, per_seq: bool, threads: usize) -> Split {
-        let cut = |most| Split { most, window: h.window };
+        let cut = |most| Split { most, reach: h.reach };
         if per_seq || threads <= 1 {
             return cut(usize::MAX);
         }
         // Saturating: a 32-bit target's usize could not hold a huge batch's products.
         let total = (0..batch.seqs())
-            .map(|s| work(batch.seq(s).len(), h.window))
+            .map(|s| work(batch.seq(s).len(), h.reach))
             .fold(0usize, usize::saturating_add)
             .saturating_mul(h.heads);
         cut((total / SHARE_PARTS.saturating_mul(threads)).max(1))
@@ -258,30 +258,27 @@ impl Split {
 
     /// Queries per part for a sequence of `len` tokens.
     fn chunk(&self, len: usize) -> usize {
-        let parts = work(len, self.window).div_ceil(self.most);
+        let parts = work(len, self.reach).div_ceil(self.most);
         if parts <= 1 {
             return len.max(1);
         }
         len.div_ceil(parts).next_multiple_of(PART_STEP).max(MIN_PART)
     }
 
-    /// The keys the queries `queries` of a sequence of `len` tokens see: all of them, or with
-    /// a window those within it, from a multiple of 32 (so that the keys fall into the blocks
-    /// of sixteen, and AMX's steps of 32, of the whole sequence, and each sum runs over the
-    /// same groups in the same order).
+    /// The keys the queries `queries` of a sequence of `len` tokens see: all of them, or those
+    /// within their reach, from a multiple of 32 (so that the keys fall into the blocks of
+    /// sixteen, and AMX's steps of 32, of the whole sequence, and each sum runs over the same
+    /// groups in the same order).
     fn keys(&self, queries: &Range<usize>, len: usize) -> Range<usize> {
-        match self.window {
-            None => 0..len,
-            Some(w) => {
-                queries.start.saturating_sub(w) / AMX_STEP * AMX_STEP..(queries.end + w).min(len)
-            }
-        }
+        let (lo, _) = self.reach.keys(queries.start, len);
+        let (_, hi) = self.reach.keys(queries.end.saturating_sub(1), len);
+        lo / AMX_STEP * AMX_STEP..hi
     }
 }
 
-/// The products of one head of a sequence of `len` tokens: each query's keys.
-fn work(len: usize, window: Option<usize>) -> usize {
-    len.saturating_mul(window.map_or(len, |w| w.saturating_mul(2).saturating_add(1).min(len)))
+/// The products of one head of a sequence of `len` tokens: each query's keys, at most.
+fn work(len: usize, reach: Reach) -> usize {
+    len.saturating_mul(reach.widest(len))
 }
 
 /// The most queries computed together (with AVX-512), sharing each load of keys and values.
@@ -1528,10 +1525,7 @@ unsafe fn amx_head(task: Task<'_>, keys: &mut AlignedBuf, scores: &mut AlignedBu
         kt.add(d * lpad + pairs * d).write_bytes(0, (lpad / 2 - pairs) * d);
         reads
     };
-    let seen = |i: usize| match h.window {
-        Some(w) => ((first + i).saturating_sub(w), (first + i + w + 1).min(len)),
-        None => (0, len),
-    };
+    let seen = |i: usize| h.reach.keys(first + i, len);
     let (scp, ldsc) = (sc.as_mut_ptr(), lpad * F32);
     // A block's weighted sums for 32 columns, before they are divided by the sums.
     let mut sums = [0.0f32; AMX_QB * AMX_STEP];
@@ -1620,10 +1614,7 @@ unsafe fn head_body<B: Block>(task: Task<'_>, keys: &mut AlignedBuf, scores: &mu
     let layout = Layout { vstride: reads.vstride, ..layout };
     let step = B::STEP;
     // The keys query i (at position first + i) may see.
-    let seen = |i: usize| match h.window {
-        Some(w) => ((first + i).saturating_sub(w), (first + i + w + 1).min(len)),
-        None => (0, len),
-    };
+    let seen = |i: usize| h.reach.keys(first + i, len);
     let (ktp, scp) = (kt.as_ptr(), sc.as_mut_ptr());
     let mut i0 = 0;
     while i0 < queries {
@@ -1742,7 +1733,7 @@ mod tests {
             heads: 12,
             head_dim: 32,
             scale: 1.0,
-            window: None,
+            reach: Reach::default(),
             position_bias: None,
             disentangled: None,
         };
@@ -1774,7 +1765,7 @@ mod tests {
             heads: 1,
             head_dim: 32,
             scale: 1.0,
-            window: Some(20),
+            reach: Reach::of(Some(20), false),
             position_bias: None,
             disentangled: None,
         };

@@ -1,29 +1,33 @@
-//! Graph builder for Gemma 3's text model with bidirectional attention (EmbeddingGemma).
+//! Graph builder for the language-model families run as embedders: Gemma 3's text model with
+//! bidirectional attention (EmbeddingGemma) and Qwen3 (Qwen3-Embedding).
 //!
-//! The word embeddings are scaled by `sqrt(width)`; per layer
-//! `x = x + post_norm(attn(input_norm(x)))` and `x = x + post_ff_norm(ffn(pre_ff_norm(x)))`,
-//! then a final norm. Every norm is RMS with the scale `1 + weight`. Attention projects queries,
-//! keys and values apart (a key and value head serves `heads / kv_heads` query heads), normalises
-//! queries and keys per head, rotates them (one base on global layers, another on local ones, as
-//! ModernBERT) and scales scores by `query_pre_attn_scalar^-0.5`; local layers see only a
-//! sliding window. The feed-forward is `down(act(gate x) * up x)`. No biases unless the
+//! Both project queries, keys and values apart (a key and value head serves `heads / kv_heads`
+//! query heads), normalise queries and keys per head (RMS), rotate them (rotate-half), and
+//! end in a final RMS norm; the feed-forward is `down(act(gate x) * up x)`; no biases unless the
 //! checkpoint has them (`attention_bias`).
+//! - Gemma: word embeddings scaled by `sqrt(width)`; per layer
+//!   `x = x + post_norm(attn(input_norm(x)))` and `x = x + post_ff_norm(ffn(pre_ff_norm(x)))`;
+//!   every norm scales by `1 + weight`; one rotary base on global layers, another on local ones,
+//!   which see only a sliding window (as ModernBERT); scores scaled by
+//!   `query_pre_attn_scalar^-0.5`.
+//! - Qwen3: per layer `x = x + attn(input_norm(x))` and `x = x + ffn(post_attention_norm(x))`;
+//!   norms scale by `weight`; one base; scores scaled by `head_dim^-0.5`; a causal mask.
 //!
-//! Two kinds of weights are derived at load ([`derive_weights`]): each norm's `1 + weight`, and
-//! where key and value heads are shared, their projections repeated once per query head they
-//! serve, so that attention runs as if every query head had its own.
+//! Weights are derived at load ([`derive_weights`]): Gemma's norms' `1 + weight`, and where
+//! key and value heads are shared, their projections repeated once per query head they serve,
+//! so that attention runs as if every query head had its own.
 
 use switchyard_core::{Act, Op, Shape, Val};
 
-use crate::config::{EncoderConfig, GemmaConfig};
+use crate::config::{Arch, EncoderConfig, LmConfig};
 use crate::encoder::{Encoder, Names};
 use crate::{Checkpoint, Error, Result};
 
 /// The word embeddings' name.
 const WORD: &str = "embed_tokens.weight";
 
-/// Each layer's norms, relative to `layers.N`.
-const LAYER_NORMS: [&str; 4] = [
+/// Each Gemma layer's norms, relative to `layers.N`.
+const GEMMA_NORMS: [&str; 4] = [
     "input_layernorm",
     "post_attention_layernorm",
     "pre_feedforward_layernorm",
@@ -36,25 +40,31 @@ const PLUS_ONE: &str = "weight.plus_one";
 /// The suffix of a key or value projection's derived rows, one block per query head.
 const PER_QUERY_HEAD: &str = "per_query_head";
 
-fn settings(cfg: &EncoderConfig) -> Result<&GemmaConfig> {
-    cfg.gemma.as_ref().ok_or_else(|| Error::format("a Gemma graph needs Gemma's settings"))
+fn settings(cfg: &EncoderConfig) -> Result<&LmConfig> {
+    cfg.lm.as_ref().ok_or_else(|| Error::format("a Gemma or Qwen3 graph needs their settings"))
 }
 
-/// Adds the norms' `1 + weight` and, where key and value heads are shared, their projections
-/// repeated per query head, to `ck`.
+/// Adds Gemma's norms' `1 + weight` and, where key and value heads are shared, their
+/// projections repeated per query head, to `ck`.
 pub(crate) fn derive_weights(ck: &mut Checkpoint, cfg: &EncoderConfig) -> Result<()> {
     let gm = settings(cfg)?;
-    let _span = tracing::info_span!("derive", weights = "Gemma's norm scales").entered();
+    let gemma = cfg.arch == Arch::Gemma;
+    let _span = tracing::info_span!("derive", weights = "norm scales, shared heads").entered();
     let names = Names::detect(ck, WORD)?;
     let read = |name: &str, want: &[usize]| names.values(name, want);
     let need = |name: &str, want: &[usize]| names.need_values(name, want);
     let (d, hd) = (cfg.hidden, gm.head_dim);
-    let mut norms: Vec<(String, usize)> = vec![("norm".into(), d)];
+    let mut norms: Vec<(String, usize)> = Vec::new();
+    if gemma {
+        norms.push(("norm".into(), d));
+    }
     let mut shared = Vec::new();
     for l in 0..cfg.layers {
         let pre = format!("layers.{l}");
-        norms.extend(LAYER_NORMS.iter().map(|n| (format!("{pre}.{n}"), d)));
-        norms.extend(["q_norm", "k_norm"].map(|n| (format!("{pre}.self_attn.{n}"), hd)));
+        if gemma {
+            norms.extend(GEMMA_NORMS.iter().map(|n| (format!("{pre}.{n}"), d)));
+            norms.extend(["q_norm", "k_norm"].map(|n| (format!("{pre}.self_attn.{n}"), hd)));
+        }
         if gm.kv_heads < cfg.heads {
             shared.extend(["k_proj", "v_proj"].map(|p| format!("{pre}.self_attn.{p}")));
         }
@@ -100,18 +110,22 @@ pub(crate) fn build<'a>(
     cls_only: bool,
 ) -> Result<(Encoder<'a>, Val)> {
     let gm = settings(cfg)?;
+    let gemma = cfg.arch == Arch::Gemma;
     let names = Names::detect(ck, WORD)?;
     let (d, hd, heads) = (cfg.hidden, gm.head_dim, cfg.heads);
     let (t, inner) = (Shape::tokens(d), Shape::tokens(heads * hd));
     let mut e = Encoder::start(names, WORD, cfg.vocab, d)?;
     let word = e.word;
-    let scale = (d as f32).sqrt();
+    let scale = if gemma { (d as f32).sqrt() } else { 1.0 };
     let mut x = e.g.op(t, |out| Op::Embed { table: word, scale, out });
+    let norm = |e: &mut Encoder<'_>, name: &str, x: Val, group: Option<usize>| {
+        rms_norm(e, name, x, group, gemma, cfg.eps)
+    };
     let shared = gm.kv_heads < heads;
     for (l, &local) in gm.local.iter().enumerate() {
         let pre = format!("layers.{l}");
         let attn = format!("{pre}.self_attn");
-        let h = norm(&mut e, &format!("{pre}.input_layernorm"), x, None, cfg.eps)?;
+        let h = norm(&mut e, &format!("{pre}.input_layernorm"), x, None)?;
         let kv = |p: &str| match shared {
             true => format!("{attn}.{p}.{PER_QUERY_HEAD}"),
             false => format!("{attn}.{p}"),
@@ -121,7 +135,7 @@ pub(crate) fn build<'a>(
         let v = e.linear(&kv("v_proj"), h, heads * hd, Act::Identity, None)?;
         let theta = if local { gm.local_theta } else { gm.global_theta };
         let [q, k] = [("q_norm", q), ("k_norm", k)].map(|(n, p)| {
-            norm(&mut e, &format!("{attn}.{n}"), p, Some(hd), cfg.eps).map(|p| {
+            norm(&mut e, &format!("{attn}.{n}"), p, Some(hd)).map(|p| {
                 e.g.op(inner, |out| Op::Rope {
                     x: p,
                     heads,
@@ -148,31 +162,60 @@ pub(crate) fn build<'a>(
             head_dim: hd,
             scale: gm.score_scale,
             window: local.then_some(gm.window),
+            causal: gm.causal,
             position_bias: None,
             out,
         });
         e.g.dropout(a, cfg.dropout.attention);
-        let o = e.linear(&format!("{attn}.o_proj"), a, d, Act::Identity, None)?;
-        let o = norm(&mut e, &format!("{pre}.post_attention_layernorm"), o, None, cfg.eps)?;
-        x = e.g.op(e.g.shape(x), |out| Op::Add { a: x, b: o, out });
-        let h = norm(&mut e, &format!("{pre}.pre_feedforward_layernorm"), x, None, cfg.eps)?;
         let mlp = format!("{pre}.mlp");
-        let gate = e.linear(&format!("{mlp}.gate_proj"), h, cfg.ffn, cfg.act, None)?;
-        let up = e.linear(&format!("{mlp}.up_proj"), h, cfg.ffn, Act::Identity, None)?;
-        let ff = Shape { rows, width: cfg.ffn };
-        let gated = e.g.op(ff, |out| Op::Mul { a: gate, b: up, out });
-        let f = e.linear(&format!("{mlp}.down_proj"), gated, d, Act::Identity, None)?;
-        let f = norm(&mut e, &format!("{pre}.post_feedforward_layernorm"), f, None, cfg.eps)?;
-        x = e.g.op(e.g.shape(x), |out| Op::Add { a: x, b: f, out });
+        if gemma {
+            let o = e.linear(&format!("{attn}.o_proj"), a, d, Act::Identity, None)?;
+            let o = norm(&mut e, &format!("{pre}.post_attention_layernorm"), o, None)?;
+            x = e.g.op(e.g.shape(x), |out| Op::Add { a: x, b: o, out });
+            let h = norm(&mut e, &format!("{pre}.pre_feedforward_layernorm"), x, None)?;
+            let f = gated(&mut e, &mlp, h, cfg, None)?;
+            let f = norm(&mut e, &format!("{pre}.post_feedforward_layernorm"), f, None)?;
+            x = e.g.op(e.g.shape(x), |out| Op::Add { a: x, b: f, out });
+        } else {
+            x = e.linear(&format!("{attn}.o_proj"), a, d, Act::Identity, Some(x))?;
+            let h = norm(&mut e, &format!("{pre}.post_attention_layernorm"), x, None)?;
+            x = gated(&mut e, &mlp, h, cfg, Some(x))?;
+        }
     }
-    let x = norm(&mut e, "norm", x, None, cfg.eps)?;
+    let x = norm(&mut e, "norm", x, None)?;
     Ok((e, x))
 }
 
-/// Gemma's RMS norm `name` on `x` (per `group` columns where given), scaled by the derived
-/// `1 + weight`.
-fn norm(e: &mut Encoder<'_>, name: &str, x: Val, group: Option<usize>, eps: f32) -> Result<Val> {
+/// `down(act(gate h) * up h)` (plus `residual`) with the feed-forward `mlp`'s weights.
+fn gated(
+    e: &mut Encoder<'_>,
+    mlp: &str,
+    h: Val,
+    cfg: &EncoderConfig,
+    residual: Option<Val>,
+) -> Result<Val> {
+    let gate = e.linear(&format!("{mlp}.gate_proj"), h, cfg.ffn, cfg.act, None)?;
+    let up = e.linear(&format!("{mlp}.up_proj"), h, cfg.ffn, Act::Identity, None)?;
+    let ff = Shape { rows: e.g.shape(h).rows, width: cfg.ffn };
+    let gated = e.g.op(ff, |out| Op::Mul { a: gate, b: up, out });
+    e.linear(&format!("{mlp}.down_proj"), gated, cfg.hidden, Act::Identity, residual)
+}
+
+/// The RMS norm `name` on `x` (per `group` columns where given), scaled by Gemma's derived
+/// `1 + weight`, or by `weight` itself.
+fn rms_norm(
+    e: &mut Encoder<'_>,
+    name: &str,
+    x: Val,
+    group: Option<usize>,
+    gemma: bool,
+    eps: f32,
+) -> Result<Val> {
     let width = group.unwrap_or(e.g.shape(x).width);
-    let gamma = e.names.weight(&mut e.g, &format!("{name}.{PLUS_ONE}"), &[width])?;
+    let gamma = match gemma {
+        true => format!("{name}.{PLUS_ONE}"),
+        false => format!("{name}.weight"),
+    };
+    let gamma = e.names.weight(&mut e.g, &gamma, &[width])?;
     Ok(e.g.op(e.g.shape(x), |out| Op::RmsNorm { x, gamma, eps, group, out }))
 }
