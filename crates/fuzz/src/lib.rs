@@ -195,8 +195,8 @@ pub fn batches(seed: u64, cases: usize) -> Tally {
 /// The tiny checkpoints whose `config.json` the config target edits: one of each way of reading
 /// a config (BERT's, RoBERTa's offset positions, MPNet's buckets, ModernBERT's layer types, T5's
 /// feed-forward, DeBERTa's relative tables, NomicBERT's, GTE's (with and without its NTK
-/// scaling) and Jina v3's rotary settings, Gemma's shared heads and layer kinds).
-pub const CONFIG_SEEDS: [&str; 11] = [
+/// scaling) and Jina v3's rotary settings, Gemma's shared heads and layer kinds, Qwen3's).
+pub const CONFIG_SEEDS: [&str; 12] = [
     "bert",
     "roberta",
     "mpnet",
@@ -208,6 +208,7 @@ pub const CONFIG_SEEDS: [&str; 11] = [
     "gte-ntk",
     "jina",
     "gemma",
+    "qwen3",
 ];
 
 /// `config.json` of one of [`CONFIG_SEEDS`] edited as text: parsed, read as an encoder's sizes,
