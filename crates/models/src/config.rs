@@ -996,7 +996,8 @@ fn qwen3(c: &Value) -> Result<EncoderConfig> {
         ));
     }
     let heads = get_usize(c, "num_attention_heads")?;
-    let (kv_heads, head_dim) = grouped_heads(c, heads, heads, 128)?;
+    // transformers: 32 key and value heads where config.json names none.
+    let (kv_heads, head_dim) = grouped_heads(c, heads, 32, 128)?;
     // transformers' `rope_parameters` (one set for every layer), else `rope_theta`.
     if c.get("rope_scaling").is_some_and(|v| !v.is_null()) {
         return Err(Error::unsupported("config.json: rope_scaling (Qwen3)"));
