@@ -1017,35 +1017,49 @@ fn qwen3(c: &Value) -> Result<EncoderConfig> {
     if !(theta.is_finite() && theta > 1.0) {
         return Err(Error::format(format!("config.json: a rotary base of {theta}")));
     }
+    let lm = LmConfig {
+        local: vec![false; layers],
+        window: 0,
+        global_theta: theta,
+        local_theta: theta,
+        head_dim,
+        kv_heads,
+        score_scale: (head_dim as f64).powf(-0.5) as f32,
+        causal: true,
+    };
+    lm_encoder(c, Arch::Qwen3, heads, get_str(c, "hidden_act", "silu"), 32_768, lm)
+}
+
+/// A Gemma or Qwen3 `config.json`'s common sizes around its own settings `lm`: the
+/// feed-forward's activation `act`, and `positions` where `max_position_embeddings` is absent.
+fn lm_encoder(
+    c: &Value,
+    arch: Arch,
+    heads: usize,
+    act: &str,
+    positions: usize,
+    lm: LmConfig,
+) -> Result<EncoderConfig> {
     let hidden = get_usize(c, "hidden_size")?;
     let attention = get_f32(c, "attention_dropout", 0.0)?;
     Ok(EncoderConfig {
-        arch: Arch::Qwen3,
+        arch,
         vocab: get_usize(c, "vocab_size")?,
         hidden,
         embedding: hidden,
         groups: (1, 1),
-        layers,
+        layers: lm.local.len(),
         heads,
         ffn: get_usize(c, "intermediate_size")?,
-        act: activation(get_str(c, "hidden_act", "silu"))?,
+        act: activation(act)?,
         eps: get_f32(c, "rms_norm_eps", 1e-6)?,
-        max_positions: get_usize_or(c, "max_position_embeddings", 32_768)?,
+        max_positions: get_usize_or(c, "max_position_embeddings", positions)?,
         position_offset: 0,
         modern: None,
         t5: None,
         deberta: None,
         rotary: None,
-        lm: Some(LmConfig {
-            local: vec![false; layers],
-            window: 0,
-            global_theta: theta,
-            local_theta: theta,
-            head_dim,
-            kv_heads,
-            score_scale: (head_dim as f64).powf(-0.5) as f32,
-            causal: true,
-        }),
+        lm: Some(lm),
         dropout: Dropouts { attention, ..Dropouts::default() }.checked()?,
     })
 }
@@ -1074,37 +1088,18 @@ fn gemma(c: &Value) -> Result<EncoderConfig> {
     if !(scalar.is_finite() && scalar > 0.0) {
         return Err(Error::format(format!("config.json: a query_pre_attn_scalar of {scalar}")));
     }
-    let hidden = get_usize(c, "hidden_size")?;
-    let attention = get_f32(c, "attention_dropout", 0.0)?;
-    Ok(EncoderConfig {
-        arch: Arch::Gemma,
-        vocab: get_usize(c, "vocab_size")?,
-        hidden,
-        embedding: hidden,
-        groups: (1, 1),
-        layers,
-        heads,
-        ffn: get_usize(c, "intermediate_size")?,
-        act: activation(get_str(c, "hidden_activation", "gelu_pytorch_tanh"))?,
-        eps: get_f32(c, "rms_norm_eps", 1e-6)?,
-        max_positions: get_usize_or(c, "max_position_embeddings", 131_072)?,
-        position_offset: 0,
-        modern: None,
-        t5: None,
-        deberta: None,
-        rotary: None,
-        lm: Some(LmConfig {
-            local,
-            window: get_usize_or(c, "sliding_window", 4096)? / 2,
-            global_theta: layer_theta(c, "full_attention", "rope_theta", 1_000_000.0)?,
-            local_theta: layer_theta(c, "sliding_attention", "rope_local_base_freq", 10_000.0)?,
-            head_dim,
-            kv_heads,
-            score_scale: f64::from(scalar).powf(-0.5) as f32,
-            causal: false,
-        }),
-        dropout: Dropouts { attention, ..Dropouts::default() }.checked()?,
-    })
+    let lm = LmConfig {
+        local,
+        window: get_usize_or(c, "sliding_window", 4096)? / 2,
+        global_theta: layer_theta(c, "full_attention", "rope_theta", 1_000_000.0)?,
+        local_theta: layer_theta(c, "sliding_attention", "rope_local_base_freq", 10_000.0)?,
+        head_dim,
+        kv_heads,
+        score_scale: f64::from(scalar).powf(-0.5) as f32,
+        causal: false,
+    };
+    let act = get_str(c, "hidden_activation", "gelu_pytorch_tanh");
+    lm_encoder(c, Arch::Gemma, heads, act, 131_072, lm)
 }
 
 fn modernbert(c: &Value) -> Result<EncoderConfig> {
