@@ -272,13 +272,13 @@ fn rope_frequency_falls_with_the_column_and_scales_with_the_position_scale() {
     }
 }
 
-#[test]
-fn attention_softmaxes_within_each_sequence_only() {
-    let mut c = Case::new();
+/// One head of one column over three tokens whose keys score 0, ln 3 and 50 against every
+/// query, with values 4, 8 and 100.
+fn three_tokens(c: &mut Case, causal: bool) -> Val {
     let q = c.input(&[&[1.0], &[1.0], &[1.0]]);
     let k = c.input(&[&[0.0], &[3f32.ln()], &[50.0]]);
     let v = c.input(&[&[4.0], &[8.0], &[100.0]]);
-    let y = c.g.op(Shape::tokens(1), |out| Op::Attention {
+    c.g.op(Shape::tokens(1), |out| Op::Attention {
         q,
         k,
         v,
@@ -286,10 +286,16 @@ fn attention_softmaxes_within_each_sequence_only() {
         head_dim: 1,
         scale: 1.0,
         window: None,
-        causal: false,
+        causal,
         position_bias: None,
         out,
-    });
+    })
+}
+
+#[test]
+fn attention_softmaxes_within_each_sequence_only() {
+    let mut c = Case::new();
+    let y = three_tokens(&mut c, false);
     // Scores [0, ln 3] give weights [1/4, 3/4]: 1 + 6 = 7. The third token is alone.
     close(&c.run(y, &[2, 1]), &[&[7.0], &[7.0], &[100.0]]);
 }
@@ -297,21 +303,7 @@ fn attention_softmaxes_within_each_sequence_only() {
 #[test]
 fn causal_attention_sees_no_key_after_the_query() {
     let mut c = Case::new();
-    let q = c.input(&[&[1.0], &[1.0], &[1.0]]);
-    let k = c.input(&[&[0.0], &[3f32.ln()], &[50.0]]);
-    let v = c.input(&[&[4.0], &[8.0], &[100.0]]);
-    let y = c.g.op(Shape::tokens(1), |out| Op::Attention {
-        q,
-        k,
-        v,
-        heads: 1,
-        head_dim: 1,
-        scale: 1.0,
-        window: None,
-        causal: true,
-        position_bias: None,
-        out,
-    });
+    let y = three_tokens(&mut c, true);
     // One sequence: the first token sees its own key alone (4), the second the first two (7,
     // as above), the third all three, its own score 50 outweighing the rest (100). Without
     // the mask the first two would also see that key.
