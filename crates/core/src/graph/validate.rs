@@ -365,6 +365,14 @@ mod tests {
         cases.push((g, "op 5 (Rope): position_scale must be positive"));
 
         let mut g = base.clone();
+        g.ops[0] = Op::Embed { table: W(0), scale: f32::NAN, out: Val(0) };
+        cases.push((g, "op 0 (Embed): scale must be finite, got NaN"));
+
+        let mut g = base.clone();
+        g.ops[3] = Op::RmsNorm { x: Val(2), gamma: W(2), eps: 1e-6, group: Some(3), out: Val(3) };
+        cases.push((g, "op 3 (RmsNorm): groups of 3 columns do not divide width 8"));
+
+        let mut g = base.clone();
         g.ops[3] = Op::LayerNorm { x: Val(2), gamma: W(2), beta: None, eps: 0.0, out: Val(3) };
         cases.push((g, "op 3 (LayerNorm): eps must be positive"));
 
