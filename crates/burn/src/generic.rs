@@ -111,13 +111,15 @@ pub enum BoundBias<'a, B: BurnBackend> {
 pub type PositionTables<'a, B> = Option<BoundBias<'a, B>>;
 
 /// Self-attention of each sequence on its own, with no padding: one Burn attention call per
-/// sequence, on `[1, heads, len, head_dim]` views of its rows.
+/// sequence, on `[1, heads, len, head_dim]` views of its rows (each of `kv_heads` key-value
+/// heads repeated for the query heads that share it).
 #[allow(clippy::too_many_arguments)]
 pub fn attention<B: BurnBackend>(
     q: FloatTensor<B>,
     k: FloatTensor<B>,
     v: FloatTensor<B>,
     heads: usize,
+    kv_heads: usize,
     head_dim: usize,
     scale: f32,
     reach: Reach,
@@ -125,7 +127,7 @@ pub fn attention<B: BurnBackend>(
     cx: &RunCx<'_, B>,
 ) -> FloatTensor<B> {
     let meaning = MaskMeaning::TrueExcludes;
-    attention_masked::<B>(q, k, v, heads, head_dim, scale, reach, bias, meaning, cx)
+    attention_masked::<B>(q, k, v, heads, kv_heads, head_dim, scale, reach, bias, meaning, cx)
 }
 
 /// [`attention`] on a backend whose `attention` reads its sliding-window mask as `meaning` says.
@@ -135,6 +137,7 @@ pub fn attention_masked<B: BurnBackend>(
     k: FloatTensor<B>,
     v: FloatTensor<B>,
     heads: usize,
+    kv_heads: usize,
     head_dim: usize,
     scale: f32,
     reach: Reach,
@@ -143,7 +146,7 @@ pub fn attention_masked<B: BurnBackend>(
     cx: &RunCx<'_, B>,
 ) -> FloatTensor<B> {
     let options = AttentionModuleOptions { scale: Some(f64::from(scale)), ..Default::default() };
-    let shape = Heads { heads, head_dim, reach, bias, scale, meaning };
+    let shape = Heads { heads, kv_heads, head_dim, reach, bias, scale, meaning };
     per_sequence::<B>(&q, &k, &v, shape, cx, |q, k, v, mask, bias| {
         B::attention(q, k, v, mask, bias, options)
     })
@@ -158,6 +161,7 @@ pub fn attention_dropped<B: BurnBackend>(
     k: FloatTensor<B>,
     v: FloatTensor<B>,
     heads: usize,
+    kv_heads: usize,
     head_dim: usize,
     scale: f32,
     reach: Reach,
@@ -166,7 +170,7 @@ pub fn attention_dropped<B: BurnBackend>(
     cx: &RunCx<'_, B>,
 ) -> FloatTensor<B> {
     let meaning = MaskMeaning::TrueExcludes;
-    let shape = Heads { heads, head_dim, reach, bias, scale, meaning };
+    let shape = Heads { heads, kv_heads, head_dim, reach, bias, scale, meaning };
     per_sequence::<B>(&q, &k, &v, shape, cx, |q, k, v, mask, bias| {
         let scores =
             B::float_mul_scalar(B::float_matmul(q, B::float_transpose(k)), f64::from(scale).into());
@@ -203,6 +207,7 @@ pub fn position_bias_of<B: BurnBackend>(
 /// What [`per_sequence`] needs of an attention op besides its inputs.
 struct Heads<'a, B: BurnBackend> {
     heads: usize,
+    kv_heads: usize,
     head_dim: usize,
     reach: Reach,
     bias: PositionTables<'a, B>,
@@ -231,7 +236,7 @@ fn per_sequence<B: BurnBackend>(
         Option<FloatTensor<B>>,
     ) -> FloatTensor<B>,
 ) -> FloatTensor<B> {
-    let Heads { heads, head_dim, reach, bias, scale, meaning } = h;
+    let Heads { heads, kv_heads, head_dim, reach, bias, scale, meaning } = h;
     let outside = meaning == MaskMeaning::TrueExcludes;
     let b = cx.batch();
     let w = heads * head_dim;
@@ -241,6 +246,18 @@ fn per_sequence<B: BurnBackend>(
     let split = |t: &FloatTensor<B>, first: usize, l: usize| {
         let r = rows::<B>(t.clone(), first, first + l);
         B::float_swap_dims(reshape::<B>(r, &[1, l, heads, head_dim]), 1, 2)
+    };
+    // Keys or values, each key-value head repeated for the query heads of its group:
+    // `[1, kv_heads, group, l, head_dim]` as `[1, heads, l, head_dim]`.
+    let group = heads / kv_heads;
+    let split_kv = |t: &FloatTensor<B>, first: usize, l: usize| {
+        let r = rows::<B>(t.clone(), first, first + l);
+        let r = B::float_swap_dims(reshape::<B>(r, &[1, l, kv_heads, head_dim]), 1, 2);
+        if group == 1 {
+            return r;
+        }
+        let r = B::float_repeat_dim(reshape::<B>(r, &[1, kv_heads, 1, l, head_dim]), 2, group);
+        reshape::<B>(r, &[1, heads, l, head_dim])
     };
     let biases = match bias {
         Some(BoundBias::Relative(rb, table)) => longest_biases::<B>(rb, table, heads, cx),
@@ -272,12 +289,12 @@ fn per_sequence<B: BurnBackend>(
             let corner = B::float_slice(all.clone(), &[Slice::from(..), range(0, lq), range(0, l)]);
             reshape::<B>(corner, &[1, heads, lq, l])
         });
-        let (qs, ks) = (split(q, q0, lq), split(k, start, l));
+        let (qs, ks) = (split(q, q0, lq), split_kv(k, start, l));
         let bias = match &disentangled {
             Some(d) => Some(d.scores(&qs, &ks, [lq, l], heads, scale)),
             None => bias,
         };
-        let o = attend(qs, ks, split(v, start, l), mask, bias);
+        let o = attend(qs, ks, split_kv(v, start, l), mask, bias);
         outs.push(reshape::<B>(B::float_swap_dims(o, 1, 2), &[lq, w]));
     }
     if outs.len() == 1 { outs.pop().expect("one sequence") } else { B::float_cat(outs, 0) }
@@ -500,11 +517,17 @@ pub fn run_op_dropped<B: BurnBackend>(
             let y = dropout::<B>(y, p, cx.device);
             B::float_add(y, r.expect("a linear layer's residual"))
         }
-        (Op::Attention { heads, head_dim, scale, window, causal, position_bias, .. }, _) => {
+        (
+            Op::Attention {
+                heads, kv_heads, head_dim, scale, window, causal, position_bias, ..
+            },
+            _,
+        ) => {
             let reach = Reach::of(*window, *causal);
             let [q, k, v] = ins.map(|t| t.expect("attention's query, key and value"));
             let bias = position_bias_of::<B>(*position_bias, w);
-            attention_dropped::<B>(q, k, v, *heads, *head_dim, *scale, reach, bias, p, cx)
+            let (hs, kvh, hd) = (*heads, *kv_heads, *head_dim);
+            attention_dropped::<B>(q, k, v, hs, kvh, hd, *scale, reach, bias, p, cx)
         }
         _ => dropout::<B>(run_op::<B>(op, ins, w, cx), p, cx.device),
     }
@@ -563,11 +586,16 @@ pub fn run_op<B: BurnBackend>(
         (Op::Rope { heads, head_dim, .. }, Bound::Rope { cos, sin }) => {
             rope::<B>(need(a), *heads, *head_dim, cos, sin, cx)
         }
-        (Op::Attention { heads, head_dim, scale, window, causal, position_bias, .. }, _) => {
+        (
+            Op::Attention {
+                heads, kv_heads, head_dim, scale, window, causal, position_bias, ..
+            },
+            _,
+        ) => {
             let reach = Reach::of(*window, *causal);
             let bias = position_bias_of::<B>(*position_bias, w);
-            let (hs, hd) = (*heads, *head_dim);
-            attention::<B>(need(a), need(b), need(c), hs, hd, *scale, reach, bias, cx)
+            let (hs, kvh, hd) = (*heads, *kv_heads, *head_dim);
+            attention::<B>(need(a), need(b), need(c), hs, kvh, hd, *scale, reach, bias, cx)
         }
         (Op::Activation { act, .. }, _) => activation::<B>(need(a), *act),
         (Op::Pool { mode, .. }, _) => pool::<B>(need(a), *mode, cx),

@@ -750,6 +750,7 @@ fn one_position_bias_serves_layers_with_token_and_sequence_queries() {
             k,
             v: k,
             heads: 2,
+            kv_heads: 2,
             head_dim: 4,
             scale: 0.5,
             window: None,

@@ -86,7 +86,7 @@ fn op_record(graph: &Graph, index: usize, op: &Op, s: &Sizes<'_>) -> OpRecord {
             };
             (3 * n * w, format!("{heads}x{head_dim}, theta {theta}{scaled}"), io_bytes)
         }
-        Op::Attention { q, heads, head_dim, window, causal, position_bias, .. } => {
+        Op::Attention { q, heads, kv_heads, head_dim, window, causal, position_bias, .. } => {
             // Each query's keys, the window and the causal mask counted; the one query of a
             // sequence is its first token's.
             let per_seq = graph.shape(q).rows == Rows::Seqs;
@@ -104,10 +104,13 @@ fn op_record(graph: &Graph, index: usize, op: &Op, s: &Sizes<'_>) -> OpRecord {
             let hd = head_dim as u64;
             let heads_u = heads as u64;
             let mut flops = heads_u * pairs * (4 * hd + 3);
-            let mut d = match window {
-                Some(win) => format!("{heads}x{head_dim}, window {win}"),
-                None => format!("{heads}x{head_dim}"),
-            };
+            let mut d = format!("{heads}x{head_dim}");
+            if kv_heads != heads {
+                d.push_str(&format!(" on {kv_heads} key-value heads"));
+            }
+            if let Some(win) = window {
+                d.push_str(&format!(", window {win}"));
+            }
             if causal {
                 d.push_str(", causal");
             }

@@ -33,6 +33,7 @@ fn records_upload_lower_and_run() {
         k: y,
         v: y,
         heads: 4,
+        kv_heads: 4,
         head_dim: 8,
         scale: 0.3,
         window: None,
@@ -119,6 +120,7 @@ fn a_query_per_sequence_costs_one_row_of_scores() {
             k: x,
             v: x,
             heads: 2,
+            kv_heads: 2,
             head_dim: 4,
             scale: 0.5,
             window,
@@ -164,6 +166,7 @@ fn disentangled_attention_costs_a_product_a_term_and_names_its_terms() {
             k: x,
             v: x,
             heads: 2,
+            kv_heads: 2,
             head_dim: 4,
             scale: 0.5,
             window: None,
@@ -183,4 +186,37 @@ fn disentangled_attention_costs_a_product_a_term_and_names_its_terms() {
         let n = u64::from(terms.0) + u64::from(terms.1);
         assert_eq!(plan.record().ops[1].flops, 2 * 64 * (4 * 4 + 3 + n * 2 * 4), "{named}");
     }
+}
+
+#[test]
+fn shared_key_value_heads_cost_their_query_heads_products_and_their_own_reads() {
+    let mut g = GraphBuilder::new();
+    let t = g.weight("emb", &[10, 8]);
+    let x = g.op(Shape::tokens(8), |out| Op::Embed { table: t, scale: 1.0, out });
+    let kv = g.op(Shape::tokens(4), |out| Op::Slice { x, start: 0, out });
+    let a = g.op(Shape::tokens(8), |out| Op::Attention {
+        q: x,
+        k: kv,
+        v: kv,
+        heads: 2,
+        kv_heads: 1,
+        head_dim: 4,
+        scale: 0.5,
+        window: None,
+        causal: false,
+        position_bias: None,
+        out,
+    });
+    g.output("a", a);
+    let g = g.finish().unwrap();
+    let cap = Capture::new();
+    let w = cap.upload(&testkit::random_weights(&g, 1).tensors(), &g).unwrap();
+    let plan = cap.lower(&w, &g, Bucket::new(16, 4, 0)).unwrap();
+    let table = plan.record().table();
+    assert!(table.contains("2x4 on 1 key-value heads"), "{table}");
+    let op = &plan.record().ops[2];
+    // Four sequences of 4 tokens: 2 query heads x 64 pairs x (4 x 4 + 3); the queries and the
+    // output 16 x 8 floats, the keys and values 16 x 4 each.
+    assert_eq!(op.flops, 2 * 64 * (4 * 4 + 3));
+    assert_eq!(op.bytes, 4 * (2 * 16 * 8 + 2 * 16 * 4));
 }

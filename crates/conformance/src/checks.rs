@@ -236,6 +236,7 @@ fn edge_cases() -> Vec<(&'static str, Graph)> {
             k: x,
             v: x,
             heads,
+            kv_heads: heads,
             head_dim,
             scale: 0.7,
             window,

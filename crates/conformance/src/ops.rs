@@ -257,8 +257,65 @@ fn cases() -> Vec<(String, Graph)> {
                         k,
                         v,
                         heads,
+                        kv_heads: heads,
                         head_dim,
                         scale,
+                        window,
+                        causal,
+                        position_bias,
+                        out,
+                    })
+                }),
+            ));
+        }
+    }
+    // Grouped-query attention (Qwen3's 2 query heads a key-value head, EmbeddingGemma's 3):
+    // narrower keys and values, in each mask and with a query per sequence.
+    for (heads, kv_heads, head_dim) in [(4, 2, 8), (3, 1, 32), (12, 4, 5)] {
+        for (window, causal, per_seq, relative) in [
+            (None, false, false, false),
+            (Some(2), false, false, false),
+            (None, true, false, false),
+            (Some(2), true, false, false),
+            (None, false, true, false),
+            (None, false, false, true),
+        ] {
+            let (w, kw) = (heads * head_dim, kv_heads * head_dim);
+            let how = match (window, causal, per_seq, relative) {
+                (_, _, true, _) => ", a query per sequence",
+                (_, true, _, _) => ", causal",
+                (_, _, _, true) => ", 8 position buckets to 10",
+                _ => "",
+            };
+            c.push((
+                format!("Attention {heads}x{head_dim} on {kv_heads} key-value heads window {window:?}{how}"),
+                single(w, |g, q, _| {
+                    let mut input = |name: &str| {
+                        let table = g.weight(name, &[VOCAB, kw]);
+                        g.op(Shape::tokens(kw), |out| Op::Embed { table, scale: 1.0, out })
+                    };
+                    let (k, v) = (input("input.k"), input("input.v"));
+                    let q = match per_seq {
+                        true => {
+                            g.op(Shape::seqs(w), |out| Op::Pool { x: q, mode: PoolMode::Cls, out })
+                        }
+                        false => q,
+                    };
+                    let position_bias = relative.then(|| {
+                        PositionBias::Relative(RelativeBias {
+                            table: g.weight("attention.position_bias", &[8, heads]),
+                            buckets: 8,
+                            max_distance: 10,
+                        })
+                    });
+                    g.op(g.shape(q), |out| Op::Attention {
+                        q,
+                        k,
+                        v,
+                        heads,
+                        kv_heads,
+                        head_dim,
+                        scale: 1.0 / (head_dim as f32).sqrt(),
                         window,
                         causal,
                         position_bias,

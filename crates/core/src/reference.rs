@@ -274,6 +274,7 @@ impl Ctx<'_> {
                 k,
                 v,
                 heads,
+                kv_heads,
                 head_dim,
                 scale,
                 window,
@@ -289,7 +290,8 @@ impl Ctx<'_> {
                 let (pos_keys, pos_queries) =
                     disentangled.map_or((None, None), |d| (table(d.keys), table(d.queries)));
                 let (qs, ks, vs) = (self.val(q), self.val(k), self.val(v));
-                let w = heads * head_dim;
+                // Query (and output) width; key and value width; query heads a key-value head.
+                let (w, kw, group) = (heads * head_dim, kv_heads * head_dim, heads / kv_heads);
                 let per_seq = self.plan.graph.shape(q).rows == crate::Rows::Seqs;
                 for s in 0..b.seqs() {
                     let seq = b.seq(s);
@@ -301,10 +303,12 @@ impl Ctx<'_> {
                         let keys = seq.start + lo..seq.start + hi;
                         for h in 0..heads {
                             let col = h * head_dim..(h + 1) * head_dim;
+                            let kv = h / group;
+                            let kcol = kv * head_dim..(kv + 1) * head_dim;
                             let qi = &qs[r * w..][col.clone()];
                             let sc = &mut scores[..keys.len()];
                             for (sv, j) in sc.iter_mut().zip(keys.clone()) {
-                                let kj = &ks[j * w..][col.clone()];
+                                let kj = &ks[j * kw..][kcol.clone()];
                                 let dot = |a: &[f64], b: &[f64]| {
                                     a.iter().zip(b).map(|(a, b)| a * b).sum::<f64>()
                                 };
@@ -331,7 +335,7 @@ impl Ctx<'_> {
                             let yi = &mut y[r * w..][col.clone()];
                             yi.fill(0.0);
                             for (a, j) in sc.iter().zip(keys.clone()) {
-                                for (yv, vv) in yi.iter_mut().zip(&vs[j * w..][col.clone()]) {
+                                for (yv, vv) in yi.iter_mut().zip(&vs[j * kw..][kcol.clone()]) {
                                     *yv += a / sum * vv;
                                 }
                             }

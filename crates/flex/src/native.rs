@@ -254,9 +254,10 @@ pub(crate) fn state(isa: Isa, plan: &NativePlan, threads: usize) -> Result<Nativ
                     }
                 });
             }
-            Op::Attention { heads, head_dim, scale, window, causal, .. } => {
+            Op::Attention { heads, kv_heads, head_dim, scale, window, causal, .. } => {
                 let h = Heads {
                     heads,
+                    kv_heads,
                     head_dim,
                     scale,
                     reach: Reach::of(window, causal),
@@ -417,6 +418,7 @@ pub(crate) fn run(
                     k,
                     v,
                     heads,
+                    kv_heads,
                     head_dim,
                     scale,
                     window,
@@ -447,6 +449,7 @@ pub(crate) fn run(
                     };
                     let h = Heads {
                         heads,
+                        kv_heads,
                         head_dim,
                         scale,
                         reach: Reach::of(window, causal),

@@ -598,26 +598,29 @@ fn conformance_on_every_other_isa() {
     }
 }
 
-/// One attention op over a batch of long and short sequences, on `be`.
+/// One attention op of `heads` query heads on `kv_heads` key-value heads over a batch of long and
+/// short sequences, on `be`.
 fn attention_out<B: Backend>(
     be: B,
-    heads: usize,
+    (heads, kv_heads): (usize, usize),
     head_dim: usize,
     (window, causal): (Option<usize>, bool),
     lens: &[usize],
 ) -> Outputs {
-    let w = heads * head_dim;
+    let (w, kw) = (heads * head_dim, kv_heads * head_dim);
     let mut g = GraphBuilder::new();
-    let (tq, tk, tv) = (g.weight("q", &[64, w]), g.weight("k", &[64, w]), g.weight("v", &[64, w]));
+    let (tq, tk, tv) =
+        (g.weight("q", &[64, w]), g.weight("k", &[64, kw]), g.weight("v", &[64, kw]));
     let q = g.op(Shape::tokens(w), |out| Op::Embed { table: tq, scale: 1.0, out });
-    let k = g.op(Shape::tokens(w), |out| Op::Embed { table: tk, scale: 1.0, out });
-    let v = g.op(Shape::tokens(w), |out| Op::Embed { table: tv, scale: 1.0, out });
+    let k = g.op(Shape::tokens(kw), |out| Op::Embed { table: tk, scale: 1.0, out });
+    let v = g.op(Shape::tokens(kw), |out| Op::Embed { table: tv, scale: 1.0, out });
     let scale = 1.0 / (head_dim as f32).sqrt();
     let y = g.op(Shape::tokens(w), |out| Op::Attention {
         q,
         k,
         v,
         heads,
+        kv_heads,
         head_dim,
         scale,
         window,
@@ -647,16 +650,19 @@ fn attention_over_long_sequences_and_windows_on_every_isa() {
     for isa in Isa::available() {
         // Heads of one, two and four pairs of sixteen columns, one pair and one more sixteen,
         // fewer than sixteen, and off a multiple of eight (the AVX2 transpose's tiles).
-        // Causal ones too, alone and in a window.
+        // Causal ones too, alone and in a window, and query heads sharing key-value heads.
         let shapes = [
-            (2, 64, (None, false)),
-            (3, 8, (Some(5), false)),
-            (1, 128, (Some(300), false)),
-            (2, 32, (None, false)),
-            (1, 56, (Some(20), false)),
-            (2, 12, (None, false)),
-            (2, 64, (None, true)),
-            (1, 56, (Some(20), true)),
+            ((2, 2), 64, (None, false)),
+            ((3, 3), 8, (Some(5), false)),
+            ((1, 1), 128, (Some(300), false)),
+            ((2, 2), 32, (None, false)),
+            ((1, 1), 56, (Some(20), false)),
+            ((2, 2), 12, (None, false)),
+            ((2, 2), 64, (None, true)),
+            ((1, 1), 56, (Some(20), true)),
+            ((4, 2), 64, (None, false)),
+            ((3, 1), 12, (Some(20), false)),
+            ((6, 2), 32, (None, true)),
         ];
         for (heads, head_dim, window) in shapes {
             let flex = switchyard_flex::flex().with_isa(isa).expect("an available instruction set");
@@ -666,7 +672,7 @@ fn attention_over_long_sequences_and_windows_on_every_isa() {
             for (i, (a, b)) in g.iter().zip(w).enumerate() {
                 assert!(
                     close(*a, f64::from(*b)),
-                    "{isa:?} {heads}x{head_dim} {window:?} [{i}]: {a} vs {b}"
+                    "{isa:?} {heads:?}x{head_dim} {window:?} [{i}]: {a} vs {b}"
                 );
             }
         }
@@ -681,11 +687,12 @@ fn attention_is_the_same_however_its_sequences_are_cut() {
     let lens = [700, 1, 257, 96];
     for isa in Isa::available() {
         let shapes = [
-            (2, 64, (None, false)),
-            (1, 32, (Some(5), false)),
-            (3, 48, (Some(100), false)),
-            (2, 64, (None, true)),
-            (3, 48, (Some(100), true)),
+            ((2, 2), 64, (None, false)),
+            ((1, 1), 32, (Some(5), false)),
+            ((3, 3), 48, (Some(100), false)),
+            ((2, 2), 64, (None, true)),
+            ((3, 3), 48, (Some(100), true)),
+            ((4, 2), 64, (None, false)),
         ];
         for (heads, head_dim, window) in shapes {
             for dtype in [DType::F32, DType::Bf16] {
@@ -695,7 +702,7 @@ fn attention_is_the_same_however_its_sequences_are_cut() {
                     let be = be.with_dtype(dtype).expect("flex has the dtype");
                     attention_out(be, heads, head_dim, window, &lens).get("y").expect("y").clone()
                 };
-                let name = format!("{isa:?} {dtype:?} {heads}x{head_dim} {window:?}");
+                let name = format!("{isa:?} {dtype:?} {heads:?}x{head_dim} {window:?}");
                 assert_eq!(on(16).data, on(1).data, "{name}");
             }
         }
@@ -735,31 +742,35 @@ fn bf16_attention_is_its_roundings_of_f64() {
     let batch = batch.batch();
     // Heads of one to four pairs of sixteen columns, with and without windows, causal or not,
     // and heads off a multiple of 32, which run in f32.
+    // Query heads sharing key-value heads too.
     let shapes = [
-        (2, 64, Reach::default()),
-        (1, 32, Reach::of(Some(20), false)),
-        (3, 96, Reach::of(Some(5), false)),
-        (1, 128, Reach::default()),
-        (2, 48, Reach::default()),
-        (2, 64, Reach::of(None, true)),
-        (1, 32, Reach::of(Some(20), true)),
+        ((2, 2), 64, Reach::default()),
+        ((1, 1), 32, Reach::of(Some(20), false)),
+        ((3, 3), 96, Reach::of(Some(5), false)),
+        ((1, 1), 128, Reach::default()),
+        ((2, 2), 48, Reach::default()),
+        ((2, 2), 64, Reach::of(None, true)),
+        ((1, 1), 32, Reach::of(Some(20), true)),
+        ((4, 2), 64, Reach::default()),
+        ((3, 1), 32, Reach::of(None, true)),
     ];
-    for (heads, d, reach) in shapes {
-        let width = heads * d;
+    for ((heads, kv_heads), d, reach) in shapes {
+        let (width, kwidth) = (heads * d, kv_heads * d);
         let mut r = Rng::new(d as u64);
         let (q, k, v) = (
             values(&mut r, tokens * width, 2.0),
-            values(&mut r, tokens * width, 2.0),
-            values(&mut r, tokens * width, 2.0),
+            values(&mut r, tokens * kwidth, 2.0),
+            values(&mut r, tokens * kwidth, 2.0),
         );
         let scale = 1.0 / (d as f32).sqrt();
-        let h = Heads { heads, head_dim: d, scale, reach, position_bias: None, disentangled: None };
+        let (position_bias, disentangled) = (None, None);
+        let h = Heads { heads, kv_heads, head_dim: d, scale, reach, position_bias, disentangled };
         let run = |products| {
             let mut out = vec![f32::NAN; tokens * width];
             let scratch = Scratches::for_current_pool();
             let (q, k, v, o) = (q.as_ptr(), k.as_ptr(), v.as_ptr(), out.as_mut_ptr());
-            // SAFETY: q, k, v and out hold tokens x width values, out overlapping none; this
-            // CPU has AVX-512 BF16.
+            // SAFETY: q and out hold tokens x width values, k and v tokens x kwidth, out
+            // overlapping none; this CPU has AVX-512 BF16.
             unsafe { attention(Isa::Avx512, products, q, k, v, o, &batch, false, h, &scratch) };
             out
         };
@@ -773,6 +784,10 @@ fn bf16_attention_is_its_roundings_of_f64() {
             for &len in &lens {
                 for hd in 0..heads {
                     let at = |x: &[f32], t: usize, c: usize| x[(start + t) * width + hd * d + c];
+                    // The key or value column of the head's key-value head.
+                    let kv = hd / (heads / kv_heads);
+                    let at_kv =
+                        |x: &[f32], t: usize, c: usize| x[(start + t) * kwidth + kv * d + c];
                     let seen = |i: usize| {
                         let (lo, hi) = reach.keys(i, len);
                         lo..hi
@@ -781,8 +796,9 @@ fn bf16_attention_is_its_roundings_of_f64() {
                     for i in 0..len {
                         let s: Vec<f64> = seen(i)
                             .map(|j| {
-                                let dot: f64 =
-                                    (0..d).map(|c| round(at(&q, i, c)) * round(at(&k, j, c))).sum();
+                                let dot: f64 = (0..d)
+                                    .map(|c| round(at(&q, i, c)) * round(at_kv(&k, j, c)))
+                                    .sum();
                                 dot * f64::from(h.scale)
                             })
                             .collect();
@@ -803,7 +819,7 @@ fn bf16_attention_is_its_roundings_of_f64() {
                             })
                             .unzip();
                         for c in 0..d {
-                            let vals: Vec<f64> = seen(i).map(|j| round(at(&v, j, c))).collect();
+                            let vals: Vec<f64> = seen(i).map(|j| round(at_kv(&v, j, c))).collect();
                             let want: f64 =
                                 w.iter().zip(&vals).map(|(w, v)| w * v).sum::<f64>() / sum;
                             let mag: f64 = e.iter().zip(&vals).map(|(e, v)| (e * v).abs()).sum();
@@ -813,7 +829,7 @@ fn bf16_attention_is_its_roundings_of_f64() {
                             let (g, f) = (f64::from(at(&got, i, c)), f64::from(at(&f32s, i, c)));
                             assert!(
                                 (g - want).abs() <= bound,
-                                "{heads}x{d} {reach:?} len {len} head {hd} [{i}][{c}]: {g} vs {want}"
+                                "{heads}/{kv_heads}x{d} {reach:?} len {len} head {hd} [{i}][{c}]: {g} vs {want}"
                             );
                             worst = worst.max((g - want).abs() / bound.max(f64::MIN_POSITIVE));
                             apart = apart.max((g - f).abs());
@@ -825,16 +841,16 @@ fn bf16_attention_is_its_roundings_of_f64() {
             if rounds {
                 assert!(
                     apart > 1e-3,
-                    "{products:?} {heads}x{d}: bf16 products really round ({apart})"
+                    "{products:?} {heads}/{kv_heads}x{d}: bf16 products really round ({apart})"
                 );
             } else {
                 assert_eq!(
                     got, f32s,
-                    "{products:?} {heads}x{d}: heads off a multiple of 32 run in f32"
+                    "{products:?} {heads}/{kv_heads}x{d}: heads off a multiple of 32 run in f32"
                 );
             }
             eprintln!(
-                "{products:?} {heads}x{d} {reach:?}: worst {worst:.3} of the bound, {apart:.2e} from f32"
+                "{products:?} {heads}/{kv_heads}x{d} {reach:?}: worst {worst:.3} of the bound, {apart:.2e} from f32"
             );
         }
     }
@@ -848,7 +864,7 @@ fn attention_takes_bf16_products_in_bf16_and_in_int8() {
     let lens = [40, 3, 90];
     let on = |be: switchyard_flex::FlexBackend, dtype| {
         let be = be.with_dtype(dtype).expect("flex has the dtype");
-        attention_out(be, 2, 32, (None, false), &lens).get("y").expect("y").data.clone()
+        attention_out(be, (2, 2), 32, (None, false), &lens).get("y").expect("y").data.clone()
     };
     let flex = switchyard_flex::flex;
     let f32s = on(flex(), DType::F32);

@@ -213,6 +213,7 @@ pub(crate) fn build<'a>(
             k,
             v,
             heads: cfg.heads,
+            kv_heads: cfg.heads,
             head_dim: hd,
             scale,
             window: None,

@@ -13,9 +13,9 @@
 //! - Qwen3: per layer `x = x + attn(input_norm(x))` and `x = x + ffn(post_attention_norm(x))`;
 //!   norms scale by `weight`; one base; scores scaled by `head_dim^-0.5`; a causal mask.
 //!
-//! Weights are derived at load ([`derive_weights`]): Gemma's norms' `1 + weight`, and where
-//! key and value heads are shared, their projections repeated once per query head they serve,
-//! so that attention runs as if every query head had its own.
+//! Shared key and value heads stay as the checkpoint has them: attention reads each for the
+//! query heads of its group ([`Op::Attention`]'s `kv_heads`). Gemma's norms' `1 + weight` are
+//! derived at load ([`derive_norm_scales`]).
 
 use switchyard_core::{Act, Op, Shape, Val};
 
@@ -37,66 +37,32 @@ const GEMMA_NORMS: [&str; 4] = [
 /// The suffix of a norm's derived `1 + weight`.
 const PLUS_ONE: &str = "weight.plus_one";
 
-/// The suffix of a key or value projection's derived rows, one block per query head.
-const PER_QUERY_HEAD: &str = "per_query_head";
-
 fn settings(cfg: &EncoderConfig) -> Result<&LmConfig> {
     cfg.lm.as_ref().ok_or_else(|| Error::format("a Gemma or Qwen3 graph needs their settings"))
 }
 
-/// Adds Gemma's norms' `1 + weight` and, where key and value heads are shared, their
-/// projections repeated per query head, to `ck`.
-pub(crate) fn derive_weights(ck: &mut Checkpoint, cfg: &EncoderConfig) -> Result<()> {
+/// Adds Gemma's norms' `1 + weight` to `ck`.
+pub(crate) fn derive_norm_scales(ck: &mut Checkpoint, cfg: &EncoderConfig) -> Result<()> {
     let gm = settings(cfg)?;
-    let gemma = cfg.arch == Arch::Gemma;
-    let _span = tracing::info_span!("derive", weights = "norm scales, shared heads").entered();
+    let _span = tracing::info_span!("derive", weights = "norm scales").entered();
     let names = Names::detect(ck, WORD)?;
-    let read = |name: &str, want: &[usize]| names.values(name, want);
-    let need = |name: &str, want: &[usize]| names.need_values(name, want);
     let (d, hd) = (cfg.hidden, gm.head_dim);
-    let mut norms: Vec<(String, usize)> = Vec::new();
-    if gemma {
-        norms.push(("norm".into(), d));
-    }
-    let mut shared = Vec::new();
+    let mut norms: Vec<(String, usize)> = vec![("norm".into(), d)];
     for l in 0..cfg.layers {
         let pre = format!("layers.{l}");
-        if gemma {
-            norms.extend(GEMMA_NORMS.iter().map(|n| (format!("{pre}.{n}"), d)));
-            norms.extend(["q_norm", "k_norm"].map(|n| (format!("{pre}.self_attn.{n}"), hd)));
-        }
-        if gm.kv_heads < cfg.heads {
-            shared.extend(["k_proj", "v_proj"].map(|p| format!("{pre}.self_attn.{p}")));
-        }
+        norms.extend(GEMMA_NORMS.iter().map(|n| (format!("{pre}.{n}"), d)));
+        norms.extend(["q_norm", "k_norm"].map(|n| (format!("{pre}.self_attn.{n}"), hd)));
     }
-    let mut derived = Vec::new();
+    let mut derived = Vec::with_capacity(norms.len());
     for (norm, width) in norms {
-        let mut w = need(&format!("{norm}.weight"), &[width])?;
+        let mut w = names.need_values(&format!("{norm}.weight"), &[width])?;
         for v in &mut w {
             *v += 1.0;
         }
-        derived.push((names.full(&format!("{norm}.{PLUS_ONE}")), vec![width], w));
+        derived.push((names.full(&format!("{norm}.{PLUS_ONE}")), width, w));
     }
-    let repeat = cfg.heads / gm.kv_heads;
-    let block = |rows: &[f32], cols: usize| -> Vec<f32> {
-        // Query head h reads key and value head h / repeat, as transformers' `repeat_kv`.
-        let head = hd * cols;
-        (0..cfg.heads)
-            .flat_map(|h| &rows[h / repeat * head..(h / repeat + 1) * head])
-            .copied()
-            .collect()
-    };
-    for proj in shared {
-        let weight = need(&format!("{proj}.weight"), &[gm.kv_heads * hd, d])?;
-        let name = names.full(&format!("{proj}.{PER_QUERY_HEAD}.weight"));
-        derived.push((name, vec![cfg.heads * hd, d], block(&weight, d)));
-        if let Some(bias) = read(&format!("{proj}.bias"), &[gm.kv_heads * hd])? {
-            let name = names.full(&format!("{proj}.{PER_QUERY_HEAD}.bias"));
-            derived.push((name, vec![cfg.heads * hd], block(&bias, 1)));
-        }
-    }
-    for (name, shape, values) in derived {
-        ck.derive(name, shape, &values)?;
+    for (name, width, values) in derived {
+        ck.derive(name, vec![width], &values)?;
     }
     Ok(())
 }
@@ -112,8 +78,8 @@ pub(crate) fn build<'a>(
     let gm = settings(cfg)?;
     let gemma = cfg.arch == Arch::Gemma;
     let names = Names::detect(ck, WORD)?;
-    let (d, hd, heads) = (cfg.hidden, gm.head_dim, cfg.heads);
-    let (t, inner) = (Shape::tokens(d), Shape::tokens(heads * hd));
+    let (d, hd, heads, kv_heads) = (cfg.hidden, gm.head_dim, cfg.heads, gm.kv_heads);
+    let t = Shape::tokens(d);
     let mut e = Encoder::start(names, WORD, cfg.vocab, d)?;
     let word = e.word;
     let scale = if gemma { (d as f32).sqrt() } else { 1.0 };
@@ -121,22 +87,20 @@ pub(crate) fn build<'a>(
     let norm = |e: &mut Encoder<'_>, name: &str, x: Val, group: Option<usize>| {
         rms_norm(e, name, x, group, gemma, cfg.eps)
     };
-    let shared = gm.kv_heads < heads;
     for (l, &local) in gm.local.iter().enumerate() {
         let pre = format!("layers.{l}");
         let attn = format!("{pre}.self_attn");
         let h = norm(&mut e, &format!("{pre}.input_layernorm"), x, None)?;
-        let kv = |p: &str| match shared {
-            true => format!("{attn}.{p}.{PER_QUERY_HEAD}"),
-            false => format!("{attn}.{p}"),
+        let proj = |e: &mut Encoder<'_>, p: &str, n: usize| {
+            e.linear(&format!("{attn}.{p}"), h, n * hd, Act::Identity, None)
         };
-        let q = e.linear(&format!("{attn}.q_proj"), h, heads * hd, Act::Identity, None)?;
-        let k = e.linear(&kv("k_proj"), h, heads * hd, Act::Identity, None)?;
-        let v = e.linear(&kv("v_proj"), h, heads * hd, Act::Identity, None)?;
+        let q = proj(&mut e, "q_proj", heads)?;
+        let k = proj(&mut e, "k_proj", kv_heads)?;
+        let v = proj(&mut e, "v_proj", kv_heads)?;
         let theta = if local { gm.local_theta } else { gm.global_theta };
-        let [q, k] = [("q_norm", q), ("k_norm", k)].map(|(n, p)| {
+        let [q, k] = [("q_norm", q, heads), ("k_norm", k, kv_heads)].map(|(n, p, heads)| {
             norm(&mut e, &format!("{attn}.{n}"), p, Some(hd)).map(|p| {
-                e.g.op(inner, |out| Op::Rope {
+                e.g.op(Shape::tokens(heads * hd), |out| Op::Rope {
                     x: p,
                     heads,
                     head_dim: hd,
@@ -159,6 +123,7 @@ pub(crate) fn build<'a>(
             k,
             v,
             heads,
+            kv_heads,
             head_dim: hd,
             scale: gm.score_scale,
             window: local.then_some(gm.window),

@@ -65,6 +65,7 @@ pub(crate) fn build<'a>(
             k: qk[1],
             v,
             heads: cfg.heads,
+            kv_heads: cfg.heads,
             head_dim: hd,
             scale: 1.0 / (hd as f32).sqrt(),
             window: local.then_some(m.window),

@@ -150,6 +150,7 @@ pub(crate) fn build<'a>(
             k,
             v,
             heads: cfg.heads,
+            kv_heads: cfg.heads,
             head_dim: hd,
             scale: 1.0 / (hd as f32).sqrt(),
             window: None,

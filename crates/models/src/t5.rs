@@ -50,6 +50,7 @@ pub(crate) fn build<'a>(ck: &'a Checkpoint, cfg: &EncoderConfig) -> Result<(Enco
             k,
             v,
             heads: cfg.heads,
+            kv_heads: cfg.heads,
             head_dim: t5.head_dim,
             scale: 1.0,
             window: None,

@@ -316,6 +316,8 @@ fn gemma_matches_transformers_with_shared_heads_and_local_layers() {
     assert!(scaled, "embeddings scaled by sqrt(32)");
     let per_head = g.ops.iter().filter(|op| matches!(op, Op::RmsNorm { group: Some(12), .. }));
     assert_eq!(per_head.count(), 6, "queries and keys of three layers");
+    let shared = g.ops.iter().filter(|op| matches!(op, Op::Attention { kv_heads: 2, .. }));
+    assert_eq!(shared.count(), 3, "two key-value heads read as they are in each layer");
     check("gemma", switchyard_flex::flex());
     check("gemma", Reference);
 
@@ -362,7 +364,11 @@ fn qwen3_matches_transformers_with_its_causal_mask() {
     let lm = m.config().lm.clone().unwrap();
     assert_eq!((m.config().arch, lm.head_dim, lm.kv_heads, lm.causal), (Arch::Qwen3, 12, 2, true));
     let g = m.graph();
-    let causal = g.ops.iter().filter(|op| matches!(op, Op::Attention { causal: true, .. }));
+    // Causal, and the two key-value heads read as they are (not repeated per query head).
+    let causal = g
+        .ops
+        .iter()
+        .filter(|op| matches!(op, Op::Attention { causal: true, heads: 4, kv_heads: 2, .. }));
     assert_eq!(causal.count(), 2);
     check("qwen3", switchyard_flex::flex());
     check("qwen3", Reference);

@@ -51,7 +51,14 @@ impl Kernels<LibTorch> for TchKernels {
         match (op, ins) {
             (
                 &Op::Attention {
-                    heads, head_dim, scale, window, causal, position_bias: None, ..
+                    heads,
+                    kv_heads,
+                    head_dim,
+                    scale,
+                    window,
+                    causal,
+                    position_bias: None,
+                    ..
                 },
                 [Some(q), Some(k), Some(v)],
             ) if !Reach::of(window, causal).is_whole() => {
@@ -60,6 +67,7 @@ impl Kernels<LibTorch> for TchKernels {
                     k,
                     v,
                     heads,
+                    kv_heads,
                     head_dim,
                     scale,
                     Reach::of(window, causal),

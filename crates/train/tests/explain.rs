@@ -95,6 +95,7 @@ fn a_token_that_cannot_reach_the_output_gets_zero() {
         k: x,
         v: x,
         heads: 1,
+        kv_heads: 1,
         head_dim: 4,
         scale: 0.5,
         window: Some(1),

@@ -258,25 +258,35 @@ fn gated_units_products_slices_activations_and_rotary() {
     check("rope", &c.finish(y), &counting_batch(&LENS, &[], false));
 }
 
+/// Whole, windowed and causal, with a key-value head for each query head and with one shared
+/// by both (whose gradient sums the two heads').
 #[test]
-fn attention_whole_and_windowed() {
-    for window in [None, Some(1)] {
+fn attention_whole_windowed_causal_and_on_shared_heads() {
+    let cases = [
+        (None, false, 2),
+        (Some(1), false, 2),
+        (None, true, 2),
+        (None, false, 1),
+        (Some(1), true, 1),
+    ];
+    for (window, causal, kv_heads) in cases {
         let mut c = Case::new(tokens());
-        let (q, k, v) = (c.input(8), c.input(8), c.input(8));
+        let (q, k, v) = (c.input(8), c.input(4 * kv_heads), c.input(4 * kv_heads));
         let y = c.g.op(Shape::tokens(8), |out| Op::Attention {
             q,
             k,
             v,
             heads: 2,
+            kv_heads,
             head_dim: 4,
             scale: 0.5,
             window,
-            causal: false,
+            causal,
             position_bias: None,
             out,
         });
         check(
-            &format!("attention, window {window:?}"),
+            &format!("attention, window {window:?}, causal {causal}, {kv_heads} key-value heads"),
             &c.finish(y),
             &counting_batch(&LENS, &[], false),
         );
@@ -303,6 +313,7 @@ fn attention_with_a_relative_position_bias() {
             k,
             v,
             heads: 2,
+            kv_heads: 2,
             head_dim: 4,
             scale: 0.5,
             window: None,

@@ -391,8 +391,10 @@ pub enum Op {
     /// or with a [`PositionBias::Disentangled`] `d`, `scale * (q_i . K[r] + k_j . Q[r])` over
     /// head `h`'s columns of `d`'s tables at row `r = d.row(j - i)` (positions counted within
     /// the sequence), `a = softmax(s)` computed with the maximum subtracted, and
-    /// `out_i = sum_j a_j v_j`. Heads are consecutive `head_dim`-column blocks. No token attends
-    /// across a sequence boundary, and there is no padding to mask.
+    /// `out_i = sum_j a_j v_j`. Heads are consecutive `head_dim`-column blocks. With fewer
+    /// key-value heads than query heads (grouped-query attention), query head `h` reads
+    /// key-value head `h / (heads / kv_heads)`, as each key-value head was repeated for its
+    /// group. No token attends across a sequence boundary, and there is no padding to mask.
     ///
     /// With `q` in sequence rows, each sequence has one query, its first token's (position 0 for
     /// the window), and `out` has one row per sequence: a model that reads only `[CLS]`'s final
@@ -401,12 +403,15 @@ pub enum Op {
         /// Query rows, `heads * head_dim` wide: one per token, or one per sequence (the first
         /// token's).
         q: Val,
-        /// Key token rows, `heads * head_dim` wide.
+        /// Key token rows, `kv_heads * head_dim` wide.
         k: Val,
-        /// Value token rows, `heads * head_dim` wide.
+        /// Value token rows, `kv_heads * head_dim` wide.
         v: Val,
-        /// Number of heads.
+        /// Number of query heads.
         heads: usize,
+        /// Number of key-value heads: `heads`, or a divisor of it that groups of query heads
+        /// share.
+        kv_heads: usize,
         /// Columns per head.
         head_dim: usize,
         /// Multiplies every score; usually `1 / sqrt(head_dim)`.

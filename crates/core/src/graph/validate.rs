@@ -201,6 +201,7 @@ impl Graph {
                 k,
                 v,
                 heads,
+                kv_heads,
                 head_dim,
                 scale,
                 window: _,
@@ -214,7 +215,12 @@ impl Graph {
                 heads_fit(sh(q).width, heads, head_dim)?;
                 rows(k, Rows::Tokens)?;
                 same("values differ from keys", k, v)?;
-                same_width(sh(k), sh(q))?;
+                if kv_heads == 0 || heads % kv_heads != 0 {
+                    return Err(format!(
+                        "{kv_heads} key-value heads do not divide {heads} query heads"
+                    ));
+                }
+                heads_fit(sh(k).width, kv_heads, head_dim)?;
                 same("output differs from queries", q, out)?;
                 if !scale.is_finite() {
                     return Err(format!("scale must be finite, got {scale}"));
@@ -229,6 +235,13 @@ impl Graph {
                             ));
                         }
                         want_w(b.table, &[b.buckets, heads])?;
+                    }
+                    Some(PositionBias::Disentangled(_)) if kv_heads != heads => {
+                        return Err(format!(
+                            "disentangled attention with {kv_heads} key-value heads for {heads} \
+                             query heads is not supported; it takes one key-value head a query \
+                             head"
+                        ));
                     }
                     Some(PositionBias::Disentangled(d)) => {
                         let logarithmic = d.buckets >= 2 && d.max_distance > d.buckets / 2 + 1;
@@ -402,6 +415,7 @@ mod tests {
             k: Val(5),
             v: Val(8),
             heads: 2,
+            kv_heads: 2,
             head_dim: 4,
             scale: 1.0,
             window: None,
@@ -449,6 +463,7 @@ mod tests {
             k: kv,
             v: kv,
             heads: 2,
+            kv_heads: 2,
             head_dim: 4,
             scale: 0.5,
             window: None,
@@ -490,6 +505,7 @@ mod tests {
                 k: x,
                 v: x,
                 heads: 2,
+                kv_heads: 2,
                 head_dim: 4,
                 scale: 0.5,
                 window: None,
@@ -525,6 +541,7 @@ mod tests {
                 k: x,
                 v: x,
                 heads: 2,
+                kv_heads: 2,
                 head_dim: 4,
                 scale: 0.5,
                 window: None,
@@ -545,6 +562,55 @@ mod tests {
             let e = err(graph(2 * span, span, buckets, (true, true)));
             assert!(e.contains("expected at least one position"), "{span} {buckets}: {e}");
         }
+    }
+
+    #[test]
+    fn shared_key_value_heads_divide_the_query_heads_and_make_the_key_width() {
+        // Queries of 4 heads of 2 columns; keys and values `kv_width` columns of them.
+        let graph = |kv_width: usize, kv_heads: usize, disentangled: bool| {
+            let mut g = GraphBuilder::new();
+            let emb = g.weight("emb", &[4, 8]);
+            let table = g.weight("queries", &[8, 8]);
+            let x = g.op(Shape::tokens(8), |out| Op::Embed { table: emb, scale: 1.0, out });
+            let kv = g.op(Shape::tokens(kv_width), |out| Op::Slice { x, start: 0, out });
+            let d = Disentangled {
+                keys: None,
+                queries: Some(table),
+                span: 4,
+                buckets: 0,
+                max_distance: 0,
+            };
+            let a = g.op(Shape::tokens(8), |out| Op::Attention {
+                q: x,
+                k: kv,
+                v: kv,
+                heads: 4,
+                kv_heads,
+                head_dim: 2,
+                scale: 0.5,
+                window: None,
+                causal: false,
+                position_bias: disentangled.then_some(PositionBias::Disentangled(d)),
+                out,
+            });
+            g.output("y", a);
+            g.finish()
+        };
+        graph(2, 1, false).unwrap();
+        graph(4, 2, false).unwrap();
+        graph(8, 4, true).unwrap();
+        let err = |g: Result<Graph>| g.unwrap_err().to_string();
+        for (width, kv_heads, want) in [
+            (6, 3, "3 key-value heads do not divide 4 query heads"),
+            (0, 0, "0 key-value heads do not divide 4 query heads"),
+            (8, 2, "2 heads of 2 columns do not make width 8"),
+            (2, 2, "2 heads of 2 columns do not make width 2"),
+        ] {
+            let e = err(graph(width.max(1), kv_heads, false));
+            assert!(e.contains("(Attention)") && e.contains(want), "{width} {kv_heads}: {e}");
+        }
+        let e = err(graph(4, 2, true));
+        assert!(e.contains("disentangled attention with 2 key-value heads for 4"), "{e}");
     }
 
     #[test]

@@ -448,9 +448,15 @@ impl Kernels<burn_cubecl::CubeBackend> for CubeKernels {
             return Ok(());
         }
         let why = match *op {
-            Op::Attention { head_dim, position_bias, .. } if self.set.attention => {
+            Op::Attention { heads, kv_heads, head_dim, causal, position_bias, .. }
+                if self.set.attention =>
+            {
                 if disentangled(position_bias) {
                     "disentangled attention (the kernel does not take it)".to_owned()
+                } else if causal {
+                    "causal attention (the kernel does not take it)".to_owned()
+                } else if kv_heads != heads {
+                    "shared key-value heads (the kernel does not take them)".to_owned()
                 } else if head_dim > attention::MAX_HEAD_DIM {
                     format!(
                         "heads {head_dim} wide (the f32 kernel takes up to {})",
@@ -507,12 +513,14 @@ impl Kernels<burn_cubecl::CubeBackend> for CubeKernels {
         cx: &RunCx<'_, burn_cubecl::CubeBackend>,
     ) -> Outcome<burn_cubecl::CubeBackend> {
         match (op, ins, w) {
-            // Causal attention runs the generic way (one masked Burn attention call a
-            // sequence): the kernels take a symmetric window only.
+            // Causal attention, and query heads sharing key-value heads, run the generic way
+            // (one Burn attention call a sequence): the kernels take a symmetric window over
+            // one key-value head a query head only.
             (
                 &Op::Attention {
                     q: qv,
                     heads,
+                    kv_heads,
                     head_dim,
                     scale,
                     window,
@@ -523,6 +531,7 @@ impl Kernels<burn_cubecl::CubeBackend> for CubeKernels {
                 [Some(q), Some(k), Some(v)],
                 w,
             ) if self.takes_attention(head_dim, cx)
+                && kv_heads == heads
                 && !disentangled(position_bias)
                 && all_float(&[&q, &k, &v]) =>
             {
@@ -870,12 +879,15 @@ fn find_bias_folds(graph: &Graph) -> Vec<BiasFold> {
     let groups = graph.shared_input_linears();
     let read_by_one_alone = |v| read_by_one_op(graph, v);
     let fold = |op: &Op| {
-        let Op::Attention { q, k, v, head_dim, out, position_bias, causal, .. } = *op else {
+        let Op::Attention {
+            q, k, v, heads, kv_heads, head_dim, out, position_bias, causal, ..
+        } = *op
+        else {
             return None;
         };
-        // The kernel does not take disentangled or causal attention, so it cannot add the
-        // biases.
-        if disentangled(position_bias) || causal {
+        // The kernel does not take disentangled or causal attention, nor shared key-value
+        // heads, so it cannot add the biases.
+        if disentangled(position_bias) || causal || kv_heads != heads {
             return None;
         }
         let qkv = [q, k, v];
@@ -1010,6 +1022,7 @@ mod tests {
             k: x,
             v: x,
             heads,
+            kv_heads: heads,
             head_dim,
             scale,
             window,
@@ -1050,6 +1063,36 @@ mod tests {
         let e = refusal(&k, &disentangled_graph(), small, DType::F32).expect("refused");
         assert!(e.contains("disentangled attention") && e.contains("TF32"), "{e}");
         assert_eq!(refusal(&k, &disentangled_graph(), small, DType::F16), None);
+        // So do causal attention and shared key-value heads.
+        assert_eq!(refusal(&k, &masked_graph(2, false), small, DType::F32), None);
+        let e = refusal(&k, &masked_graph(2, true), small, DType::F32).expect("refused");
+        assert!(e.contains("causal attention") && e.contains("TF32"), "{e}");
+        let e = refusal(&k, &masked_graph(1, false), small, DType::F32).expect("refused");
+        assert!(e.contains("shared key-value heads") && e.contains("TF32"), "{e}");
+        assert_eq!(refusal(&k, &masked_graph(1, true), small, DType::Bf16), None);
+    }
+
+    /// One attention op of two query heads 8 wide on `kv_heads` key-value heads, causal or not.
+    fn masked_graph(kv_heads: usize, causal: bool) -> Graph {
+        let mut g = GraphBuilder::new();
+        let table = g.weight("x", &[10, 16]);
+        let x = g.op(Shape::tokens(16), |out| Op::Embed { table, scale: 1.0, out });
+        let kv = g.op(Shape::tokens(8 * kv_heads), |out| Op::Slice { x, start: 0, out });
+        let a = g.op(Shape::tokens(16), |out| Op::Attention {
+            q: x,
+            k: kv,
+            v: kv,
+            heads: 2,
+            kv_heads,
+            head_dim: 8,
+            scale: 1.0,
+            window: None,
+            causal,
+            position_bias: None,
+            out,
+        });
+        g.output("a", a);
+        g.finish().expect("a valid graph")
     }
 
     /// One attention op with both of DeBERTa's disentangled terms, heads 8 wide.
@@ -1065,6 +1108,7 @@ mod tests {
             k: x,
             v: x,
             heads: 1,
+            kv_heads: 1,
             head_dim: 8,
             scale: 1.0,
             window: None,

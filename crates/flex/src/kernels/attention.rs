@@ -52,8 +52,11 @@ use crate::buf::AlignedBuf;
 /// The shape of one attention op.
 #[derive(Clone, Copy, Debug)]
 pub struct Heads<'a> {
-    /// Number of heads.
+    /// Number of query heads.
     pub heads: usize,
+    /// Number of key-value heads: `heads`, or a divisor of it whose groups of query heads share
+    /// one.
+    pub kv_heads: usize,
     /// Columns per head.
     pub head_dim: usize,
     /// Multiplies every score.
@@ -150,11 +153,12 @@ pub fn scratch_size(h: Heads<'_>, max_len: usize, isa: Isa, products: Products) 
 /// [`Products::taken`] says for `products`.
 ///
 /// # Safety
-/// `k` and `v` hold `batch.tokens() x heads * head_dim` readable values, `q` as many (with
-/// `per_seq`, `batch.seqs()` rows of them) and `out` as many as `q` writable ones, overlapping
-/// none of them; no other thread writes them meanwhile. `batch` passed [`Batch::check`]. With
-/// [`Products::Bf16`], the CPU has AVX-512 BF16; with [`Products::AmxBf16`], that and AMX-BF16
-/// the OS lets the process use ([`super::Isa16::AmxBf16`] is available).
+/// `k` and `v` hold `batch.tokens() x kv_heads * head_dim` readable values, `q` `batch.tokens()
+/// x heads * head_dim` (with `per_seq`, `batch.seqs()` rows of them) and `out` as many as `q`
+/// writable ones, overlapping none of them; no other thread writes them meanwhile. `batch`
+/// passed [`Batch::check`]. With [`Products::Bf16`], the CPU has AVX-512 BF16; with
+/// [`Products::AmxBf16`], that and AMX-BF16 the OS lets the process use
+/// ([`super::Isa16::AmxBf16`] is available).
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn attention(
     isa: Isa,
@@ -305,13 +309,15 @@ struct Task<'a> {
     h: Heads<'a>,
 }
 
-/// What a head's inner loops share: its columns, the batch's row width, the padded length of
-/// its keys, the scale of its scores, and the words from one step of values to the next (a
-/// row's width in f32, a head's pairs of rows in bf16).
+/// What a head's inner loops share: its columns, the width of the batch's query (and output)
+/// rows and of its key (and value) rows, the padded length of its keys, the scale of its
+/// scores, and the words from one step of values to the next (a row's width in f32, a head's
+/// pairs of rows in bf16).
 #[derive(Clone, Copy)]
 struct Layout {
     d: usize,
     width: usize,
+    kwidth: usize,
     lpad: usize,
     scale: f32,
     vstride: usize,
@@ -416,8 +422,8 @@ trait Block {
     /// query, `k` and `v` its first key and value row, each at the head's first column.
     ///
     /// # Safety
-    /// `k` and `v` hold `len` rows of `width >= d` values, `q` `queries` rows; `kt` the words
-    /// above, writable.
+    /// `k` and `v` hold `len` rows of `kwidth >= d` values, `q` `queries` rows of `width >= d`;
+    /// `kt` the words above, writable.
     #[inline(always)]
     unsafe fn prepare(
         q: *const f32,
@@ -457,11 +463,11 @@ trait Block {
         let _ = (row, blocks);
     }
 
-    /// `kt[c * lpad + j] = k[j * width + c]` for keys `j < len` and columns `c < d`, and zero
+    /// `kt[c * lpad + j] = k[j * kwidth + c]` for keys `j < len` and columns `c < d`, and zero
     /// for `len <= j < lpad`.
     ///
     /// # Safety
-    /// `k` holds `len` rows of `width >= d` values; `kt` `d x lpad` writable ones.
+    /// `k` holds `len` rows of `kwidth >= d` values; `kt` `d x lpad` writable ones.
     #[inline(always)]
     unsafe fn transpose_keys(k: *const f32, len: usize, kt: *mut f32, l: Layout) {
         // SAFETY: the caller's contract.
@@ -537,18 +543,18 @@ trait Block {
     }
 }
 
-/// The head's value rows, `d` columns of `len` rows of `width`, copied to `vt` one after
-/// another: read in the batch's rows, a row in a few cache lines every `width` values, the
+/// The head's value rows, `d` columns of `len` rows of `kwidth`, copied to `vt` one after
+/// another: read in the batch's rows, a row in a few cache lines every `kwidth` values, the
 /// rows of a head fall into a few sets of the L1 cache (with MiniLM's 384 columns, 16 of 64)
 /// and evict each other before the next block of queries reads them again.
 ///
 /// # Safety
-/// `v` holds `len` rows of `width >= d` values; `vt` `len x d` writable ones.
+/// `v` holds `len` rows of `kwidth >= d` values; `vt` `len x d` writable ones.
 #[inline(always)]
 unsafe fn copy_values(v: *const f32, len: usize, vt: *mut f32, l: Layout) {
     for j in 0..len {
         // SAFETY: the caller's contract.
-        unsafe { std::ptr::copy_nonoverlapping(v.add(j * l.width), vt.add(j * l.d), l.d) };
+        unsafe { std::ptr::copy_nonoverlapping(v.add(j * l.kwidth), vt.add(j * l.d), l.d) };
     }
 }
 
@@ -564,11 +570,11 @@ unsafe fn transpose_columns(
     kt: *mut f32,
     l: Layout,
 ) {
-    let Layout { width, lpad, .. } = l;
+    let Layout { kwidth, lpad, .. } = l;
     for j in 0..lpad {
         for c in cols.clone() {
             // SAFETY: the caller's contract.
-            unsafe { *kt.add(c * lpad + j) = if j < len { *k.add(j * width + c) } else { 0.0 } };
+            unsafe { *kt.add(c * lpad + j) = if j < len { *k.add(j * kwidth + c) } else { 0.0 } };
         }
     }
 }
@@ -910,7 +916,7 @@ mod x86 {
             kt: *mut f32,
             l: Layout,
         ) -> (*const f32, usize) {
-            let Layout { d, width, lpad, .. } = l;
+            let Layout { d, width, kwidth, lpad, .. } = l;
             let d2 = d / 2;
             debug_assert!(d.is_multiple_of(2 * KB), "Products::taken keeps heads of whole 32s");
             // SAFETY: the caller's contract: every load is inside a row below `len` (or
@@ -922,7 +928,7 @@ mod x86 {
                     for c0 in (0..d).step_by(2 * KB) {
                         let pairs: [__m512; KB] = std::array::from_fn(|r| {
                             let j = (j0 + r, len);
-                            bf16x32(row16(k, width, j, c0), row16(k, width, j, c0 + KB))
+                            bf16x32(row16(k, kwidth, j, c0), row16(k, kwidth, j, c0 + KB))
                         });
                         for (t, keys) in transpose16(pairs).into_iter().enumerate() {
                             _mm512_storeu_ps(kt.add((c0 / 2 + t) * lpad + j0), keys);
@@ -949,7 +955,7 @@ mod x86 {
             vt: *mut f32,
             l: Layout,
         ) -> (*const f32, usize) {
-            let Layout { d, width, .. } = l;
+            let Layout { d, kwidth, .. } = l;
             debug_assert!(d.is_multiple_of(KB), "Products::taken keeps heads of whole 32s");
             // SAFETY: the caller's contract: every load inside a row below `len`, `d` columns;
             // every store inside the `lpad / 2 x d` words of `vt` (2j < len <= lpad).
@@ -963,7 +969,7 @@ mod x86 {
                 for j in 0..len.div_ceil(2) {
                     for c0 in (0..d).step_by(KB) {
                         let (a, b) = ((2 * j, len), (2 * j + 1, len));
-                        let both = bf16x32(row16(v, width, a, c0), row16(v, width, b, c0));
+                        let both = bf16x32(row16(v, kwidth, a, c0), row16(v, kwidth, b, c0));
                         let pairs = _mm512_permutexvar_epi16(mix, _mm512_castps_si512(both));
                         _mm512_storeu_si512(vt.add(j * d + c0).cast(), pairs);
                     }
@@ -1265,7 +1271,7 @@ mod x86 {
         store: impl Fn(*mut f32, V),
         transpose: impl Fn([V; T]) -> [V; T],
     ) {
-        let Layout { d, width, lpad, .. } = l;
+        let Layout { d, kwidth, lpad, .. } = l;
         let full = d / T * T;
         for j0 in (0..lpad).step_by(T) {
             for c0 in (0..full).step_by(T) {
@@ -1274,7 +1280,7 @@ mod x86 {
                         return zero;
                     }
                     // SAFETY: row j0 + r < len of k, columns c0..c0 + T <= d.
-                    load(unsafe { k.add((j0 + r) * width + c0) })
+                    load(unsafe { k.add((j0 + r) * kwidth + c0) })
                 });
                 for (t, col) in transpose(rows).into_iter().enumerate() {
                     // SAFETY: row c0 + t < d of kt, keys j0..j0 + T <= lpad.
@@ -1397,7 +1403,7 @@ fn add_position_bias(
 /// Adds head `head`'s disentangled terms, where `h` has them, times the scale, to the first `nq`
 /// rows of a block's scores (`lpad` apart): row `qi`, the query whose head columns `q` holds
 /// at `qi * width`, at position `at + qi` among the task's keys, over the keys `seen(qi)` it
-/// sees, whose head columns `k` holds at `j * width` for key `j`.
+/// sees, whose head columns `k` holds at `j * kwidth` for key `j`.
 ///
 /// # Safety
 /// `q` and `k` are readable for the head's `head_dim` columns of those rows.
@@ -1414,7 +1420,7 @@ unsafe fn add_disentangled<'t>(
     (q, k): (*const f32, *const f32),
 ) {
     let Some(t) = h.disentangled else { return };
-    let (d, width) = (h.head_dim, h.heads * h.head_dim);
+    let (d, width, kwidth) = (h.head_dim, h.heads * h.head_dim, h.kv_heads * h.head_dim);
     let longest = t.rows.len().div_ceil(2);
     let row = |table: &'t [f32], r: usize| &table[t.rows[r] as usize * width + head * d..][..d];
     for qi in 0..nq {
@@ -1430,7 +1436,7 @@ unsafe fn add_disentangled<'t>(
             }
             if let Some(queries) = t.queries {
                 // SAFETY: row j of the keys, by the caller's contract.
-                let kr = unsafe { std::slice::from_raw_parts(k.add(j * width), d) };
+                let kr = unsafe { std::slice::from_raw_parts(k.add(j * kwidth), d) };
                 sum += dot(kr, row(queries, j + from));
             }
             *s += h.scale * sum;
@@ -1502,15 +1508,16 @@ unsafe fn amx_head(task: Task<'_>, keys: &mut AlignedBuf, scores: &mut AlignedBu
     type B = x86::Avx512Bf16;
     const F32: usize = size_of::<f32>();
     let Task { ptrs, start, len, q0, queries, first, head, h } = task;
-    let (d, width) = (h.head_dim, h.heads * h.head_dim);
-    let col = head * d;
+    let (d, width, kwidth) = (h.head_dim, h.heads * h.head_dim, h.kv_heads * h.head_dim);
+    // The head's columns of the queries and output, and of the keys and values it reads.
+    let (col, kcol) = (head * d, head / (h.heads / h.kv_heads) * d);
     let [q, k, v, out] = ptrs.map(SendPtr::get);
     let lpad = Products::AmxBf16.lpad(len);
     keys.ensure(Products::AmxBf16.key_words(d, lpad));
     scores.ensure(AMX_QB * lpad);
     let kt = keys.as_mut_slice().as_mut_ptr();
     let sc = &mut scores.as_mut_slice()[..AMX_QB * lpad];
-    let layout = Layout { d, width, lpad, scale: h.scale, vstride: width };
+    let layout = Layout { d, width, kwidth, lpad, scale: h.scale, vstride: kwidth };
     // The keys' pairs transposed (d / 2 x lpad words, zero past len), then the queries' pairs
     // (up to lpad rows of d / 2: a block's rows past the task's are read, their results not
     // used), then the values' pairs of rows (lpad / 2 x d), zero past len as well: their
@@ -1519,7 +1526,7 @@ unsafe fn amx_head(task: Task<'_>, keys: &mut AlignedBuf, scores: &mut AlignedBu
     // columns; kt holds the words `key_words` says, the values' from d x lpad on.
     let reads = unsafe {
         let (qh, kh, vh) =
-            (q.add(q0 * width + col), k.add(start * width + col), v.add(start * width + col));
+            (q.add(q0 * width + col), k.add(start * kwidth + kcol), v.add(start * kwidth + kcol));
         let reads = B::prepare(qh, kh, vh, (len, queries), kt, layout);
         let pairs = len.div_ceil(2);
         kt.add(d * lpad + pairs * d).write_bytes(0, (lpad / 2 - pairs) * d);
@@ -1554,7 +1561,7 @@ unsafe fn amx_head(task: Task<'_>, keys: &mut AlignedBuf, scores: &mut AlignedBu
         add_position_bias(sc, lpad, nq, h, head, first + i0, |qi| seen(i0 + qi));
         // SAFETY: the block's rows of q, the task's rows of k, the head's columns.
         unsafe {
-            let (qh, kh) = (q.add((q0 + i0) * width + col), k.add(start * width + col));
+            let (qh, kh) = (q.add((q0 + i0) * width + col), k.add(start * kwidth + kcol));
             add_disentangled(sc, lpad, nq, h, head, first + i0, |qi| seen(i0 + qi), (qh, kh));
         }
         let mut inv = [0.0f32; AMX_QB];
@@ -1591,8 +1598,9 @@ unsafe fn amx_head(task: Task<'_>, keys: &mut AlignedBuf, scores: &mut AlignedBu
 unsafe fn head_body<B: Block>(task: Task<'_>, keys: &mut AlignedBuf, scores: &mut AlignedBuf) {
     let Task { ptrs, start, len, q0, queries, first, head, h } = task;
     let qb = B::QB;
-    let (d, width) = (h.head_dim, h.heads * h.head_dim);
-    let col = head * d;
+    let (d, width, kwidth) = (h.head_dim, h.heads * h.head_dim, h.kv_heads * h.head_dim);
+    // The head's columns of the queries and output, and of the keys and values it reads.
+    let (col, kcol) = (head * d, head / (h.heads / h.kv_heads) * d);
     let [q, k, v, out] = ptrs.map(SendPtr::get);
     // Keys padded to whole blocks with zeros, whose scores are never used.
     let lpad = len.next_multiple_of(KB);
@@ -1601,14 +1609,14 @@ unsafe fn head_body<B: Block>(task: Task<'_>, keys: &mut AlignedBuf, scores: &mu
     let kt = keys.as_mut_slice();
     // Scores of a block of queries: QB rows of lpad.
     let sc = &mut scores.as_mut_slice()[..qb * lpad];
-    let layout = Layout { d, width, lpad, scale: h.scale, vstride: width };
+    let layout = Layout { d, width, kwidth, lpad, scale: h.scale, vstride: kwidth };
     // The head's keys, transposed (kt[c * lpad + j] = k[start + j][col + c], zero past len,
     // in f32), and where its queries and values are read.
     // SAFETY: rows start..start + len of k and v, q0..q0 + queries of q, the head's d columns;
     // kt holds the words `key_words` says.
     let reads = unsafe {
         let (qh, kh, vh) =
-            (q.add(q0 * width + col), k.add(start * width + col), v.add(start * width + col));
+            (q.add(q0 * width + col), k.add(start * kwidth + kcol), v.add(start * kwidth + kcol));
         B::prepare(qh, kh, vh, (len, queries), kt.as_mut_ptr(), layout)
     };
     let layout = Layout { vstride: reads.vstride, ..layout };
@@ -1648,7 +1656,7 @@ unsafe fn head_body<B: Block>(task: Task<'_>, keys: &mut AlignedBuf, scores: &mu
         add_position_bias(sc, lpad, nq, h, head, first + i0, |qi| seen(i0 + qi));
         // SAFETY: the block's rows of q, the task's rows of k, the head's columns.
         unsafe {
-            let (qh, kh) = (q.add((q0 + i0) * width + col), k.add(start * width + col));
+            let (qh, kh) = (q.add((q0 + i0) * width + col), k.add(start * kwidth + kcol));
             add_disentangled(sc, lpad, nq, h, head, first + i0, |qi| seen(i0 + qi), (qh, kh));
         }
         let mut inv = [0.0f32; MAX_QB];
@@ -1689,7 +1697,7 @@ unsafe fn head_body<B: Block>(task: Task<'_>, keys: &mut AlignedBuf, scores: &mu
                 let mut o = 0.0f32;
                 for j in lo..hi {
                     // SAFETY: row start + j of v, column c of the head.
-                    let x = unsafe { *v.add((start + j) * width + col + c) };
+                    let x = unsafe { *v.add((start + j) * kwidth + kcol + c) };
                     o = B::Fma::mul_add(sc[qi * lpad + j], x, o);
                 }
                 // SAFETY: as for the blocks of sixteen.
@@ -1731,6 +1739,7 @@ mod tests {
     fn long_sequences_are_cut_only_where_whole_heads_leave_threads_idle() {
         let h = Heads {
             heads: 12,
+            kv_heads: 12,
             head_dim: 32,
             scale: 1.0,
             reach: Reach::default(),
@@ -1763,6 +1772,7 @@ mod tests {
     fn a_windowed_part_takes_the_keys_its_queries_see_from_a_whole_block() {
         let h = Heads {
             heads: 1,
+            kv_heads: 1,
             head_dim: 32,
             scale: 1.0,
             reach: Reach::of(Some(20), false),
