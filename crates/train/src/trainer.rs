@@ -550,16 +550,13 @@ impl Prepared {
                     .into(),
             ));
         }
-        if let Some(family) = match model.config().arch {
-            Arch::Gemma => Some("Gemma"),
-            Arch::Qwen3 => Some("Qwen3"),
-            _ => None,
-        } {
-            return Err(Error::Config(format!(
-                "training {family} is not supported yet: its norm scales or shared key and value \
-                 projections are computed from the checkpoint's weights when the model loads, \
-                 and the trained copies would not export as {family}'s weights"
-            )));
+        if model.config().arch == Arch::Gemma {
+            return Err(Error::Config(
+                "training Gemma is not supported yet: its norms' scales (1 + weight) are \
+                 computed from the checkpoint's weights when the model loads, and trained copies \
+                 would not export as Gemma's weights"
+                    .into(),
+            ));
         }
         if let Some(n) = job.max_len {
             model.set_max_len(n)?;
