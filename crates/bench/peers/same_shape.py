@@ -4,8 +4,10 @@ embeddings normalised, no absolute positions), a NomicBERT (rotary positions, Sw
 biases), a GTE (rotary positions, GeGLU from one up-and-gate matrix, no token types), a Jina
 v3 (rotary positions, a plain feed-forward) and a Gemma 3 with bidirectional attention
 (EmbeddingGemma's parts: per-head query and key norms, two key-value heads for six query heads,
-pre- and post-norms, a gated feed-forward, a window of 512 that these texts never pass), all of
-deberta-v3-xsmall's sizes: 12 layers, 384 wide, 6 heads, feed-forward 1536. Each is saved as a sentence-transformers model with
+pre- and post-norms, a gated feed-forward, a window of 512 that these texts never pass) and a
+Qwen3 (Qwen3-Embedding's parts: a causal mask, per-head query and key norms, two key-value heads
+for six query heads, SwiGLU), all of deberta-v3-xsmall's sizes: 12 layers, 384 wide, 6 heads,
+feed-forward 1536. Each is saved as a sentence-transformers model with
 all-MiniLM-L6-v2's tokenizer and pooling (30522 ids, mean pooling, max_seq_length 256). Beside
 the BERT, `switchyard-bench corpus` and `peers.py --engines st` on each give its family's price
 on each engine (docs/benchmarks.md).
@@ -21,7 +23,7 @@ import torch
 from transformers import (BertConfig, BertModel, DebertaV2Config, DebertaV2Model,
                           Gemma3TextConfig, Gemma3TextModel, GteConfig, GteModel,
                           JinaEmbeddingsV3Config, JinaEmbeddingsV3Model, NomicBertConfig,
-                          NomicBertModel)
+                          NomicBertModel, Qwen3Config, Qwen3Model)
 
 SHAPE = dict(vocab_size=30522, hidden_size=384, num_hidden_layers=12, num_attention_heads=6,
              intermediate_size=1536, max_position_embeddings=512)
@@ -38,6 +40,8 @@ FAMILIES = {
     "gemma": lambda: Gemma3TextModel(Gemma3TextConfig(
         **SHAPE, num_key_value_heads=2, head_dim=64, query_pre_attn_scalar=64,
         sliding_window=512, use_bidirectional_attention=True, pad_token_id=0)),
+    "qwen3": lambda: Qwen3Model(Qwen3Config(
+        **SHAPE, num_key_value_heads=2, head_dim=64, pad_token_id=0)),
 }
 
 

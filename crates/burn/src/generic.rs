@@ -488,10 +488,15 @@ pub fn rms_norm<B: BurnBackend>(
     x: FloatTensor<B>,
     gamma: &FloatTensor<B>,
     eps: f32,
+    unit_offset: bool,
 ) -> FloatTensor<B> {
     let ms = B::float_mean_dim(B::float_mul(x.clone(), x.clone()), 1);
     let inv = B::float_recip(B::float_sqrt(B::float_add_scalar(ms, f64::from(eps).into())));
-    B::float_mul(B::float_mul(x, inv), gamma.clone())
+    let scale = match unit_offset {
+        true => B::float_add_scalar(gamma.clone(), 1.0.into()),
+        false => gamma.clone(),
+    };
+    B::float_mul(B::float_mul(x, inv), scale)
 }
 
 /// Row-wise `x / max(||x||, eps)`.
@@ -560,14 +565,14 @@ pub fn run_op<B: BurnBackend>(
         (Op::LayerNorm { eps, .. }, Bound::Norm { gamma, beta }) => {
             B::layer_norm(need(a), gamma.clone(), beta.clone(), f64::from(*eps))
         }
-        (Op::RmsNorm { eps, group: None, .. }, Bound::Norm { gamma, .. }) => {
-            rms_norm::<B>(need(a), gamma, *eps)
+        (Op::RmsNorm { eps, group: None, unit_offset, .. }, Bound::Norm { gamma, .. }) => {
+            rms_norm::<B>(need(a), gamma, *eps, *unit_offset)
         }
-        (Op::RmsNorm { eps, group: Some(n), .. }, Bound::Norm { gamma, .. }) => {
+        (Op::RmsNorm { eps, group: Some(n), unit_offset, .. }, Bound::Norm { gamma, .. }) => {
             // Each group of a row as a row of its own.
             let x = need(a);
             let [t, w] = dims::<B>(&x);
-            let y = rms_norm::<B>(reshape::<B>(x, &[t * w / n, *n]), gamma, *eps);
+            let y = rms_norm::<B>(reshape::<B>(x, &[t * w / n, *n]), gamma, *eps, *unit_offset);
             reshape::<B>(y, &[t, w])
         }
         (Op::Linear { act, .. }, Bound::Linear { wt, bias }) => {

@@ -54,9 +54,10 @@ fn op_record(graph: &Graph, index: usize, op: &Op, s: &Sizes<'_>) -> OpRecord {
             format!("eps {eps:e}{}", if beta.is_some() { "" } else { ", no beta" }),
             io_bytes + weight_bytes,
         ),
-        Op::RmsNorm { eps, group, .. } => {
+        Op::RmsNorm { eps, group, unit_offset, .. } => {
             let per = group.map_or(String::new(), |g| format!(", per {g} columns"));
-            (5 * n * w, format!("eps {eps:e}{per}"), io_bytes + weight_bytes)
+            let offset = if unit_offset { ", scale 1 + gamma" } else { "" };
+            (5 * n * w, format!("eps {eps:e}{per}{offset}"), io_bytes + weight_bytes)
         }
         Op::Linear { act, bias, residual, .. } => {
             let k = inputs[0][1] as u64;

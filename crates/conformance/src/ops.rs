@@ -96,20 +96,31 @@ fn cases() -> Vec<(String, Graph)> {
                 }),
             ));
         }
-        c.push((
-            format!("RmsNorm {w}"),
-            single(w, |g, x, _| {
-                let gamma = g.weight("norm.weight", &[w]);
-                g.op(t, |out| Op::RmsNorm { x, gamma, eps: 1e-6, group: None, out })
-            }),
-        ));
+        // Scales as stored, and as Gemma stores them (offsets from one).
+        for unit_offset in [false, true] {
+            c.push((
+                format!("RmsNorm {w}, unit offset {unit_offset}"),
+                single(w, |g, x, _| {
+                    let gamma = g.weight("norm.weight", &[w]);
+                    g.op(t, |out| Op::RmsNorm {
+                        x,
+                        gamma,
+                        eps: 1e-6,
+                        group: None,
+                        unit_offset,
+                        out,
+                    })
+                }),
+            ));
+        }
         // A norm per head, as Gemma's and Qwen3's queries and keys have.
         for n in [2, 4].into_iter().filter(|n| w % n == 0) {
             c.push((
                 format!("RmsNorm {w} per {n} columns"),
                 single(w, |g, x, _| {
                     let gamma = g.weight("norm.weight", &[n]);
-                    g.op(t, |out| Op::RmsNorm { x, gamma, eps: 1e-6, group: Some(n), out })
+                    let (group, unit_offset) = (Some(n), n == 4);
+                    g.op(t, |out| Op::RmsNorm { x, gamma, eps: 1e-6, group, unit_offset, out })
                 }),
             ));
         }

@@ -216,13 +216,14 @@ impl Ctx<'_> {
                     }
                 }
             }
-            Op::RmsNorm { x, gamma, eps, group, .. } => {
+            Op::RmsNorm { x, gamma, eps, group, unit_offset, .. } => {
                 let (g, w) = (self.w(gamma), group.unwrap_or(self.width(x)));
+                let offset = if unit_offset { 1.0 } else { 0.0 };
                 for (yr, xr) in y.chunks_exact_mut(w).zip(self.val(x).chunks_exact(w)) {
                     let ms = xr.iter().map(|v| v * v).sum::<f64>() / w as f64;
                     let inv = 1.0 / (ms + f64::from(eps)).sqrt();
                     for ((yv, xv), gv) in yr.iter_mut().zip(xr).zip(g) {
-                        *yv = xv * inv * gv;
+                        *yv = xv * inv * (offset + gv);
                     }
                 }
             }

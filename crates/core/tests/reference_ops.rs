@@ -162,8 +162,34 @@ fn rms_norm_divides_by_root_mean_square() {
     let mut c = Case::new();
     let x = c.input(&[&[3.0, 4.0]]);
     let gamma = c.weight(&[2], &[1.0, 2.0]);
-    let y = c.g.op(Shape::tokens(2), |out| Op::RmsNorm { x, gamma, eps: 1e-12, group: None, out });
+    let unit_offset = false;
+    let y = c.g.op(Shape::tokens(2), |out| Op::RmsNorm {
+        x,
+        gamma,
+        eps: 1e-12,
+        group: None,
+        unit_offset,
+        out,
+    });
     // mean square 12.5, root 3.5355339.
+    close(&c.run(y, &[1]), &[&[0.848_528_1, 2.262_741_7]]);
+}
+
+#[test]
+fn rms_norm_with_a_unit_offset_scales_by_one_plus_gamma() {
+    let mut c = Case::new();
+    let x = c.input(&[&[3.0, 4.0]]);
+    let gamma = c.weight(&[2], &[0.0, 1.0]);
+    let unit_offset = true;
+    let y = c.g.op(Shape::tokens(2), |out| Op::RmsNorm {
+        x,
+        gamma,
+        eps: 1e-12,
+        group: None,
+        unit_offset,
+        out,
+    });
+    // Scales 1 and 2: as the test above.
     close(&c.run(y, &[1]), &[&[0.848_528_1, 2.262_741_7]]);
 }
 
@@ -172,8 +198,15 @@ fn rms_norm_in_groups_normalises_each_group_alone() {
     let mut c = Case::new();
     let x = c.input(&[&[3.0, 4.0, 1.0, 1.0]]);
     let gamma = c.weight(&[2], &[1.0, 2.0]);
-    let y =
-        c.g.op(Shape::tokens(4), |out| Op::RmsNorm { x, gamma, eps: 1e-12, group: Some(2), out });
+    let (group, unit_offset) = (Some(2), false);
+    let y = c.g.op(Shape::tokens(4), |out| Op::RmsNorm {
+        x,
+        gamma,
+        eps: 1e-12,
+        group,
+        unit_offset,
+        out,
+    });
     // [3, 4] as above; [1, 1] has mean square 1.
     close(&c.run(y, &[1]), &[&[0.848_528_1, 2.262_741_7, 1.0, 2.0]]);
 }

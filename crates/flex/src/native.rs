@@ -367,11 +367,12 @@ pub(crate) fn run(
                     let beta = beta.map(|b| w.plain(b)).transpose()?;
                     rows::layer_norm(isa, at(o), at(x), rows, width, w.plain(gamma)?, beta, eps);
                 }
-                Op::RmsNorm { x, gamma, eps, group, .. } => {
+                Op::RmsNorm { x, gamma, eps, group, unit_offset, .. } => {
                     // Groups of a row are contiguous: each is a row of its own.
                     let n = group.unwrap_or(width);
                     let (x, g) = (at(x), w.plain(gamma)?);
-                    rows::rms_norm(isa, at(o), x, rows * width / n, n, g, eps);
+                    let offset = if unit_offset { 1.0 } else { 0.0 };
+                    rows::rms_norm(isa, at(o), x, rows * width / n, n, (g, offset), eps);
                 }
                 Op::Linear { x, weight, bias, act, residual, .. } => {
                     let bias = bias.map(|b| w.plain(b)).transpose()?;

@@ -341,7 +341,6 @@ impl Model {
         }
         match config.arch {
             Arch::DebertaV2 => deberta::derive_tables(&mut checkpoint, &config)?,
-            Arch::Gemma => lm::derive_norm_scales(&mut checkpoint, &config)?,
             _ => {}
         }
         let kind = head_kind(&checkpoint, sentence.as_ref())?;

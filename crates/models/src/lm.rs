@@ -13,9 +13,9 @@
 //! - Qwen3: per layer `x = x + attn(input_norm(x))` and `x = x + ffn(post_attention_norm(x))`;
 //!   norms scale by `weight`; one base; scores scaled by `head_dim^-0.5`; a causal mask.
 //!
-//! Shared key and value heads stay as the checkpoint has them: attention reads each for the
-//! query heads of its group ([`Op::Attention`]'s `kv_heads`). Gemma's norms' `1 + weight` are
-//! derived at load ([`derive_norm_scales`]).
+//! Every weight is read as the checkpoint has it: shared key and value heads are read for the
+//! query heads of each group ([`Op::Attention`]'s `kv_heads`), and Gemma's norms scale by
+//! `1 + weight` ([`Op::RmsNorm`]'s `unit_offset`).
 
 use switchyard_core::{Act, Op, Shape, Val};
 
@@ -26,45 +26,8 @@ use crate::{Checkpoint, Error, Result};
 /// The word embeddings' name.
 const WORD: &str = "embed_tokens.weight";
 
-/// Each Gemma layer's norms, relative to `layers.N`.
-const GEMMA_NORMS: [&str; 4] = [
-    "input_layernorm",
-    "post_attention_layernorm",
-    "pre_feedforward_layernorm",
-    "post_feedforward_layernorm",
-];
-
-/// The suffix of a norm's derived `1 + weight`.
-const PLUS_ONE: &str = "weight.plus_one";
-
 fn settings(cfg: &EncoderConfig) -> Result<&LmConfig> {
     cfg.lm.as_ref().ok_or_else(|| Error::format("a Gemma or Qwen3 graph needs their settings"))
-}
-
-/// Adds Gemma's norms' `1 + weight` to `ck`.
-pub(crate) fn derive_norm_scales(ck: &mut Checkpoint, cfg: &EncoderConfig) -> Result<()> {
-    let gm = settings(cfg)?;
-    let _span = tracing::info_span!("derive", weights = "norm scales").entered();
-    let names = Names::detect(ck, WORD)?;
-    let (d, hd) = (cfg.hidden, gm.head_dim);
-    let mut norms: Vec<(String, usize)> = vec![("norm".into(), d)];
-    for l in 0..cfg.layers {
-        let pre = format!("layers.{l}");
-        norms.extend(GEMMA_NORMS.iter().map(|n| (format!("{pre}.{n}"), d)));
-        norms.extend(["q_norm", "k_norm"].map(|n| (format!("{pre}.self_attn.{n}"), hd)));
-    }
-    let mut derived = Vec::with_capacity(norms.len());
-    for (norm, width) in norms {
-        let mut w = names.need_values(&format!("{norm}.weight"), &[width])?;
-        for v in &mut w {
-            *v += 1.0;
-        }
-        derived.push((names.full(&format!("{norm}.{PLUS_ONE}")), width, w));
-    }
-    for (name, width, values) in derived {
-        ck.derive(name, vec![width], &values)?;
-    }
-    Ok(())
 }
 
 /// Builds the encoder body; returns it with the final (normalised) token rows, or with
@@ -166,8 +129,8 @@ fn gated(
     e.linear(&format!("{mlp}.down_proj"), gated, cfg.hidden, Act::Identity, residual)
 }
 
-/// The RMS norm `name` on `x` (per `group` columns where given), scaled by Gemma's derived
-/// `1 + weight`, or by `weight` itself.
+/// The RMS norm `name` on `x` (per `group` columns where given), scaled by `1 + weight` as
+/// Gemma's, or by `weight` itself.
 fn rms_norm(
     e: &mut Encoder<'_>,
     name: &str,
@@ -177,10 +140,7 @@ fn rms_norm(
     eps: f32,
 ) -> Result<Val> {
     let width = group.unwrap_or(e.g.shape(x).width);
-    let gamma = match gemma {
-        true => format!("{name}.{PLUS_ONE}"),
-        false => format!("{name}.weight"),
-    };
-    let gamma = e.names.weight(&mut e.g, &gamma, &[width])?;
-    Ok(e.g.op(e.g.shape(x), |out| Op::RmsNorm { x, gamma, eps, group, out }))
+    let gamma = e.names.weight(&mut e.g, &format!("{name}.weight"), &[width])?;
+    let unit_offset = gemma;
+    Ok(e.g.op(e.g.shape(x), |out| Op::RmsNorm { x, gamma, eps, group, unit_offset, out }))
 }

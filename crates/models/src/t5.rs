@@ -83,5 +83,12 @@ pub(crate) fn build<'a>(ck: &'a Checkpoint, cfg: &EncoderConfig) -> Result<(Enco
 fn rms_norm(e: &mut Encoder<'_>, name: &str, x: Val, eps: f32) -> Result<Val> {
     let width = e.g.shape(x).width;
     let gamma = e.names.weight(&mut e.g, &format!("{name}.weight"), &[width])?;
-    Ok(e.g.op(e.g.shape(x), |out| Op::RmsNorm { x, gamma, eps, group: None, out }))
+    Ok(e.g.op(e.g.shape(x), |out| Op::RmsNorm {
+        x,
+        gamma,
+        eps,
+        group: None,
+        unit_offset: false,
+        out,
+    }))
 }

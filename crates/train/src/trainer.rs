@@ -550,14 +550,6 @@ impl Prepared {
                     .into(),
             ));
         }
-        if model.config().arch == Arch::Gemma {
-            return Err(Error::Config(
-                "training Gemma is not supported yet: its norms' scales (1 + weight) are \
-                 computed from the checkpoint's weights when the model loads, and trained copies \
-                 would not export as Gemma's weights"
-                    .into(),
-            ));
-        }
         if let Some(n) = job.max_len {
             model.set_max_len(n)?;
         }

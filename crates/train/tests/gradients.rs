@@ -185,6 +185,7 @@ fn embeddings_add_and_norms() {
         gamma: g3,
         eps: 1e-6,
         group: None,
+        unit_offset: false,
         out,
     });
     let y = c.g.op(Shape::tokens(6), |out| Op::L2Norm { x: y, eps: 1e-12, out });
@@ -193,13 +194,21 @@ fn embeddings_add_and_norms() {
 
 #[test]
 fn scaled_embeddings_and_norms_per_head() {
-    // Gemma's parts: a word embedding scaled, and an RMS norm of each 3 columns alone.
+    // Gemma's parts: a word embedding scaled, and an RMS norm of each 3 columns alone, its
+    // scale 1 + gamma.
     let mut c = Case::new(tokens());
     let table = c.g.weight("words", &[tokens(), 6]);
     let x = c.g.op(Shape::tokens(6), |out| Op::Embed { table, scale: 2.5, out });
     let gamma = c.g.weight("rms.weight", &[3]);
-    let y =
-        c.g.op(Shape::tokens(6), |out| Op::RmsNorm { x, gamma, eps: 1e-6, group: Some(3), out });
+    let (group, unit_offset) = (Some(3), true);
+    let y = c.g.op(Shape::tokens(6), |out| Op::RmsNorm {
+        x,
+        gamma,
+        eps: 1e-6,
+        group,
+        unit_offset,
+        out,
+    });
     check("scaled embedding, norm per head", &c.finish(y), &counting_batch(&LENS, &[], false));
 }
 

@@ -366,10 +366,6 @@ fn settings_and_tasks_that_do_not_fit_are_refused() {
     let mut j = base.clone();
     j.model = tiny("deberta-classifier");
     cases.push((j, "training DeBERTa is not supported"));
-    let mut j = base.clone();
-    j.model = tiny("gemma");
-    j.task = Task::Embed;
-    cases.push((j, "training Gemma is not supported"));
     for (j, want) in cases {
         let e = fit(&j).unwrap_err().to_string();
         assert!(e.contains(want), "expected `{want}` in `{e}`");
@@ -447,52 +443,60 @@ fn a_dense_modules_weights_train_and_export_to_its_folder() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// Qwen3 (a causal decoder with query heads sharing key-value heads, pooled here by the mean of
-/// its rows) trains as an embedder; its export loads back as Qwen3, with every weight where the
-/// original has it, and ranks the pairs as the trained model did.
+/// Qwen3 (a causal decoder) and Gemma (norms scaling by `1 + weight`, local layers), both with
+/// query heads sharing key-value heads and pooled here by the mean of their rows, train as
+/// embedders; each export loads back as its family, with every weight where the original has
+/// it (the shared key projection and a norm moved), and ranks the pairs as the trained model
+/// did.
 #[test]
-fn qwen3_trains_as_an_embedder_and_exports_as_qwen3() {
-    let dir = scratch("qwen3");
+fn qwen3_and_gemma_train_as_embedders_and_export_as_themselves() {
+    use switchyard_models::Arch;
     // Six pairs of words, no word on both sides.
     let (anchors, positives) = (&WORDS[..6], &WORDS[6..]);
     let lines: Vec<String> = (0..6)
         .map(|i| serde_json::json!({"anchor": anchors[i], "positive": positives[i]}).to_string())
         .collect();
-    let data = write(&dir, "pairs.jsonl", &lines);
-    let out = dir.join("out");
-    let mut j = job(tiny("qwen3"), Task::Embed, data.clone(), out.clone());
-    j.eval = Some(data);
-    (j.settings.lr, j.settings.batch_size, j.settings.epochs) = (1e-2, 6, 20);
-    let report = fit(&j).unwrap();
-    let acc =
-        |e: &switchyard_train::Eval| e.metrics.iter().find(|(k, _)| k == "accuracy").unwrap().1;
-    let (before, after) = (acc(report.before.as_ref().unwrap()), acc(report.evals.last().unwrap()));
-    assert!(after == 1.0 && after > before, "accuracy {before} before, {after} after");
+    for (name, arch) in [("qwen3", Arch::Qwen3), ("gemma", Arch::Gemma)] {
+        let dir = scratch(&format!("lm-{name}"));
+        let data = write(&dir, "pairs.jsonl", &lines);
+        let out = dir.join("out");
+        let mut j = job(tiny(name), Task::Embed, data.clone(), out.clone());
+        j.eval = Some(data);
+        (j.settings.lr, j.settings.batch_size, j.settings.epochs) = (1e-2, 6, 20);
+        let report = fit(&j).unwrap();
+        let acc =
+            |e: &switchyard_train::Eval| e.metrics.iter().find(|(k, _)| k == "accuracy").unwrap().1;
+        let (before, after) =
+            (acc(report.before.as_ref().unwrap()), acc(report.evals.last().unwrap()));
+        assert!(after == 1.0 && after > before, "{name}: accuracy {before} before, {after} after");
 
-    let (original, trained) = (Model::load(&tiny("qwen3")).unwrap(), Model::load(&out).unwrap());
-    assert_eq!(trained.config().arch, switchyard_models::Arch::Qwen3);
-    let names = |m: &Model| {
-        let mut n: Vec<String> = m.checkpoint().names().into_iter().map(str::to_owned).collect();
-        n.sort();
-        n
-    };
-    assert_eq!(names(&trained), names(&original));
-    let weight = |m: &Model| {
-        m.checkpoint().tensor("layers.0.self_attn.k_proj.weight").unwrap().bytes.to_vec()
-    };
-    assert_ne!(weight(&original), weight(&trained), "training moved the shared key projection");
-    let mut runner =
-        switchyard_models::Runner::new(trained, Reference, Buckets::default()).unwrap();
-    let (a, p) = (runner.embed(anchors, |_| {}).unwrap(), runner.embed(positives, |_| {}).unwrap());
-    let dot = |x: &[f32], y: &[f32]| x.iter().zip(y).map(|(x, y)| x * y).sum::<f32>();
-    let hits = a
-        .iter()
-        .enumerate()
-        .filter(|(i, a)| {
-            let best = (0..p.len()).max_by(|&x, &y| dot(a, &p[x]).total_cmp(&dot(a, &p[y])));
-            best == Some(*i)
-        })
-        .count();
-    assert_eq!(hits as f64 / 6.0, after, "the export ranks the pairs alike");
-    std::fs::remove_dir_all(&dir).unwrap();
+        let (original, trained) = (Model::load(&tiny(name)).unwrap(), Model::load(&out).unwrap());
+        assert_eq!(trained.config().arch, arch);
+        let names = |m: &Model| {
+            let mut n: Vec<String> =
+                m.checkpoint().names().into_iter().map(str::to_owned).collect();
+            n.sort();
+            n
+        };
+        assert_eq!(names(&trained), names(&original), "{name}");
+        for w in ["layers.0.self_attn.k_proj.weight", "layers.0.input_layernorm.weight"] {
+            let bytes = |m: &Model| m.checkpoint().tensor(w).unwrap().bytes.to_vec();
+            assert_ne!(bytes(&original), bytes(&trained), "{name}: training moved {w}");
+        }
+        let mut runner =
+            switchyard_models::Runner::new(trained, Reference, Buckets::default()).unwrap();
+        let (a, p) =
+            (runner.embed(anchors, |_| {}).unwrap(), runner.embed(positives, |_| {}).unwrap());
+        let dot = |x: &[f32], y: &[f32]| x.iter().zip(y).map(|(x, y)| x * y).sum::<f32>();
+        let hits = a
+            .iter()
+            .enumerate()
+            .filter(|(i, a)| {
+                let best = (0..p.len()).max_by(|&x, &y| dot(a, &p[x]).total_cmp(&dot(a, &p[y])));
+                best == Some(*i)
+            })
+            .count();
+        assert_eq!(hits as f64 / 6.0, after, "{name}: the export ranks the pairs alike");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

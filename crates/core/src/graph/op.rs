@@ -311,8 +311,9 @@ pub enum Op {
         /// Output, same shape as `x`.
         out: Val,
     },
-    /// RMS normalisation of each row, `x / sqrt(mean(x^2) + eps) * gamma`, or with `group`, of
-    /// each run of `group` columns of a row on its own (a norm per attention head).
+    /// RMS normalisation of each row, `x / sqrt(mean(x^2) + eps) * gamma` (with `unit_offset`,
+    /// `* (1 + gamma)`), or with `group`, of each run of `group` columns of a row on its own (a
+    /// norm per attention head).
     RmsNorm {
         /// Input rows.
         x: Val,
@@ -322,6 +323,9 @@ pub enum Op {
         eps: f32,
         /// Columns normalised together, dividing the width; `None` for the whole row.
         group: Option<usize>,
+        /// Whether the scale is `1 + gamma`: Gemma stores its norms' scales as their offsets
+        /// from one.
+        unit_offset: bool,
         /// Output, same shape as `x`.
         out: Val,
     },

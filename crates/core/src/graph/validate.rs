@@ -145,7 +145,7 @@ impl Graph {
                     want_w(b, &[sh(x).width])?;
                 }
             }
-            Op::RmsNorm { x, gamma, eps, group, out } => {
+            Op::RmsNorm { x, gamma, eps, group, unit_offset: _, out } => {
                 same("output differs from input", x, out)?;
                 positive("eps", eps)?;
                 let width = sh(x).width;
@@ -382,7 +382,14 @@ mod tests {
         cases.push((g, "op 0 (Embed): scale must be finite, got NaN"));
 
         let mut g = base.clone();
-        g.ops[3] = Op::RmsNorm { x: Val(2), gamma: W(2), eps: 1e-6, group: Some(3), out: Val(3) };
+        g.ops[3] = Op::RmsNorm {
+            x: Val(2),
+            gamma: W(2),
+            eps: 1e-6,
+            group: Some(3),
+            unit_offset: false,
+            out: Val(3),
+        };
         cases.push((g, "op 3 (RmsNorm): groups of 3 columns do not divide width 8"));
 
         let mut g = base.clone();

@@ -245,7 +245,8 @@ multiversion! {
     }
 }
 
-/// RMS normalisation of each row.
+/// RMS normalisation of each row, scaled by `gamma.0` plus `gamma.1` (0, or 1 for a scale stored
+/// as its offset from one).
 ///
 /// # Safety
 /// As [`layer_norm`]'s.
@@ -255,7 +256,7 @@ pub unsafe fn rms_norm(
     x: *const f32,
     rows: usize,
     width: usize,
-    gamma: &[f32],
+    gamma: (&[f32], f32),
     eps: f32,
 ) {
     let (o, x) = (SendPtr(out), SendPtr(x.cast_mut()));
@@ -275,14 +276,15 @@ multiversion! {
         x: SendPtr,
         range: Range<usize>,
         width: usize,
-        gamma: &[f32],
+        gamma: (&[f32], f32),
         eps: f32,
     ) {
+        let (gamma, offset) = gamma;
         for r in range {
             // SAFETY: row r, only this chunk's.
             let v = unsafe { in_place(out, x, r, width) };
             let inv = 1.0 / (sum_sq_dev::<M>(v, 0.0) / width as f32 + eps).sqrt();
-            v.iter_mut().zip(gamma).for_each(|(v, g)| *v = *v * inv * g);
+            v.iter_mut().zip(gamma).for_each(|(v, g)| *v = *v * inv * (g + offset));
         }
     }
 }
