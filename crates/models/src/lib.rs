@@ -339,9 +339,8 @@ impl Model {
                 "max_seq_length {max_len} exceeds the model's {position_limit} positions"
             )));
         }
-        match config.arch {
-            Arch::DebertaV2 => deberta::derive_tables(&mut checkpoint, &config)?,
-            _ => {}
+        if config.arch == Arch::DebertaV2 {
+            deberta::derive_tables(&mut checkpoint, &config)?;
         }
         let kind = head_kind(&checkpoint, sentence.as_ref())?;
         let family = match config.arch {
