@@ -157,40 +157,24 @@ fn layer_norm_without_beta_and_eps_dominating() {
     close(&c.run(y, &[1]), &[&[-0.5, 0.5]]);
 }
 
+/// Scales 1 and 2, stored as they are or, with a unit offset, as 0 and 1 (Gemma's).
 #[test]
-fn rms_norm_divides_by_root_mean_square() {
-    let mut c = Case::new();
-    let x = c.input(&[&[3.0, 4.0]]);
-    let gamma = c.weight(&[2], &[1.0, 2.0]);
-    let unit_offset = false;
-    let y = c.g.op(Shape::tokens(2), |out| Op::RmsNorm {
-        x,
-        gamma,
-        eps: 1e-12,
-        group: None,
-        unit_offset,
-        out,
-    });
-    // mean square 12.5, root 3.5355339.
-    close(&c.run(y, &[1]), &[&[0.848_528_1, 2.262_741_7]]);
-}
-
-#[test]
-fn rms_norm_with_a_unit_offset_scales_by_one_plus_gamma() {
-    let mut c = Case::new();
-    let x = c.input(&[&[3.0, 4.0]]);
-    let gamma = c.weight(&[2], &[0.0, 1.0]);
-    let unit_offset = true;
-    let y = c.g.op(Shape::tokens(2), |out| Op::RmsNorm {
-        x,
-        gamma,
-        eps: 1e-12,
-        group: None,
-        unit_offset,
-        out,
-    });
-    // Scales 1 and 2: as the test above.
-    close(&c.run(y, &[1]), &[&[0.848_528_1, 2.262_741_7]]);
+fn rms_norm_divides_by_root_mean_square_and_scales_by_gamma_or_one_plus_gamma() {
+    for (scales, unit_offset) in [([1.0, 2.0], false), ([0.0, 1.0], true)] {
+        let mut c = Case::new();
+        let x = c.input(&[&[3.0, 4.0]]);
+        let gamma = c.weight(&[2], &scales);
+        let y = c.g.op(Shape::tokens(2), |out| Op::RmsNorm {
+            x,
+            gamma,
+            eps: 1e-12,
+            group: None,
+            unit_offset,
+            out,
+        });
+        // mean square 12.5, root 3.5355339.
+        close(&c.run(y, &[1]), &[&[0.848_528_1, 2.262_741_7]]);
+    }
 }
 
 #[test]
