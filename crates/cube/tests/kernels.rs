@@ -126,13 +126,24 @@ fn attention(heads: usize, head_dim: usize, window: Option<usize>) -> Graph {
 /// Attention over random token tables, with a query per token or, where `per_seq`, one per
 /// sequence: its first token's.
 fn attention_over(heads: usize, head_dim: usize, window: Option<usize>, per_seq: bool) -> Graph {
+    grouped_attention((heads, heads), head_dim, window, per_seq)
+}
+
+/// [`attention_over`] with `heads.0` query heads on `heads.1` key-value heads.
+fn grouped_attention(
+    (heads, kv_heads): (usize, usize),
+    head_dim: usize,
+    window: Option<usize>,
+    per_seq: bool,
+) -> Graph {
     let mut g = GraphBuilder::new();
     let w = heads * head_dim;
-    let input = |g: &mut GraphBuilder, name: &str| {
+    let input = |g: &mut GraphBuilder, name: &str, w: usize| {
         let table = g.weight(name, &[VOCAB, w]);
         g.op(Shape::tokens(w), |out| Op::Embed { table, scale: 1.0, out })
     };
-    let (mut q, k, v) = (input(&mut g, "q"), input(&mut g, "k"), input(&mut g, "v"));
+    let kw = kv_heads * head_dim;
+    let (mut q, k, v) = (input(&mut g, "q", w), input(&mut g, "k", kw), input(&mut g, "v", kw));
     let rows = if per_seq { Shape::seqs(w) } else { Shape::tokens(w) };
     if per_seq {
         q = g.op(rows, |out| Op::Pool { x: q, mode: PoolMode::Cls, out });
@@ -143,7 +154,7 @@ fn attention_over(heads: usize, head_dim: usize, window: Option<usize>, per_seq:
         k,
         v,
         heads,
-        kv_heads: heads,
+        kv_heads,
         head_dim,
         scale,
         window,
@@ -248,6 +259,29 @@ fn tiled_attention_matches_the_reference_and_the_row_kernel_in_half_precision() 
             let (rows, _) = run_both(tiled(false, dtype).0, &graph, &TILE_LENS).expect("a run");
             assert_close(&got, &rows, &format!("{what}, against the row kernel"), near(dtype));
         }
+    }
+}
+
+/// Query heads sharing key-value heads (Gemma's, Qwen3's) run in the row kernel, which reads
+/// each key-value head for its group: in f32, and in half precision with tiles chosen (the
+/// tiled kernel does not take them).
+#[test]
+fn shared_key_value_heads_run_in_the_row_kernel() {
+    let cases = [((4, 2), 8, None, false), ((3, 1), 64, Some(5), false), ((4, 2), 16, None, true)];
+    for (heads, head_dim, window, per_seq) in cases {
+        let cube = device(KernelSet::ALL);
+        let kernels = cube.kernels().clone();
+        let what =
+            format!("{heads:?}x{head_dim} window {window:?}, a query per sequence {per_seq}");
+        check(cube, &grouped_attention(heads, head_dim, window, per_seq), &LENS, &what);
+        assert_eq!(kernels.launched().attention, 1, "{what}");
+    }
+    for dtype in half_dtypes() {
+        let what = format!("tiles, {dtype}, 4 heads of 16 on 2");
+        let (cube, kernels) = tiled(true, dtype);
+        let graph = grouped_attention((4, 2), 16, None, false);
+        check_within(cube, &graph, &TILE_LENS, &what, tolerance(dtype));
+        assert_eq!(kernels.launched(), Launched { attention: 1, ..Launched::default() }, "{what}");
     }
 }
 

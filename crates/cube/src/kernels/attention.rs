@@ -76,6 +76,7 @@ fn varlen_attention<F: Float>(
     k_bias: u32,
     v_bias: u32,
     heads: u32,
+    kv_group: u32,
     scale: f32,
     window: u32,
     pos_mid: u32,
@@ -109,6 +110,8 @@ fn varlen_attention<F: Float>(
     // Rows of `q`, `k` and `v` may be further apart than `width` (columns of a wider product).
     let (q_stride, k_stride, v_stride) = (q_stride as usize, k_stride as usize, v_stride as usize);
     let col = head * head_dim;
+    // The columns of the key-value head this query head reads (one of each `kv_group`).
+    let kcol = head / kv_group as usize * head_dim;
 
     // The keys some query of this block can see.
     let mut lo = start;
@@ -147,9 +150,9 @@ fn varlen_attention<F: Float>(
             if e < n * head_dim {
                 let j = t0 + e / head_dim;
                 let d = e % head_dim;
-                let (kb, vb) = (k_bias as usize + col + d, v_bias as usize + col + d);
-                keys[e] = with_bias(k[j * k_stride + col + d], bias, kb, has_bias);
-                vals[e] = with_bias(v[j * v_stride + col + d], bias, vb, has_bias);
+                let (kb, vb) = (k_bias as usize + kcol + d, v_bias as usize + kcol + d);
+                keys[e] = with_bias(k[j * k_stride + kcol + d], bias, kb, has_bias);
+                vals[e] = with_bias(v[j * v_stride + kcol + d], bias, vb, has_bias);
             }
         }
         sync_cube();
@@ -356,16 +359,17 @@ pub(crate) fn rows(t: CubeTensor) -> (CubeTensor, u32) {
     (t, stride)
 }
 
-/// Self-attention of every sequence of the run's batch over `[tokens, heads * head_dim]` rows, all three
-/// of one float dtype (the output's); with `per_seq`, `q` has one row per sequence, its first
-/// token's query, and so has the result. Each online-softmax step takes `group` keys (1 to
-/// [`super::MAX_KEY_GROUP`]).
+/// Self-attention of every sequence of the run's batch over `[tokens, heads * head_dim]` query
+/// rows and `[tokens, kv_heads * head_dim]` key and value rows (query head `h` reading key-value
+/// head `h / (heads / kv_heads)`), all three of one float dtype (the output's); with `per_seq`,
+/// `q` has one row per sequence, its first token's query, and so has the result. Each
+/// online-softmax step takes `group` keys (1 to [`super::MAX_KEY_GROUP`]).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn run(
     q: CubeTensor,
     k: CubeTensor,
     v: CubeTensor,
-    heads: usize,
+    (heads, kv_heads): (usize, usize),
     head_dim: usize,
     scale: f32,
     window: Option<usize>,
@@ -408,6 +412,7 @@ pub(crate) fn run(
         bias_at[1],
         bias_at[2],
         heads as u32,
+        (heads / kv_heads) as u32,
         scale,
         window_arg(window),
         pos_mid,
@@ -590,6 +595,7 @@ pub(super) fn cuda_variants(sm: &super::cuda_check::Sm) -> Vec<super::cuda_check
             width as u32,
             2 * width as u32,
             2,
+            1,
             0.125,
             8,
             63,
