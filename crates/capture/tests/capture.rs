@@ -129,10 +129,7 @@ fn a_query_per_sequence_costs_one_row_of_scores() {
             out,
         });
         g.output("a", a);
-        let g = g.finish().unwrap();
-        let cap = Capture::new();
-        let w = cap.upload(&testkit::random_weights(&g, 1).tensors(), &g).unwrap();
-        let plan = cap.lower(&w, &g, Bucket::new(16, 4, 0)).unwrap();
+        let (g, cap, plan) = lowered(g);
         let table = plan.record().table();
         assert!(table.contains("first token's query"), "{table}");
         let named = table.contains("position bias 8 buckets to 10");
@@ -175,10 +172,7 @@ fn disentangled_attention_costs_a_product_a_term_and_names_its_terms() {
             out,
         });
         g.output("a", a);
-        let g = g.finish().unwrap();
-        let cap = Capture::new();
-        let w = cap.upload(&testkit::random_weights(&g, 1).tensors(), &g).unwrap();
-        let plan = cap.lower(&w, &g, Bucket::new(16, 4, 0)).unwrap();
+        let (_, _, plan) = lowered(g);
         let table = plan.record().table();
         let want = format!("disentangled {named} over 4 positions in 4 buckets to 6");
         assert!(table.contains(&want), "{table}");
@@ -208,10 +202,7 @@ fn shared_key_value_heads_cost_their_query_heads_products_and_their_own_reads() 
         out,
     });
     g.output("a", a);
-    let g = g.finish().unwrap();
-    let cap = Capture::new();
-    let w = cap.upload(&testkit::random_weights(&g, 1).tensors(), &g).unwrap();
-    let plan = cap.lower(&w, &g, Bucket::new(16, 4, 0)).unwrap();
+    let (_, _, plan) = lowered(g);
     let table = plan.record().table();
     assert!(table.contains("2x4 on 1 key-value heads"), "{table}");
     let op = &plan.record().ops[2];
@@ -219,4 +210,14 @@ fn shared_key_value_heads_cost_their_query_heads_products_and_their_own_reads() 
     // output 16 x 8 floats, the keys and values 16 x 4 each.
     assert_eq!(op.flops, 2 * 64 * (4 * 4 + 3));
     assert_eq!(op.bytes, 4 * (2 * 16 * 8 + 2 * 16 * 4));
+}
+
+/// `g` finished, with random weights uploaded to a capture device, and lowered for a bucket of
+/// 16 tokens in 4 sequences.
+fn lowered(g: GraphBuilder) -> (switchyard_core::Graph, Capture, switchyard_capture::CapturePlan) {
+    let g = g.finish().unwrap();
+    let cap = Capture::new();
+    let w = cap.upload(&testkit::random_weights(&g, 1).tensors(), &g).unwrap();
+    let plan = cap.lower(&w, &g, Bucket::new(16, 4, 0)).unwrap();
+    (g, cap, plan)
 }
