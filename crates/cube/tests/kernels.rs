@@ -126,14 +126,14 @@ fn attention(heads: usize, head_dim: usize, window: Option<usize>) -> Graph {
 /// Attention over random token tables, with a query per token or, where `per_seq`, one per
 /// sequence: its first token's.
 fn attention_over(heads: usize, head_dim: usize, window: Option<usize>, per_seq: bool) -> Graph {
-    grouped_attention((heads, heads), head_dim, window, per_seq)
+    grouped_attention((heads, heads), head_dim, (window, false), per_seq)
 }
 
-/// [`attention_over`] with `heads.0` query heads on `heads.1` key-value heads.
+/// [`attention_over`] with `heads.0` query heads on `heads.1` key-value heads, causal or not.
 fn grouped_attention(
     (heads, kv_heads): (usize, usize),
     head_dim: usize,
-    window: Option<usize>,
+    (window, causal): (Option<usize>, bool),
     per_seq: bool,
 ) -> Graph {
     let mut g = GraphBuilder::new();
@@ -158,7 +158,7 @@ fn grouped_attention(
         head_dim,
         scale,
         window,
-        causal: false,
+        causal,
         position_bias: None,
         out,
     });
@@ -273,13 +273,42 @@ fn shared_key_value_heads_run_in_the_row_kernel() {
         let kernels = cube.kernels().clone();
         let what =
             format!("{heads:?}x{head_dim} window {window:?}, a query per sequence {per_seq}");
-        check(cube, &grouped_attention(heads, head_dim, window, per_seq), &LENS, &what);
+        let graph = grouped_attention(heads, head_dim, (window, false), per_seq);
+        check(cube, &graph, &LENS, &what);
         assert_eq!(kernels.launched().attention, 1, "{what}");
     }
     for dtype in half_dtypes() {
         let what = format!("tiles, {dtype}, 4 heads of 16 on 2");
         let (cube, kernels) = tiled(true, dtype);
-        let graph = grouped_attention((4, 2), 16, None, false);
+        let graph = grouped_attention((4, 2), 16, (None, false), false);
+        check_within(cube, &graph, &TILE_LENS, &what, tolerance(dtype));
+        assert_eq!(kernels.launched(), Launched { attention: 1, ..Launched::default() }, "{what}");
+    }
+}
+
+/// Causal attention (Qwen3's) runs in the row kernel: alone, in a window, on shared key-value
+/// heads, with a query per sequence (the first token sees itself alone), and in half precision
+/// with tiles chosen (the tiled kernel does not take it).
+#[test]
+fn causal_attention_runs_in_the_row_kernel() {
+    let cases = [
+        ((2, 2), 8, None, false),
+        ((3, 3), 64, Some(5), false),
+        ((4, 2), 16, None, false),
+        ((2, 2), 8, Some(40), true),
+    ];
+    for (heads, head_dim, window, per_seq) in cases {
+        let cube = device(KernelSet::ALL);
+        let kernels = cube.kernels().clone();
+        let what = format!("causal {heads:?}x{head_dim} window {window:?}, per sequence {per_seq}");
+        let graph = grouped_attention(heads, head_dim, (window, true), per_seq);
+        check(cube, &graph, &LENS, &what);
+        assert_eq!(kernels.launched().attention, 1, "{what}");
+    }
+    for dtype in half_dtypes() {
+        let what = format!("tiles, {dtype}, causal, 2 heads of 16");
+        let (cube, kernels) = tiled(true, dtype);
+        let graph = grouped_attention((2, 2), 16, (None, true), false);
         check_within(cube, &graph, &TILE_LENS, &what, tolerance(dtype));
         assert_eq!(kernels.launched(), Launched { attention: 1, ..Launched::default() }, "{what}");
     }

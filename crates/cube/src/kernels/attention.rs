@@ -50,11 +50,13 @@ fn tile_keys(head_dim: usize) -> usize {
 }
 
 /// `out[i] = softmax(q[i] . k[j] * scale (+ the position bias) over the keys j of i's sequence
-/// (within the window)) . v`, for each head. With `has_pos`, the bias of key `j` is
+/// (within the window; with `causal`, none after i)) . v`, for each head, whose keys and values
+/// are those of key-value head `head / kv_group`. With `has_pos`, the bias of key `j` is
 /// `pos[pos_bucket[j + pos_mid - i] * heads + head]`: `pos` the `[buckets, heads]` table,
 /// `pos_bucket` the bucket of each relative position from `-pos_mid` on. Rows are
-/// `[tokens, heads * head_dim]` of `F` (with `per_seq`, `q` and `out` are
-/// `[seqs, heads * head_dim]`, each sequence's row its first token's); arithmetic is f32.
+/// `[tokens, heads * head_dim]` of `F` (keys and values `heads / kv_group` heads wide; with
+/// `per_seq`, `q` and `out` are `[seqs, heads * head_dim]`, each sequence's row its first
+/// token's); arithmetic is f32.
 #[cfg_attr(not(all(test, feature = "wgpu")), cube(launch))]
 #[cfg_attr(all(test, feature = "wgpu"), cube(launch, create_dummy_kernel))]
 #[allow(clippy::too_many_arguments)]
@@ -83,6 +85,7 @@ fn varlen_attention<F: Float>(
     #[comptime] head_dim: usize,
     #[comptime] tile: usize,
     #[comptime] windowed: bool,
+    #[comptime] causal: bool,
     #[comptime] per_seq: bool,
     #[comptime] group: usize,
     #[comptime] has_bias: bool,
@@ -119,6 +122,10 @@ fn varlen_attention<F: Float>(
     if windowed {
         lo = window_start(start, first, window);
         hi = window_end(end, last, window);
+    }
+    if causal {
+        // None after the block's last query.
+        hi = min(hi, last + 1);
     }
 
     // An inactive unit reads a valid row and discards the result; it still stages tiles.
@@ -167,6 +174,10 @@ fn varlen_attention<F: Float>(
                     let (a, b) = (t0 + r0, t0 + r0 + group - 1);
                     near = b + window as usize >= row && a <= row + window as usize;
                 }
+                if causal {
+                    // Whether any key of the group is at or before the query.
+                    near = near && t0 + r0 <= row;
+                }
                 if near {
                     let mut scores = Array::<f32>::new(group);
                     let mut top = best;
@@ -189,6 +200,9 @@ fn varlen_attention<F: Float>(
                         let mut seen = r < n;
                         if windowed {
                             seen = seen && within(row, t0 + r, window);
+                        }
+                        if causal {
+                            seen = seen && t0 + r <= row;
                         }
                         scores[g] = select(seen, dot, masked);
                         top = max(top, scores[g]);
@@ -372,7 +386,7 @@ pub(crate) fn run(
     (heads, kv_heads): (usize, usize),
     head_dim: usize,
     scale: f32,
-    window: Option<usize>,
+    (window, causal): (Option<usize>, bool),
     per_seq: bool,
     group: usize,
     bias: Option<&QkvBias>,
@@ -419,6 +433,7 @@ pub(crate) fn run(
         head_dim,
         tile_keys(head_dim),
         window.is_some(),
+        causal,
         per_seq,
         group,
         has_bias,
@@ -565,13 +580,14 @@ pub(crate) fn window_arg(window: Option<usize>) -> u32 {
 }
 
 /// The kernel's variants as CUDA C++ for [`super::cuda_check`]: each dtype with heads 32 to 128
-/// wide (256 in f32 and f16), and in f16 a window, a query per sequence and groups of keys (on GPUs
-/// other than the H200, heads 64 wide in each dtype); heads from 128 wide and groups from 8 keys
-/// may spill, as [`MAX_HEAD_DIM`] and `with_key_group` say.
+/// wide (256 in f32 and f16), in f16 a window, a causal mask, a query per sequence and groups of
+/// keys, and in f32 a causal mask in a window (on GPUs other than the H200, heads 64 wide in each
+/// dtype); heads from 128 wide and groups from 8 keys may spill, as [`MAX_HEAD_DIM`] and
+/// `with_key_group` say.
 #[cfg(all(test, feature = "wgpu"))]
 pub(super) fn cuda_variants(sm: &super::cuda_check::Sm) -> Vec<super::cuda_check::Variant> {
     use cubecl::ir::FloatKind::{BF16, F16, F32};
-    let build = |dtype, head_dim: usize, windowed, per_seq, group, bias, pos| {
+    let build = |dtype, head_dim: usize, (windowed, causal), per_seq, group, bias, pos| {
         let width = 2 * head_dim;
         let kernel = varlen_attention::create_dummy_kernel(
             sm.props(),
@@ -602,6 +618,7 @@ pub(super) fn cuda_variants(sm: &super::cuda_check::Sm) -> Vec<super::cuda_check
             head_dim,
             tile_keys(head_dim),
             windowed,
+            causal,
             per_seq,
             group,
             bias,
@@ -609,8 +626,9 @@ pub(super) fn cuda_variants(sm: &super::cuda_check::Sm) -> Vec<super::cuda_check
             ElemType::Float(dtype),
         );
         let name = format!(
-            "attention {dtype:?} heads {head_dim}{}{}{}{}, keys {group} a step",
+            "attention {dtype:?} heads {head_dim}{}{}{}{}{}, keys {group} a step",
             if windowed { " windowed" } else { "" },
+            if causal { " causal" } else { "" },
             if per_seq { " a query a sequence" } else { "" },
             if bias { " adding the projections' bias" } else { "" },
             if pos { " with a position bias" } else { "" },
@@ -621,26 +639,31 @@ pub(super) fn cuda_variants(sm: &super::cuda_check::Sm) -> Vec<super::cuda_check
     };
     let mut all = Vec::new();
     if !sm.every() {
-        return [F32, F16, BF16].map(|dtype| build(dtype, 64, false, false, 1, true, false)).into();
+        return [F32, F16, BF16]
+            .map(|dtype| build(dtype, 64, (false, false), false, 1, true, false))
+            .into();
     }
     for dtype in [F32, F16, BF16] {
         for head_dim in [32, 64, 128] {
-            all.push(build(dtype, head_dim, false, false, 1, false, false));
+            all.push(build(dtype, head_dim, (false, false), false, 1, false, false));
         }
         // As encoders run it: adding the projections' bias.
-        all.push(build(dtype, 64, false, false, 1, true, false));
+        all.push(build(dtype, 64, (false, false), false, 1, true, false));
     }
-    all.push(build(F32, MAX_HEAD_DIM, false, false, 1, false, false));
-    all.push(build(F16, MAX_HEAD_DIM, false, false, 1, false, false));
-    all.push(build(F16, 64, true, false, 1, false, false));
-    all.push(build(F16, 64, false, true, 1, false, false));
+    all.push(build(F32, MAX_HEAD_DIM, (false, false), false, 1, false, false));
+    all.push(build(F16, MAX_HEAD_DIM, (false, false), false, 1, false, false));
+    all.push(build(F16, 64, (true, false), false, 1, false, false));
+    // Qwen3's causal mask, alone and in a window.
+    all.push(build(F16, 64, (false, true), false, 1, false, false));
+    all.push(build(F32, 64, (true, true), false, 1, false, false));
+    all.push(build(F16, 64, (false, false), true, 1, false, false));
     // MPNet's relative position bias, in f32 and f16.
-    all.push(build(F32, 64, false, false, 1, true, true));
-    all.push(build(F16, 64, false, false, 1, true, true));
+    all.push(build(F32, 64, (false, false), false, 1, true, true));
+    all.push(build(F16, 64, (false, false), false, 1, true, true));
     // The groups the benchmarks time (`with_key_group`); more keys a step take longer to
     // compile (32: 25 s) than the check is worth.
     for group in [4, 8] {
-        all.push(build(F16, 64, false, false, group, false, false));
+        all.push(build(F16, 64, (false, false), false, group, false, false));
     }
     all
 }

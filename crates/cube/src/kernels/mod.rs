@@ -448,11 +448,9 @@ impl Kernels<burn_cubecl::CubeBackend> for CubeKernels {
             return Ok(());
         }
         let why = match *op {
-            Op::Attention { head_dim, causal, position_bias, .. } if self.set.attention => {
+            Op::Attention { head_dim, position_bias, .. } if self.set.attention => {
                 if disentangled(position_bias) {
                     "disentangled attention (the kernel does not take it)".to_owned()
-                } else if causal {
-                    "causal attention (the kernel does not take it)".to_owned()
                 } else if head_dim > attention::MAX_HEAD_DIM {
                     format!(
                         "heads {head_dim} wide (the f32 kernel takes up to {})",
@@ -509,9 +507,8 @@ impl Kernels<burn_cubecl::CubeBackend> for CubeKernels {
         cx: &RunCx<'_, burn_cubecl::CubeBackend>,
     ) -> Outcome<burn_cubecl::CubeBackend> {
         match (op, ins, w) {
-            // Causal attention runs the generic way (one masked Burn attention call a
-            // sequence): the kernels take a symmetric window only. Query heads sharing
-            // key-value heads take the row kernel, not the tiled one.
+            // Causal attention and query heads sharing key-value heads take the row kernel,
+            // not the tiled one.
             (
                 &Op::Attention {
                     q: qv,
@@ -520,7 +517,7 @@ impl Kernels<burn_cubecl::CubeBackend> for CubeKernels {
                     head_dim,
                     scale,
                     window,
-                    causal: false,
+                    causal,
                     position_bias,
                     ..
                 },
@@ -552,6 +549,7 @@ impl Kernels<burn_cubecl::CubeBackend> for CubeKernels {
                 if self.tiles
                     && !per_seq
                     && !shared
+                    && !causal
                     && position.is_none()
                     && tiles::takes(&q, head_dim, cx)
                 {
@@ -568,7 +566,7 @@ impl Kernels<burn_cubecl::CubeBackend> for CubeKernels {
                     (heads, kv_heads),
                     head_dim,
                     scale,
-                    window,
+                    (window, causal),
                     per_seq,
                     g,
                     bias,
@@ -886,8 +884,8 @@ fn find_bias_folds(graph: &Graph) -> Vec<BiasFold> {
         else {
             return None;
         };
-        // The kernel does not take disentangled or causal attention, so it cannot add the
-        // biases; with shared key-value heads the fold is not tried (no test covers it).
+        // The kernel does not take disentangled attention, so it cannot add the biases; with a
+        // causal mask or shared key-value heads the fold is not tried (no test covers it).
         if disentangled(position_bias) || causal || kv_heads != heads {
             return None;
         }
@@ -1064,12 +1062,11 @@ mod tests {
         let e = refusal(&k, &disentangled_graph(), small, DType::F32).expect("refused");
         assert!(e.contains("disentangled attention") && e.contains("TF32"), "{e}");
         assert_eq!(refusal(&k, &disentangled_graph(), small, DType::F16), None);
-        // So does causal attention; the kernel takes shared key-value heads.
-        assert_eq!(refusal(&k, &masked_graph(2, false), small, DType::F32), None);
-        let e = refusal(&k, &masked_graph(2, true), small, DType::F32).expect("refused");
-        assert!(e.contains("causal attention") && e.contains("TF32"), "{e}");
-        assert_eq!(refusal(&k, &masked_graph(1, false), small, DType::F32), None);
-        assert_eq!(refusal(&k, &masked_graph(1, true), small, DType::Bf16), None);
+        // The kernel takes causal masks and shared key-value heads.
+        for (kv_heads, causal) in [(2, false), (2, true), (1, false), (1, true)] {
+            let g = masked_graph(kv_heads, causal);
+            assert_eq!(refusal(&k, &g, small, DType::F32), None, "{kv_heads} {causal}");
+        }
     }
 
     /// One attention op of two query heads 8 wide on `kv_heads` key-value heads, causal or not.
