@@ -262,55 +262,39 @@ fn tiled_attention_matches_the_reference_and_the_row_kernel_in_half_precision() 
     }
 }
 
-/// Query heads sharing key-value heads (Gemma's, Qwen3's) run in the row kernel, which reads
-/// each key-value head for its group: in f32, and in half precision with tiles chosen (the
-/// tiled kernel does not take them).
+/// Query heads sharing key-value heads (Gemma's, Qwen3's) and causal attention (Qwen3's) run in
+/// the row kernel, which reads each key-value head for its group and masks the keys after each
+/// query: grouped alone, in a window and with a query per sequence; causal alone, in a window,
+/// on shared heads and with a query per sequence (the first token sees itself alone); and in
+/// half precision with tiles chosen (the tiled kernel takes neither).
 #[test]
-fn shared_key_value_heads_run_in_the_row_kernel() {
-    let cases = [((4, 2), 8, None, false), ((3, 1), 64, Some(5), false), ((4, 2), 16, None, true)];
-    for (heads, head_dim, window, per_seq) in cases {
+fn shared_key_value_heads_and_causal_masks_run_in_the_row_kernel() {
+    let cases = [
+        ((4, 2), 8, (None, false), false),
+        ((3, 1), 64, (Some(5), false), false),
+        ((4, 2), 16, (None, false), true),
+        ((2, 2), 8, (None, true), false),
+        ((3, 3), 64, (Some(5), true), false),
+        ((4, 2), 16, (None, true), false),
+        ((2, 2), 8, (Some(40), true), true),
+    ];
+    for (heads, head_dim, mask, per_seq) in cases {
         let cube = device(KernelSet::ALL);
         let kernels = cube.kernels().clone();
         let what =
-            format!("{heads:?}x{head_dim} window {window:?}, a query per sequence {per_seq}");
-        let graph = grouped_attention(heads, head_dim, (window, false), per_seq);
-        check(cube, &graph, &LENS, &what);
+            format!("{heads:?}x{head_dim} (window, causal) {mask:?}, per sequence {per_seq}");
+        check(cube, &grouped_attention(heads, head_dim, mask, per_seq), &LENS, &what);
         assert_eq!(kernels.launched().attention, 1, "{what}");
     }
     for dtype in half_dtypes() {
-        let what = format!("tiles, {dtype}, 4 heads of 16 on 2");
-        let (cube, kernels) = tiled(true, dtype);
-        let graph = grouped_attention((4, 2), 16, (None, false), false);
-        check_within(cube, &graph, &TILE_LENS, &what, tolerance(dtype));
-        assert_eq!(kernels.launched(), Launched { attention: 1, ..Launched::default() }, "{what}");
-    }
-}
-
-/// Causal attention (Qwen3's) runs in the row kernel: alone, in a window, on shared key-value
-/// heads, with a query per sequence (the first token sees itself alone), and in half precision
-/// with tiles chosen (the tiled kernel does not take it).
-#[test]
-fn causal_attention_runs_in_the_row_kernel() {
-    let cases = [
-        ((2, 2), 8, None, false),
-        ((3, 3), 64, Some(5), false),
-        ((4, 2), 16, None, false),
-        ((2, 2), 8, Some(40), true),
-    ];
-    for (heads, head_dim, window, per_seq) in cases {
-        let cube = device(KernelSet::ALL);
-        let kernels = cube.kernels().clone();
-        let what = format!("causal {heads:?}x{head_dim} window {window:?}, per sequence {per_seq}");
-        let graph = grouped_attention(heads, head_dim, (window, true), per_seq);
-        check(cube, &graph, &LENS, &what);
-        assert_eq!(kernels.launched().attention, 1, "{what}");
-    }
-    for dtype in half_dtypes() {
-        let what = format!("tiles, {dtype}, causal, 2 heads of 16");
-        let (cube, kernels) = tiled(true, dtype);
-        let graph = grouped_attention((2, 2), 16, (None, true), false);
-        check_within(cube, &graph, &TILE_LENS, &what, tolerance(dtype));
-        assert_eq!(kernels.launched(), Launched { attention: 1, ..Launched::default() }, "{what}");
+        for (heads, causal) in [((4, 2), false), ((2, 2), true)] {
+            let what = format!("tiles, {dtype}, {heads:?} heads of 16, causal {causal}");
+            let (cube, kernels) = tiled(true, dtype);
+            let graph = grouped_attention(heads, 16, (None, causal), false);
+            check_within(cube, &graph, &TILE_LENS, &what, tolerance(dtype));
+            let launched = Launched { attention: 1, ..Launched::default() };
+            assert_eq!(kernels.launched(), launched, "{what}");
+        }
     }
 }
 
