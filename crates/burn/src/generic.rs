@@ -243,20 +243,16 @@ fn per_sequence<B: BurnBackend>(
     // Fewer query rows than keys: one per sequence. (Equal counts with a query per sequence
     // mean one token per sequence, where both readings agree.)
     let per_seq = dims::<B>(q)[0] != dims::<B>(k)[0];
-    let split = |t: &FloatTensor<B>, first: usize, l: usize| {
+    // Rows `first..first + l` of `t` as `[1, n, l, head_dim]` for its `n` heads, each repeated
+    // for the query heads of its group (`[1, n, group, l, head_dim]` as `[1, heads, l,
+    // head_dim]`): the queries as they are, keys and values on shared heads repeated.
+    let split = |t: &FloatTensor<B>, first: usize, l: usize, n: usize| {
         let r = rows::<B>(t.clone(), first, first + l);
-        B::float_swap_dims(reshape::<B>(r, &[1, l, heads, head_dim]), 1, 2)
-    };
-    // Keys or values, each key-value head repeated for the query heads of its group:
-    // `[1, kv_heads, group, l, head_dim]` as `[1, heads, l, head_dim]`.
-    let group = heads / kv_heads;
-    let split_kv = |t: &FloatTensor<B>, first: usize, l: usize| {
-        let r = rows::<B>(t.clone(), first, first + l);
-        let r = B::float_swap_dims(reshape::<B>(r, &[1, l, kv_heads, head_dim]), 1, 2);
-        if group == 1 {
+        let r = B::float_swap_dims(reshape::<B>(r, &[1, l, n, head_dim]), 1, 2);
+        if n == heads {
             return r;
         }
-        let r = B::float_repeat_dim(reshape::<B>(r, &[1, kv_heads, 1, l, head_dim]), 2, group);
+        let r = B::float_repeat_dim(reshape::<B>(r, &[1, n, 1, l, head_dim]), 2, heads / n);
         reshape::<B>(r, &[1, heads, l, head_dim])
     };
     let biases = match bias {
@@ -289,12 +285,12 @@ fn per_sequence<B: BurnBackend>(
             let corner = B::float_slice(all.clone(), &[Slice::from(..), range(0, lq), range(0, l)]);
             reshape::<B>(corner, &[1, heads, lq, l])
         });
-        let (qs, ks) = (split(q, q0, lq), split_kv(k, start, l));
+        let (qs, ks) = (split(q, q0, lq, heads), split(k, start, l, kv_heads));
         let bias = match &disentangled {
             Some(d) => Some(d.scores(&qs, &ks, [lq, l], heads, scale)),
             None => bias,
         };
-        let o = attend(qs, ks, split_kv(v, start, l), mask, bias);
+        let o = attend(qs, ks, split(v, start, l, kv_heads), mask, bias);
         outs.push(reshape::<B>(B::float_swap_dims(o, 1, 2), &[lq, w]));
     }
     if outs.len() == 1 { outs.pop().expect("one sequence") } else { B::float_cat(outs, 0) }
