@@ -99,6 +99,19 @@ struct RopeTables {
     sin: Vec<f32>,
 }
 
+impl NativePlan {
+    /// Disentangled attention `d`'s tables, and their rows by distance.
+    fn disentangled(&self, d: Disentangled) -> Result<DisentangledTables<'_>> {
+        let (_, rows) = self
+            .disentangled
+            .iter()
+            .find(|(p, _)| *p == d)
+            .expect("lower made the rows of every disentangled op");
+        let table = |t: Option<W>| t.map(|t| self.weights.plain(t)).transpose();
+        Ok(DisentangledTables { rows, keys: table(d.keys)?, queries: table(d.queries)? })
+    }
+}
+
 impl RopeTables {
     /// Whether these are the tables of a `Rope` op with these settings.
     fn matches(&self, head_dim: usize, theta: f32, position_scale: f32) -> bool {
@@ -254,7 +267,17 @@ pub(crate) fn state(isa: Isa, plan: &NativePlan, threads: usize) -> Result<Nativ
                     }
                 });
             }
-            Op::Attention { heads, kv_heads, head_dim, scale, window, causal, .. } => {
+            Op::Attention {
+                heads,
+                kv_heads,
+                head_dim,
+                scale,
+                window,
+                causal,
+                position_bias,
+                ..
+            } => {
+                let disentangled = position_bias.and_then(PositionBias::disentangled);
                 let h = Heads {
                     heads,
                     kv_heads,
@@ -262,7 +285,7 @@ pub(crate) fn state(isa: Isa, plan: &NativePlan, threads: usize) -> Result<Nativ
                     scale,
                     reach: Reach::of(window, causal),
                     position_bias: None,
-                    disentangled: None,
+                    disentangled: disentangled.map(|d| plan.disentangled(d)).transpose()?,
                 };
                 let products = plan.weights.products;
                 size = size.max(attention::scratch_size(h, longest, isa, products));
@@ -435,19 +458,8 @@ pub(crate) fn run(
                             .expect("lower made the biases of every position-biased op");
                         &by_distance[..]
                     });
-                    let disentangled = match position_bias.and_then(PositionBias::disentangled) {
-                        Some(d) => {
-                            let (_, rows) = plan
-                                .disentangled
-                                .iter()
-                                .find(|(p, _)| *p == d)
-                                .expect("lower made the rows of every disentangled op");
-                            let table = |t: Option<W>| t.map(|t| w.plain(t)).transpose();
-                            let (keys, queries) = (table(d.keys)?, table(d.queries)?);
-                            Some(DisentangledTables { rows, keys, queries })
-                        }
-                        None => None,
-                    };
+                    let disentangled = position_bias.and_then(PositionBias::disentangled);
+                    let disentangled = disentangled.map(|d| plan.disentangled(d)).transpose()?;
                     let h = Heads {
                         heads,
                         kv_heads,

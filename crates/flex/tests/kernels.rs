@@ -5,8 +5,8 @@
 use switchyard_conformance::{Check, Options, check};
 use switchyard_core::testkit::{self, EncoderSpec, Rng};
 use switchyard_core::{
-    Act, Backend, BatchBuf, Bucket, Buckets, DType, Executor, GraphBuilder, LaneId, Op, Outputs,
-    Reach, Reference, Shape,
+    Act, Backend, BatchBuf, Bucket, Buckets, DType, Disentangled, Executor, GraphBuilder, LaneId,
+    Op, Outputs, PositionBias, Reach, Reference, Shape,
 };
 use switchyard_flex::kernels::attention::{Heads, Products, attention};
 use switchyard_flex::kernels::gemm::{PackedWeight, gemm};
@@ -598,13 +598,24 @@ fn conformance_on_every_other_isa() {
     }
 }
 
-/// One attention op of `heads` query heads on `kv_heads` key-value heads over a batch of long and
-/// short sequences, on `be`.
+/// Disentangled attention's tables: rows a side, position buckets (0 for exact distances), the
+/// distance the buckets reach, and which terms (content to position, position to content).
+#[derive(Clone, Copy, Debug)]
+struct Rel {
+    span: usize,
+    buckets: usize,
+    max_distance: usize,
+    terms: (bool, bool),
+}
+
+/// One attention op of `heads` query heads on `kv_heads` key-value heads, with disentangled
+/// terms where `rel` says, over a batch of long and short sequences, on `be`.
 fn attention_out<B: Backend>(
     be: B,
     (heads, kv_heads): (usize, usize),
     head_dim: usize,
     (window, causal): (Option<usize>, bool),
+    rel: Option<Rel>,
     lens: &[usize],
 ) -> Outputs {
     let (w, kw) = (heads * head_dim, kv_heads * head_dim);
@@ -615,6 +626,16 @@ fn attention_out<B: Backend>(
     let k = g.op(Shape::tokens(kw), |out| Op::Embed { table: tk, scale: 1.0, out });
     let v = g.op(Shape::tokens(kw), |out| Op::Embed { table: tv, scale: 1.0, out });
     let scale = 1.0 / (head_dim as f32).sqrt();
+    let position_bias = rel.map(|r| {
+        let mut table = |on: bool, name: &str| on.then(|| g.weight(name, &[2 * r.span, w]));
+        PositionBias::Disentangled(Disentangled {
+            keys: table(r.terms.0, "pos_keys"),
+            queries: table(r.terms.1, "pos_queries"),
+            span: r.span,
+            buckets: r.buckets,
+            max_distance: r.max_distance,
+        })
+    });
     let y = g.op(Shape::tokens(w), |out| Op::Attention {
         q,
         k,
@@ -625,7 +646,7 @@ fn attention_out<B: Backend>(
         scale,
         window,
         causal,
-        position_bias: None,
+        position_bias,
         out,
     });
     g.output("y", y);
@@ -666,8 +687,8 @@ fn attention_over_long_sequences_and_windows_on_every_isa() {
         ];
         for (heads, head_dim, window) in shapes {
             let flex = switchyard_flex::flex().with_isa(isa).expect("an available instruction set");
-            let got = attention_out(flex, heads, head_dim, window, &lens);
-            let want = attention_out(Reference, heads, head_dim, window, &lens);
+            let got = attention_out(flex, heads, head_dim, window, None, &lens);
+            let want = attention_out(Reference, heads, head_dim, window, None, &lens);
             let (g, w) = (&got.get("y").expect("y").data, &want.get("y").expect("y").data);
             for (i, (a, b)) in g.iter().zip(w).enumerate() {
                 assert!(
@@ -700,10 +721,52 @@ fn attention_is_the_same_however_its_sequences_are_cut() {
                     let be = switchyard_flex::with_threads(Some(threads)).expect("a pool");
                     let be = be.with_isa(isa).expect("an available instruction set");
                     let be = be.with_dtype(dtype).expect("flex has the dtype");
-                    attention_out(be, heads, head_dim, window, &lens).get("y").expect("y").clone()
+                    let out = attention_out(be, heads, head_dim, window, None, &lens);
+                    out.get("y").expect("y").clone()
                 };
                 let name = format!("{isa:?} {dtype:?} {heads:?}x{head_dim} {window:?}");
                 assert_eq!(on(16).data, on(1).data, "{name}");
+            }
+        }
+    }
+}
+
+/// DeBERTa's disentangled terms over long sequences (distances exact, clamped, and in log
+/// buckets; each term alone and both; a window) on every instruction set, against the
+/// reference; and bit for bit the same however the sequences are cut (each task lays its tables
+/// out for its own queries and keys), in f32 and bf16 products.
+#[test]
+fn disentangled_attention_over_long_sequences_on_every_isa() {
+    let lens = [1, 700, 33, 257];
+    let rel = |span, buckets, max_distance, terms| Rel { span, buckets, max_distance, terms };
+    let cases = [
+        // deberta-v3's tables: 256 rows a side, exact to 128, log buckets to 512.
+        ((2, 2), 64, (None, false), rel(256, 256, 512, (true, true))),
+        // Exact distances, clamped past 40.
+        ((3, 3), 8, (None, false), rel(40, 0, 0, (true, false))),
+        ((1, 1), 56, (Some(20), false), rel(16, 0, 0, (false, true))),
+        ((2, 2), 12, (None, false), rel(8, 8, 12, (true, true))),
+        ((2, 2), 32, (None, false), rel(128, 64, 300, (true, true))),
+    ];
+    for isa in Isa::available() {
+        for (heads, head_dim, window, rel) in cases {
+            let name = format!("{isa:?} {heads:?}x{head_dim} {window:?} {rel:?}");
+            let flex = switchyard_flex::flex().with_isa(isa).expect("an available instruction set");
+            let got = attention_out(flex, heads, head_dim, window, Some(rel), &lens);
+            let want = attention_out(Reference, heads, head_dim, window, Some(rel), &lens);
+            let (g, w) = (&got.get("y").expect("y").data, &want.get("y").expect("y").data);
+            for (i, (a, b)) in g.iter().zip(w).enumerate() {
+                assert!(close(*a, f64::from(*b)), "{name} [{i}]: {a} vs {b}");
+            }
+            for dtype in [DType::F32, DType::Bf16] {
+                let on = |threads| {
+                    let be = switchyard_flex::with_threads(Some(threads)).expect("a pool");
+                    let be = be.with_isa(isa).expect("an available instruction set");
+                    let be = be.with_dtype(dtype).expect("flex has the dtype");
+                    let out = attention_out(be, heads, head_dim, window, Some(rel), &lens);
+                    out.get("y").expect("y").clone()
+                };
+                assert_eq!(on(16).data, on(1).data, "{name} {dtype:?}");
             }
         }
     }
@@ -864,7 +927,8 @@ fn attention_takes_bf16_products_in_bf16_and_in_int8() {
     let lens = [40, 3, 90];
     let on = |be: switchyard_flex::FlexBackend, dtype| {
         let be = be.with_dtype(dtype).expect("flex has the dtype");
-        attention_out(be, (2, 2), 32, (None, false), &lens).get("y").expect("y").data.clone()
+        let out = attention_out(be, (2, 2), 32, (None, false), None, &lens);
+        out.get("y").expect("y").data.clone()
     };
     let flex = switchyard_flex::flex;
     let f32s = on(flex(), DType::F32);

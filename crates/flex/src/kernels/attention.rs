@@ -44,10 +44,13 @@ use std::ops::Range;
 use rayon::prelude::*;
 use switchyard_core::{Batch, Reach};
 
+use self::disentangled::Tables;
 use super::math::{self, MulAdd};
-use super::scratch::{ScratchSize, Scratches, SendPtr};
+use super::scratch::{Scratch, ScratchSize, Scratches, SendPtr};
 use super::{Isa, amx};
 use crate::buf::AlignedBuf;
+
+mod disentangled;
 
 /// The shape of one attention op.
 #[derive(Clone, Copy, Debug)]
@@ -144,7 +147,15 @@ pub fn scratch_size(h: Heads<'_>, max_len: usize, isa: Isa, products: Products) 
     let products = products.taken(isa, h.head_dim);
     let lpad = products.lpad(max_len);
     let keys = products.key_words(h.head_dim, lpad);
-    ScratchSize { keys, scores: products.block() * lpad, ..ScratchSize::default() }
+    let (tables, disentangled) = match h.disentangled {
+        Some(_) => {
+            let task = disentangled::task_words(h.head_dim, lpad, max_len);
+            (disentangled::table_words(h, max_len), task)
+        }
+        None => (0, 0),
+    };
+    let scores = products.block() * lpad;
+    ScratchSize { keys, scores, disentangled, tables, ..ScratchSize::default() }
 }
 
 /// `out` = self-attention of `q`, `k`, `v` within each sequence of `batch`, on the current rayon
@@ -175,11 +186,17 @@ pub unsafe fn attention(
     let ptrs = [SendPtr(q.cast_mut()), SendPtr(k.cast_mut()), SendPtr(v.cast_mut()), SendPtr(out)];
     let products = products.taken(isa, h.head_dim);
     let split = Split::new(batch, h, per_seq, rayon::current_num_threads());
+    let mut laid_out = scratch.op_wide();
+    let tables = h.disentangled.map(|t| {
+        let words = disentangled::table_words(h, batch_longest(batch));
+        laid_out.ensure(words);
+        Tables::lay_out(t, h, batch, laid_out.as_mut_slice())
+    });
     let run = |task: Task<'_>| {
         scratch.with(|sc| {
             // SAFETY: the caller's contract; a task writes the columns of one head in its rows
             // of queries, which no other task writes.
-            unsafe { one_head(isa, products, task, &mut sc.keys, &mut sc.scores) }
+            unsafe { one_head(isa, products, task, sc) }
         })
     };
     (0..batch.seqs() * h.heads).into_par_iter().for_each(|t| {
@@ -187,7 +204,7 @@ pub unsafe fn attention(
         let rows = batch.seq(s);
         let (start, len) = (rows.start, rows.len());
         if per_seq {
-            return run(Task { ptrs, start, len, q0: s, queries: 1, first: 0, head, h });
+            return run(Task { ptrs, start, len, q0: s, queries: 1, first: 0, head, h, tables });
         }
         let part = |c: usize| {
             let (queries, keys) = split.part(c, len);
@@ -200,6 +217,7 @@ pub unsafe fn attention(
                 first: queries.start - keys.start,
                 head,
                 h,
+                tables,
             })
         };
         match split.parts(len) {
@@ -307,6 +325,8 @@ struct Task<'a> {
     first: usize,
     head: usize,
     h: Heads<'a>,
+    /// The op's disentangled tables laid out by distance, where it has them.
+    tables: Option<Tables<'a>>,
 }
 
 /// What a head's inner loops share: its columns, the width of the batch's query (and output)
@@ -339,48 +359,42 @@ struct Reads {
 ///
 /// # Safety
 /// As [`attention`]'s, for the task's rows and columns.
-unsafe fn one_head(
-    isa: Isa,
-    products: Products,
-    task: Task<'_>,
-    keys: &mut AlignedBuf,
-    scores: &mut AlignedBuf,
-) {
+unsafe fn one_head(isa: Isa, products: Products, task: Task<'_>, scratch: &mut Scratch) {
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f,avx2,fma")]
-    unsafe fn avx512(task: Task<'_>, keys: &mut AlignedBuf, scores: &mut AlignedBuf) {
+    unsafe fn avx512(task: Task<'_>, scratch: &mut Scratch) {
         // SAFETY: the caller's contract.
-        unsafe { head_body::<x86::Avx512>(task, keys, scores) }
+        unsafe { head_body::<x86::Avx512>(task, scratch) }
     }
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f,avx512bw,avx512bf16,avx2,fma")]
-    unsafe fn avx512_bf16(task: Task<'_>, keys: &mut AlignedBuf, scores: &mut AlignedBuf) {
+    unsafe fn avx512_bf16(task: Task<'_>, scratch: &mut Scratch) {
         // SAFETY: the caller's contract.
-        unsafe { head_body::<x86::Avx512Bf16>(task, keys, scores) }
+        unsafe { head_body::<x86::Avx512Bf16>(task, scratch) }
     }
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn avx2(task: Task<'_>, keys: &mut AlignedBuf, scores: &mut AlignedBuf) {
+    unsafe fn avx2(task: Task<'_>, scratch: &mut Scratch) {
         // SAFETY: the caller's contract.
-        unsafe { head_body::<x86::Avx2>(task, keys, scores) }
+        unsafe { head_body::<x86::Avx2>(task, scratch) }
     }
     match (isa, products) {
         // SAFETY: `isa` was detected on this CPU, so it has the features enabled, and with
         // bf16 products the caller vouched for AVX-512 BF16 (and AMX-BF16); `taken` kept the
         // head's width a multiple of 32.
         #[cfg(target_arch = "x86_64")]
-        (Isa::Avx512, Products::Bf16) => unsafe { avx512_bf16(task, keys, scores) },
+        (Isa::Avx512, Products::Bf16) => unsafe { avx512_bf16(task, scratch) },
         // SAFETY: as above.
         #[cfg(target_arch = "x86_64")]
-        (Isa::Avx512, Products::AmxBf16) => unsafe { amx_head(task, keys, scores) },
+        (Isa::Avx512, Products::AmxBf16) => unsafe { amx_head(task, scratch) },
         // SAFETY: as above.
         #[cfg(target_arch = "x86_64")]
-        (Isa::Avx512, _) => unsafe { avx512(task, keys, scores) },
+        (Isa::Avx512, _) => unsafe { avx512(task, scratch) },
         // SAFETY: as above.
         #[cfg(target_arch = "x86_64")]
-        (Isa::Avx2, _) => unsafe { avx2(task, keys, scores) },
+        (Isa::Avx2, _) => unsafe { avx2(task, scratch) },
         // SAFETY: the caller's contract.
-        _ => unsafe { head_body::<Four>(task, keys, scores) },
+        _ => unsafe { head_body::<Four>(task, scratch) },
     }
 }
 
@@ -415,6 +429,8 @@ trait Block {
     /// The multiply-add of the softmax and the columns past the blocks of sixteen, compiled
     /// beside the block's kernels.
     type Fma: MulAdd;
+    /// The block of the same instruction set in f32, whose scores disentangled terms take.
+    type F32: Block;
 
     /// Readies a head for the loops: its transposed keys into `kt` (`PRODUCTS.key_words(d,
     /// lpad)` words), and where the queries and values are read; by default
@@ -585,6 +601,7 @@ struct Four;
 impl Block for Four {
     const QB: usize = 4;
     type Fma = math::Baseline;
+    type F32 = Four;
 
     #[inline(always)]
     unsafe fn scores(kt: *const f32, q: &[*const f32; MAX_QB], sc: *mut f32, l: Layout, jb: usize) {
@@ -663,6 +680,7 @@ mod x86 {
     impl<D: Dot> Block for Wide<D> {
         const QB: usize = 8;
         const PRODUCTS: Products = D::PRODUCTS;
+        type F32 = Avx512;
         const STEP: usize = D::PER;
         type Fma = Fused;
 
@@ -1006,6 +1024,7 @@ mod x86 {
     impl Block for Avx2 {
         const QB: usize = QB2;
         type Fma = Fused;
+        type F32 = Avx2;
 
         #[inline(always)]
         unsafe fn transpose_keys(k: *const f32, len: usize, kt: *mut f32, l: Layout) {
@@ -1400,64 +1419,6 @@ fn add_position_bias(
     }
 }
 
-/// Adds head `head`'s disentangled terms, where `h` has them, times the scale, to the first `nq`
-/// rows of a block's scores (`lpad` apart): row `qi`, the query whose head columns `q` holds
-/// at `qi * width`, at position `at + qi` among the task's keys, over the keys `seen(qi)` it
-/// sees, whose head columns `k` holds at `j * kwidth` for key `j`.
-///
-/// # Safety
-/// `q` and `k` are readable for the head's `head_dim` columns of those rows.
-#[allow(clippy::too_many_arguments)]
-#[inline(always)]
-unsafe fn add_disentangled<'t>(
-    sc: &mut [f32],
-    lpad: usize,
-    nq: usize,
-    h: Heads<'t>,
-    head: usize,
-    at: usize,
-    seen: impl Fn(usize) -> (usize, usize),
-    (q, k): (*const f32, *const f32),
-) {
-    let Some(t) = h.disentangled else { return };
-    let (d, width, kwidth) = (h.head_dim, h.heads * h.head_dim, h.kv_heads * h.head_dim);
-    let longest = t.rows.len().div_ceil(2);
-    let row = |table: &'t [f32], r: usize| &table[t.rows[r] as usize * width + head * d..][..d];
-    for qi in 0..nq {
-        let (a, b) = seen(qi);
-        // SAFETY: the caller's contract: row qi of the queries.
-        let qr = unsafe { std::slice::from_raw_parts(q.add(qi * width), d) };
-        // Queries lie within the longest sequence's positions, so this does not underflow.
-        let from = longest - 1 - (at + qi);
-        for (j, s) in (a..b).zip(&mut sc[qi * lpad + a..qi * lpad + b]) {
-            let mut sum = 0.0;
-            if let Some(keys) = t.keys {
-                sum += dot(qr, row(keys, j + from));
-            }
-            if let Some(queries) = t.queries {
-                // SAFETY: row j of the keys, by the caller's contract.
-                let kr = unsafe { std::slice::from_raw_parts(k.add(j * kwidth), d) };
-                sum += dot(kr, row(queries, j + from));
-            }
-            *s += h.scale * sum;
-        }
-    }
-}
-
-/// `a . b` over eight partial sums, which vectorise.
-#[inline(always)]
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail: f32 = ca.remainder().iter().zip(cb.remainder()).map(|(x, y)| x * y).sum();
-    let mut acc = [0.0f32; 8];
-    for (x, y) in ca.zip(cb) {
-        for l in 0..8 {
-            acc[l] = x[l].mul_add(y[l], acc[l]);
-        }
-    }
-    acc.iter().sum::<f32>() + tail
-}
-
 /// The softmax of a block of queries, in place in its rows of scores (`lpad` apart): for each of
 /// the first `inv.len()` rows, query `qi` seeing the keys `seen(qi)`, the exponentials of its
 /// scores over the whole blocks of sixteen keys they fall in, with their maximum subtracted and
@@ -1497,6 +1458,40 @@ unsafe fn softmax<B: Block>(
     }
 }
 
+/// The longest sequence of `batch`.
+fn batch_longest(batch: &Batch<'_>) -> usize {
+    (0..batch.seqs()).map(|s| batch.seq(s).len()).max().unwrap_or(0)
+}
+
+/// What a task's disentangled terms read beside `tables`: its keys transposed in f32 (`f32_keys`
+/// where the task has them, else transposed from `k`, the head's first column of its `len`
+/// rows, into `buf`), and room in `buf` for a block's products by distance.
+///
+/// # Safety
+/// The caller enabled `B`'s instructions; `k` holds `len` rows of `l.kwidth` values;
+/// `f32_keys` holds `d x lpad` of them.
+#[inline(always)]
+unsafe fn disentangled_scratch<'s, B: Block>(
+    tables: Tables<'s>,
+    k: *const f32,
+    f32_keys: Option<*const f32>,
+    buf: &'s mut AlignedBuf,
+    l: Layout,
+    len: usize,
+) -> (Tables<'s>, *const f32, &'s mut [f32]) {
+    buf.ensure(tables.task_words(l.lpad));
+    let (kt, products) = buf.as_mut_slice().split_at_mut(l.d * l.lpad);
+    let kt = match f32_keys {
+        Some(kt) => kt,
+        None => {
+            // SAFETY: the caller's contract; kt holds d x lpad words.
+            unsafe { B::F32::transpose_keys(k, len, kt.as_mut_ptr(), l) };
+            kt.as_ptr()
+        }
+    };
+    (tables, kt, products)
+}
+
 /// One head of one sequence on AMX's tiles, [`AMX_QB`] queries at a time (the module's doc).
 ///
 /// # Safety
@@ -1504,10 +1499,11 @@ unsafe fn softmax<B: Block>(
 /// width is a multiple of 32.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512bf16,avx2,fma")]
-unsafe fn amx_head(task: Task<'_>, keys: &mut AlignedBuf, scores: &mut AlignedBuf) {
+unsafe fn amx_head(task: Task<'_>, scratch: &mut Scratch) {
     type B = x86::Avx512Bf16;
     const F32: usize = size_of::<f32>();
-    let Task { ptrs, start, len, q0, queries, first, head, h } = task;
+    let Task { ptrs, start, len, q0, queries, first, head, h, tables } = task;
+    let Scratch { keys, scores, disentangled, .. } = scratch;
     let (d, width, kwidth) = (h.head_dim, h.heads * h.head_dim, h.kv_heads * h.head_dim);
     // The head's columns of the queries and output, and of the keys and values it reads.
     let (col, kcol) = (head * d, head / (h.heads / h.kv_heads) * d);
@@ -1533,6 +1529,10 @@ unsafe fn amx_head(task: Task<'_>, keys: &mut AlignedBuf, scores: &mut AlignedBu
         reads
     };
     let seen = |i: usize| h.reach.keys(first + i, len);
+    // SAFETY: rows start..start + len of k, the head's columns; `prepare` left bf16 keys.
+    let mut rel = tables.map(|t| unsafe {
+        disentangled_scratch::<B>(t, k.add(start * kwidth + kcol), None, disentangled, layout, len)
+    });
     let (scp, ldsc) = (sc.as_mut_ptr(), lpad * F32);
     // A block's weighted sums for 32 columns, before they are divided by the sums.
     let mut sums = [0.0f32; AMX_QB * AMX_STEP];
@@ -1559,10 +1559,15 @@ unsafe fn amx_head(task: Task<'_>, keys: &mut AlignedBuf, scores: &mut AlignedBu
         // SAFETY: rows below nq of the scores, keys slo..shi <= lpad, whole blocks.
         unsafe { x86::scale_rows(scp, lpad, nq, slo..shi, h.scale) };
         add_position_bias(sc, lpad, nq, h, head, first + i0, |qi| seen(i0 + qi));
-        // SAFETY: the block's rows of q, the task's rows of k, the head's columns.
-        unsafe {
-            let (qh, kh) = (q.add((q0 + i0) * width + col), k.add(start * kwidth + kcol));
-            add_disentangled(sc, lpad, nq, h, head, first + i0, |qi| seen(i0 + qi), (qh, kh));
+        if let Some((t, kt32, products)) = &mut rel {
+            // SAFETY: the caller enabled B's instructions, and with them B::F32's; the block's
+            // rows of q, the head's columns; the task's keys transposed in f32.
+            unsafe {
+                let qh = (q.add((q0 + i0) * width + col).cast_const(), width);
+                let block = (nq, first + i0, lpad);
+                let seen = |qi| seen(i0 + qi);
+                t.add::<<B as Block>::F32>(head, sc, block, seen, qh, *kt32, products, h.scale);
+            }
         }
         let mut inv = [0.0f32; AMX_QB];
         // SAFETY: the caller enabled B's instructions.
@@ -1595,8 +1600,9 @@ unsafe fn amx_head(task: Task<'_>, keys: &mut AlignedBuf, scores: &mut AlignedBu
 /// # Safety
 /// As [`attention`]'s, for the task's rows and columns.
 #[inline(always)]
-unsafe fn head_body<B: Block>(task: Task<'_>, keys: &mut AlignedBuf, scores: &mut AlignedBuf) {
-    let Task { ptrs, start, len, q0, queries, first, head, h } = task;
+unsafe fn head_body<B: Block>(task: Task<'_>, scratch: &mut Scratch) {
+    let Task { ptrs, start, len, q0, queries, first, head, h, tables } = task;
+    let Scratch { keys, scores, disentangled, .. } = scratch;
     let qb = B::QB;
     let (d, width, kwidth) = (h.head_dim, h.heads * h.head_dim, h.kv_heads * h.head_dim);
     // The head's columns of the queries and output, and of the keys and values it reads.
@@ -1623,6 +1629,13 @@ unsafe fn head_body<B: Block>(task: Task<'_>, keys: &mut AlignedBuf, scores: &mu
     let step = B::STEP;
     // The keys query i (at position first + i) may see.
     let seen = |i: usize| h.reach.keys(first + i, len);
+    // SAFETY: rows start..start + len of k, the head's columns; in f32, `prepare` left the
+    // keys transposed in kt.
+    let mut rel = tables.map(|t| unsafe {
+        let f32_keys = (B::PRODUCTS == Products::F32).then_some(kt.as_ptr());
+        let kh = k.add(start * kwidth + kcol);
+        disentangled_scratch::<B>(t, kh, f32_keys, disentangled, layout, len)
+    });
     let (ktp, scp) = (kt.as_ptr(), sc.as_mut_ptr());
     let mut i0 = 0;
     while i0 < queries {
@@ -1654,10 +1667,15 @@ unsafe fn head_body<B: Block>(task: Task<'_>, keys: &mut AlignedBuf, scores: &mu
         // by the reciprocal of its sum. The exponentials run over whole blocks of keys, those
         // outside the query's keys set to zero.
         add_position_bias(sc, lpad, nq, h, head, first + i0, |qi| seen(i0 + qi));
-        // SAFETY: the block's rows of q, the task's rows of k, the head's columns.
-        unsafe {
-            let (qh, kh) = (q.add((q0 + i0) * width + col), k.add(start * kwidth + kcol));
-            add_disentangled(sc, lpad, nq, h, head, first + i0, |qi| seen(i0 + qi), (qh, kh));
+        if let Some((t, kt32, products)) = &mut rel {
+            // SAFETY: the caller enabled B's instructions, and with them B::F32's; the block's
+            // rows of q, the head's columns; the task's keys transposed in f32.
+            unsafe {
+                let qh = (q.add((q0 + i0) * width + col).cast_const(), width);
+                let block = (nq, first + i0, lpad);
+                let seen = |qi| seen(i0 + qi);
+                t.add::<<B as Block>::F32>(head, sc, block, seen, qh, *kt32, products, h.scale);
+            }
         }
         let mut inv = [0.0f32; MAX_QB];
         // SAFETY: the caller enabled B's instructions.

@@ -1,7 +1,7 @@
 //! The scratch memory of a run's kernels: one set per thread of the pool, allocated with the
 //! run state for the largest work its plan holds, so a warm run allocates nothing.
 
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use crate::buf::AlignedBuf;
 
@@ -14,6 +14,8 @@ pub struct Scratch {
     pub(crate) keys: AlignedBuf,
     /// Attention: a block of queries' scores.
     pub(crate) scores: AlignedBuf,
+    /// Attention: one head's disentangled tables, laid out by distance, and its keys.
+    pub(crate) disentangled: AlignedBuf,
 }
 
 /// How much scratch a plan's kernels need at most, per thread.
@@ -25,6 +27,11 @@ pub struct ScratchSize {
     pub keys: usize,
     /// Values of attention scores.
     pub scores: usize,
+    /// Values of disentangled attention's transposed keys and products by distance.
+    pub disentangled: usize,
+    /// Values of an op's buffer for all its threads: disentangled attention's tables laid out
+    /// by distance.
+    pub tables: usize,
 }
 
 impl ScratchSize {
@@ -34,14 +41,18 @@ impl ScratchSize {
             ctile: self.ctile.max(o.ctile),
             keys: self.keys.max(o.keys),
             scores: self.scores.max(o.scores),
+            disentangled: self.disentangled.max(o.disentangled),
+            tables: self.tables.max(o.tables),
         }
     }
 }
 
-/// Scratch for every thread of a pool, each thread using the slot of its index in the pool.
+/// Scratch for every thread of a pool, each thread using the slot of its index in the pool, and
+/// one buffer an op lays out for all its threads to read.
 #[derive(Debug)]
 pub struct Scratches {
     slots: Vec<Mutex<Scratch>>,
+    op_wide: Mutex<AlignedBuf>,
 }
 
 impl Scratches {
@@ -52,9 +63,13 @@ impl Scratches {
                 ctile: AlignedBuf::zeros(size.ctile),
                 keys: AlignedBuf::zeros(size.keys),
                 scores: AlignedBuf::zeros(size.scores),
+                disentangled: AlignedBuf::zeros(size.disentangled),
             })
         };
-        Scratches { slots: std::iter::repeat_with(slot).take(threads.max(1)).collect() }
+        Scratches {
+            slots: std::iter::repeat_with(slot).take(threads.max(1)).collect(),
+            op_wide: Mutex::new(AlignedBuf::zeros(size.tables)),
+        }
     }
 
     /// Scratch for the threads of the current rayon pool, grown by the kernels as they need.
@@ -64,11 +79,16 @@ impl Scratches {
 
     /// Bytes held.
     pub fn bytes(&self) -> usize {
-        let per = |s: &Scratch| s.ctile.len() + s.keys.len() + s.scores.len();
-        self.slots
-            .iter()
-            .map(|m| per(&m.lock().unwrap_or_else(PoisonError::into_inner)) * size_of::<f32>())
-            .sum()
+        let per =
+            |s: &Scratch| s.ctile.len() + s.keys.len() + s.scores.len() + s.disentangled.len();
+        let slots: usize =
+            self.slots.iter().map(|m| per(&m.lock().unwrap_or_else(PoisonError::into_inner))).sum();
+        (slots + self.op_wide().len()) * size_of::<f32>()
+    }
+
+    /// The buffer an op lays out for all its threads, held until the guard drops.
+    pub(crate) fn op_wide(&self) -> MutexGuard<'_, AlignedBuf> {
+        self.op_wide.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Runs `f` with the scratch of the calling thread's slot (its index in its rayon pool):
