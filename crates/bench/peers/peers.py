@@ -58,6 +58,8 @@ def ort_engine(model_dir, onnx_path, threads, max_len):
     tok = Tokenizer.from_file(os.path.join(model_dir, "tokenizer.json"))
     tok.enable_truncation(max_len)
     tok.enable_padding(pad_id=0, pad_token="[PAD]")
+    # A model without token types (DeBERTa v3's type_vocab_size is 0) exports without that input.
+    inputs = {i.name for i in sess.get_inputs()}
 
     def run(texts):
         out = []
@@ -66,7 +68,8 @@ def ort_engine(model_dir, onnx_path, threads, max_len):
             ids = np.array([e.ids for e in enc], dtype=np.int64)
             mask = np.array([e.attention_mask for e in enc], dtype=np.int64)
             types = np.array([e.type_ids for e in enc], dtype=np.int64)
-            (h,) = sess.run(None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": types})
+            feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+            (h,) = sess.run(None, {k: v for k, v in feed.items() if k in inputs})
             m = mask[:, :, None].astype(np.float32)
             v = (h * m).sum(1) / np.maximum(m.sum(1), 1e-9)
             out.append(v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12))
