@@ -6,6 +6,7 @@
 mod backends;
 mod cuda;
 mod device;
+mod families;
 mod libtorch;
 mod models;
 mod peers;
@@ -66,7 +67,7 @@ tasks:
                test profile the test suite builds; prints each target's tally and the
                peak memory
   bench [N] [--gpu] [--gpus-only] [--peers [--threads 1,2]] [--train [--threads 1,2]] [--serve]
-        [--report DIR]
+        [--families [--threads 1,2]] [--report DIR]
                the benchmarks, in release mode, each beside a peer (N repetitions, default 15);
                --gpu adds the cube backend's devices beside flex (wgpu:0 where a Vulkan driver
                is installed, cuda:0 where there is an NVIDIA GPU): a long release build;
@@ -80,6 +81,11 @@ tasks:
                `switchyard serve`'s server under 64 clients and 1 beside the CLI on the same
                corpus, with a second device (flex remote-serve on loopback), then a soak of
                10000 requests (valid, malformed, oversized, and clients that leave);
+               --families times random-weight encoders of one shape, one per family (BERT,
+               DeBERTa, NomicBERT, GTE, Jina v3, Gemma 3, Qwen3), on flex beside ONNX Runtime
+               (where the family exports) and sentence-transformers, on 300 texts of the
+               mixed corpus at each thread count of --threads: each family's cost over BERT's
+               on each engine, and flex's speed over each peer;
                --report DIR prints --peers' tables from the runs device.sh wrote into DIR
   soak [--requests N] [--clients C] [--garbage G] [--model DIR]
                `switchyard remote-serve` (built in the dev profile) under real clients and
@@ -278,13 +284,15 @@ fn bench(args: Vec<String>) -> ExitCode {
     }
     let peers = args.iter().any(|a| a == "--peers");
     let train = args.iter().any(|a| a == "--train");
-    if peers || train {
+    let families = args.iter().any(|a| a == "--families");
+    if peers || train || families {
         let threads = match args.iter().position(|a| a == "--threads") {
             Some(i) => args.get(i + 1).map(|t| t.split(',').map(str::parse).collect()),
             None => Some(Ok(vec![1, 2])),
         };
         return match threads {
             Some(Ok(t)) if train => peers::bench_train(&t),
+            Some(Ok(t)) if families => families::bench_families(&t),
             Some(Ok(t)) => peers::bench_peers(&t),
             _ => {
                 eprintln!("xtask bench: --threads takes numbers, such as 1,2,8");

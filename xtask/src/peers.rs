@@ -110,7 +110,7 @@ pub(crate) fn step(what: &str, cmd: &mut Command) -> Result<(), String> {
 }
 
 /// The Python of the peers' environment, made and filled on first use.
-fn python() -> Result<PathBuf, String> {
+pub(crate) fn python() -> Result<PathBuf, String> {
     let venv = home_cache().join("bench-venv");
     let py = venv.join("bin/python");
     let stamp = venv.join("switchyard-packages.txt");
@@ -148,15 +148,15 @@ pub(crate) fn release_bench() -> Result<PathBuf, String> {
 
 /// One timed run, as `peers.py` and `switchyard-bench corpus` print it.
 #[derive(Debug)]
-struct Run {
-    engine: String,
-    order: String,
-    threads: usize,
-    texts: usize,
-    tokens: usize,
-    wall: f64,
-    cpu: f64,
-    max_diff: f64,
+pub(crate) struct Run {
+    pub(crate) engine: String,
+    pub(crate) order: String,
+    pub(crate) threads: usize,
+    pub(crate) texts: usize,
+    pub(crate) tokens: usize,
+    pub(crate) wall: f64,
+    pub(crate) cpu: f64,
+    pub(crate) max_diff: f64,
 }
 
 /// A `run` line: tab-separated engine, order, threads, texts, tokens, wall and CPU seconds,
@@ -180,7 +180,7 @@ fn parse(line: &str) -> Option<Run> {
 }
 
 /// Runs `cmd` and reads the runs it prints.
-fn runs(what: &str, cmd: &mut Command) -> Result<Vec<Run>, String> {
+pub(crate) fn runs(what: &str, cmd: &mut Command) -> Result<Vec<Run>, String> {
     eprintln!("xtask bench: {what}");
     let out = cmd.output().map_err(|e| format!("{what}: could not start it: {e}"))?;
     if !out.status.success() {
