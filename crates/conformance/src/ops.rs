@@ -3,8 +3,8 @@
 
 use switchyard_core::testkit::Rng;
 use switchyard_core::{
-    Act, Backend, BatchBuf, Buckets, Disentangled, Graph, GraphBuilder, Op, PoolMode, PositionBias,
-    RelativeBias, Shape, Val,
+    Act, Backend, BatchBuf, Buckets, Disentangled, Gate, Graph, GraphBuilder, Op, PoolMode,
+    PositionBias, RelativeBias, Shape, Val,
 };
 
 use crate::ACTS;
@@ -150,10 +150,14 @@ fn cases() -> Vec<(String, Graph)> {
             single(w, |g, x, _| g.op(Shape::tokens(w), |out| Op::Activation { x, act, out })),
         ));
         let h = [1, 7, 64, 150][i % 4];
-        c.push((
-            format!("Glu {act:?} {h}"),
-            single(2 * h, |g, x, _| g.op(Shape::tokens(h), |out| Op::Glu { x, act, out })),
-        ));
+        for gate in [Gate::First, Gate::Second] {
+            c.push((
+                format!("Glu {act:?} {h}, gate {gate:?}"),
+                single(2 * h, |g, x, _| {
+                    g.op(Shape::tokens(h), |out| Op::Glu { x, act, gate, out })
+                }),
+            ));
+        }
         c.push((
             format!("Linear 17->33 {act:?}, bias, residual"),
             linear(17, 33, true, act, true, "tokens"),

@@ -34,8 +34,8 @@ pub use dtype::{DType, DTypeChoice, HostTensor};
 pub use error::{Error, Result};
 pub use executor::{Executor, LaneId, Memory, Scratch};
 pub use graph::{
-    Act, Disentangled, Dropout, Graph, GraphBuilder, Limits, Op, Output, PoolMode, PositionBias,
-    Reach, RelativeBias, Rows, Shape, Val, W, WeightSpec,
+    Act, Disentangled, Dropout, Gate, Graph, GraphBuilder, Limits, Op, Output, PoolMode,
+    PositionBias, Reach, RelativeBias, Rows, Shape, Val, W, WeightSpec,
 };
 pub use layout::Layout;
 pub use outputs::{Mat, Outputs};

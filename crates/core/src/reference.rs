@@ -9,8 +9,8 @@
 use std::sync::Arc;
 
 use crate::{
-    Backend, Batch, Bucket, Caps, DeviceKind, Graph, HostTensor, Layout, Op, Outputs, PoolMode,
-    PositionBias, Result, Val, W,
+    Backend, Batch, Bucket, Caps, DeviceKind, Gate, Graph, HostTensor, Layout, Op, Outputs,
+    PoolMode, PositionBias, Result, Val, W,
 };
 
 /// The f64 reference interpreter.
@@ -241,11 +241,16 @@ impl Ctx<'_> {
                     }
                 }
             }
-            Op::Glu { x, act, out } => {
+            Op::Glu { x, act, gate, out } => {
                 let h = self.width(out);
                 for (yr, xr) in y.chunks_exact_mut(h).zip(self.val(x).chunks_exact(2 * h)) {
-                    for (j, yv) in yr.iter_mut().enumerate() {
-                        *yv = act.apply(xr[j]) * xr[h + j];
+                    let (a, b) = xr.split_at(h);
+                    let (g, v) = match gate {
+                        Gate::First => (a, b),
+                        Gate::Second => (b, a),
+                    };
+                    for ((yv, &g), &v) in yr.iter_mut().zip(g).zip(v) {
+                        *yv = act.apply(g) * v;
                     }
                 }
             }

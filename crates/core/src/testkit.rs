@@ -3,7 +3,9 @@
 //!
 //! Nothing here is used at run time; it lives in core so every backend's tests share it.
 
-use crate::{Act, BatchBuf, DType, Graph, GraphBuilder, HostTensor, Op, PoolMode, Shape, Val};
+use crate::{
+    Act, BatchBuf, DType, Gate, Graph, GraphBuilder, HostTensor, Op, PoolMode, Shape, Val,
+};
 
 /// A small deterministic pseudo-random generator (xorshift64*), for reproducible test data.
 #[derive(Clone, Debug)]
@@ -239,7 +241,7 @@ fn modernbert_graph(s: EncoderSpec, cls_only: bool) -> Graph {
         let h = layer_norm(&mut g, &format!("{pre}.mlp_norm"), x, false);
         let wi = linear(&mut g, &format!("{pre}.mlp.Wi"), h, 2 * s.ffn, Act::Identity, None);
         let gate = Shape { rows: g.shape(x).rows, width: s.ffn };
-        let gl = g.op(gate, |out| Op::Glu { x: wi, act: Act::Gelu, out });
+        let gl = g.op(gate, |out| Op::Glu { x: wi, act: Act::Gelu, gate: Gate::First, out });
         x = linear(&mut g, &format!("{pre}.mlp.Wo"), gl, d, Act::Identity, Some(x));
     }
     let x = layer_norm(&mut g, "final_norm", x, false);

@@ -3,8 +3,8 @@
 //! Outputs are f32, so values are compared within 1e-6 (a few f32 ulps at these magnitudes).
 
 use switchyard_core::{
-    Act, Backend, BatchBuf, Bucket, DType, GraphBuilder, HostTensor, Mat, Op, Outputs, PoolMode,
-    Reference, Shape, Val, W,
+    Act, Backend, BatchBuf, Bucket, DType, Gate, GraphBuilder, HostTensor, Mat, Op, Outputs,
+    PoolMode, Reference, Shape, Val, W,
 };
 
 /// A one-op-at-a-time test: inputs are embedding tables looked up by token ids 0, 1, 2, ...
@@ -235,8 +235,12 @@ fn linear_works_on_sequence_rows() {
 fn glu_gates_the_second_half_with_the_first() {
     let mut c = Case::new();
     let x = c.input(&[&[-1.0, 2.0, 3.0, 4.0]]);
-    let y = c.g.op(Shape::tokens(2), |out| Op::Glu { x, act: Act::Relu, out });
+    let y = c.g.op(Shape::tokens(2), |out| Op::Glu { x, act: Act::Relu, gate: Gate::First, out });
     close(&c.run(y, &[1]), &[&[0.0, 8.0]]);
+    let mut c = Case::new();
+    let x = c.input(&[&[-1.0, 2.0, 3.0, 4.0]]);
+    let y = c.g.op(Shape::tokens(2), |out| Op::Glu { x, act: Act::Relu, gate: Gate::Second, out });
+    close(&c.run(y, &[1]), &[&[-3.0, 8.0]]);
 }
 
 #[test]

@@ -425,7 +425,9 @@ pub(crate) fn run(
                         }
                     }
                 }
-                Op::Glu { x, act, .. } => rows::glu(isa, at(o), at(x), rows, width, act),
+                Op::Glu { x, act, gate, .. } => {
+                    rows::glu(isa, at(o), at(x), rows, width, act, gate)
+                }
                 Op::Slice { x, start, .. } => {
                     rows::slice(at(o), at(x), rows, g.shape(x).width, start, width);
                 }

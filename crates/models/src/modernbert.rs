@@ -7,7 +7,7 @@
 //! biases unless the checkpoint carries them. Dropout (training only; 0 in ModernBERT's
 //! defaults) is marked where transformers applies it.
 
-use switchyard_core::{Act, Op, Shape, Val};
+use switchyard_core::{Act, Gate, Op, Shape, Val};
 
 use crate::config::{EncoderConfig, ModernConfig};
 use crate::encoder::{Encoder, Names};
@@ -79,7 +79,7 @@ pub(crate) fn build<'a>(
         let h = e.layer_norm(&format!("{pre}.mlp_norm"), x, cfg.eps)?;
         let wi = e.linear(&format!("{pre}.mlp.Wi"), h, 2 * cfg.ffn, Act::Identity, None)?;
         let gate = Shape { rows: e.g.shape(x).rows, width: cfg.ffn };
-        let gated = e.g.op(gate, |out| Op::Glu { x: wi, act: cfg.act, out });
+        let gated = e.g.op(gate, |out| Op::Glu { x: wi, act: cfg.act, gate: Gate::First, out });
         e.g.dropout(gated, drop.ffn);
         x = e.linear(&format!("{pre}.mlp.Wo"), gated, d, Act::Identity, Some(x))?;
     }

@@ -15,7 +15,7 @@
 //! `mlp.fc1`, `mlp.fc2`).
 //! Dropout (training only) is marked where transformers applies it.
 
-use switchyard_core::{Act, Op, Shape, Val};
+use switchyard_core::{Act, Gate, Op, Shape, Val};
 
 use crate::config::{Arch, EncoderConfig};
 use crate::encoder::{Encoder, Names};
@@ -172,10 +172,8 @@ pub(crate) fn build<'a>(
             }
             Ffn::UpThenGate(name) => {
                 let f = e.linear(&format!("{pre}.{name}"), x, 2 * cfg.ffn, Act::Identity, None)?;
-                let up = e.g.op(wide, |out| Op::Slice { x: f, start: 0, out });
-                let gate = e.g.op(wide, |out| Op::Slice { x: f, start: cfg.ffn, out });
-                let gate = e.g.op(wide, |out| Op::Activation { x: gate, act: cfg.act, out });
-                let gated = e.g.op(wide, |out| Op::Mul { a: gate, b: up, out });
+                let (act, gate) = (cfg.act, Gate::Second);
+                let gated = e.g.op(wide, |out| Op::Glu { x: f, act, gate, out });
                 // GTE drops the gated units; NomicBERT (Gemma's feed-forward) does not.
                 e.g.dropout(gated, drop.ffn);
                 gated

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use common::{expected as json, numbers, rows, strings, tiny, worst};
 use switchyard_core::{
-    Backend, Buckets, Disentangled, Graph, Op, PoolMode, PositionBias, Reference, Rows, Val,
+    Backend, Buckets, Disentangled, Gate, Graph, Op, PoolMode, PositionBias, Reference, Rows, Val,
 };
 use switchyard_models::{
     Arch, Marked, Model, Pooling, Prompt, Prompts, Read, RopeScaling, Runner, Task,
@@ -184,8 +184,11 @@ fn nomic_bert_gte_and_jina_v3_match_transformers_with_rotary_positions() {
         assert!(!has("position_embeddings"), "{name}");
         assert_eq!(has("token_type_embeddings"), types, "{name}");
         assert_eq!(has("qkv_proj.bias") || has("Wqkv.bias"), biases, "{name}");
-        let gates = g.ops.iter().filter(|op| matches!(op, Op::Mul { .. })).count();
-        assert_eq!(gates, if arch == Arch::JinaV3 { 0 } else { 2 }, "{name}: gated layers");
+        let gates = g.ops.iter().filter(|op| matches!(op, Op::Mul { .. } | Op::Glu { .. }));
+        assert_eq!(gates.count(), if arch == Arch::JinaV3 { 0 } else { 2 }, "{name}: gated layers");
+        // GTE's one up-then-gate matrix feeds one gated unit whose gate is its second half.
+        let second = g.ops.iter().filter(|op| matches!(op, Op::Glu { gate: Gate::Second, .. }));
+        assert_eq!(second.count(), if arch == Arch::Gte { 2 } else { 0 }, "{name}");
         check(name, switchyard_flex::flex());
         check(name, Reference);
     }

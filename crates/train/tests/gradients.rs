@@ -15,8 +15,8 @@ use burn_backend::Backend as BurnBackend;
 use burn_backend::ops::FloatTensorOps;
 use switchyard_core::testkit::{self, EncoderSpec, Rng};
 use switchyard_core::{
-    Act, BatchBuf, Caps, DeviceKind, Graph, GraphBuilder, HostTensor, Op, PoolMode, PositionBias,
-    Reference, RelativeBias, Shape, Val,
+    Act, BatchBuf, Caps, DeviceKind, Gate, Graph, GraphBuilder, HostTensor, Op, PoolMode,
+    PositionBias, Reference, RelativeBias, Shape, Val,
 };
 use switchyard_train::Graded;
 
@@ -237,11 +237,13 @@ fn linear_with_each_epilogue() {
 
 #[test]
 fn gated_units_products_slices_activations_and_rotary() {
-    for act in [Act::Gelu, Act::Silu] {
+    for (act, gate) in
+        [(Act::Gelu, Gate::First), (Act::Silu, Gate::First), (Act::Gelu, Gate::Second)]
+    {
         let mut c = Case::new(tokens());
         let x = c.input(8);
-        let y = c.g.op(Shape::tokens(4), |out| Op::Glu { x, act, out });
-        check(&format!("glu {act:?}"), &c.finish(y), &counting_batch(&LENS, &[], false));
+        let y = c.g.op(Shape::tokens(4), |out| Op::Glu { x, act, gate, out });
+        check(&format!("glu {act:?} {gate:?}"), &c.finish(y), &counting_batch(&LENS, &[], false));
     }
     let mut c = Case::new(tokens());
     let (a, b) = (c.input(6), c.input(6));

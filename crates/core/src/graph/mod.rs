@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 
 pub use builder::GraphBuilder;
 pub use ids::{Rows, Shape, Val, W};
-pub use op::{Act, Disentangled, Op, PoolMode, PositionBias, Reach, RelativeBias};
+pub use op::{Act, Disentangled, Gate, Op, PoolMode, PositionBias, Reach, RelativeBias};
 
 use crate::{Error, Result};
 

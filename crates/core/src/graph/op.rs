@@ -4,6 +4,16 @@ use serde::{Deserialize, Serialize};
 
 use super::{Val, W};
 
+/// Which half of a gated linear unit's input is its gate, the half activated.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Gate {
+    /// `act(a) * b` for `x = [a | b]`: GeGLU and SwiGLU as most checkpoints lay them out.
+    #[default]
+    First,
+    /// `a * act(b)` for `x = [a | b]`: GTE's up-then-gate projection.
+    Second,
+}
+
 /// An element-wise activation function.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Act {
@@ -348,12 +358,15 @@ pub enum Op {
         out: Val,
     },
     /// Gated linear unit: with `x = [a | b]` split into halves of width `h`,
-    /// `out = act(a) * b` (GeGLU with GELU, SwiGLU with SiLU). `out` is `h` wide.
+    /// `out = act(a) * b` (GeGLU with GELU, SwiGLU with SiLU), or `a * act(b)` where the gate
+    /// is the second half. `out` is `h` wide.
     Glu {
         /// Input rows, `2h` wide.
         x: Val,
-        /// Activation applied to the first half.
+        /// Activation applied to the gate.
         act: Act,
+        /// Which half is the gate.
+        gate: Gate,
         /// Output rows, `h` wide.
         out: Val,
     },

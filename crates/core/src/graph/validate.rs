@@ -165,7 +165,7 @@ impl Graph {
                     same("residual differs from output", r, out)?;
                 }
             }
-            Op::Glu { x, act: _, out } => {
+            Op::Glu { x, act: _, gate: _, out } => {
                 rows(out, sh(x).rows)?;
                 if sh(x).width != 2 * sh(out).width {
                     return Err(format!(
@@ -301,7 +301,7 @@ fn same_width(a: Shape, b: Shape) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::super::tests::block;
-    use super::super::{Act, Disentangled, GraphBuilder, Output, PoolMode, RelativeBias};
+    use super::super::{Act, Disentangled, Gate, GraphBuilder, Output, PoolMode, RelativeBias};
     use super::*;
 
     fn invalid(g: &Graph) -> String {
@@ -625,7 +625,7 @@ mod tests {
         let mut g = GraphBuilder::new();
         let emb = g.weight("emb", &[4, 6]);
         let x = g.op(Shape::tokens(6), |out| Op::Embed { table: emb, scale: 1.0, out });
-        g.op(Shape::tokens(4), |out| Op::Glu { x, act: Act::Silu, out });
+        g.op(Shape::tokens(4), |out| Op::Glu { x, act: Act::Silu, gate: Gate::First, out });
         g.output("y", Val(1));
         assert!(g.clone().finish().unwrap_err().to_string().contains("twice the output width 4"));
 

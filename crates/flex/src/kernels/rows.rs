@@ -11,7 +11,7 @@
 use std::ops::Range;
 
 use rayon::prelude::*;
-use switchyard_core::{Act, Batch, PoolMode};
+use switchyard_core::{Act, Batch, Gate, PoolMode};
 
 use super::math::{self, MulAdd};
 use super::scratch::SendPtr;
@@ -348,15 +348,29 @@ multiversion! {
     }
 }
 
-/// Gated unit: with each row of `x` split into halves `[a | b]` of `h`, `out = act(a) * b`.
+/// Gated unit: with each row of `x` split into halves `[a | b]` of `h`, `out = act(a) * b`, or
+/// `a * act(b)` where `gate` is the second half.
 ///
 /// # Safety
 /// `x` holds `rows x 2h` readable values, `out` `rows x h` writable ones overlapping no input.
-pub unsafe fn glu(isa: Isa, out: *mut f32, x: *const f32, rows: usize, h: usize, act: Act) {
+pub unsafe fn glu(
+    isa: Isa,
+    out: *mut f32,
+    x: *const f32,
+    rows: usize,
+    h: usize,
+    act: Act,
+    gate: Gate,
+) {
     let (o, x) = (SendPtr(out), SendPtr(x.cast_mut()));
+    // Where the gate starts in a row, and where the half it multiplies.
+    let halves = match gate {
+        Gate::First => (0, h),
+        Gate::Second => (h, 0),
+    };
     par_rows(rows, 2 * h, |range| {
         // SAFETY: these rows, only this chunk's.
-        unsafe { glu_rows(isa, o, x, range, h, act) }
+        unsafe { glu_rows(isa, o, x, range, h, act, halves) }
     });
 }
 
@@ -365,13 +379,21 @@ multiversion! {
     ///
     /// # Safety
     /// As [`glu`]'s, for those rows.
-    unsafe fn glu_rows<M>(out: SendPtr, x: SendPtr, range: Range<usize>, h: usize, act: Act) {
+    unsafe fn glu_rows<M>(
+        out: SendPtr,
+        x: SendPtr,
+        range: Range<usize>,
+        h: usize,
+        act: Act,
+        halves: (usize, usize),
+    ) {
+        let (gate, value) = halves;
         for r in range {
             // SAFETY: row r of each; out overlaps no input.
             let (o, xr) = unsafe { (row_mut(out.get(), r, h), row(x.get(), r, 2 * h)) };
-            o.copy_from_slice(&xr[..h]);
+            o.copy_from_slice(&xr[gate..gate + h]);
             math::act_in_place::<M>(act, o);
-            o.iter_mut().zip(&xr[h..]).for_each(|(v, b)| *v *= b);
+            o.iter_mut().zip(&xr[value..value + h]).for_each(|(v, b)| *v *= b);
         }
     }
 }
