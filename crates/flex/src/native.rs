@@ -100,6 +100,34 @@ struct RopeTables {
 }
 
 impl NativePlan {
+    /// The shape, reach and position terms of `op`, if it is an attention op.
+    fn heads(&self, op: &Op) -> Result<Option<Heads<'_>>> {
+        let Op::Attention {
+            heads, kv_heads, head_dim, scale, window, causal, position_bias, ..
+        } = *op
+        else {
+            return Ok(None);
+        };
+        let relative = position_bias.and_then(PositionBias::relative).map(|b| {
+            let (_, by_distance) = self
+                .position
+                .iter()
+                .find(|(p, _)| *p == b)
+                .expect("lower made the biases of every position-biased op");
+            &by_distance[..]
+        });
+        let disentangled = position_bias.and_then(PositionBias::disentangled);
+        Ok(Some(Heads {
+            heads,
+            kv_heads,
+            head_dim,
+            scale,
+            reach: Reach::of(window, causal),
+            position_bias: relative,
+            disentangled: disentangled.map(|d| self.disentangled(d)).transpose()?,
+        }))
+    }
+
     /// Disentangled attention `d`'s tables, and their rows by distance.
     fn disentangled(&self, d: Disentangled) -> Result<DisentangledTables<'_>> {
         let (_, rows) = self
@@ -267,26 +295,8 @@ pub(crate) fn state(isa: Isa, plan: &NativePlan, threads: usize) -> Result<Nativ
                     }
                 });
             }
-            Op::Attention {
-                heads,
-                kv_heads,
-                head_dim,
-                scale,
-                window,
-                causal,
-                position_bias,
-                ..
-            } => {
-                let disentangled = position_bias.and_then(PositionBias::disentangled);
-                let h = Heads {
-                    heads,
-                    kv_heads,
-                    head_dim,
-                    scale,
-                    reach: Reach::of(window, causal),
-                    position_bias: None,
-                    disentangled: disentangled.map(|d| plan.disentangled(d)).transpose()?,
-                };
+            Op::Attention { .. } => {
+                let h = plan.heads(op)?.expect("an attention op has heads");
                 let products = plan.weights.products;
                 size = size.max(attention::scratch_size(h, longest, isa, products));
             }
@@ -439,38 +449,8 @@ pub(crate) fn run(
                         .expect("lower made a table for every rotary op");
                     rows::rope(at(o), at(x), batch, heads, head_dim, &t.cos, &t.sin);
                 }
-                Op::Attention {
-                    q,
-                    k,
-                    v,
-                    heads,
-                    kv_heads,
-                    head_dim,
-                    scale,
-                    window,
-                    causal,
-                    position_bias,
-                    ..
-                } => {
-                    let relative = position_bias.and_then(PositionBias::relative).map(|b| {
-                        let (_, by_distance) = plan
-                            .position
-                            .iter()
-                            .find(|(p, _)| *p == b)
-                            .expect("lower made the biases of every position-biased op");
-                        &by_distance[..]
-                    });
-                    let disentangled = position_bias.and_then(PositionBias::disentangled);
-                    let disentangled = disentangled.map(|d| plan.disentangled(d)).transpose()?;
-                    let h = Heads {
-                        heads,
-                        kv_heads,
-                        head_dim,
-                        scale,
-                        reach: Reach::of(window, causal),
-                        position_bias: relative,
-                        disentangled,
-                    };
+                Op::Attention { q, k, v, .. } => {
+                    let h = plan.heads(op)?.expect("an attention op has heads");
                     let per_seq = g.shape(q).rows == Rows::Seqs;
                     let (q, k, v, o) = (at(q), at(k), at(v), at(o));
                     let products = w.products;
