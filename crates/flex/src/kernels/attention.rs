@@ -48,7 +48,6 @@ use self::disentangled::Tables;
 use super::math::{self, MulAdd};
 use super::scratch::{Scratch, ScratchSize, Scratches, SendPtr};
 use super::{Isa, amx};
-use crate::buf::AlignedBuf;
 
 mod disentangled;
 
@@ -186,12 +185,8 @@ pub unsafe fn attention(
     let ptrs = [SendPtr(q.cast_mut()), SendPtr(k.cast_mut()), SendPtr(v.cast_mut()), SendPtr(out)];
     let products = products.taken(isa, h.head_dim);
     let split = Split::new(batch, h, per_seq, rayon::current_num_threads());
-    let mut laid_out = scratch.op_wide();
-    let tables = h.disentangled.map(|t| {
-        let words = disentangled::table_words(h, batch_longest(batch));
-        laid_out.ensure(words);
-        Tables::lay_out(t, h, batch, laid_out.as_mut_slice())
-    });
+    let mut op_wide = h.disentangled.map(|t| (t, scratch.op_wide()));
+    let tables = op_wide.as_mut().map(|(t, buf)| Tables::lay_out(*t, h, batch, buf));
     let run = |task: Task<'_>| {
         scratch.with(|sc| {
             // SAFETY: the caller's contract; a task writes the columns of one head in its rows
@@ -1458,40 +1453,6 @@ unsafe fn softmax<B: Block>(
     }
 }
 
-/// The longest sequence of `batch`.
-fn batch_longest(batch: &Batch<'_>) -> usize {
-    (0..batch.seqs()).map(|s| batch.seq(s).len()).max().unwrap_or(0)
-}
-
-/// What a task's disentangled terms read beside `tables`: its keys transposed in f32 (`f32_keys`
-/// where the task has them, else transposed from `k`, the head's first column of its `len`
-/// rows, into `buf`), and room in `buf` for a block's products by distance.
-///
-/// # Safety
-/// The caller enabled `B`'s instructions; `k` holds `len` rows of `l.kwidth` values;
-/// `f32_keys` holds `d x lpad` of them.
-#[inline(always)]
-unsafe fn disentangled_scratch<'s, B: Block>(
-    tables: Tables<'s>,
-    k: *const f32,
-    f32_keys: Option<*const f32>,
-    buf: &'s mut AlignedBuf,
-    l: Layout,
-    len: usize,
-) -> (Tables<'s>, *const f32, &'s mut [f32]) {
-    buf.ensure(tables.task_words(l.lpad));
-    let (kt, products) = buf.as_mut_slice().split_at_mut(l.d * l.lpad);
-    let kt = match f32_keys {
-        Some(kt) => kt,
-        None => {
-            // SAFETY: the caller's contract; kt holds d x lpad words.
-            unsafe { B::F32::transpose_keys(k, len, kt.as_mut_ptr(), l) };
-            kt.as_ptr()
-        }
-    };
-    (tables, kt, products)
-}
-
 /// One head of one sequence on AMX's tiles, [`AMX_QB`] queries at a time (the module's doc).
 ///
 /// # Safety
@@ -1530,8 +1491,9 @@ unsafe fn amx_head(task: Task<'_>, scratch: &mut Scratch) {
     };
     let seen = |i: usize| h.reach.keys(first + i, len);
     // SAFETY: rows start..start + len of k, the head's columns; `prepare` left bf16 keys.
-    let mut rel = tables.map(|t| unsafe {
-        disentangled_scratch::<B>(t, k.add(start * kwidth + kcol), None, disentangled, layout, len)
+    let mut terms = tables.map(|t| unsafe {
+        let keys = (k.add(start * kwidth + kcol).cast_const(), None, len);
+        t.for_task::<B>(head, keys, disentangled, layout)
     });
     let (scp, ldsc) = (sc.as_mut_ptr(), lpad * F32);
     // A block's weighted sums for 32 columns, before they are divided by the sums.
@@ -1559,15 +1521,13 @@ unsafe fn amx_head(task: Task<'_>, scratch: &mut Scratch) {
         // SAFETY: rows below nq of the scores, keys slo..shi <= lpad, whole blocks.
         unsafe { x86::scale_rows(scp, lpad, nq, slo..shi, h.scale) };
         add_position_bias(sc, lpad, nq, h, head, first + i0, |qi| seen(i0 + qi));
-        if let Some((t, kt32, products)) = &mut rel {
-            // SAFETY: the caller enabled B's instructions, and with them B::F32's; the block's
-            // rows of q, the head's columns; the task's keys transposed in f32.
-            unsafe {
-                let qh = (q.add((q0 + i0) * width + col).cast_const(), width);
-                let block = (nq, first + i0, lpad);
-                let seen = |qi| seen(i0 + qi);
-                t.add::<<B as Block>::F32>(head, sc, block, seen, qh, *kt32, products, h.scale);
-            }
+        if let Some(terms) = &mut terms {
+            // SAFETY: the block's rows of q, the head's columns.
+            let qh = (unsafe { q.add((q0 + i0) * width + col) }.cast_const(), width);
+            let block = (nq, first + i0, lpad);
+            // SAFETY: the caller enabled B's instructions, and with them B::F32's; `terms` was
+            // made for this task with this lpad.
+            unsafe { terms.add::<<B as Block>::F32>(sc, block, |qi| seen(i0 + qi), qh) };
         }
         let mut inv = [0.0f32; AMX_QB];
         // SAFETY: the caller enabled B's instructions.
@@ -1631,10 +1591,10 @@ unsafe fn head_body<B: Block>(task: Task<'_>, scratch: &mut Scratch) {
     let seen = |i: usize| h.reach.keys(first + i, len);
     // SAFETY: rows start..start + len of k, the head's columns; in f32, `prepare` left the
     // keys transposed in kt.
-    let mut rel = tables.map(|t| unsafe {
+    let mut terms = tables.map(|t| unsafe {
         let f32_keys = (B::PRODUCTS == Products::F32).then_some(kt.as_ptr());
-        let kh = k.add(start * kwidth + kcol);
-        disentangled_scratch::<B>(t, kh, f32_keys, disentangled, layout, len)
+        let keys = (k.add(start * kwidth + kcol).cast_const(), f32_keys, len);
+        t.for_task::<B>(head, keys, disentangled, layout)
     });
     let (ktp, scp) = (kt.as_ptr(), sc.as_mut_ptr());
     let mut i0 = 0;
@@ -1667,15 +1627,13 @@ unsafe fn head_body<B: Block>(task: Task<'_>, scratch: &mut Scratch) {
         // by the reciprocal of its sum. The exponentials run over whole blocks of keys, those
         // outside the query's keys set to zero.
         add_position_bias(sc, lpad, nq, h, head, first + i0, |qi| seen(i0 + qi));
-        if let Some((t, kt32, products)) = &mut rel {
-            // SAFETY: the caller enabled B's instructions, and with them B::F32's; the block's
-            // rows of q, the head's columns; the task's keys transposed in f32.
-            unsafe {
-                let qh = (q.add((q0 + i0) * width + col).cast_const(), width);
-                let block = (nq, first + i0, lpad);
-                let seen = |qi| seen(i0 + qi);
-                t.add::<<B as Block>::F32>(head, sc, block, seen, qh, *kt32, products, h.scale);
-            }
+        if let Some(terms) = &mut terms {
+            // SAFETY: the block's rows of q, the head's columns.
+            let qh = (unsafe { q.add((q0 + i0) * width + col) }.cast_const(), width);
+            let block = (nq, first + i0, lpad);
+            // SAFETY: the caller enabled B's instructions, and with them B::F32's; `terms` was
+            // made for this task with this lpad.
+            unsafe { terms.add::<<B as Block>::F32>(sc, block, |qi| seen(i0 + qi), qh) };
         }
         let mut inv = [0.0f32; MAX_QB];
         // SAFETY: the caller enabled B's instructions.

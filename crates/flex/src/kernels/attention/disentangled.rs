@@ -23,6 +23,7 @@ use rayon::prelude::*;
 use switchyard_core::Batch;
 
 use super::{Block, DisentangledTables, Heads, KB, Layout, MAX_QB, load};
+use crate::buf::AlignedBuf;
 use crate::kernels::math::MulAdd;
 
 /// Distances laid out for a batch whose longest sequence has `longest` tokens: from the
@@ -59,25 +60,28 @@ pub(super) struct Tables<'a> {
     /// The batch's longest sequence.
     longest: usize,
     d: usize,
+    /// Multiplies both terms, as it does the scores.
+    scale: f32,
 }
 
 impl<'a> Tables<'a> {
-    /// Lays `t`'s tables out for `batch` in `buf` ([`table_words`] of them, at least), a head
-    /// and table on each thread of the current pool.
+    /// Lays `t`'s tables out for `batch` in `buf` (grown to [`table_words`] if it must be), a
+    /// head and table on each thread of the current pool.
     pub(super) fn lay_out(
         t: DisentangledTables<'_>,
         h: Heads<'_>,
         batch: &Batch<'_>,
-        buf: &'a mut [f32],
+        buf: &'a mut AlignedBuf,
     ) -> Tables<'a> {
         let longest = (0..batch.seqs()).map(|s| batch.seq(s).len()).max().unwrap_or(0).max(1);
+        buf.ensure(table_words(h, longest));
         let (d, width, stride) = (h.head_dim, h.heads * h.head_dim, stride(longest));
         // t.rows holds the row of distance r at r + plan - 1, for the plan's longest sequence.
         let plan = t.rows.len().div_ceil(2);
         let head_words = d * stride;
         let tables = [t.keys, t.queries];
         let n = tables.iter().flatten().count();
-        let buf = &mut buf[..n * h.heads * head_words];
+        let buf = &mut buf.as_mut_slice()[..n * h.heads * head_words];
         buf.par_chunks_mut(head_words).enumerate().for_each(|(at, out)| {
             let table = tables.iter().flatten().nth(at / h.heads).expect("a table a chunk");
             let col = at % h.heads * d;
@@ -98,43 +102,74 @@ impl<'a> Tables<'a> {
         let buf = &*buf;
         let (keys, queries) = buf.split_at(if t.keys.is_some() { h.heads * head_words } else { 0 });
         let (keys, queries) = (t.keys.map(|_| keys), t.queries.map(|_| queries));
-        Tables { keys, queries, stride, longest, d }
+        Tables { keys, queries, stride, longest, d, scale: h.scale }
     }
 
-    /// Words of one thread's scratch for a task's terms over `lpad` padded keys: the keys
-    /// transposed in f32, and a block's products by distance.
-    pub(super) fn task_words(&self, lpad: usize) -> usize {
-        task_words(self.d, lpad, self.longest)
-    }
-
-    /// Adds `scale` times both terms of head `head` to the first `nq` rows of a block's scores
-    /// `sc` (`lpad` apart): row `qi` for the query at position `at + qi` among the task's keys,
-    /// whose head's columns `q` holds at `qi * width`, over the whole blocks of sixteen keys
-    /// that hold those it sees (`seen(qi)`), `F::QB` queries at a time; `kt` holds the task's
-    /// keys transposed in f32 (`d x lpad`, zero past its keys), `products` room for
-    /// `MAX_QB x stride` values.
+    /// What head `head` of a task reads beside the tables: its keys transposed in f32
+    /// (`f32_keys` where the task has them, else transposed from `k`, the head's first column
+    /// of its `len` rows, by `B::F32`), and room for a block's products by distance; both in
+    /// `buf`, grown to [`task_words`] if it must be.
     ///
     /// # Safety
-    /// The caller enabled `F`'s instructions; `q` and `kt` are readable as above; the task's
-    /// sequence is one of the batch the tables were laid out for.
-    #[allow(clippy::too_many_arguments)]
+    /// The caller enabled `B`'s instructions; `k` holds `len` rows of `l.kwidth` values;
+    /// `f32_keys` holds `d x lpad` of them.
+    #[inline(always)]
+    pub(super) unsafe fn for_task<'s, B: Block>(
+        self,
+        head: usize,
+        (k, f32_keys, len): (*const f32, Option<*const f32>, usize),
+        buf: &'s mut AlignedBuf,
+        l: Layout,
+    ) -> Terms<'s>
+    where
+        'a: 's,
+    {
+        buf.ensure(task_words(self.d, l.lpad, self.longest));
+        let (kt, products) = buf.as_mut_slice().split_at_mut(l.d * l.lpad);
+        let kt = match f32_keys {
+            Some(kt) => kt,
+            None => {
+                // SAFETY: the caller's contract; kt holds d x lpad words.
+                unsafe { B::F32::transpose_keys(k, len, kt.as_mut_ptr(), l) };
+                kt.as_ptr()
+            }
+        };
+        Terms { tables: self, head, kt, products }
+    }
+}
+
+/// One task's disentangled terms: the op's tables, the task's head, its keys transposed in f32
+/// (`d x lpad`, zero past its keys) and room for a block's products by distance.
+pub(super) struct Terms<'s> {
+    tables: Tables<'s>,
+    head: usize,
+    kt: *const f32,
+    products: &'s mut [f32],
+}
+
+impl Terms<'_> {
+    /// Adds the scale times both terms to the first `nq` rows of a block's scores `sc` (`lpad`
+    /// apart): row `qi` for the query at position `at + qi` among the task's keys, whose
+    /// head's columns `q` holds at `qi * width`, over the whole blocks of sixteen keys that
+    /// hold those it sees (`seen(qi)`), `F::QB` queries at a time.
+    ///
+    /// # Safety
+    /// The caller enabled `F`'s instructions; `q` is readable as above; the task's sequence is
+    /// one of the batch the tables were laid out for, and `lpad` the one `for_task` was given.
     #[inline(always)]
     pub(super) unsafe fn add<F: Block>(
-        &self,
-        head: usize,
+        &mut self,
         sc: &mut [f32],
         (nq, at, lpad): (usize, usize, usize),
         seen: impl Fn(usize) -> (usize, usize),
         (q, width): (*const f32, usize),
-        kt: *const f32,
-        products: &mut [f32],
-        scale: f32,
     ) {
         // The queries of a group: the block's of the instruction set, as the f32 kernels take.
         const { assert!(matches!(F::QB, 4 | 6 | 8)) };
-        let (d, stride) = (self.d, self.stride);
+        let Terms { tables, head, kt, ref mut products } = *self;
+        let Tables { stride, longest, d, scale, .. } = tables;
         // Where key j and query i (at position at + i) meet in the laid-out tables.
-        let dist = |j: usize, i: usize| self.longest - 1 + j - (at + i);
+        let dist = |j: usize, i: usize| longest - 1 + j - (at + i);
         let mut g0 = 0;
         while g0 < nq {
             let g = F::QB.min(nq - g0);
@@ -144,7 +179,7 @@ impl<'a> Tables<'a> {
             // SAFETY: rows below nq, by the caller's contract.
             let rows: [*const f32; MAX_QB] =
                 std::array::from_fn(|r| unsafe { q.add((g0 + r.min(g - 1)) * width) });
-            if let Some(keys) = self.keys {
+            if let Some(keys) = tables.keys {
                 // The group's products with every distance its rows meet, in whole blocks.
                 let (xlo, xhi) = (dist(blo, g0 + g - 1) / KB * KB, dist(bhi - 1, g0) + 1);
                 let table = keys[head * d * stride..].as_ptr();
@@ -167,7 +202,7 @@ impl<'a> Tables<'a> {
                     }
                 }
             }
-            if let Some(queries) = self.queries {
+            if let Some(queries) = tables.queries {
                 let table = &queries[head * d * stride..][..d * stride];
                 let dists: [usize; MAX_QB] = std::array::from_fn(|r| dist(0, g0 + r.min(g - 1)));
                 for jb in (blo..bhi).step_by(KB) {
