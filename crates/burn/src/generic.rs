@@ -10,7 +10,7 @@ use burn_backend::ops::AttentionModuleOptions;
 use burn_backend::tensor::{BoolTensor, FloatTensor, IntTensor};
 use burn_backend::{Backend as BurnBackend, Distribution, Shape, Slice, TensorMetadata};
 use burn_std::IndexingUpdateOp;
-use switchyard_core::{Act, Disentangled, Gate, Op, PoolMode, PositionBias, Reach, RelativeBias};
+use switchyard_core::{Act, Disentangled, Op, PoolMode, PositionBias, Reach, RelativeBias};
 
 use crate::{Bound, Inputs, RunCx};
 
@@ -578,12 +578,9 @@ pub fn run_op<B: BurnBackend>(
             let x = need(a);
             let [_, w2] = dims::<B>(&x);
             let h = w2 / 2;
-            let (g, v) = match gate {
-                Gate::First => ((0, h), (h, w2)),
-                Gate::Second => ((h, w2), (0, h)),
-            };
-            let gate = activation::<B>(cols::<B>(x.clone(), g.0, g.1), *act);
-            B::float_mul(gate, cols::<B>(x, v.0, v.1))
+            let (g, v) = gate.starts(h);
+            let gate = activation::<B>(cols::<B>(x.clone(), g, g + h), *act);
+            B::float_mul(gate, cols::<B>(x, v, v + h))
         }
         (Op::Slice { start, out, .. }, _) => {
             cols::<B>(need(a), *start, start + cx.graph.shape(*out).width)

@@ -9,8 +9,8 @@
 use std::sync::Arc;
 
 use crate::{
-    Backend, Batch, Bucket, Caps, DeviceKind, Gate, Graph, HostTensor, Layout, Op, Outputs,
-    PoolMode, PositionBias, Result, Val, W,
+    Backend, Batch, Bucket, Caps, DeviceKind, Graph, HostTensor, Layout, Op, Outputs, PoolMode,
+    PositionBias, Result, Val, W,
 };
 
 /// The f64 reference interpreter.
@@ -244,12 +244,8 @@ impl Ctx<'_> {
             Op::Glu { x, act, gate, out } => {
                 let h = self.width(out);
                 for (yr, xr) in y.chunks_exact_mut(h).zip(self.val(x).chunks_exact(2 * h)) {
-                    let (a, b) = xr.split_at(h);
-                    let (g, v) = match gate {
-                        Gate::First => (a, b),
-                        Gate::Second => (b, a),
-                    };
-                    for ((yv, &g), &v) in yr.iter_mut().zip(g).zip(v) {
+                    let (g, v) = gate.starts(h);
+                    for ((yv, &g), &v) in yr.iter_mut().zip(&xr[g..g + h]).zip(&xr[v..v + h]) {
                         *yv = act.apply(g) * v;
                     }
                 }

@@ -5,13 +5,22 @@ use serde::{Deserialize, Serialize};
 use super::{Val, W};
 
 /// Which half of a gated linear unit's input is its gate, the half activated.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Gate {
     /// `act(a) * b` for `x = [a | b]`: GeGLU and SwiGLU as most checkpoints lay them out.
-    #[default]
     First,
     /// `a * act(b)` for `x = [a | b]`: GTE's up-then-gate projection.
     Second,
+}
+
+impl Gate {
+    /// Where the gate and the value it multiplies start in a row of two halves `h` wide.
+    pub fn starts(self, h: usize) -> (usize, usize) {
+        match self {
+            Gate::First => (0, h),
+            Gate::Second => (h, 0),
+        }
+    }
 }
 
 /// An element-wise activation function.

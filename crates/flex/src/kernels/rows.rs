@@ -363,14 +363,9 @@ pub unsafe fn glu(
     gate: Gate,
 ) {
     let (o, x) = (SendPtr(out), SendPtr(x.cast_mut()));
-    // Where the gate starts in a row, and where the half it multiplies.
-    let halves = match gate {
-        Gate::First => (0, h),
-        Gate::Second => (h, 0),
-    };
     par_rows(rows, 2 * h, |range| {
         // SAFETY: these rows, only this chunk's.
-        unsafe { glu_rows(isa, o, x, range, h, act, halves) }
+        unsafe { glu_rows(isa, o, x, range, h, act, gate.starts(h)) }
     });
 }
 
@@ -385,9 +380,9 @@ multiversion! {
         range: Range<usize>,
         h: usize,
         act: Act,
-        halves: (usize, usize),
+        starts: (usize, usize),
     ) {
-        let (gate, value) = halves;
+        let (gate, value) = starts;
         for r in range {
             // SAFETY: row r of each; out overlaps no input.
             let (o, xr) = unsafe { (row_mut(out.get(), r, h), row(x.get(), r, 2 * h)) };

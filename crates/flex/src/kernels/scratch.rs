@@ -14,7 +14,8 @@ pub struct Scratch {
     pub(crate) keys: AlignedBuf,
     /// Attention: a block of queries' scores.
     pub(crate) scores: AlignedBuf,
-    /// Attention: one head's disentangled tables, laid out by distance, and its keys.
+    /// Disentangled attention: a task's keys transposed in f32 and a block's products by
+    /// distance.
     pub(crate) disentangled: AlignedBuf,
 }
 
