@@ -318,6 +318,12 @@ impl Checkpoint {
         Ok(t)
     }
 
+    /// Whether the tensor `name` was computed when the model loaded rather than read from a
+    /// file (see [`crate::Derived`]).
+    pub fn is_derived(&self, name: &str) -> bool {
+        self.tensors.get(name).is_some_and(|l| matches!(l.file, Store::Derived(_)))
+    }
+
     /// The name of every tensor, sorted.
     pub fn names(&self) -> Vec<&str> {
         let mut names: Vec<&str> = self.tensors.keys().map(String::as_str).collect();

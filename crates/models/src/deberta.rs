@@ -55,22 +55,64 @@ pub(crate) fn attention(
     Ok((Some(PositionBias::Disentangled(d)), scale))
 }
 
-/// Computes every layer's position tables from `ck`'s weights and adds them to it; nothing for
-/// a configuration without position terms.
-pub(crate) fn derive_tables(ck: &mut Checkpoint, cfg: &EncoderConfig) -> Result<()> {
-    let Some(db) = cfg.deberta.filter(|db| db.c2p || db.p2c) else { return Ok(()) };
+/// A weight the model computes from stored ones when it loads: `LayerNorm(input) proj^T + bias`
+/// (DeBERTa's position tables). Every name is a checkpoint tensor's; training computes the same
+/// on its tape, so that the gradient reaches the stored tensors.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Derived {
+    /// The graph weight it becomes (`[rows, d]`).
+    pub name: String,
+    /// The `[rows, d]` rows it projects.
+    pub input: String,
+    /// The LayerNorm over `input`'s rows first, if any.
+    pub norm: Option<DerivedNorm>,
+    /// The projection's `[d, d]` weight (`[out, in]`, as transformers stores a linear layer's).
+    pub proj: String,
+    /// The projection's bias, if any.
+    pub bias: Option<String>,
+    /// The dropout probability training applies to the normalised rows before projecting them.
+    pub dropout: f32,
+    /// Which dropout mask it takes: weights with the same one share it (transformers draws one
+    /// per layer, which both of its tables read).
+    pub mask: usize,
+}
+
+/// A LayerNorm's tensors and epsilon.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DerivedNorm {
+    /// Its scale.
+    pub gamma: String,
+    /// Its shift, if any.
+    pub beta: Option<String>,
+    /// Added to the variance.
+    pub eps: f32,
+}
+
+/// Every layer's position tables as [`Derived`] weights of `ck` (none for a configuration
+/// without position terms), computed and added to it.
+pub(crate) fn derive_tables(ck: &mut Checkpoint, cfg: &EncoderConfig) -> Result<Vec<Derived>> {
+    let Some(db) = cfg.deberta.filter(|db| db.c2p || db.p2c) else { return Ok(Vec::new()) };
     let _span = tracing::info_span!("derive", tables = "DeBERTa's position tables").entered();
     let names = Names::detect(ck, "embeddings.word_embeddings.weight")?;
     let (d, rows) = (cfg.hidden, 2 * db.span);
-    let read = |name: &str, want: &[usize]| names.values(name, want);
-    let need = |name: &str, want: &[usize]| names.need_values(name, want);
-    let mut relative = need("encoder.rel_embeddings.weight", &[rows, d])?;
-    if db.norm_relative {
-        let gamma = need("encoder.LayerNorm.weight", &[d])?;
-        let beta = read("encoder.LayerNorm.bias", &[d])?;
-        layer_norm(&mut relative, d, &gamma, beta.as_deref(), cfg.eps);
-    }
-    let threads = std::thread::available_parallelism().map_or(1, usize::from);
+    // The checkpoint names of tensors the tables are made of, their shapes checked.
+    let may = |name: &str, want: &[usize]| {
+        Ok::<_, crate::Error>(names.values(name, want)?.and_then(|_| names.find(name)))
+    };
+    let need = |name: &str, want: &[usize]| {
+        may(name, want)?.ok_or_else(|| {
+            crate::Error::format(format!("the checkpoint has no tensor `{}`", names.full(name)))
+        })
+    };
+    let input = need("encoder.rel_embeddings.weight", &[rows, d])?;
+    let norm = match db.norm_relative {
+        true => Some(DerivedNorm {
+            gamma: need("encoder.LayerNorm.weight", &[d])?,
+            beta: may("encoder.LayerNorm.bias", &[d])?,
+            eps: cfg.eps,
+        }),
+        false => None,
+    };
     let mut derived = Vec::new();
     for l in 0..cfg.layers {
         let pre = format!("encoder.layer.{l}");
@@ -82,16 +124,49 @@ pub(crate) fn derive_tables(ck: &mut Checkpoint, cfg: &EncoderConfig) -> Result<
                 continue;
             }
             let proj = format!("{pre}.attention.self.{}", if db.share_keys { shared } else { own });
-            let weight = need(&format!("{proj}.weight"), &[d, d])?;
-            let bias = read(&format!("{proj}.bias"), &[d])?;
-            let values = project(&relative, d, &weight, bias.as_deref(), threads);
-            derived.push((names.full(&table(&pre, keys)), values));
+            derived.push(Derived {
+                name: names.full(&table(&pre, keys)),
+                input: input.clone(),
+                norm: norm.clone(),
+                proj: need(&format!("{proj}.weight"), &[d, d])?,
+                bias: may(&format!("{proj}.bias"), &[d])?,
+                dropout: cfg.dropout.attention_out,
+                mask: l,
+            });
         }
     }
-    for (name, values) in derived {
-        ck.derive(name, vec![rows, d], &values)?;
+    let Some(first) = derived.first() else { return Ok(derived) };
+    // Every table projects the same rows.
+    let x = rows_of(ck, first)?;
+    let threads = std::thread::available_parallelism().map_or(1, usize::from);
+    for w in &derived {
+        let values = project(&x, d, &values(ck, &w.proj)?, opt(ck, &w.bias)?.as_deref(), threads);
+        ck.derive(w.name.clone(), vec![rows, d], &values)?;
     }
-    Ok(())
+    Ok(derived)
+}
+
+/// The rows `w` projects: its input, through its LayerNorm if it has one.
+fn rows_of(ck: &Checkpoint, w: &Derived) -> Result<Vec<f32>> {
+    let mut x = values(ck, &w.input)?;
+    if let Some(n) = &w.norm {
+        let d = ck.shape(&n.gamma).map_or(0, |s| s.iter().product());
+        layer_norm(&mut x, d, &values(ck, &n.gamma)?, opt(ck, &n.beta)?.as_deref(), n.eps);
+    }
+    Ok(x)
+}
+
+/// The values of `ck`'s tensor `name` as f32.
+fn values(ck: &Checkpoint, name: &str) -> Result<Vec<f32>> {
+    let t = ck.tensor(name)?;
+    let mut v = Vec::with_capacity(t.numel());
+    t.extend_f32(&mut v);
+    Ok(v)
+}
+
+/// [`values`] of `name`, if there is one.
+fn opt(ck: &Checkpoint, name: &Option<String>) -> Result<Option<Vec<f32>>> {
+    name.as_deref().map(|n| values(ck, n)).transpose()
 }
 
 /// LayerNorm of each `d`-wide row of `x` in place (statistics in f64, biased variance).

@@ -90,13 +90,6 @@ impl<'a> Names<'a> {
         Ok(Some(values))
     }
 
-    /// Like [`Names::values`]; an error if the tensor is absent.
-    pub(crate) fn need_values(&self, name: &str, want: &[usize]) -> Result<Vec<f32>> {
-        self.values(name, want)?.ok_or_else(|| {
-            Error::format(format!("the checkpoint has no tensor `{}`", self.full(name)))
-        })
-    }
-
     /// Like [`Names::weight`], or `None` if the tensor is absent.
     pub(crate) fn optional(
         &self,

@@ -40,6 +40,7 @@ use switchyard_core::{Backend, Buckets, Executor, Graph, HostTensor, PoolMode};
 
 pub use checkpoint::Checkpoint;
 pub use config::{Arch, Dropouts, EncoderConfig, ModernConfig, RopeScaling, RotaryConfig};
+pub use deberta::{Derived, DerivedNorm};
 pub use runner::{Marked, Marking, Read, Runner, TokenLogits};
 pub use st::{
     Dense, Pooling, Prompt, Prompts, SentenceConfig, SentenceHead, Splade, SpladeAct, prompted,
@@ -311,6 +312,8 @@ pub struct Model {
     score_fn: scores::ScoreFn,
     /// How a sequence classifier's logits become its labels' scores.
     class_scores: scores::ClassScores,
+    /// The graph weights computed from stored tensors at load.
+    derived: Vec<Derived>,
 }
 
 impl std::fmt::Debug for Model {
@@ -339,9 +342,10 @@ impl Model {
                 "max_seq_length {max_len} exceeds the model's {position_limit} positions"
             )));
         }
-        if config.arch == Arch::DebertaV2 {
-            deberta::derive_tables(&mut checkpoint, &config)?;
-        }
+        let derived = match config.arch {
+            Arch::DebertaV2 => deberta::derive_tables(&mut checkpoint, &config)?,
+            _ => Vec::new(),
+        };
         let kind = head_kind(&checkpoint, sentence.as_ref())?;
         let family = match config.arch {
             Arch::T5 => Some("T5"),
@@ -452,6 +456,7 @@ impl Model {
             similarity,
             score_fn,
             class_scores,
+            derived,
         })
     }
 
@@ -463,6 +468,12 @@ impl Model {
     /// The graph.
     pub fn graph(&self) -> &Graph {
         &self.graph
+    }
+
+    /// The graph weights it computed from stored tensors when it loaded (DeBERTa's position
+    /// tables; none for most models), which training computes from those tensors instead.
+    pub fn derived(&self) -> &[Derived] {
+        &self.derived
     }
 
     /// For an embedding model, the graph of every token's final row before pooling (output
