@@ -366,6 +366,7 @@ pub fn new_head(
         // GTE's own code (`model_type: new`) names its classes `New*`.
         "new" => ("New", "new."),
         "jina_embeddings_v3" => ("JinaEmbeddingsV3", "roberta."),
+        "deberta-v2" => ("DebertaV2", "deberta."),
         other => return Err(Error::unsupported(format!("a new head for model type `{other}`"))),
     };
     let flag = |key: &str| config.get(key).and_then(serde_json::Value::as_bool).unwrap_or(false);
@@ -412,7 +413,11 @@ pub fn new_head(
         (Arch::T5, _) => return Err(embedding_only("T5", "a classifier")),
         (Arch::Gemma, _) => return Err(embedding_only("Gemma", "a classifier")),
         (Arch::Qwen3, _) => return Err(embedding_only("Qwen3", "a classifier")),
-        (Arch::DebertaV2, _) => return Err(Error::unsupported("a new head for DeBERTa")),
+        // ContextPooler (as wide as the encoder), then the classifier.
+        (Arch::DebertaV2, NewHeadKind::Sequence) => {
+            linear("pooler.dense", d, true);
+            linear("classifier", n, true);
+        }
         (_, NewHeadKind::Tokens) => linear("classifier", n, true),
     }
     let what = match kind {
