@@ -138,8 +138,7 @@ pub fn explain(
     impl BurnVisitor for Work<'_> {
         type Out = switchyard_train::Result<(Explanation, Target)>;
         fn visit<B: BurnBackend>(self, device: B::Device, caps: Caps) -> Self::Out {
-            let graph = self.model.graph().clone();
-            let graded = Graded::<B>::new(device, caps, graph, &self.model.tensors()?)?;
+            let graded = Graded::<B>::of_model(device, caps, self.model)?;
             let refs: Vec<&switchyard_models::Encoded> = self.inputs.iter().collect();
             let target = match self.aim {
                 Aim::Label(Some(i)) => Target::Logit(i),

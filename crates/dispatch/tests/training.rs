@@ -41,9 +41,10 @@ mod training_through_dispatch {
     #[test]
     fn gradients_match_pytorch() {
         let Some(backend) = open() else { return };
-        // A cross-encoder (pairs, token types, BERT's pooler) and ModernBERT (rotary, sliding
-        // windows, GeGLU, mean pooling through its head).
-        for name in ["bert-cross-encoder", "modernbert-classifier"] {
+        // A cross-encoder (pairs, token types, BERT's pooler), ModernBERT (rotary, sliding
+        // windows, GeGLU, mean pooling through its head) and DeBERTa (disentangled attention,
+        // its position tables computed on the tape).
+        for name in ["bert-cross-encoder", "modernbert-classifier", "deberta-classifier"] {
             let c = backend.on_burn(Gradients(name)).unwrap();
             let d = common::device();
             assert!(

@@ -142,7 +142,9 @@ pub fn integrated_gradients<B: BurnBackend>(
             _ => None,
         })
         .ok_or_else(|| Error::Config("the graph has no word embedding to attribute to".into()))?;
-    let table = graded.params()[table.idx()].clone();
+    let table = graded.param_of(table).cloned().ok_or_else(|| {
+        Error::Config("the word embeddings are derived from other weights, not a parameter".into())
+    })?;
     let device = graded.device().clone();
     // Each input's embeddings at the input and at the baseline, [len, width].
     let mut ends = Vec::new();

@@ -156,8 +156,9 @@ fn copy_module(from: &Path, to: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Every tensor of `ck` as it is stored, renamed by `rename`, except those `skip` names: what
-/// an export keeps of a checkpoint besides what training changed.
+/// Every tensor of `ck` as it is stored, renamed by `rename`, except those `skip` names and
+/// those computed at load (which the model computes again when it loads the export): what an
+/// export keeps of a checkpoint besides what training changed.
 pub fn kept<'a>(
     ck: &'a Checkpoint,
     skip: &dyn Fn(&str) -> bool,
@@ -165,7 +166,7 @@ pub fn kept<'a>(
 ) -> Vec<Tensor<'a>> {
     ck.names()
         .into_iter()
-        .filter(|n| !skip(n))
+        .filter(|n| !skip(n) && !ck.is_derived(n))
         .filter_map(|n| {
             let (dtype, shape, bytes) = ck.raw(n)?;
             Some(Tensor { name: rename(n), shape: shape.to_vec(), bytes: bytes.into(), dtype })

@@ -30,7 +30,7 @@ mod trainer;
 
 use std::path::{Path, PathBuf};
 
-pub use graded::{Graded, Grads, Pass};
+pub use graded::{Graded, Grads, Param, Pass};
 pub use trainer::{Eval, Job, Progress, Settings, Step, Task, TrainReport, Trainer};
 
 /// A Burn backend with gradients: `B` wrapped in burn-autodiff.

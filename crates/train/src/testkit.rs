@@ -106,9 +106,7 @@ pub fn check_gradients<B: BurnBackend>(device: B::Device, caps: Caps, name: &str
         };
         buf.push(&e.ids, Some(&e.types), &markers).expect("a batch");
     }
-    let tensors = model.tensors().expect("tensors");
-    let graded =
-        Graded::<B>::new(device.clone(), caps, model.graph().clone(), &tensors).expect("graded");
+    let graded = Graded::<B>::of_model(device.clone(), caps, &model).expect("graded");
     let pass = graded.forward(&buf.batch(), false, Vec::new()).expect("a forward pass");
     let out = pass.outputs[0].clone().expect("output rows");
     let [rows, cols] = switchyard_burn::generic::dims::<Ad<B>>(&out);
@@ -121,11 +119,8 @@ pub fn check_gradients<B: BurnBackend>(device: B::Device, caps: Caps, name: &str
     let want_loss = case["loss"].as_f64().expect("a loss");
     let grads = pass.backward(loss).params;
     let want = torch_tensors("gradients.safetensors", name);
-    assert_eq!(
-        want.len(),
-        model.graph().weights.len(),
-        "{name}: every weight has a gradient in both"
-    );
+    let info = graded.param_info().to_vec();
+    assert_eq!(want.len(), info.len(), "{name}: every parameter has a gradient in both");
     let rms = |v: &[f32]| {
         (v.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>() / v.len().max(1) as f64).sqrt()
     };
@@ -136,7 +131,7 @@ pub fn check_gradients<B: BurnBackend>(device: B::Device, caps: Caps, name: &str
         relative: 0.0,
         key_bias: 0.0,
     };
-    for (w, g) in model.graph().weights.iter().zip(grads) {
+    for (w, g) in info.iter().zip(grads) {
         let (_, shape, values) = want.iter().find(|(n, _, _)| *n == w.name).expect("torch has it");
         assert_eq!(shape, &w.shape, "{name}: {}", w.name);
         let got = switchyard_burn::read_f32::<B>(g.expect("a gradient")).expect("read back");

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use switchyard_burn::{floats, read_f32};
 use switchyard_core::{BatchBuf, Caps, HostTensor};
 use switchyard_models::heads::{self, Init, NewHeadKind};
-use switchyard_models::{Arch, Model, Task as ModelTask};
+use switchyard_models::{Model, Task as ModelTask};
 
 use crate::data::{self, Data, Example, Kind, ReadTask, Reader};
 use crate::export::{self, Tensor};
@@ -220,8 +220,7 @@ impl<B: BurnBackend> Trainer<B> {
     /// A trainer of `graded` on data of `kind`, for `steps` steps in all (which the learning
     /// rate's schedule spans).
     pub fn new(graded: Graded<B>, kind: Kind, settings: Settings, steps: u64) -> Self {
-        let shapes: Vec<Vec<usize>> =
-            graded.graph().weights.iter().map(|w| w.shape.clone()).collect();
+        let shapes: Vec<Vec<usize>> = graded.param_info().iter().map(|p| p.shape.clone()).collect();
         let warmup = (settings.warmup_ratio * steps as f64).ceil() as u64;
         Trainer {
             adam: AdamState::new(shapes.len()),
@@ -394,7 +393,7 @@ impl<B: BurnBackend> Trainer<B> {
         Ok(Eval { metrics })
     }
 
-    /// The parameters on the host, in the graph's weight order.
+    /// The parameters on the host, in [`Graded::params`]' order.
     pub fn host_params(&self) -> Result<Vec<Vec<f32>>> {
         self.graded.params().iter().map(|p| Ok(read_f32::<B>(p.clone())?)).collect()
     }
@@ -402,7 +401,7 @@ impl<B: BurnBackend> Trainer<B> {
     /// Writes AdamW's state to `path` (`m.NAME` and `v.NAME` per parameter).
     fn save_optimizer(&self, path: &Path) -> Result<()> {
         let mut tensors = Vec::new();
-        for (i, w) in self.graded.graph().weights.iter().enumerate() {
+        for (i, w) in self.graded.param_info().iter().enumerate() {
             for (tag, slot) in [("m", &self.adam.m[i]), ("v", &self.adam.v[i])] {
                 if let Some(t) = slot {
                     let values = read_f32::<B>(t.clone())?;
@@ -424,7 +423,7 @@ impl<B: BurnBackend> Trainer<B> {
             Error::Config(format!("{}: not a safetensors file: {e}", path.display()))
         })?;
         let device = self.graded.device().clone();
-        for (i, w) in self.graded.graph().weights.iter().enumerate() {
+        for (i, w) in self.graded.param_info().iter().enumerate() {
             for (tag, slot) in [("m", &mut self.adam.m[i]), ("v", &mut self.adam.v[i])] {
                 let Ok(view) = st.tensor(&format!("{tag}.{}", w.name)) else { continue };
                 let t = HostTensor::new(switchyard_core::DType::F32, view.shape(), view.data())?;
@@ -542,14 +541,6 @@ impl Prepared {
             None => prepare(job)?,
         };
         let mut model = Model::load(&dir)?;
-        if model.config().arch == Arch::DebertaV2 {
-            return Err(Error::Config(
-                "training DeBERTa is not supported yet: its attention's position tables are \
-                 computed from the key and query weights when the model loads, and training \
-                 them apart from those weights would not be DeBERTa"
-                    .into(),
-            ));
-        }
         if let Some(n) = job.max_len {
             model.set_max_len(n)?;
         }
@@ -645,8 +636,7 @@ impl<B: BurnBackend> Trainer<B> {
         let started = std::time::Instant::now();
         let p = Prepared::new(job)?;
         let s = &job.settings;
-        let tensors = p.model.tensors()?;
-        let graded = Graded::<B>::new(device, caps, p.model.graph().clone(), &tensors)?;
+        let graded = Graded::<B>::of_model(device, caps, &p.model)?;
         let mut trainer = Trainer::new(graded, p.train.kind, s.clone(), p.steps);
         let (mut report, (first_epoch, first_batch)) = match &p.resume {
             Some((dir, st)) => {
@@ -725,15 +715,14 @@ impl<B: BurnBackend> Trainer<B> {
     /// Writes the model with the current parameters to `dir` as a Hugging Face directory.
     pub fn export(&self, model: &Model, dir: &Path) -> Result<()> {
         let _span = tracing::info_span!("export", dir = %dir.display()).entered();
-        let graph = self.graded.graph();
+        let info = self.graded.param_info();
         let values = self.host_params()?;
-        let mut tensors: Vec<Tensor<'_>> = graph
-            .weights
+        let mut tensors: Vec<Tensor<'_>> = info
             .iter()
             .zip(&values)
-            .map(|(w, v)| Tensor::f32(w.name.clone(), w.shape.clone(), v))
+            .map(|(p, v)| Tensor::f32(p.name.clone(), p.shape.clone(), v))
             .collect();
-        let trained = |n: &str| graph.weights.iter().any(|w| w.name == n);
+        let trained = |n: &str| info.iter().any(|p| p.name == n);
         tensors.extend(export::kept(model.checkpoint(), &trained, &|n| n.to_owned()));
         export::copy_files(model.checkpoint().dir(), dir, None, true)?;
         export::write_model(dir, tensors)
@@ -823,7 +812,7 @@ fn prepare(job: &Job) -> Result<PathBuf> {
         ck.has(n) || ck.has(n.split_once('.').map_or(n, |p| p.1))
     })?;
     // The encoder's tensors, under the class's prefix (a bare encoder has none).
-    let bases = ["bert.", "roberta.", "distilbert.", "model."];
+    let bases = ["bert.", "roberta.", "distilbert.", "model.", head.prefix];
     let rename = |n: &str| {
         if bases.iter().any(|b| n.starts_with(b)) {
             n.to_owned()

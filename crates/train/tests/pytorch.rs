@@ -23,7 +23,7 @@ fn caps() -> Caps {
 #[test]
 fn gradients_of_whole_models_match_pytorch_autograd() {
     let models = testkit::gradient_models();
-    assert_eq!(models.len(), 8);
+    assert_eq!(models.len(), 9);
     for name in models {
         let c = check_gradients::<Flex>(FlexDevice, caps(), &name);
         eprintln!("{name}: {c:?}");
@@ -36,7 +36,7 @@ fn gradients_of_whole_models_match_pytorch_autograd() {
 #[test]
 fn a_few_adamw_steps_match_pytorch() {
     let cases = testkit::parity_cases();
-    assert_eq!(cases.len(), 5);
+    assert_eq!(cases.len(), 6);
     for case in cases {
         let c = check_parity::<Flex>(FlexDevice, caps(), &case);
         eprintln!("{case}: {c:?}");

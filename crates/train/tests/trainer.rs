@@ -106,13 +106,14 @@ fn a_head_made_from_labels_learns_the_task_and_exports_as_transformers_names_it(
 }
 
 /// The heads `--labels` makes for MPNet, ELECTRA and Jina v3 (RoBERTa's dense and out_proj),
-/// ALBERT, NomicBERT and GTE (the pooler, then the classifier) learn the fox task through each
-/// family's encoder: MPNet's position bias, ELECTRA's projected embeddings, ALBERT's layers
-/// shared between groups, rotary positions, and NomicBERT's and GTE's gated feed-forwards
-/// (GTE's sliced from one matrix). Each export loads back as transformers names the class, and decides every eval text
-/// as the trained model did.
+/// ALBERT, NomicBERT, GTE and DeBERTa (the pooler, then the classifier) learn the fox task
+/// through each family's encoder: MPNet's position bias, ELECTRA's projected embeddings,
+/// ALBERT's layers shared between groups, rotary positions, NomicBERT's and GTE's gated
+/// feed-forwards (GTE's sliced from one matrix), and DeBERTa's disentangled attention (its
+/// position tables computed on the tape). Each export loads back as transformers names the
+/// class, and decides every eval text as the trained model did.
 #[test]
-fn heads_made_from_labels_train_through_mpnet_electra_albert_and_the_rotary_families() {
+fn heads_made_from_labels_train_through_mpnet_electra_albert_deberta_and_the_rotary_families() {
     let labels = vec!["other".to_owned(), "fox".to_owned()];
     for (name, class, head) in [
         ("mpnet", "MPNetForSequenceClassification", "classifier.out_proj.weight"),
@@ -121,6 +122,7 @@ fn heads_made_from_labels_train_through_mpnet_electra_albert_and_the_rotary_fami
         ("nomic", "NomicBertForSequenceClassification", "nomic_bert.pooler.dense.weight"),
         ("gte", "GteForSequenceClassification", "gte.pooler.dense.weight"),
         ("jina", "JinaEmbeddingsV3ForSequenceClassification", "classifier.out_proj.weight"),
+        ("deberta", "DebertaV2ForSequenceClassification", "pooler.dense.weight"),
     ] {
         let dir = scratch(&format!("head-{name}"));
         let records = fox_records(24);
@@ -363,9 +365,6 @@ fn settings_and_tasks_that_do_not_fit_are_refused() {
     j.model = tiny("bert-splade");
     j.labels = Some(vec!["x".into(), "y".into()]);
     cases.push((j, "a SPLADE model cannot be given a classifier's head"));
-    let mut j = base.clone();
-    j.model = tiny("deberta-classifier");
-    cases.push((j, "training DeBERTa is not supported"));
     for (j, want) in cases {
         let e = fit(&j).unwrap_err().to_string();
         assert!(e.contains(want), "expected `{want}` in `{e}`");
