@@ -505,6 +505,7 @@ pub(crate) fn device(isa: Isa, isa8: Isa8, isa16: Isa16) -> String {
     let bf16 = match isa16 {
         Isa16::AmxBf16 => "bf16 on AMX",
         Isa16::Avx512Bf16 => "bf16 on AVX-512 BF16",
+        Isa16::Avx512 => "bf16 widened to f32 on AVX-512 (about as fast as f32)",
         Isa16::Avx2 => "bf16 widened to f32 on AVX2 (no faster than f32)",
         Isa16::NeonBf16 => "bf16 on NEON BF16",
         Isa16::Portable => "bf16 widened to f32 (slower than f32)",

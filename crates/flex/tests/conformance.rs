@@ -154,6 +154,9 @@ fn caps_say_what_each_dtype_runs_on() {
     let bf16 = match switchyard_flex::kernels::Isa16::detect() {
         switchyard_flex::kernels::Isa16::AmxBf16 => "bf16 on AMX",
         switchyard_flex::kernels::Isa16::Avx512Bf16 => "bf16 on AVX-512 BF16",
+        switchyard_flex::kernels::Isa16::Avx512 => {
+            "bf16 widened to f32 on AVX-512 (about as fast as f32)"
+        }
         switchyard_flex::kernels::Isa16::Avx2 => "bf16 widened to f32 on AVX2 (no faster than f32)",
         switchyard_flex::kernels::Isa16::NeonBf16 => "bf16 on NEON BF16",
         switchyard_flex::kernels::Isa16::Portable => "bf16 widened to f32 (slower than f32)",

@@ -431,8 +431,8 @@ fn bf16_gemm_is_within_its_rounding_of_f64_on_every_isa_and_shape() {
             for (isa, isa16) in isas.chain(portable) {
                 let got = run_gemm16(isa, isa16, &x, &w, &bias, &res, (m, k, n), act);
                 let at = format!("{isa:?} {isa16:?} {m}x{k}x{n} {act:?}");
-                if isa16 == Isa16::Avx2 {
-                    // Its FMAs run in the portable kernel's order: the same sums, bit for bit.
+                if matches!(isa16, Isa16::Avx512 | Isa16::Avx2) {
+                    // Their FMAs run in the portable kernel's order: the same sums, bit for bit.
                     assert_eq!(got, reference, "{at}: differs from the portable kernel");
                 }
                 for (idx, (&g, &v)) in got.iter().zip(&want).enumerate() {
@@ -919,9 +919,10 @@ fn bf16_attention_is_its_roundings_of_f64() {
     }
 }
 
-/// flex runs attention in bf16 products where the CPU has AVX-512 BF16, in bf16 and in int8
-/// (on every int8 kernel); in f32 otherwise. On a graph of attention alone, outputs in bf16
-/// products differ from f32's, the others are f32's.
+/// flex runs attention in bf16 products where its bf16 GEMM runs on AVX-512 BF16 (or AMX), in
+/// bf16 and in int8 (on every int8 kernel); in f32 otherwise (its bf16 GEMM widening to f32,
+/// as where `vdpbf16ps` is slow). On a graph of attention alone, outputs in bf16 products differ
+/// from f32's, the others are f32's.
 #[test]
 fn attention_takes_bf16_products_in_bf16_and_in_int8() {
     let lens = [40, 3, 90];
@@ -932,11 +933,20 @@ fn attention_takes_bf16_products_in_bf16_and_in_int8() {
     };
     let flex = switchyard_flex::flex;
     let f32s = on(flex(), DType::F32);
-    let bf16_products = Isa16::available().contains(&Isa16::Avx512Bf16);
-    let mut cases = vec![("bf16".to_owned(), on(flex(), DType::Bf16), bf16_products)];
-    for isa8 in Isa8::available() {
-        let be = flex().with_isa8(isa8).expect("an int8 kernel of this CPU");
-        cases.push((format!("int8 {isa8:?}"), on(be, DType::I8), bf16_products));
+    let dot = |isa16| matches!(isa16, Isa16::Avx512Bf16 | Isa16::AmxBf16);
+    // This CPU's pick, and AVX-512 BF16's kernel where it has it but picked another.
+    let mut isas = vec![Isa16::detect()];
+    if !dot(Isa16::detect()) && Isa16::available().contains(&Isa16::Avx512Bf16) {
+        isas.push(Isa16::Avx512Bf16);
+    }
+    let mut cases = Vec::new();
+    for isa16 in isas {
+        let with = || flex().with_isa16(isa16).expect("a bf16 kernel of this CPU");
+        cases.push((format!("bf16 {isa16:?}"), on(with(), DType::Bf16), dot(isa16)));
+        for isa8 in Isa8::available() {
+            let be = with().with_isa8(isa8).expect("an int8 kernel of this CPU");
+            cases.push((format!("int8 {isa8:?} {isa16:?}"), on(be, DType::I8), dot(isa16)));
+        }
     }
     for (name, got, in_bf16) in cases {
         let apart = got.iter().zip(&f32s).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);

@@ -12,16 +12,19 @@
 //! (Xeon from Sapphire Rapids on, on Linux) a task runs on the tile registers instead of a
 //! microkernel (`kernels/amx.rs`): the same panels of 32 columns read as two tiles of 16, its rows
 //! 16 at a time straight from the rounded rows, all of `k` summed in the tiles (padded to a
-//! multiple of 32) before the epilogue. Elsewhere the
-//! microkernel runs on AVX-512 BF16 (32 columns, `vdpbf16ps`: two products per lane per
-//! instruction, twice the f32 FMA's), or on AVX2 with FMA (16 columns), which widens the bf16
-//! values to f32 in registers (a shift or a mask of the bits each) and multiplies with the f32
-//! GEMM's FMAs: no faster than f32 there, the weights half the size. On aarch64 with the bf16
-//! extension (FEAT_BF16: Neoverse V1 and later, Apple M2 and later) it runs `bfmmla` (16
-//! columns; each instruction adds a pair of rows times a pair of columns, four deep: sixteen
-//! products, where an f32 `fmla` makes four), whose panels group four `k` per column instead of
-//! two. Which runs is chosen at run time; elsewhere portable code (16 columns) widens each value
-//! and multiplies with FMA, compiled for the f32 GEMM's instruction set.
+//! multiple of 32) before the epilogue. Elsewhere the microkernel runs on AVX-512 BF16 (32 columns,
+//! `vdpbf16ps`: two products per lane per instruction, twice the f32 FMA's) where that instruction
+//! makes more products a second than f32 FMAs (the AMD EPYC, Zen 5, of 2026-12-02: 1.85x), or on
+//! AVX-512 (32 columns) or AVX2 with FMA (16 columns), which widen the bf16 values to f32 in
+//! registers (a shift or a mask of the bits each) and multiply with the f32 GEMM's FMAs: about as
+//! fast as f32 there, the weights half the size. Some CPUs with AVX-512 BF16 run `vdpbf16ps` at a
+//! quarter of the FMA's rate (an Intel Xeon of family 6 model 207, 2026-12-07: half the products a
+//! second), so which of the two runs there is timed once per process ([`Isa16::detect`]). On
+//! aarch64 with the bf16 extension (FEAT_BF16: Neoverse V1 and later, Apple M2 and later) it runs
+//! `bfmmla` (16 columns; each instruction adds a pair of rows times a pair of columns, four deep:
+//! sixteen products, where an f32 `fmla` makes four), whose panels group four `k` per column
+//! instead of two. Which runs is chosen at run time; elsewhere portable code (16 columns) widens
+//! each value and multiplies with FMA, compiled for the f32 GEMM's instruction set.
 //!
 //! `bfmmla` rounds as Arm defines it without FEAT_EBF16's IEEE mode: each pair of products is
 //! summed, then added to its sum, rounding to odd each time, with subnormal values flushed to
@@ -51,6 +54,8 @@ pub enum Isa16 {
     AmxBf16,
     /// AVX-512 BF16: 32 columns per tile, `vdpbf16ps`.
     Avx512Bf16,
+    /// AVX-512: 32 columns per tile, bf16 widened to f32 in registers.
+    Avx512,
     /// AVX2 with FMA: 16 columns per tile, bf16 widened to f32 in registers.
     Avx2,
     /// aarch64 with the bf16 extension (FEAT_BF16): 16 columns per tile, `bfmmla`, panels of
@@ -62,7 +67,9 @@ pub enum Isa16 {
 }
 
 impl Isa16 {
-    /// The best this CPU has.
+    /// The best this CPU has: AMX; else AVX-512 BF16 where `vdpbf16ps` makes more products a
+    /// second than f32 FMAs (timed once per process), else AVX-512's widening kernel; AVX2's;
+    /// NEON BF16; portable code.
     pub fn detect() -> Isa16 {
         #[cfg(target_arch = "x86_64")]
         {
@@ -71,7 +78,14 @@ impl Isa16 {
                 if amx::bf16_ready() {
                     return Isa16::AmxBf16;
                 }
-                return Isa16::Avx512Bf16;
+                static DOT_OUTRUNS_FMA: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+                // SAFETY: the CPU has avx512f and avx512bf16, detected just above.
+                if *DOT_OUTRUNS_FMA.get_or_init(|| unsafe { x86::dot_outruns_fma() }) {
+                    return Isa16::Avx512Bf16;
+                }
+            }
+            if has!("avx512f") {
+                return Isa16::Avx512;
             }
             if has!("avx2") && has!("fma") {
                 return Isa16::Avx2;
@@ -84,24 +98,41 @@ impl Isa16 {
         Isa16::Portable
     }
 
-    /// Every instruction set this CPU can run, best first (for tests).
+    /// Every instruction set this CPU can run, the one [`Isa16::detect`] picks first (for
+    /// tests).
     pub fn available() -> Vec<Isa16> {
+        let mut all = Vec::new();
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::is_x86_feature_detected as has;
+            if has!("avx512f") && has!("avx512bw") && has!("avx512bf16") {
+                if amx::bf16_ready() {
+                    all.push(Isa16::AmxBf16);
+                }
+                all.push(Isa16::Avx512Bf16);
+            }
+            if has!("avx512f") {
+                all.push(Isa16::Avx512);
+            }
+            if has!("avx2") && has!("fma") {
+                all.push(Isa16::Avx2);
+            }
+        }
+        #[cfg(target_arch = "aarch64")]
+        if std::arch::is_aarch64_feature_detected!("bf16") {
+            all.push(Isa16::NeonBf16);
+        }
+        all.push(Isa16::Portable);
         let best = Isa16::detect();
-        // Each architecture's kernels, best first: the other's never run here.
-        let all: &[Isa16] = if cfg!(target_arch = "x86_64") {
-            &[Isa16::AmxBf16, Isa16::Avx512Bf16, Isa16::Avx2, Isa16::Portable]
-        } else if cfg!(target_arch = "aarch64") {
-            &[Isa16::NeonBf16, Isa16::Portable]
-        } else {
-            &[Isa16::Portable]
-        };
-        all.iter().copied().skip_while(|&i| i != best).collect()
+        all.retain(|&i| i != best);
+        all.insert(0, best);
+        all
     }
 
     /// Columns of a microkernel tile.
     pub const fn nr(self) -> usize {
         match self {
-            Isa16::AmxBf16 | Isa16::Avx512Bf16 => 32,
+            Isa16::AmxBf16 | Isa16::Avx512Bf16 | Isa16::Avx512 => 32,
             Isa16::Avx2 | Isa16::NeonBf16 | Isa16::Portable => 16,
         }
     }
@@ -109,7 +140,7 @@ impl Isa16 {
     /// How its kernel reads the rounded rows.
     pub const fn rows(self) -> Rows16 {
         match self {
-            Isa16::Avx2 => Rows16::Widened,
+            Isa16::Avx512 | Isa16::Avx2 => Rows16::Widened,
             Isa16::AmxBf16 | Isa16::Avx512Bf16 | Isa16::NeonBf16 | Isa16::Portable => Rows16::Pairs,
         }
     }
@@ -119,7 +150,7 @@ impl Isa16 {
     pub const fn group(self) -> usize {
         match self {
             Isa16::NeonBf16 => 4,
-            Isa16::AmxBf16 | Isa16::Avx512Bf16 | Isa16::Avx2 | Isa16::Portable => 2,
+            Isa16::AmxBf16 | Isa16::Avx512Bf16 | Isa16::Avx512 | Isa16::Avx2 | Isa16::Portable => 2,
         }
     }
 
@@ -354,6 +385,9 @@ unsafe fn run_task(isa: Isa, job: &Job<'_>, t: usize, ctile: &mut AlignedBuf) {
         (Isa16::Avx512Bf16, _) => unsafe { x86::task_avx512_bf16(job, t, ctile) },
         // SAFETY: as above.
         #[cfg(target_arch = "x86_64")]
+        (Isa16::Avx512, _) => unsafe { x86::task_avx512_widened(job, t, ctile) },
+        // SAFETY: as above.
+        #[cfg(target_arch = "x86_64")]
         (Isa16::Avx2, _) => unsafe { x86::task_avx2_widened(job, t, ctile) },
         // SAFETY: as above.
         #[cfg(target_arch = "aarch64")]
@@ -561,6 +595,110 @@ mod x86 {
                 }
             }
         }
+    }
+
+    /// AVX-512: [`Avx2`]'s kernel in registers twice as wide, 32 columns in two of them per
+    /// row, 12 accumulators; the same sums, in the same order.
+    pub(super) struct Avx512;
+
+    impl Micro for Avx512 {
+        const NR: usize = 32;
+        type Fma = Fused;
+
+        #[inline(always)]
+        unsafe fn tile(
+            pairs: usize,
+            a: &[*const u16; MR],
+            b: *const u16,
+            c: *mut f32,
+            ldc: usize,
+            first: bool,
+        ) {
+            // SAFETY: every pointer stays inside the rows, panel and tile the caller vouched
+            // for, and the caller enabled avx512f; a row holds four `u16` a pair, a pair of
+            // the panel 64 (two registers of sixteen columns' pairs).
+            unsafe {
+                let high = _mm512_set1_epi32(0xffff_0000_u32 as i32);
+                let firsts = |v: __m512i| _mm512_castsi512_ps(_mm512_slli_epi32::<16>(v));
+                let seconds = |v: __m512i| _mm512_castsi512_ps(_mm512_and_si512(v, high));
+                let mut acc = [[_mm512_setzero_ps(); 2]; MR];
+                if !first {
+                    for (i, r) in acc.iter_mut().enumerate() {
+                        r[0] = _mm512_loadu_ps(c.add(i * ldc));
+                        r[1] = _mm512_loadu_ps(c.add(i * ldc + 16));
+                    }
+                }
+                for g in 0..pairs {
+                    let panel = |half: usize| _mm512_loadu_si512(b.add(g * 64 + half * 32).cast());
+                    let (b0, b1) = (firsts(panel(0)), firsts(panel(1)));
+                    for (r, ai) in acc.iter_mut().zip(a) {
+                        let x = _mm512_set1_ps(*ai.add(g * 4).cast::<f32>());
+                        r[0] = _mm512_fmadd_ps(x, b0, r[0]);
+                        r[1] = _mm512_fmadd_ps(x, b1, r[1]);
+                    }
+                    let (b0, b1) = (seconds(panel(0)), seconds(panel(1)));
+                    for (r, ai) in acc.iter_mut().zip(a) {
+                        let x = _mm512_set1_ps(*ai.add(g * 4 + 2).cast::<f32>());
+                        r[0] = _mm512_fmadd_ps(x, b0, r[0]);
+                        r[1] = _mm512_fmadd_ps(x, b1, r[1]);
+                    }
+                }
+                for (i, r) in acc.iter().enumerate() {
+                    _mm512_storeu_ps(c.add(i * ldc), r[0]);
+                    _mm512_storeu_ps(c.add(i * ldc + 16), r[1]);
+                }
+            }
+        }
+    }
+
+    /// A task with the AVX-512 widening microkernel, the rest compiled for AVX-512 too.
+    ///
+    /// # Safety
+    /// As `task`'s; the CPU has avx512f.
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    pub(super) unsafe fn task_avx512_widened(job: &Job<'_>, t: usize, ctile: &mut AlignedBuf) {
+        // SAFETY: the caller's contract, and the features are enabled here.
+        unsafe { task::<Avx512>(job, t, ctile) }
+    }
+
+    /// Whether `vdpbf16ps` makes more products a second than `vfmadd` on f32 here: each timed on 8
+    /// independent sums of a few thousand instructions, three times in turn, the fastest of each
+    /// kept. Loops of nothing else made 1.85x the products on an AMD EPYC (Zen 5, 2026-12-02) and
+    /// 0.49x on an Intel Xeon (family 6 model 207, 2026-12-07), so the verdict has room either side.
+    ///
+    /// # Safety
+    /// The CPU has avx512f and avx512bf16.
+    #[target_feature(enable = "avx512f,avx512bf16")]
+    pub(super) unsafe fn dot_outruns_fma() -> bool {
+        use std::hint::black_box;
+        use std::time::Instant;
+        const ROUNDS: usize = 2048;
+        let (mut dot, mut fma) = (f64::INFINITY, f64::INFINITY);
+        for _ in 0..3 {
+            let x = black_box(_mm512_set1_ps(1.0));
+            let mut acc = [_mm512_setzero_ps(); 8];
+            let start = Instant::now();
+            for _ in 0..ROUNDS {
+                for s in &mut acc {
+                    *s = _mm512_fmadd_ps(x, x, *s);
+                }
+            }
+            black_box(acc);
+            fma = fma.min(start.elapsed().as_secs_f64());
+            // SAFETY: `__m512bh` holds the bits of an `__m512`: the cast only reinterprets.
+            let h = unsafe { std::mem::transmute::<__m512, __m512bh>(x) };
+            let mut acc = [_mm512_setzero_ps(); 8];
+            let start = Instant::now();
+            for _ in 0..ROUNDS {
+                for s in &mut acc {
+                    *s = _mm512_dpbf16_ps(*s, h, h);
+                }
+            }
+            black_box(acc);
+            dot = dot.min(start.elapsed().as_secs_f64());
+        }
+        // Two products a lane per `vdpbf16ps`, one per `vfmadd`.
+        2.0 / dot > 1.0 / fma
     }
 
     /// A task with the AVX2 microkernel, the rest compiled for AVX2 too.
