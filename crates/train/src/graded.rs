@@ -141,7 +141,9 @@ impl<B: BurnBackend> Graded<B> {
                 return Ok(i);
             }
             if is_derived(name) {
-                return Err(Error::Config(format!("`{name}` is derived from a derived weight")));
+                return Err(Error::Config(format!(
+                    "a derived weight is made of `{name}`, itself derived"
+                )));
             }
             let t = stored(name)?;
             host.push((Param { name: name.to_owned(), shape: t.shape.to_vec() }, t));
