@@ -11,7 +11,7 @@
 use std::path::Path;
 use std::process::{Command, ExitCode};
 
-use crate::peers::{CORPORA, Run, python, release_bench, runs, step};
+use crate::peers::{CORPORA, Run, cache_made_by, python, release_bench, runs, step};
 
 /// The families `same_shape.py` makes, the BERT first: every other is set against it.
 const FAMILIES: [&str; 7] = ["bert", "deberta", "nomic", "gte", "jina", "gemma", "qwen3"];
@@ -40,6 +40,7 @@ fn run(threads: &[usize]) -> Result<(), String> {
     let peers = root.join("crates/bench/peers");
     let cache = root.join(".cache/bench/families");
     let py = python()?;
+    cache_made_by(&cache, &[peers.join("same_shape.py"), peers.join("export_onnx.py")])?;
     let corpus = cut_corpus(&CORPORA[0].ensure()?, &cache)?;
     let mut exported = Vec::new();
     for family in FAMILIES {

@@ -11,7 +11,7 @@
 //! torch is a CUDA build), the corpora (`crates/bench/peers/corpus.py`, into `.cache/bench/`),
 //! and the ONNX exports (`crates/bench/peers/export_onnx.py`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
 /// The peers' packages, pinned so that runs compare (`datasets` and `accelerate` are what
@@ -107,6 +107,30 @@ pub(crate) fn step(what: &str, cmd: &mut Command) -> Result<(), String> {
         Ok(s) => Err(format!("{what} failed ({s})")),
         Err(e) => Err(format!("{what}: could not start it: {e}")),
     }
+}
+
+/// Empties `dir` unless what it holds was made by `scripts` as they read now, and records them
+/// (their text under `dir/made-by/`): a change to a script that makes a cache reaches the next
+/// run instead of leaving it stale.
+pub(crate) fn cache_made_by(dir: &Path, scripts: &[PathBuf]) -> Result<(), String> {
+    let made_by = dir.join("made-by");
+    let read = |p: &Path| std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()));
+    let mut texts = Vec::new();
+    for script in scripts {
+        let name =
+            script.file_name().ok_or_else(|| format!("{}: no file name", script.display()))?;
+        texts.push((made_by.join(name), read(script)?));
+    }
+    let stale = texts.iter().any(|(copy, text)| std::fs::read(copy).ok().as_ref() != Some(text));
+    if stale && dir.exists() {
+        eprintln!("xtask: {} was made by other scripts: making it again", dir.display());
+        std::fs::remove_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
+    std::fs::create_dir_all(&made_by).map_err(|e| format!("{}: {e}", made_by.display()))?;
+    for (copy, text) in texts {
+        std::fs::write(&copy, text).map_err(|e| format!("{}: {e}", copy.display()))?;
+    }
+    Ok(())
 }
 
 /// The Python of the peers' environment, made and filled on first use.
@@ -214,6 +238,7 @@ fn run(threads: &[usize]) -> Result<(), String> {
     let cache = root.join(".cache/bench");
     let py = python()?;
     let onnx = cache.join("onnx");
+    cache_made_by(&onnx, &[peers.join("export_onnx.py")])?;
     if !onnx.join("model-int8.onnx").is_file() {
         step(
             "exporting all-MiniLM-L6-v2 to ONNX (fp32, int8)",
@@ -277,7 +302,7 @@ fn run(threads: &[usize]) -> Result<(), String> {
 /// `cargo xtask bench --report DIR`: the tables of `--peers` from the run lines that
 /// `crates/bench/peers/device.sh` wrote into `DIR` on another machine (`runs-corpus.tsv`,
 /// `runs-corpus-128.tsv`, `runs-gpu-corpus.tsv`); the files it finds, or an error if none.
-pub fn report_dir(dir: &std::path::Path) -> ExitCode {
+pub fn report_dir(dir: &Path) -> ExitCode {
     let read = |name: &str| -> Option<Vec<Run>> {
         let text = std::fs::read_to_string(dir.join(name)).ok()?;
         Some(text.lines().filter_map(parse).collect())
@@ -724,5 +749,27 @@ mod tests {
             scaling(&all),
             ["scaling of a (file) over its 2 threads: 8 threads 3.00x, 16 threads 6.00x"]
         );
+    }
+
+    #[test]
+    fn a_cache_made_by_a_changed_script_is_made_again() {
+        let dir = std::env::temp_dir().join(format!("xtask-made-by-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let (cache, script) = (dir.join("cache"), dir.join("make.py"));
+        std::fs::create_dir_all(&cache).unwrap();
+        std::fs::write(&script, "one").unwrap();
+        let made = cache.join("model.onnx");
+        // A cache from before the scripts were recorded is made again, once.
+        std::fs::write(&made, "old").unwrap();
+        cache_made_by(&cache, std::slice::from_ref(&script)).unwrap();
+        assert!(!made.exists());
+        std::fs::write(&made, "new").unwrap();
+        cache_made_by(&cache, std::slice::from_ref(&script)).unwrap();
+        assert!(made.exists(), "the same script keeps what it made");
+        std::fs::write(&script, "two").unwrap();
+        cache_made_by(&cache, std::slice::from_ref(&script)).unwrap();
+        assert!(!made.exists(), "a changed script empties the cache");
+        assert_eq!(std::fs::read(cache.join("made-by/make.py")).unwrap(), b"two");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
