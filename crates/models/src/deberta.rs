@@ -96,9 +96,7 @@ pub(crate) fn derive_tables(ck: &mut Checkpoint, cfg: &EncoderConfig) -> Result<
     let names = Names::detect(ck, "embeddings.word_embeddings.weight")?;
     let (d, rows) = (cfg.hidden, 2 * db.span);
     // The checkpoint names of tensors the tables are made of, their shapes checked.
-    let may = |name: &str, want: &[usize]| {
-        Ok::<_, crate::Error>(names.values(name, want)?.and_then(|_| names.find(name)))
-    };
+    let may = |name: &str, want: &[usize]| names.checked(name, want);
     let need = |name: &str, want: &[usize]| {
         may(name, want)?.ok_or_else(|| {
             crate::Error::format(format!("the checkpoint has no tensor `{}`", names.full(name)))

@@ -74,20 +74,17 @@ impl<'a> Names<'a> {
         Ok(g.weight_named(&full).unwrap_or_else(|| g.weight(full, want)))
     }
 
-    /// The values of the tensor `name` as f32, checked to have the shape `want`; `None` if the
+    /// The checkpoint name of the tensor `name`, its shape checked to be `want`; `None` if the
     /// checkpoint has no such tensor. For weights derived from others at load.
-    pub(crate) fn values(&self, name: &str, want: &[usize]) -> Result<Option<Vec<f32>>> {
+    pub(crate) fn checked(&self, name: &str, want: &[usize]) -> Result<Option<String>> {
         let Some(full) = self.find(name) else { return Ok(None) };
-        let t = self.ck.tensor(&full)?;
-        if t.shape != want {
+        let shape = self.ck.shape(&full).unwrap_or_default();
+        if shape != want {
             return Err(Error::format(format!(
-                "tensor `{full}` has shape {:?}; config.json implies {want:?}",
-                t.shape
+                "tensor `{full}` has shape {shape:?}; config.json implies {want:?}"
             )));
         }
-        let mut values = Vec::with_capacity(t.numel());
-        t.extend_f32(&mut values);
-        Ok(Some(values))
+        Ok(Some(full))
     }
 
     /// Like [`Names::weight`], or `None` if the tensor is absent.
