@@ -119,7 +119,7 @@ pub fn check_gradients<B: BurnBackend>(device: B::Device, caps: Caps, name: &str
     let want_loss = case["loss"].as_f64().expect("a loss");
     let grads = pass.backward(loss).params;
     let want = torch_tensors("gradients.safetensors", name);
-    let info = graded.param_info().to_vec();
+    let info = graded.param_info();
     assert_eq!(want.len(), info.len(), "{name}: every parameter has a gradient in both");
     let rms = |v: &[f32]| {
         (v.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>() / v.len().max(1) as f64).sqrt()

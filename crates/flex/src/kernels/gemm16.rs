@@ -67,40 +67,29 @@ pub enum Isa16 {
 }
 
 impl Isa16 {
-    /// The best this CPU has: AMX; else AVX-512 BF16 where `vdpbf16ps` makes more products a
-    /// second than f32 FMAs (timed once per process), else AVX-512's widening kernel; AVX2's;
-    /// NEON BF16; portable code.
+    /// The best this CPU has: the first it runs of AMX, AVX-512 BF16 (where `vdpbf16ps` makes
+    /// more products a second than f32 FMAs, timed once per process), AVX-512's and AVX2's
+    /// widening kernels, NEON BF16, portable code.
     pub fn detect() -> Isa16 {
-        #[cfg(target_arch = "x86_64")]
-        {
-            use std::arch::is_x86_feature_detected as has;
-            if has!("avx512f") && has!("avx512bw") && has!("avx512bf16") {
-                if amx::bf16_ready() {
-                    return Isa16::AmxBf16;
-                }
-                static DOT_OUTRUNS_FMA: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-                // SAFETY: the CPU has avx512f and avx512bf16, detected just above.
-                if *DOT_OUTRUNS_FMA.get_or_init(|| unsafe { x86::dot_outruns_fma() }) {
-                    return Isa16::Avx512Bf16;
-                }
-            }
-            if has!("avx512f") {
-                return Isa16::Avx512;
-            }
-            if has!("avx2") && has!("fma") {
-                return Isa16::Avx2;
-            }
-        }
-        #[cfg(target_arch = "aarch64")]
-        if std::arch::is_aarch64_feature_detected!("bf16") {
-            return Isa16::NeonBf16;
-        }
-        Isa16::Portable
+        Isa16::runnable()
+            .into_iter()
+            .find(|&isa| isa != Isa16::Avx512Bf16 || dot_outruns_fma())
+            .unwrap_or(Isa16::Portable)
     }
 
     /// Every instruction set this CPU can run, the one [`Isa16::detect`] picks first (for
     /// tests).
     pub fn available() -> Vec<Isa16> {
+        let best = Isa16::detect();
+        let mut all = Isa16::runnable();
+        all.retain(|&i| i != best);
+        all.insert(0, best);
+        all
+    }
+
+    /// Every instruction set this CPU can run, in the order they are preferred: AMX, AVX-512
+    /// BF16, AVX-512's and AVX2's widening kernels, NEON BF16, portable code.
+    fn runnable() -> Vec<Isa16> {
         let mut all = Vec::new();
         #[cfg(target_arch = "x86_64")]
         {
@@ -123,9 +112,6 @@ impl Isa16 {
             all.push(Isa16::NeonBf16);
         }
         all.push(Isa16::Portable);
-        let best = Isa16::detect();
-        all.retain(|&i| i != best);
-        all.insert(0, best);
         all
     }
 
@@ -171,6 +157,20 @@ impl Isa16 {
             _ => 0,
         }
     }
+}
+
+/// Whether `vdpbf16ps` makes more products a second than f32 FMAs on this CPU, which has AVX-512
+/// BF16 ([`Isa16::runnable`] lists it): timed the first time asked.
+fn dot_outruns_fma() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        static VERDICT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        // SAFETY: asked only of a CPU with avx512f and avx512bf16, where AVX-512 BF16 is
+        // runnable.
+        *VERDICT.get_or_init(|| unsafe { x86::dot_outruns_fma() })
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
 }
 
 /// `v` rounded to bf16 (to nearest, ties to even), as its 16 bits; a NaN stays a NaN.
